@@ -1,0 +1,2 @@
+//! The `normlab` binary.
+fn main() {}

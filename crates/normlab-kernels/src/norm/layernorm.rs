@@ -1,0 +1,149 @@
+//! Fused LayerNorm forward and backward over a chunk of rows.
+//!
+//! Forward, per row x of length d (two sweeps over the row while it sits in
+//! L1; one read of x from memory and one write of y):
+//!
+//! ```text
+//! k          = x[0]                       (shift: keeps the variance exact)
+//! s1, s2     = sum(x - k), sum((x - k)^2)  (f64, 16 accumulators)
+//! mean       = k + s1/d ;  var = s2/d - (s1/d)^2   (biased)
+//! rstd       = 1/sqrt(var + eps)
+//! y          = ((x - mean_hi) - mean_lo) * rstd * gamma + beta
+//! ```
+//!
+//! `mean` is kept as an f32 pair hi + lo, so `x - mean` is accurate to f32
+//! precision of the *centred* value even when |mean| >> std (PyTorch rounds
+//! the mean to f32 first and loses that).
+//!
+//! Backward, with xhat = (x - mean) * rstd and g = dy * gamma:
+//!
+//! ```text
+//! dx      = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//! dgamma += dy * xhat ;  dbeta += dy
+//! ```
+//!
+//! One sweep accumulates mean(g), mean(g*xhat) (f64) and the chunk's partial
+//! dgamma/dbeta; a second sweep writes dx.
+
+use crate::norm::STATS;
+use crate::simd::{ahead, prefetch_block, shifted_sums, stream_fence, tree_sum, LANES};
+
+/// Statistics of one row: (mean hi, mean lo, rstd).
+#[inline(always)]
+fn row_stats(xr: &[f32], eps: f32, ahead: &[f32]) -> (f32, f32, f32) {
+    let k = xr[0];
+    let (s1, s2) = shifted_sums(xr, k, ahead);
+    let n = xr.len() as f64;
+    let m1 = s1 / n;
+    let mean = k as f64 + m1;
+    let var = (s2 / n - m1 * m1).max(0.0);
+    let denom = var + eps as f64;
+    let rstd = if denom > 0.0 {
+        (1.0 / denom.sqrt()) as f32
+    } else if denom == 0.0 {
+        0.0
+    } else {
+        f32::NAN
+    };
+    let hi = mean as f32;
+    let lo = (mean - hi as f64) as f32;
+    (hi, lo, rstd)
+}
+
+crate::multiversion! {
+    /// Forward over whole rows: `x`, `y` are `[rows, d]`, `stats` `[rows, STATS]`.
+    pub fn forward_rows(d: usize, eps: f32, stream: bool, x: &[f32], gamma: &[f32], beta: &[f32], y: &mut [f32], stats: &mut [f32]) {
+        let gamma = &gamma[..d];
+        let beta = &beta[..d];
+        for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+            let (hi, lo, rstd) = row_stats(xr, eps, ahead(x, r * d));
+            st[0] = hi;
+            st[1] = lo;
+            st[2] = rstd;
+            crate::write_row!(yr, stream, (xr, gamma, beta) => ((xr - hi) - lo) * rstd * gamma + beta);
+        }
+        if stream {
+            stream_fence();
+        }
+    }
+}
+
+/// One block of backward sweep 1.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn bwd_block(
+    x: &[f32; LANES],
+    dy: &[f32; LANES],
+    gamma: &[f32; LANES],
+    (hi, lo, rstd): (f32, f32, f32),
+    sg: &mut [f64; LANES],
+    sgx: &mut [f64; LANES],
+    pg: &mut [f32; LANES],
+    pb: &mut [f32; LANES],
+) {
+    for i in 0..LANES {
+        let xhat = ((x[i] - hi) - lo) * rstd;
+        let g = dy[i] * gamma[i];
+        sg[i] += g as f64;
+        sgx[i] += (g * xhat) as f64;
+        pg[i] += dy[i] * xhat;
+        pb[i] += dy[i];
+    }
+}
+
+crate::multiversion! {
+    /// Backward over whole rows: writes `dx`, accumulates this chunk's
+    /// dgamma/dbeta into `pg`/`pb`.
+    pub fn backward_rows(d: usize, stream: bool, x: &[f32], dy: &[f32], gamma: &[f32], stats: &[f32], dx: &mut [f32], pg: &mut [f32], pb: &mut [f32]) {
+        let gamma = &gamma[..d];
+        let pg = &mut pg[..d];
+        let pb = &mut pb[..d];
+        let n = d as f64;
+        let full = d - d % LANES;
+        for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
+            let s = (st[0], st[1], st[2]);
+            let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
+            // Sweep 1: sum(g), sum(g * xhat), partial parameter gradients.
+            let mut sg = [0f64; LANES];
+            let mut sgx = [0f64; LANES];
+            let mut j0 = 0;
+            while j0 < full {
+                prefetch_block(ax, j0);
+                prefetch_block(ady, j0);
+                let b = j0..j0 + LANES;
+                bwd_block(
+                    xr[b.clone()].try_into().unwrap(),
+                    dyr[b.clone()].try_into().unwrap(),
+                    gamma[b.clone()].try_into().unwrap(),
+                    s,
+                    &mut sg,
+                    &mut sgx,
+                    (&mut pg[b.clone()]).try_into().unwrap(),
+                    (&mut pb[b]).try_into().unwrap(),
+                );
+                j0 += LANES;
+            }
+            if full < d {
+                // Zero-padded tail block: dy = 0 adds nothing.
+                let t = d - full;
+                let (mut xb, mut dyb, mut gb, mut pgb, mut pbb) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
+                xb[..t].copy_from_slice(&xr[full..]);
+                dyb[..t].copy_from_slice(&dyr[full..]);
+                gb[..t].copy_from_slice(&gamma[full..]);
+                pgb[..t].copy_from_slice(&pg[full..]);
+                pbb[..t].copy_from_slice(&pb[full..]);
+                bwd_block(&xb, &dyb, &gb, s, &mut sg, &mut sgx, &mut pgb, &mut pbb);
+                pg[full..].copy_from_slice(&pgb[..t]);
+                pb[full..].copy_from_slice(&pbb[..t]);
+            }
+            let mg = (tree_sum(&sg) / n) as f32;
+            let mgx = (tree_sum(&sgx) / n) as f32;
+            // Sweep 2: dx.
+            let (hi, lo, rstd) = s;
+            crate::write_row!(dxr, stream, (xr, dyr, gamma) => rstd * ((dyr * gamma - mg) - ((xr - hi) - lo) * rstd * mgx));
+        }
+        if stream {
+            stream_fence();
+        }
+    }
+}

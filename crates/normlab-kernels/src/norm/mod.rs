@@ -1,0 +1,469 @@
+//! Normalization kinds and the fused row-wise kernels' common contract.
+//!
+//! Layout: `x`, `y`, `dy`, `dx` are row-major `[rows, d]`; statistics are
+//! per row over the last dimension (one token's feature vector). Every
+//! row-wise kind caches [`STATS`] floats per row in `stats` (interleaved:
+//! `stats[r * STATS + k]`), so backward never recomputes a reduction over x
+//! that forward already did:
+//!
+//! | kind | stats\[0] | stats\[1] | stats\[2] |
+//! |---|---|---|---|
+//! | layernorm | mean, high part (f32) | mean, low part (mean - high) | rstd = 1/sqrt(var + eps) |
+//! | rmsnorm, zrmsnorm | 0 | 0 | rstd = 1/sqrt(mean(x^2) + eps) |
+//! | scalenorm | 1 if the norm was clamped to eps, else 0 | 0 | 1/max(‖x‖, eps) |
+//! | none | 0 | 0 | 1 |
+//!
+//! Parameters of one norm live in one flat slice, in this order
+//! (see [`NormKind::num_params`]): layernorm `[gamma(d), beta(d)]`, rmsnorm
+//! `[gamma(d)]`, zrmsnorm `[w(d)]` (gain is `1 + w`), scalenorm `[g]`,
+//! batchnorm `[gamma(d), beta(d)]`, none `[]`. Gradients use the same layout
+//! and are **accumulated** (`+=`), input gradients are **written**.
+//!
+//! Work is split into chunks of whole rows whose size depends only on
+//! `(rows, d)`, never on the thread count; parameter gradients are summed per
+//! chunk into caller-provided scratch and the chunks are then added in
+//! order. So results are bit-identical for any number of threads.
+//!
+//! A row whose variance (or mean square) plus eps is exactly zero, which
+//! only happens with `eps = 0` on a constant (or zero) row, gets `rstd = 0`:
+//! its normalised value is defined as 0 and its input gradient as 0, a
+//! finite, documented result instead of 0/0.
+
+pub mod batchnorm;
+pub mod layernorm;
+pub mod rmsnorm;
+pub mod scalenorm;
+
+use rayon::prelude::*;
+use std::fmt;
+use std::str::FromStr;
+
+pub use batchnorm::BatchNorm;
+
+/// Floats of per-row statistics cached by forward for backward.
+pub const STATS: usize = 3;
+
+/// Target number of elements of x per chunk of rows.
+const CHUNK_ELEMS: usize = 64 * 1024;
+
+/// Every normalization kind normlab knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormKind {
+    /// (x - mean) / sqrt(var + eps) * gamma + beta.
+    LayerNorm,
+    /// x / sqrt(mean(x^2) + eps) * gamma.
+    RmsNorm,
+    /// Zero-centred RMSNorm: x / rms * (1 + w), w initialised to 0.
+    ZRmsNorm,
+    /// g * x / max(‖x‖, eps) with one scalar g (init sqrt(d)).
+    ScaleNorm,
+    /// Statistics per feature over all rows of the batch (comparison only).
+    BatchNorm,
+    /// Identity.
+    None,
+}
+
+impl NormKind {
+    /// All kinds, in a stable order.
+    pub const ALL: [NormKind; 6] = [
+        NormKind::LayerNorm,
+        NormKind::RmsNorm,
+        NormKind::ZRmsNorm,
+        NormKind::ScaleNorm,
+        NormKind::BatchNorm,
+        NormKind::None,
+    ];
+
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            NormKind::LayerNorm => "layernorm",
+            NormKind::RmsNorm => "rmsnorm",
+            NormKind::ZRmsNorm => "zrmsnorm",
+            NormKind::ScaleNorm => "scalenorm",
+            NormKind::BatchNorm => "batchnorm",
+            NormKind::None => "none",
+        }
+    }
+
+    /// The default eps of SPEC section 1.
+    pub fn default_eps(self) -> f32 {
+        match self {
+            NormKind::LayerNorm | NormKind::ScaleNorm | NormKind::BatchNorm => 1e-5,
+            NormKind::RmsNorm | NormKind::ZRmsNorm => 1e-6,
+            NormKind::None => 0.0,
+        }
+    }
+
+    /// Number of learnable parameters for feature size `d`.
+    pub fn num_params(self, d: usize) -> usize {
+        match self {
+            NormKind::LayerNorm | NormKind::BatchNorm => 2 * d,
+            NormKind::RmsNorm | NormKind::ZRmsNorm => d,
+            NormKind::ScaleNorm => 1,
+            NormKind::None => 0,
+        }
+    }
+
+    /// Write the initial parameters (gamma 1, beta 0, w 0, g sqrt(d)).
+    pub fn init_params(self, d: usize, params: &mut [f32]) {
+        assert_eq!(
+            params.len(),
+            self.num_params(d),
+            "{} params length",
+            self.name()
+        );
+        match self {
+            NormKind::LayerNorm | NormKind::BatchNorm => {
+                params[..d].fill(1.0);
+                params[d..].fill(0.0);
+            }
+            NormKind::RmsNorm => params.fill(1.0),
+            NormKind::ZRmsNorm => params.fill(0.0),
+            NormKind::ScaleNorm => params[0] = (d as f32).sqrt(),
+            NormKind::None => {}
+        }
+    }
+
+    /// Whether the statistics are per row (everything except BatchNorm).
+    pub fn is_row_wise(self) -> bool {
+        self != NormKind::BatchNorm
+    }
+}
+
+impl fmt::Display for NormKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error for an unknown norm kind name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownNormKind(pub String);
+
+impl fmt::Display for UnknownNormKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = NormKind::ALL.iter().map(|k| k.name()).collect();
+        write!(
+            f,
+            "unknown norm kind '{}' (expected one of: {})",
+            self.0,
+            names.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownNormKind {}
+
+impl FromStr for NormKind {
+    type Err = UnknownNormKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.trim().to_ascii_lowercase();
+        let kind = match lower.as_str() {
+            "layernorm" | "ln" | "layer_norm" => NormKind::LayerNorm,
+            "rmsnorm" | "rms" | "rms_norm" => NormKind::RmsNorm,
+            "zrmsnorm" | "zrms" | "zero_centered_rmsnorm" | "zero-centred-rmsnorm" => {
+                NormKind::ZRmsNorm
+            }
+            "scalenorm" | "scale_norm" => NormKind::ScaleNorm,
+            "batchnorm" | "bn" | "batch_norm" => NormKind::BatchNorm,
+            "none" | "identity" => NormKind::None,
+            _ => return Err(UnknownNormKind(s.to_string())),
+        };
+        Ok(kind)
+    }
+}
+
+/// How `rows` rows of size `d` are cut into chunks. Depends only on the
+/// shape, so reductions over chunks are thread-count independent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunks {
+    /// Rows per chunk (the last chunk may be shorter).
+    pub rows_per_chunk: usize,
+    /// Number of chunks.
+    pub count: usize,
+}
+
+impl Chunks {
+    /// The chunking for a `[rows, d]` input.
+    pub fn new(rows: usize, d: usize) -> Chunks {
+        let rows_per_chunk = (CHUNK_ELEMS / d.max(1)).clamp(32, 256).min(rows.max(1));
+        Chunks {
+            rows_per_chunk,
+            count: rows.div_ceil(rows_per_chunk),
+        }
+    }
+}
+
+/// Length of the scratch buffer [`backward`] needs for per-chunk partial
+/// parameter gradients (0 when the kind has none).
+pub fn backward_scratch_len(kind: NormKind, rows: usize, d: usize) -> usize {
+    Chunks::new(rows, d).count * kind.num_params(d)
+}
+
+/// Length of the per-row statistics buffer for `rows` rows.
+pub fn stats_len(rows: usize) -> usize {
+    rows * STATS
+}
+
+fn check_shapes(
+    kind: NormKind,
+    d: usize,
+    x: &[f32],
+    params: &[f32],
+    out: &[f32],
+    stats: &[f32],
+) -> usize {
+    assert!(d > 0, "feature size d must be positive");
+    assert_eq!(
+        x.len() % d,
+        0,
+        "x length {} is not a multiple of d = {}",
+        x.len(),
+        d
+    );
+    let rows = x.len() / d;
+    assert_eq!(out.len(), x.len(), "output length");
+    assert_eq!(
+        params.len(),
+        kind.num_params(d),
+        "{} params length",
+        kind.name()
+    );
+    assert_eq!(stats.len(), stats_len(rows), "stats length");
+    rows
+}
+
+/// Run `f(x_chunk, out_chunk, stats_chunk)` over the row chunks, in
+/// parallel when there is more than one chunk.
+fn for_chunks<F>(d: usize, x: &[f32], out: &mut [f32], stats: &mut [f32], f: F)
+where
+    F: Fn(&[f32], &mut [f32], &mut [f32]) + Sync,
+{
+    let rows = x.len() / d;
+    if rows == 0 {
+        return;
+    }
+    let ch = Chunks::new(rows, d);
+    let e = ch.rows_per_chunk * d;
+    let s = ch.rows_per_chunk * STATS;
+    if ch.count == 1 {
+        f(x, out, stats);
+    } else {
+        x.par_chunks(e)
+            .zip(out.par_chunks_mut(e))
+            .zip(stats.par_chunks_mut(s))
+            .for_each(|((x, o), st)| f(x, o, st));
+    }
+}
+
+/// Run `f(x_chunk, dy_chunk, stats_chunk, dx_chunk, partial)` over the row
+/// chunks (in parallel when there is more than one), where `partial` is the
+/// chunk's zeroed slice of `scratch` of length `np`, then add the partials in
+/// chunk order (in f64) into `dparams`.
+#[allow(clippy::too_many_arguments)]
+fn for_chunks_backward<F>(
+    d: usize,
+    np: usize,
+    x: &[f32],
+    dy: &[f32],
+    stats: &[f32],
+    dx: &mut [f32],
+    dparams: &mut [f32],
+    scratch: &mut [f32],
+    f: F,
+) where
+    F: Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync,
+{
+    let rows = x.len() / d;
+    if rows == 0 {
+        return;
+    }
+    let ch = Chunks::new(rows, d);
+    assert!(
+        scratch.len() >= ch.count * np,
+        "scratch too short: {} < {}",
+        scratch.len(),
+        ch.count * np
+    );
+    assert_eq!(dparams.len(), np, "dparams length");
+    let scratch = &mut scratch[..ch.count * np];
+    scratch.fill(0.0);
+    let e = ch.rows_per_chunk * d;
+    let s = ch.rows_per_chunk * STATS;
+    if ch.count == 1 {
+        f(x, dy, stats, dx, scratch);
+    } else if np == 0 {
+        x.par_chunks(e)
+            .zip(dy.par_chunks(e))
+            .zip(stats.par_chunks(s))
+            .zip(dx.par_chunks_mut(e))
+            .for_each(|(((x, dy), st), dx)| f(x, dy, st, dx, &mut []));
+    } else {
+        x.par_chunks(e)
+            .zip(dy.par_chunks(e))
+            .zip(stats.par_chunks(s))
+            .zip(dx.par_chunks_mut(e))
+            .zip(scratch.par_chunks_mut(np))
+            .for_each(|((((x, dy), st), dx), p)| f(x, dy, st, dx, p));
+    }
+    if np > 0 {
+        if ch.count == 1 {
+            for (g, p) in dparams.iter_mut().zip(scratch.iter()) {
+                *g += *p;
+            }
+        } else {
+            for (j, g) in dparams.iter_mut().enumerate() {
+                let mut acc = 0f64;
+                for c in 0..ch.count {
+                    acc += scratch[c * np + j] as f64;
+                }
+                *g += acc as f32;
+            }
+        }
+    }
+}
+
+/// Forward of a row-wise norm: writes `y` and the per-row `stats`.
+///
+/// Panics on mismatched lengths, and for [`NormKind::BatchNorm`], whose
+/// statistics are per feature and which has its own state ([`BatchNorm`]).
+pub fn forward(
+    kind: NormKind,
+    d: usize,
+    eps: f32,
+    x: &[f32],
+    params: &[f32],
+    y: &mut [f32],
+    stats: &mut [f32],
+) {
+    check_shapes(kind, d, x, params, y, stats);
+    let stream = crate::simd::should_stream(y, d);
+    match kind {
+        NormKind::LayerNorm => {
+            let (gamma, beta) = params.split_at(d);
+            for_chunks(d, x, y, stats, |x, y, s| {
+                layernorm::forward_rows(d, eps, stream, x, gamma, beta, y, s)
+            });
+        }
+        NormKind::RmsNorm => for_chunks(d, x, y, stats, |x, y, s| {
+            rmsnorm::forward_rows(d, eps, 0.0, stream, x, params, y, s)
+        }),
+        NormKind::ZRmsNorm => for_chunks(d, x, y, stats, |x, y, s| {
+            rmsnorm::forward_rows(d, eps, 1.0, stream, x, params, y, s)
+        }),
+        NormKind::ScaleNorm => {
+            let g = params[0];
+            for_chunks(d, x, y, stats, |x, y, s| {
+                scalenorm::forward_rows(d, eps, g, x, y, s)
+            });
+        }
+        NormKind::None => {
+            y.copy_from_slice(x);
+            for s in stats.chunks_exact_mut(STATS) {
+                s.copy_from_slice(&[0.0, 0.0, 1.0]);
+            }
+        }
+        NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),
+    }
+}
+
+/// Backward of a row-wise norm: writes `dx`, accumulates `dparams`.
+/// `stats` must be what [`forward`] wrote for the same `x`; `scratch` must
+/// hold at least [`backward_scratch_len`] floats.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    kind: NormKind,
+    d: usize,
+    x: &[f32],
+    dy: &[f32],
+    params: &[f32],
+    stats: &[f32],
+    dx: &mut [f32],
+    dparams: &mut [f32],
+    scratch: &mut [f32],
+) {
+    check_shapes(kind, d, x, params, dx, stats);
+    let stream = crate::simd::should_stream(dx, d);
+    assert_eq!(dy.len(), x.len(), "dy length");
+    let np = kind.num_params(d);
+    match kind {
+        NormKind::LayerNorm => {
+            let gamma = &params[..d];
+            for_chunks_backward(
+                d,
+                np,
+                x,
+                dy,
+                stats,
+                dx,
+                dparams,
+                scratch,
+                |x, dy, s, dx, p| {
+                    let (pg, pb) = p.split_at_mut(d);
+                    layernorm::backward_rows(d, stream, x, dy, gamma, s, dx, pg, pb)
+                },
+            );
+        }
+        NormKind::RmsNorm | NormKind::ZRmsNorm => {
+            let offset = if kind == NormKind::ZRmsNorm { 1.0 } else { 0.0 };
+            for_chunks_backward(
+                d,
+                np,
+                x,
+                dy,
+                stats,
+                dx,
+                dparams,
+                scratch,
+                |x, dy, s, dx, p| {
+                    rmsnorm::backward_rows(d, offset, stream, x, dy, params, s, dx, p)
+                },
+            );
+        }
+        NormKind::ScaleNorm => {
+            let g = params[0];
+            for_chunks_backward(
+                d,
+                np,
+                x,
+                dy,
+                stats,
+                dx,
+                dparams,
+                scratch,
+                |x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p),
+            );
+        }
+        NormKind::None => dx.copy_from_slice(dy),
+        NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_names_round_trip() {
+        for k in NormKind::ALL {
+            assert_eq!(k.name().parse::<NormKind>().unwrap(), k);
+        }
+        let e = "foo".parse::<NormKind>().unwrap_err().to_string();
+        assert!(
+            e.contains("unknown norm kind 'foo'") && e.contains("rmsnorm"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn chunking_depends_on_shape_only() {
+        let c = Chunks::new(8192, 1024);
+        assert_eq!(c.rows_per_chunk, 64);
+        assert_eq!(c.count, 128);
+        let c = Chunks::new(3, 7);
+        assert_eq!((c.rows_per_chunk, c.count), (3, 1));
+        let c = Chunks::new(0, 7);
+        assert_eq!(c.count, 0);
+    }
+}

@@ -1,0 +1,103 @@
+//! Fused RMSNorm and zero-centred RMSNorm forward and backward over a chunk
+//! of rows. The two differ only in the gain: `gain = offset + w` with
+//! offset 0 (RMSNorm, w init 1) or 1 (zero-centred, w init 0).
+//!
+//! Forward, per row: `rstd = 1/sqrt(mean(x^2) + eps)` (sum in f64),
+//! `y = x * rstd * (offset + w)`.
+//!
+//! Backward, with xhat = x * rstd and g = dy * (offset + w):
+//!
+//! ```text
+//! dx  = rstd * (g - xhat * mean(g * xhat))
+//! dw += dy * xhat
+//! ```
+//!
+//! No mean is subtracted, which is why RMSNorm is invariant to x -> a*x but
+//! not to x -> x + c, and why it needs one reduction fewer than LayerNorm.
+
+use crate::norm::STATS;
+use crate::simd::{ahead, prefetch_block, stream_fence, sum_squares, tree_sum, LANES};
+
+crate::multiversion! {
+    /// Forward over whole rows.
+    pub fn forward_rows(d: usize, eps: f32, offset: f32, stream: bool, x: &[f32], w: &[f32], y: &mut [f32], stats: &mut [f32]) {
+        let w = &w[..d];
+        for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+            let denom = sum_squares(xr, ahead(x, r * d)) / d as f64 + eps as f64;
+            let rstd = if denom > 0.0 { (1.0 / denom.sqrt()) as f32 } else if denom == 0.0 { 0.0 } else { f32::NAN };
+            st[0] = 0.0;
+            st[1] = 0.0;
+            st[2] = rstd;
+            crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
+        }
+        if stream {
+            stream_fence();
+        }
+    }
+}
+
+/// One block of backward sweep 1.
+#[inline(always)]
+fn bwd_block(
+    x: &[f32; LANES],
+    dy: &[f32; LANES],
+    w: &[f32; LANES],
+    offset: f32,
+    rstd: f32,
+    sgx: &mut [f64; LANES],
+    pw: &mut [f32; LANES],
+) {
+    for i in 0..LANES {
+        let xhat = x[i] * rstd;
+        let g = dy[i] * (offset + w[i]);
+        sgx[i] += (g * xhat) as f64;
+        pw[i] += dy[i] * xhat;
+    }
+}
+
+crate::multiversion! {
+    /// Backward over whole rows: writes `dx`, accumulates the chunk's partial
+    /// gain gradient into `pw`.
+    pub fn backward_rows(d: usize, offset: f32, stream: bool, x: &[f32], dy: &[f32], w: &[f32], stats: &[f32], dx: &mut [f32], pw: &mut [f32]) {
+        let w = &w[..d];
+        let pw = &mut pw[..d];
+        let n = d as f64;
+        let full = d - d % LANES;
+        for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
+            let rstd = st[2];
+            let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
+            let mut sgx = [0f64; LANES];
+            let mut j0 = 0;
+            while j0 < full {
+                prefetch_block(ax, j0);
+                prefetch_block(ady, j0);
+                let b = j0..j0 + LANES;
+                bwd_block(
+                    xr[b.clone()].try_into().unwrap(),
+                    dyr[b.clone()].try_into().unwrap(),
+                    w[b.clone()].try_into().unwrap(),
+                    offset,
+                    rstd,
+                    &mut sgx,
+                    (&mut pw[b]).try_into().unwrap(),
+                );
+                j0 += LANES;
+            }
+            if full < d {
+                let t = d - full;
+                let (mut xb, mut dyb, mut wb, mut pwb) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
+                xb[..t].copy_from_slice(&xr[full..]);
+                dyb[..t].copy_from_slice(&dyr[full..]);
+                wb[..t].copy_from_slice(&w[full..]);
+                pwb[..t].copy_from_slice(&pw[full..]);
+                bwd_block(&xb, &dyb, &wb, offset, rstd, &mut sgx, &mut pwb);
+                pw[full..].copy_from_slice(&pwb[..t]);
+            }
+            let mgx = (tree_sum(&sgx) / n) as f32;
+            crate::write_row!(dxr, stream, (xr, dyr, w) => rstd * (dyr * (offset + w) - xr * rstd * mgx));
+        }
+        if stream {
+            stream_fence();
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! Instruction-set dispatch and the fixed-order reductions every kernel uses.
+//!
+//! Rust has no fast-math, so a float reduction written with one accumulator is
+//! a serial dependency chain that LLVM will not vectorise. The helpers here
+//! keep `LANES` independent accumulators (which LLVM packs into SIMD
+//! registers) and combine them in a fixed tree order. Because the order is
+//! fixed in the source, and Rust never contracts `a * b + c` into an FMA on its
+//! own, the result is bit-identical whichever instruction set runs it:
+//! the portable build, AVX2 or AVX-512.
+//!
+//! [`multiversion!`](crate::multiversion) compiles one kernel body three times
+//! (baseline x86-64, AVX2+FMA, AVX-512) and picks the best one the CPU has at
+//! run time, so the library needs no `-C target-cpu` flag and its binaries
+//! stay portable.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Number of independent accumulators in the reductions (a multiple of the
+/// widest f64 vector, 8 lanes of AVX-512, times two to hide add latency).
+pub const LANES: usize = 16;
+
+/// The instruction-set level a multiversioned kernel runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Baseline for the target (SSE2 on x86-64); also every non-x86 target.
+    Generic = 1,
+    /// x86-64-v3: AVX2 + FMA.
+    Avx2 = 2,
+    /// x86-64-v4: AVX-512 F/VL/BW/DQ.
+    Avx512 = 3,
+}
+
+impl Level {
+    /// Lower-case name as accepted by `NORMLAB_SIMD`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Generic => "generic",
+            Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
+        }
+    }
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(0);
+
+/// Best level this CPU supports.
+pub fn detected_level() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Level::Avx512;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Level::Avx2;
+        }
+    }
+    Level::Generic
+}
+
+/// The level kernels run at: the detected one, lowered by the environment
+/// variable `NORMLAB_SIMD=generic|avx2|avx512` or by [`set_level`]. A request
+/// above what the CPU supports is clamped to what it supports.
+#[inline]
+pub fn level() -> Level {
+    match LEVEL.load(Ordering::Relaxed) {
+        1 => Level::Generic,
+        2 => Level::Avx2,
+        3 => Level::Avx512,
+        _ => init_level(),
+    }
+}
+
+#[cold]
+fn init_level() -> Level {
+    let best = detected_level();
+    let wanted = match std::env::var("NORMLAB_SIMD").ok().as_deref() {
+        Some("generic") => Level::Generic,
+        Some("avx2") => Level::Avx2,
+        _ => best,
+    };
+    let lvl = wanted.min(best);
+    LEVEL.store(lvl as u8, Ordering::Relaxed);
+    lvl
+}
+
+/// Force a level (clamped to what the CPU supports); returns the level set.
+/// Results do not depend on the level, so this only changes speed; tests use
+/// it to prove exactly that.
+pub fn set_level(wanted: Level) -> Level {
+    let lvl = wanted.min(detected_level());
+    LEVEL.store(lvl as u8, Ordering::Relaxed);
+    lvl
+}
+
+/// Define a function whose body is compiled for several instruction sets and
+/// dispatched at run time on [`level()`]. The body must not call `mul_add`
+/// (that would make results depend on the level).
+#[macro_export]
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn body($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn v4($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
+                #[target_feature(enable = "avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn v3($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
+                match $crate::simd::level() {
+                    // SAFETY: level() never reports a level the CPU lacks.
+                    $crate::simd::Level::Avx512 => return unsafe { v4($($arg),*) },
+                    $crate::simd::Level::Avx2 => return unsafe { v3($($arg),*) },
+                    $crate::simd::Level::Generic => {}
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+/// Hint the CPU to bring the cache line at `p` into L1 (a no-op where
+/// unsupported). Never faults, whatever `p` is; changes no result.
+#[inline(always)]
+pub fn prefetch(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch instructions do not fault on any address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// How far ahead (in f32 elements, 3 KiB) the reduction sweeps prefetch.
+/// Rows are swept twice (statistics, then output), which breaks the
+/// hardware prefetcher's stream at every row; prefetching a fixed distance
+/// ahead in the flat buffer restores it. Measured on the 2-core AVX-512
+/// development machine: 768 was the best of {256, 384, 512, 768, 1024,
+/// 2048, next row} for d = 256 .. 8192 (e.g. 8192x1024 rmsnorm forward
+/// 2.75 ms -> 2.50 ms, copy roofline 2.43 ms).
+pub const PREFETCH_DIST: usize = 768;
+
+/// The part of `buf` that lies [`PREFETCH_DIST`] elements after `start`
+/// (empty near the end): pass it as an `ahead` slice to [`for_blocks!`].
+#[inline(always)]
+pub fn ahead(buf: &[f32], start: usize) -> &[f32] {
+    buf.get(start + PREFETCH_DIST..).unwrap_or(&[])
+}
+
+/// Prefetch the `LANES`-block of `ahead` at offset `j0` (no-op past its end).
+#[inline(always)]
+pub fn prefetch_block(ahead: &[f32], j0: usize) {
+    if j0 < ahead.len() {
+        prefetch(ahead[j0..].as_ptr());
+    }
+}
+
+/// Outputs at least this large (bytes) are written with non-temporal
+/// (streaming) stores, which skip the read-for-ownership of each output
+/// line and do not evict the caller's working set from cache. Measured on the
+/// development machine (whose caches hold about 64 MiB for one core): with
+/// a 96 MiB footprint, two 32 MiB rmsnorm forwards took 8.1-9.2 ms with
+/// normal stores and 5.2 ms streaming; a lone 32 MiB forward repeated on
+/// cache-hot buffers was 10% slower streaming (2.64 vs 2.41 ms). Real use
+/// (forward then backward, or a model step) has the large footprint.
+pub const STREAM_MIN_BYTES: usize = 16 << 20;
+
+/// Whether a kernel writing `out` (rows of `d` floats) should stream: large
+/// enough, 64-byte aligned and whole 16-float blocks per row.
+#[inline]
+pub fn should_stream(out: &[f32], d: usize) -> bool {
+    cfg!(target_arch = "x86_64")
+        && out.len() * 4 >= STREAM_MIN_BYTES
+        && d % LANES == 0
+        && out.as_ptr() as usize % 64 == 0
+}
+
+/// Store one block with non-temporal stores. `dst` must start 16-byte
+/// aligned (checked) and hold at least `LANES` floats.
+#[inline(always)]
+pub fn stream_block(dst: &mut [f32], b: &[f32; LANES]) {
+    let dst = &mut dst[..LANES];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
+        assert!(
+            dst.as_ptr() as usize % 16 == 0,
+            "stream_block needs 16-byte alignment"
+        );
+        let p = dst.as_mut_ptr();
+        // SAFETY: dst holds LANES floats and is 16-byte aligned (checked);
+        // SSE is part of the x86-64 baseline.
+        unsafe {
+            for k in 0..LANES / 4 {
+                _mm_stream_ps(p.add(4 * k), _mm_loadu_ps(b.as_ptr().add(4 * k)));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst.copy_from_slice(b);
+}
+
+/// Order earlier streaming stores before later stores (call once after a
+/// kernel that streamed, before its output is handed on).
+#[inline(always)]
+pub fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_sfence();
+    }
+}
+
+/// Write one output row `$dst` (all of it) as `$val`, an expression of the
+/// elements of the equally long input rows `$src...` (inside `$val` each
+/// `$src` names its element at the current index), with streaming stores
+/// when `$stream` (see [`should_stream`]). Each element is computed by the
+/// same expression either way, so the result does not depend on `$stream`.
+#[macro_export]
+macro_rules! write_row {
+    ($dst:expr, $stream:expr, ($($src:ident),+) => $val:expr) => {{
+        let dst: &mut [f32] = $dst;
+        let d = dst.len();
+        $(let $src: &[f32] = &$src[..d];)+
+        if $stream {
+            let mut j0 = 0;
+            while j0 + $crate::simd::LANES <= d {
+                let mut b = [0f32; $crate::simd::LANES];
+                {
+                    $(let $src: &[f32; $crate::simd::LANES] = $src[j0..j0 + $crate::simd::LANES].try_into().unwrap();)+
+                    for i in 0..$crate::simd::LANES {
+                        $(let $src = $src[i];)+
+                        b[i] = $val;
+                    }
+                }
+                $crate::simd::stream_block(&mut dst[j0..], &b);
+                j0 += $crate::simd::LANES;
+            }
+            for j in j0..d {
+                $(let $src = $src[j];)+
+                dst[j] = $val;
+            }
+        } else {
+            for j in 0..d {
+                $(let $src = $src[j];)+
+                dst[j] = $val;
+            }
+        }
+    }};
+}
+
+/// Sum accumulators in a fixed pairwise tree.
+#[inline(always)]
+pub fn tree_sum(acc: &[f64; LANES]) -> f64 {
+    let mut a = *acc;
+    let mut n = LANES;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            a[i] += a[i + n];
+        }
+    }
+    a[0]
+}
+
+/// Run `$body` for each `LANES`-block of the equally long slices `$x...`,
+/// binding each block as `&[f32; LANES]`; a last partial block is copied
+/// into zero-padded (`$pad` for the first slice, 0 for the others) arrays.
+/// Element `j` always lands in lane `j % LANES`, so the accumulation order is
+/// the same for every length and instruction set, and the body sees only
+/// fixed-size arrays, which LLVM keeps in vector registers. Each full block
+/// also prefetches the block at the same offset of every `ahead` slice
+/// (see [`ahead`]). A macro rather than a closure so the body is always
+/// inlined into the multiversioned caller.
+#[macro_export]
+macro_rules! for_blocks {
+    (pad: $pad:expr, ahead: [$($ahead:expr),*], $($x:ident in $src:expr),+ => $body:block) => {{
+        let n = $crate::__first_len!($($src),+);
+        let full = n - n % $crate::simd::LANES;
+        let mut j0 = 0;
+        while j0 < full {
+            $($crate::simd::prefetch_block($ahead, j0);)*
+            $(let $x: &[f32; $crate::simd::LANES] = $src[j0..j0 + $crate::simd::LANES].try_into().unwrap();)+
+            $body
+            j0 += $crate::simd::LANES;
+        }
+        if full < n {
+            let mut first = true;
+            $(
+                let mut pad_block = [if first { $pad } else { 0.0 }; $crate::simd::LANES];
+                #[allow(unused_assignments)]
+                {
+                    first = false;
+                }
+                pad_block[..n - full].copy_from_slice(&$src[full..n]);
+                let $x: &[f32; $crate::simd::LANES] = &pad_block;
+            )+
+            let _ = first;
+            $body
+        }
+    }};
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __first_len {
+    ($a:expr $(, $rest:expr)*) => {
+        $a.len()
+    };
+}
+
+/// `(sum(x - k), sum((x - k)^2))` in f64, with `LANES` accumulators, for a
+/// shift `k` taken from the row (`k` must be an f32 value).
+/// Shifting (the "shifted data" algorithm) keeps `var = s2/n - (s1/n)^2`
+/// accurate even when |mean| >> std: the cancellation error is bounded by
+/// (|mean - k| / std)^2 * 2^-53, and |mean - k| <= std * sqrt(n).
+#[inline(always)]
+pub fn shifted_sums(x: &[f32], k: f32, ahead: &[f32]) -> (f64, f64) {
+    let mut s1 = [0f64; LANES];
+    let mut s2 = [0f64; LANES];
+    let kd = k as f64;
+    crate::for_blocks!(pad: k, ahead: [ahead], c in x => {
+        for i in 0..LANES {
+            let v = c[i] as f64 - kd;
+            s1[i] += v;
+            s2[i] += v * v;
+        }
+    });
+    (tree_sum(&s1), tree_sum(&s2))
+}
+
+/// `sum(x^2)` in f64 (no overflow for |x| up to f32::MAX, no underflow for
+/// |x| down to 1e-38).
+#[inline(always)]
+pub fn sum_squares(x: &[f32], ahead: &[f32]) -> f64 {
+    let mut s = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ahead], c in x => {
+        for i in 0..LANES {
+            let v = c[i] as f64;
+            s[i] += v * v;
+        }
+    });
+    tree_sum(&s)
+}
+
+/// `sum(a * b)` in f64.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32], ahead_a: &[f32], ahead_b: &[f32]) -> f64 {
+    let mut s = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ahead_a, ahead_b], x in a, y in b => {
+        for i in 0..LANES {
+            s[i] += x[i] as f64 * y[i] as f64;
+        }
+    });
+    tree_sum(&s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_sum_is_plain_sum_for_integers() {
+        let mut a = [0f64; LANES];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = i as f64;
+        }
+        assert_eq!(tree_sum(&a), (0..LANES).sum::<usize>() as f64);
+    }
+
+    #[test]
+    fn shifted_sums_handle_offset_rows() {
+        // 1e4 + tiny alternating noise: mean 1e4, var exactly 1e-6 in f64.
+        let x: Vec<f32> = (0..1000)
+            .map(|i| if i % 2 == 0 { 10000.0 } else { 10000.001 })
+            .collect();
+        let (s1, s2) = shifted_sums(&x, x[0], &[]);
+        let n = x.len() as f64;
+        let var = s2 / n - (s1 / n) * (s1 / n);
+        let d = 10000.001f32 as f64 - 10000.0;
+        assert!((var - d * d / 4.0).abs() < 1e-12 * d * d, "{var}");
+    }
+}

@@ -1,0 +1,262 @@
+//! Benchmarks of the norm kernels with a copy-bandwidth roofline measured in
+//! the same run. Timings are medians of repeated runs over buffers that are
+//! allocated and touched before timing starts (no page faults are timed).
+//!
+//! Effective bandwidth counts the bytes a fused kernel must move:
+//! forward reads x and writes y (8 bytes per element);
+//! forward+backward also reads x and dy and writes dx (20 bytes in all).
+//! The roofline is the bandwidth of a parallel copy (read + write; the
+//! better of memcpy and a streaming-store copy) at the same memory footprint
+//! and thread count: n floats for forward (x -> y), 2n floats for
+//! forward+backward (x, dy, y, dx).
+
+use crate::kernels::buf::AlignedBuf;
+use crate::kernels::norm::{self, NormKind};
+use crate::kernels::rng::Rng;
+use crate::kernels::simd;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::time::Instant;
+
+/// Which passes a record timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    /// Forward only.
+    Forward,
+    /// Forward then backward.
+    ForwardBackward,
+}
+
+impl Pass {
+    /// Short label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pass::Forward => "fwd",
+            Pass::ForwardBackward => "fwd+bwd",
+        }
+    }
+
+    /// Bytes per element a fused implementation moves.
+    pub fn bytes_per_elem(self) -> usize {
+        match self {
+            Pass::Forward => 8,
+            Pass::ForwardBackward => 20,
+        }
+    }
+}
+
+/// One measured (kind, pass, shape, threads) point.
+#[derive(Clone, Debug, Serialize)]
+pub struct NormBenchRecord {
+    /// Norm kind name.
+    pub kind: String,
+    /// `forward` or `forward_backward`.
+    pub pass: Pass,
+    /// Rows (tokens).
+    pub rows: usize,
+    /// Feature size.
+    pub d: usize,
+    /// Threads in the pool.
+    pub threads: usize,
+    /// Median wall time of one call (microseconds).
+    pub median_us: f64,
+    /// Effective bandwidth: bytes moved / median time (GB/s, 1e9).
+    pub gbps: f64,
+    /// Copy bandwidth at the same size and thread count (GB/s).
+    pub roofline_gbps: f64,
+    /// gbps / roofline_gbps.
+    pub roofline_fraction: f64,
+    /// Repetitions timed.
+    pub reps: usize,
+}
+
+/// Settings of a norm benchmark run.
+#[derive(Clone, Debug)]
+pub struct NormBenchConfig {
+    /// Kinds to time.
+    pub kinds: Vec<NormKind>,
+    /// Shapes (rows, d).
+    pub shapes: Vec<(usize, usize)>,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Target seconds of timed repetitions per point.
+    pub target_seconds: f64,
+    /// Minimum repetitions per point.
+    pub min_reps: usize,
+}
+
+impl NormBenchConfig {
+    /// The shapes of the kernels issue, with 1 thread and all threads.
+    pub fn standard() -> NormBenchConfig {
+        let all = rayon::current_num_threads().max(1);
+        let mut threads = vec![1];
+        if all > 1 {
+            threads.push(all);
+        }
+        NormBenchConfig {
+            kinds: vec![NormKind::LayerNorm, NormKind::RmsNorm, NormKind::ZRmsNorm],
+            shapes: vec![
+                (512, 64),
+                (8192, 256),
+                (8192, 768),
+                (8192, 1024),
+                (2048, 4096),
+                (256, 8192),
+            ],
+            threads,
+            target_seconds: 0.3,
+            min_reps: 11,
+        }
+    }
+}
+
+/// Median of a sample (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// Time `f` repeatedly: one warm-up call, then at least `min_reps` calls and
+/// about `target_seconds` in all. Returns (median seconds, reps).
+pub fn time_median<F: FnMut()>(mut f: F, target_seconds: f64, min_reps: usize) -> (f64, usize) {
+    let t0 = Instant::now();
+    f();
+    let first = t0.elapsed().as_secs_f64().max(1e-9);
+    let reps = ((target_seconds / first) as usize).clamp(min_reps, 10_000);
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    (median(&mut times), reps)
+}
+
+/// Copy bandwidth (GB/s, read + write bytes / time) for `n` f32 elements
+/// with the current rayon pool: the better of `copy_from_slice` (memcpy,
+/// normal stores) and a copy with streaming stores, since each wins at
+/// different footprints (see `simd::STREAM_MIN_BYTES`).
+pub fn copy_roofline_gbps(n: usize, target_seconds: f64, min_reps: usize) -> f64 {
+    let src = AlignedBuf::from_slice(&vec![1.0f32; n]);
+    let mut dst = AlignedBuf::from_slice(&vec![0.5f32; n]);
+    // Chunks of whole 16-float blocks so streaming chunks stay aligned.
+    let chunk = ((64 * 1024).max(n.div_ceil(rayon::current_num_threads() * 4))).div_ceil(16) * 16;
+    let (t_memcpy, _) = time_median(
+        || {
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        },
+        target_seconds,
+        min_reps,
+    );
+    let (t_stream, _) = time_median(
+        || {
+            dst.par_chunks_mut(chunk)
+                .zip(src.par_chunks(chunk))
+                .for_each(|(d, s)| {
+                    let full = d.len() - d.len() % simd::LANES;
+                    for j in (0..full).step_by(simd::LANES) {
+                        simd::stream_block(&mut d[j..], s[j..j + simd::LANES].try_into().unwrap());
+                    }
+                    d[full..].copy_from_slice(&s[full..]);
+                    simd::stream_fence();
+                });
+        },
+        target_seconds,
+        min_reps,
+    );
+    std::hint::black_box(&*dst);
+    (2 * n * 4) as f64 / t_memcpy.min(t_stream) / 1e9
+}
+
+/// Run the benchmark; `progress` is called after each record.
+pub fn run_norm_bench(
+    cfg: &NormBenchConfig,
+    mut progress: impl FnMut(&NormBenchRecord),
+) -> Vec<NormBenchRecord> {
+    let mut out = Vec::new();
+    for &threads in &cfg.threads {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("thread pool");
+        for &(rows, d) in &cfg.shapes {
+            let n = rows * d;
+            // Rooflines at the same memory footprint: forward touches x and y
+            // (a copy of n floats); forward+backward touches x, y, dy and dx
+            // (a copy of 2n floats).
+            let roof_fwd = pool.install(|| copy_roofline_gbps(n, cfg.target_seconds, cfg.min_reps));
+            let roof_fwd_bwd =
+                pool.install(|| copy_roofline_gbps(2 * n, cfg.target_seconds, cfg.min_reps));
+            let mut rng = Rng::new(1);
+            let x = AlignedBuf::from_slice(&rng.normal_vec(n, 0.5, 2.0));
+            let dy = AlignedBuf::from_slice(&rng.normal_vec(n, 0.0, 1.0));
+            let mut y = AlignedBuf::from_slice(&vec![0.5f32; n]);
+            let mut dx = AlignedBuf::from_slice(&vec![0.5f32; n]);
+            let mut stats = vec![0.0f32; norm::stats_len(rows)];
+            for &kind in &cfg.kinds {
+                let eps = kind.default_eps();
+                let mut params = vec![0.0; kind.num_params(d)];
+                kind.init_params(d, &mut params);
+                let mut dparams = vec![0.0; params.len()];
+                let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
+                for pass in [Pass::Forward, Pass::ForwardBackward] {
+                    let (t, reps) = pool.install(|| {
+                        time_median(
+                            || {
+                                norm::forward(kind, d, eps, &x, &params, &mut y, &mut stats);
+                                if pass == Pass::ForwardBackward {
+                                    norm::backward(
+                                        kind,
+                                        d,
+                                        &x,
+                                        &dy,
+                                        &params,
+                                        &stats,
+                                        &mut dx,
+                                        &mut dparams,
+                                        &mut scratch,
+                                    );
+                                }
+                            },
+                            cfg.target_seconds,
+                            cfg.min_reps,
+                        )
+                    });
+                    let gbps = (n * pass.bytes_per_elem()) as f64 / t / 1e9;
+                    let roof = if pass == Pass::Forward {
+                        roof_fwd
+                    } else {
+                        roof_fwd_bwd
+                    };
+                    let rec = NormBenchRecord {
+                        kind: kind.name().to_string(),
+                        pass,
+                        rows,
+                        d,
+                        threads,
+                        median_us: t * 1e6,
+                        gbps,
+                        roofline_gbps: roof,
+                        roofline_fraction: gbps / roof,
+                        reps,
+                    };
+                    progress(&rec);
+                    out.push(rec);
+                }
+            }
+            std::hint::black_box((&*y, &*dx));
+        }
+    }
+    out
+}
