@@ -1,2 +1,58 @@
-//! The `normlab` binary.
-fn main() {}
+//! The `normlab` binary: argument parsing, dispatch to the library, one-line
+//! errors with exit code 2 for bad input (1 for other failures).
+
+mod cmd_bench;
+mod cmd_calc;
+mod ui;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// normlab: a workbench for residual connections and normalization in deep
+/// Transformers (LayerNorm, RMSNorm and their placements).
+#[derive(Parser, Debug)]
+#[command(name = "normlab", version, disable_help_subcommand = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Normalise a vector with any norm kind and show its invariances.
+    Calc(cmd_calc::CalcArgs),
+    /// Benchmarks (medians, next to a roofline measured in the same run).
+    #[command(subcommand)]
+    Bench(cmd_bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            return ui::fail(&ui::BadInput(ui::clap_one_line(&e)).into());
+        }
+    };
+    let result = match cli.command {
+        Command::Calc(a) => cmd_calc::run(a),
+        Command::Bench(b) => cmd_bench::run(b),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => ui::fail(&e),
+    }
+}

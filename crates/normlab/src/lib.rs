@@ -7,3 +7,4 @@
 pub use normlab_kernels as kernels;
 
 pub mod bench;
+pub mod calc;

@@ -1,0 +1,143 @@
+//! `normlab bench ...`: kernel and training benchmarks.
+
+use crate::ui::{bad, progress, Table};
+use clap::{Args, Subcommand};
+use normlab::bench::{self, NormBenchConfig, Pass};
+use normlab::kernels::norm::NormKind;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Norm kernels: forward and forward+backward, 1 thread and all threads,
+    /// median time, effective GB/s and a copy roofline at the same footprint.
+    Norms(NormsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct NormsArgs {
+    /// Shapes ROWSxD, comma-separated (default: the standard sweep).
+    #[arg(long)]
+    shapes: Option<String>,
+    /// Thread counts, comma-separated (default: 1 and all cores).
+    #[arg(long)]
+    threads: Option<String>,
+    /// Kinds, comma-separated (default: layernorm,rmsnorm,zrmsnorm).
+    #[arg(long)]
+    kinds: Option<String>,
+    /// Seconds of timed repetitions per point (the median is reported).
+    #[arg(long, default_value_t = 0.3)]
+    seconds: f64,
+    /// Print the records as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Print a markdown table (for the README).
+    #[arg(long)]
+    markdown: bool,
+}
+
+fn parse_list<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> anyhow::Result<Vec<T>> {
+    let mut out = Vec::new();
+    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match f(p) {
+            Some(v) => out.push(v),
+            None => return bad(format!("{what}: cannot parse '{p}'")),
+        }
+    }
+    if out.is_empty() {
+        return bad(format!("{what} is empty"));
+    }
+    Ok(out)
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Norms(a) => norms(a),
+    }
+}
+
+fn norms(a: NormsArgs) -> anyhow::Result<()> {
+    let mut cfg = NormBenchConfig::standard();
+    if let Some(s) = &a.shapes {
+        cfg.shapes = parse_list("--shapes", s, |p| {
+            let (r, d) = p.split_once(['x', 'X'])?;
+            let (r, d) = (r.parse().ok()?, d.parse().ok()?);
+            (r > 0 && d > 0).then_some((r, d))
+        })?;
+    }
+    if let Some(s) = &a.threads {
+        cfg.threads = parse_list("--threads", s, |p| {
+            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
+        })?;
+    }
+    if let Some(s) = &a.kinds {
+        cfg.kinds = parse_list("--kinds", s, |p| {
+            p.parse::<NormKind>().ok().filter(|k| k.is_row_wise())
+        })?;
+    }
+    if !(a.seconds > 0.0 && a.seconds <= 60.0) {
+        return bad(format!("--seconds must be in (0, 60] (got {})", a.seconds));
+    }
+    cfg.target_seconds = a.seconds;
+    let total = (cfg.threads.len() * cfg.shapes.len() * cfg.kinds.len() * 2) as u64;
+    let pb = progress(total, "bench norms");
+    let recs = bench::run_norm_bench(&cfg, |r| {
+        pb.set_message(format!(
+            "{} {} {}x{} t{}",
+            r.kind,
+            r.pass.label(),
+            r.rows,
+            r.d,
+            r.threads
+        ));
+        pb.inc(1)
+    });
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&recs)?);
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        "kind",
+        "pass",
+        "rows x d",
+        "threads",
+        "median (us)",
+        "GB/s",
+        "roofline GB/s",
+        "% roofline",
+    ])
+    .right(&[3, 4, 5, 6, 7]);
+    for r in &recs {
+        t.row(vec![
+            r.kind.clone(),
+            r.pass.label().to_string(),
+            format!("{}x{}", r.rows, r.d),
+            r.threads.to_string(),
+            format!("{:.1}", r.median_us),
+            format!("{:.1}", r.gbps),
+            format!("{:.1}", r.roofline_gbps),
+            format!("{:.0}%", 100.0 * r.roofline_fraction),
+        ]);
+    }
+    if a.markdown {
+        println!("| kind | pass | rows x d | threads | median (us) | GB/s | roofline GB/s | % roofline |");
+        println!("|---|---|---|---:|---:|---:|---:|---:|");
+        for r in &recs {
+            println!(
+                "| {} | {} | {}x{} | {} | {:.1} | {:.1} | {:.1} | {:.0}% |",
+                r.kind,
+                r.pass.label(),
+                r.rows,
+                r.d,
+                r.threads,
+                r.median_us,
+                r.gbps,
+                r.roofline_gbps,
+                100.0 * r.roofline_fraction
+            );
+        }
+    } else {
+        print!("{t}");
+    }
+    let _ = Pass::Forward;
+    Ok(())
+}

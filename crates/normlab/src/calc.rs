@@ -1,0 +1,391 @@
+//! The norm calculator behind `normlab calc` and the web lab: normalise one
+//! vector with any kind, report the output's mean, std and L2 norm, and
+//! optionally normalise a transformed input (`a * x + c`) to show which
+//! invariances hold (LayerNorm: scale and shift; RMSNorm: scale only).
+
+use crate::kernels::norm::{self, BatchNorm, NormKind};
+use serde::Serialize;
+use thiserror::Error;
+
+/// Bad calculator input; each message is one line.
+#[derive(Debug, Error, PartialEq)]
+pub enum CalcError {
+    /// Empty vector.
+    #[error("the input vector is empty")]
+    Empty,
+    /// NaN or infinity in a vector.
+    #[error("{what} contains a non-finite value ({value}) at position {index}")]
+    NonFinite {
+        /// Which input.
+        what: &'static str,
+        /// Position.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+    /// eps < 0 or not finite.
+    #[error("eps must be a finite number >= 0 (got {0})")]
+    BadEps(f32),
+    /// Gain/bias of the wrong length.
+    #[error("{what} has {got} values; give 1 (broadcast) or d = {d}")]
+    BadLength {
+        /// Which parameter.
+        what: &'static str,
+        /// Values given.
+        got: usize,
+        /// Feature size.
+        d: usize,
+    },
+    /// A parameter the kind does not have.
+    #[error("{kind} has no {what}")]
+    NoSuchParam {
+        /// Kind.
+        kind: NormKind,
+        /// Parameter.
+        what: &'static str,
+    },
+    /// Transform value not finite.
+    #[error("--{what} must be finite (got {value})")]
+    BadTransform {
+        /// scale or shift.
+        what: &'static str,
+        /// The value.
+        value: f32,
+    },
+    /// Too long (the web API bounds work per request).
+    #[error("the input vector has {0} values; at most {1} are allowed")]
+    TooLong(usize, usize),
+}
+
+/// What to compute.
+#[derive(Clone, Debug)]
+pub struct CalcRequest {
+    /// Norm kind.
+    pub kind: NormKind,
+    /// The vector (one row, d = len).
+    pub x: Vec<f32>,
+    /// eps (default: the kind's).
+    pub eps: Option<f32>,
+    /// Gain per feature (1 value broadcasts); for zrmsnorm this is w (gain 1 + w);
+    /// for scalenorm the scalar g.
+    pub gamma: Option<Vec<f32>>,
+    /// Bias per feature (layernorm, batchnorm).
+    pub beta: Option<Vec<f32>>,
+    /// Transform x -> scale * x + shift and normalise that too.
+    pub scale: Option<f32>,
+    /// See `scale`.
+    pub shift: Option<f32>,
+}
+
+impl CalcRequest {
+    /// Default request for a kind and vector.
+    pub fn new(kind: NormKind, x: Vec<f32>) -> CalcRequest {
+        CalcRequest {
+            kind,
+            x,
+            eps: None,
+            gamma: None,
+            beta: None,
+            scale: None,
+            shift: None,
+        }
+    }
+}
+
+/// Summary statistics of a vector.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VecStats {
+    /// Mean.
+    pub mean: f64,
+    /// Biased standard deviation.
+    pub std: f64,
+    /// L2 norm.
+    pub l2: f64,
+}
+
+/// Statistics of `v` (in f64).
+pub fn vec_stats(v: &[f32]) -> VecStats {
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().map(|&a| a as f64).sum::<f64>() / n;
+    let var = v.iter().map(|&a| (a as f64 - mean).powi(2)).sum::<f64>() / n;
+    let l2 = v.iter().map(|&a| (a as f64).powi(2)).sum::<f64>().sqrt();
+    VecStats {
+        mean,
+        std: var.sqrt(),
+        l2,
+    }
+}
+
+/// The normalised transformed input and whether it equals the original output.
+#[derive(Clone, Debug, Serialize)]
+pub struct Transformed {
+    /// a in a*x + c.
+    pub scale: f32,
+    /// c in a*x + c.
+    pub shift: f32,
+    /// a*x + c.
+    pub input: Vec<f32>,
+    /// Norm(a*x + c).
+    pub output: Vec<f32>,
+    /// max |Norm(a*x + c) - Norm(x)|.
+    pub max_abs_diff: f64,
+    /// max_abs_diff <= 1e-5 * max(1, max|Norm(x)|).
+    pub unchanged: bool,
+}
+
+/// The calculator's answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct CalcResult {
+    /// Kind name.
+    pub kind: String,
+    /// Feature size.
+    pub d: usize,
+    /// eps used.
+    pub eps: f32,
+    /// The input.
+    pub input: Vec<f32>,
+    /// Norm(x).
+    pub output: Vec<f32>,
+    /// Mean of the output.
+    pub mean: f64,
+    /// Std (biased) of the output.
+    pub std: f64,
+    /// L2 norm of the output.
+    pub l2: f64,
+    /// sqrt(d), the L2 norm an RMSNorm output with unit gain has.
+    pub sqrt_d: f64,
+    /// Present with a scale or shift.
+    pub transformed: Option<Transformed>,
+    /// = transformed.output (flat key for scripts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transformed_output: Option<Vec<f32>>,
+    /// = transformed.unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<bool>,
+}
+
+/// Largest vector the calculator accepts.
+pub const MAX_LEN: usize = 1 << 20;
+
+fn check_finite(what: &'static str, v: &[f32]) -> Result<(), CalcError> {
+    match v.iter().position(|a| !a.is_finite()) {
+        Some(index) => Err(CalcError::NonFinite {
+            what,
+            index,
+            value: v[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+fn expand(what: &'static str, v: &[f32], d: usize) -> Result<Vec<f32>, CalcError> {
+    check_finite(what, v)?;
+    match v.len() {
+        1 => Ok(vec![v[0]; d]),
+        n if n == d => Ok(v.to_vec()),
+        got => Err(CalcError::BadLength { what, got, d }),
+    }
+}
+
+/// Build the flat parameter vector for a request.
+fn params_for(req: &CalcRequest, d: usize) -> Result<Vec<f32>, CalcError> {
+    let kind = req.kind;
+    let mut p = vec![0.0; kind.num_params(d)];
+    kind.init_params(d, &mut p);
+    if let Some(g) = &req.gamma {
+        match kind {
+            NormKind::None => {
+                return Err(CalcError::NoSuchParam {
+                    kind,
+                    what: "gain (--gamma)",
+                })
+            }
+            NormKind::ScaleNorm => {
+                check_finite("gamma", g)?;
+                if g.len() != 1 {
+                    return Err(CalcError::BadLength {
+                        what: "gamma (scalenorm's scalar g)",
+                        got: g.len(),
+                        d: 1,
+                    });
+                }
+                p[0] = g[0];
+            }
+            _ => p[..d].copy_from_slice(&expand("gamma", g, d)?),
+        }
+    }
+    if let Some(b) = &req.beta {
+        match kind {
+            NormKind::LayerNorm | NormKind::BatchNorm => {
+                p[d..].copy_from_slice(&expand("beta", b, d)?)
+            }
+            _ => {
+                return Err(CalcError::NoSuchParam {
+                    kind,
+                    what: "bias (--beta)",
+                })
+            }
+        }
+    }
+    Ok(p)
+}
+
+/// Normalise one row. BatchNorm treats the vector as a batch of `d` rows of
+/// one feature (its statistics are over the batch), so on a single vector it
+/// computes what LayerNorm computes, with its gamma/beta taken as scalars.
+fn normalise(kind: NormKind, eps: f32, x: &[f32], params: &[f32]) -> Vec<f32> {
+    let d = x.len();
+    let mut y = vec![0.0; d];
+    if kind == NormKind::BatchNorm {
+        let mut bn = BatchNorm::new(1, eps);
+        bn.forward_train(x, &[params[0], params[d]], &mut y);
+    } else {
+        let mut st = vec![0.0; norm::stats_len(1)];
+        norm::forward(kind, d, eps, x, params, &mut y, &mut st);
+    }
+    y
+}
+
+/// Run the calculator.
+pub fn calc(req: &CalcRequest) -> Result<CalcResult, CalcError> {
+    let d = req.x.len();
+    if d == 0 {
+        return Err(CalcError::Empty);
+    }
+    if d > MAX_LEN {
+        return Err(CalcError::TooLong(d, MAX_LEN));
+    }
+    check_finite("x", &req.x)?;
+    let eps = req.eps.unwrap_or(req.kind.default_eps());
+    if !(eps >= 0.0 && eps.is_finite()) {
+        return Err(CalcError::BadEps(eps));
+    }
+    let params = params_for(req, d)?;
+    let y = normalise(req.kind, eps, &req.x, &params);
+    let st = vec_stats(&y);
+    let transformed = if req.scale.is_some() || req.shift.is_some() {
+        let (a, c) = (req.scale.unwrap_or(1.0), req.shift.unwrap_or(0.0));
+        for (what, value) in [("scale", a), ("shift", c)] {
+            if !value.is_finite() {
+                return Err(CalcError::BadTransform { what, value });
+            }
+        }
+        let tx: Vec<f32> = req.x.iter().map(|&v| a * v + c).collect();
+        check_finite("scale * x + shift", &tx)?;
+        let ty = normalise(req.kind, eps, &tx, &params);
+        let max_abs_diff = y
+            .iter()
+            .zip(&ty)
+            .fold(0f64, |m, (p, q)| m.max((p - q).abs() as f64));
+        let ymax = y.iter().fold(1f64, |m, v| m.max(v.abs() as f64));
+        Some(Transformed {
+            scale: a,
+            shift: c,
+            input: tx,
+            output: ty,
+            max_abs_diff,
+            unchanged: max_abs_diff <= 1e-5 * ymax,
+        })
+    } else {
+        None
+    };
+    Ok(CalcResult {
+        kind: req.kind.name().to_string(),
+        d,
+        eps,
+        input: req.x.clone(),
+        output: y,
+        mean: st.mean,
+        std: st.std,
+        l2: st.l2,
+        sqrt_d: (d as f64).sqrt(),
+        transformed_output: transformed.as_ref().map(|t| t.output.clone()),
+        unchanged: transformed.as_ref().map(|t| t.unchanged),
+        transformed,
+    })
+}
+
+/// Parse a comma- (or space-) separated list of numbers; `what` names it in
+/// errors.
+pub fn parse_vector(what: &str, s: &str) -> Result<Vec<f32>, String> {
+    let parts: Vec<&str> = s
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
+    parts
+        .iter()
+        .map(|p| {
+            p.parse::<f32>()
+                .map_err(|_| format!("{what}: '{p}' is not a number"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(kind: NormKind, x: &[f32]) -> CalcResult {
+        calc(&CalcRequest::new(kind, x.to_vec())).unwrap()
+    }
+
+    #[test]
+    fn invariances_show_up_in_unchanged() {
+        let x = [1.0, 2.0, 3.0, 6.0];
+        for (kind, scale_ok, shift_ok) in [
+            (NormKind::LayerNorm, true, true),
+            (NormKind::RmsNorm, true, false),
+            (NormKind::ZRmsNorm, true, false),
+        ] {
+            let mut r = CalcRequest::new(kind, x.to_vec());
+            r.scale = Some(3.0);
+            assert_eq!(calc(&r).unwrap().unchanged, Some(scale_ok), "{kind} x3");
+            r.scale = None;
+            r.shift = Some(2.0);
+            assert_eq!(calc(&r).unwrap().unchanged, Some(shift_ok), "{kind} +2");
+        }
+    }
+
+    #[test]
+    fn output_statistics() {
+        let r = run(NormKind::RmsNorm, &[1.0, 2.0, 3.0, 6.0]);
+        assert!((r.l2 - 2.0).abs() < 1e-5, "rms output has norm sqrt(d)");
+        let r = run(NormKind::LayerNorm, &[1.0, 2.0, 3.0, 6.0]);
+        assert!(r.mean.abs() < 1e-6 && (r.std - 1.0).abs() < 1e-5);
+        let r = run(NormKind::BatchNorm, &[1.0, 2.0, 3.0, 6.0]);
+        assert!((r.output[0] + 1.069).abs() < 1e-3);
+    }
+
+    #[test]
+    fn bad_input_is_rejected() {
+        assert_eq!(
+            calc(&CalcRequest::new(NormKind::LayerNorm, vec![])).unwrap_err(),
+            CalcError::Empty
+        );
+        assert!(matches!(
+            calc(&CalcRequest::new(NormKind::LayerNorm, vec![1.0, f32::NAN])),
+            Err(CalcError::NonFinite { index: 1, .. })
+        ));
+        let mut r = CalcRequest::new(NormKind::LayerNorm, vec![1.0, 2.0]);
+        r.eps = Some(-1.0);
+        assert_eq!(calc(&r).unwrap_err(), CalcError::BadEps(-1.0));
+        let mut r = CalcRequest::new(NormKind::RmsNorm, vec![1.0, 2.0]);
+        r.beta = Some(vec![1.0]);
+        assert!(calc(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("rmsnorm has no bias"));
+        let mut r = CalcRequest::new(NormKind::LayerNorm, vec![1.0, 2.0, 3.0]);
+        r.gamma = Some(vec![1.0, 2.0]);
+        assert!(matches!(
+            calc(&r),
+            Err(CalcError::BadLength { got: 2, d: 3, .. })
+        ));
+        assert!(parse_vector("--x", "1,2,,3").unwrap() == vec![1.0, 2.0, 3.0]);
+        assert!(parse_vector("--x", "1,a").is_err());
+        assert!(parse_vector("--x", " ").is_err());
+    }
+}
