@@ -25,7 +25,9 @@
 // LLVM turns into SIMD with a fixed reduction order.
 #![allow(clippy::needless_range_loop)]
 
+pub mod act;
 pub mod buf;
+pub mod matmul;
 pub mod norm;
 pub mod reference;
 pub mod rng;

@@ -1,10 +1,16 @@
 //! # normlab
 //!
-//! The normlab library: the norm calculator, benchmarks, and (in later
-//! layers) modules, models, training and experiments built on
-//! [`normlab_kernels`].
+//! The normlab library: the norm calculator, modules with explicit
+//! forward/backward passes ([`nn`]), models ([`model`]), training
+//! ([`train`]) and benchmarks, built on [`normlab_kernels`].
+//!
+//! Data flows one way: kernels -> nn -> model -> train -> exp -> cli/web.
 
 pub use normlab_kernels as kernels;
 
 pub mod bench;
 pub mod calc;
+pub mod gradcheck;
+pub mod model;
+pub mod nn;
+pub mod params;

@@ -1,0 +1,309 @@
+//! Elementwise and row-wise kernels besides the norms: a fast, vectorisable
+//! `exp`, GELU (tanh form), SiLU, causal softmax, and fused softmax +
+//! cross-entropy. Plain loops over slices that LLVM vectorises; no libm
+//! calls on hot paths (a libm `expf` per element would dominate a CPU step).
+
+use crate::simd::LANES;
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+// ln 2 split in a part with few mantissa bits (exact when multiplied by a
+// small integer) and the remainder (Cody & Waite).
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+// 1.5 * 2^23: adding it rounds to the nearest integer, kept in the low
+// mantissa bits.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// e^x for f32, max relative error about 2 ulp, vectorisable (no branches,
+/// no libm). Inputs are clamped to [-87, 88] (outputs 1.6e-38 .. 1.65e38);
+/// NaN stays NaN.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    let xc = x.clamp(-87.0, 88.0);
+    let kf = xc * LOG2E + ROUND_MAGIC;
+    let k_bits = kf.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()) as i32;
+    let k = kf - ROUND_MAGIC;
+    let r = (xc - k * LN2_HI) - k * LN2_LO;
+    // e^r on |r| <= ln2/2, degree-6 polynomial in Horner form.
+    let p = 1.987_569_1e-4f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let er = (p * r) * r + r + 1.0;
+    let scale = f32::from_bits(((k_bits + 127) as u32) << 23);
+    let y = er * scale;
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// tanh via exp: `sign(u) * (1 - 2 / (e^{2|u|} + 1))`.
+#[inline(always)]
+pub fn tanh(u: f32) -> f32 {
+    let e = exp(2.0 * u.abs());
+    let t = 1.0 - 2.0 / (e + 1.0);
+    t.copysign(u)
+}
+
+const GELU_C: f32 = 0.797_884_6; // sqrt(2/pi)
+const GELU_A: f32 = 0.044_715;
+
+crate::multiversion! {
+    /// GELU, tanh form (GPT-2; PyTorch `gelu(approximate='tanh')`):
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    pub fn gelu_forward(x: &[f32], y: &mut [f32]) {
+        for (yv, &v) in y.iter_mut().zip(x) {
+            let t = tanh(GELU_C * (v + GELU_A * v * v * v));
+            *yv = 0.5 * v * (1.0 + t);
+        }
+    }
+}
+
+crate::multiversion! {
+    /// GELU backward: `dx = dy * gelu'(x)` (written, or added if `accumulate`).
+    pub fn gelu_backward(x: &[f32], dy: &[f32], dx: &mut [f32], accumulate: bool) {
+        for ((d, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
+            let u = GELU_C * (v + GELU_A * v * v * v);
+            let t = tanh(u);
+            let du = GELU_C * (1.0 + 3.0 * GELU_A * v * v);
+            let grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+            let val = g * grad;
+            *d = if accumulate { *d + val } else { val };
+        }
+    }
+}
+
+crate::multiversion! {
+    /// SwiGLU forward over rows of `2h` values `[a | b]`: `y = silu(a) * b`,
+    /// `silu(a) = a / (1 + e^-a)`. `ab` is `[rows, 2h]`, `y` `[rows, h]`.
+    pub fn swiglu_forward(ab: &[f32], h: usize, y: &mut [f32]) {
+        for (row, yr) in ab.chunks_exact(2 * h).zip(y.chunks_exact_mut(h)) {
+            let (a, b) = row.split_at(h);
+            for ((yv, &av), &bv) in yr.iter_mut().zip(a).zip(b) {
+                let s = 1.0 / (1.0 + exp(-av));
+                *yv = av * s * bv;
+            }
+        }
+    }
+}
+
+crate::multiversion! {
+    /// SwiGLU backward: writes `dab = [da | db]`.
+    pub fn swiglu_backward(ab: &[f32], dy: &[f32], h: usize, dab: &mut [f32]) {
+        for ((row, dyr), drow) in ab.chunks_exact(2 * h).zip(dy.chunks_exact(h)).zip(dab.chunks_exact_mut(2 * h)) {
+            let (a, b) = row.split_at(h);
+            let (da, db) = drow.split_at_mut(h);
+            for j in 0..h {
+                let s = 1.0 / (1.0 + exp(-a[j]));
+                let silu = a[j] * s;
+                db[j] = dyr[j] * silu;
+                da[j] = dyr[j] * b[j] * (s * (1.0 + a[j] * (1.0 - s)));
+            }
+        }
+    }
+}
+
+/// Max over a slice with `LANES` accumulators (NaN-propagating: a NaN makes
+/// the result NaN).
+#[inline(always)]
+fn max_of(x: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut nan = false;
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            nan |= c[i].is_nan();
+            m[i] = m[i].max(c[i]);
+        }
+    }
+    for (i, &v) in tail.iter().enumerate() {
+        nan |= v.is_nan();
+        m[i] = m[i].max(v);
+    }
+    if nan {
+        return f32::NAN;
+    }
+    m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+}
+
+/// In-place softmax of one row (subtracting the max); the sum is taken in a
+/// fixed order. Returns the row's log-sum-exp.
+#[inline]
+pub fn softmax_row(row: &mut [f32]) -> f32 {
+    let m = max_of(row);
+    let mut s = [0f32; LANES];
+    for (i, v) in row.iter_mut().enumerate() {
+        *v = exp(*v - m);
+        s[i % LANES] += *v;
+    }
+    let total: f32 = crate::simd::tree_sum(&s.map(|v| v as f64)) as f32;
+    let inv = 1.0 / total;
+    for v in row.iter_mut() {
+        *v *= inv;
+    }
+    m + total.ln()
+}
+
+crate::multiversion! {
+    /// Fused softmax + cross-entropy over `[rows, v]` logits, in place:
+    /// `logits` holds the probabilities afterwards. Returns the **sum** of
+    /// `-log p[target]` over rows (f64). Targets outside `0..v` panic.
+    pub fn softmax_cross_entropy(logits: &mut [f32], targets: &[u32], v: usize) -> f64 {
+        assert_eq!(logits.len(), targets.len() * v);
+        let mut loss = 0f64;
+        for (row, &t) in logits.chunks_exact_mut(v).zip(targets) {
+            let t = t as usize;
+            assert!(t < v, "target {t} out of range {v}");
+            let logit_t = row[t];
+            let lse = softmax_row(row);
+            loss += (lse - logit_t) as f64;
+        }
+        loss
+    }
+}
+
+crate::multiversion! {
+    /// Backward of mean cross-entropy: `dlogits = (probs - onehot) * scale`.
+    pub fn cross_entropy_backward(probs: &[f32], targets: &[u32], v: usize, scale: f32, dlogits: &mut [f32]) {
+        for ((d, p), &t) in dlogits.chunks_exact_mut(v).zip(probs.chunks_exact(v)).zip(targets) {
+            for (dv, &pv) in d.iter_mut().zip(p) {
+                *dv = pv * scale;
+            }
+            d[t as usize] -= scale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let got = exp(x) as f64;
+            let want = (x as f64).exp();
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.0137;
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(-1000.0), exp(-87.0));
+        assert!(exp(1000.0).is_finite());
+    }
+
+    #[test]
+    fn tanh_and_gelu() {
+        for i in -400..400 {
+            let u = i as f32 * 0.025;
+            assert!((tanh(u) as f64 - (u as f64).tanh()).abs() < 2e-7, "{u}");
+        }
+        let x: Vec<f32> = (-50..50).map(|i| i as f32 * 0.1).collect();
+        let mut y = vec![0.0; x.len()];
+        gelu_forward(&x, &mut y);
+        let dy = vec![1.0; x.len()];
+        let mut dx = vec![0.0; x.len()];
+        gelu_backward(&x, &dy, &mut dx, false);
+        for i in 0..x.len() {
+            let v = x[i] as f64;
+            let g = |v: f64| {
+                0.5 * v
+                    * (1.0
+                        + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+            };
+            assert!((y[i] as f64 - g(v)).abs() < 1e-6);
+            let fd = (g(v + 1e-5) - g(v - 1e-5)) / 2e-5;
+            assert!((dx[i] as f64 - fd).abs() < 1e-5, "{v}: {} vs {fd}", dx[i]);
+        }
+    }
+
+    #[test]
+    fn swiglu_gradients() {
+        let h = 3;
+        let ab = [0.3f32, -1.2, 2.0, 0.7, 1.1, -0.4];
+        let dy = [0.5f32, -0.3, 0.8];
+        let mut dab = [0.0; 6];
+        swiglu_backward(&ab, &dy, h, &mut dab);
+        let f = |ab: &[f32]| {
+            let mut y = [0.0; 3];
+            swiglu_forward(ab, h, &mut y);
+            y.iter()
+                .zip(&dy)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
+        };
+        for i in 0..6 {
+            let (mut p, mut m) = (ab, ab);
+            p[i] += 1e-3;
+            m[i] -= 1e-3;
+            let fd = (f(&p) - f(&m)) / ((p[i] - m[i]) as f64);
+            assert!((fd - dab[i] as f64).abs() < 1e-3, "{i}: {fd} vs {}", dab[i]);
+        }
+    }
+
+    #[test]
+    fn cross_entropy_matches_definition() {
+        let logits = [1.0f32, 2.0, 0.5, -1.0, 3.0, 0.0];
+        let targets = [1u32, 0];
+        let mut p = logits;
+        let loss = softmax_cross_entropy(&mut p, &targets, 3);
+        let lse = |a: &[f32]| a.iter().map(|&v| (v as f64).exp()).sum::<f64>().ln();
+        let want = (lse(&logits[..3]) - 2.0) + (lse(&logits[3..]) + 1.0);
+        assert!((loss - want).abs() < 1e-5);
+        let mut d = [0.0; 6];
+        cross_entropy_backward(&p, &targets, 3, 0.5, &mut d);
+        assert!((d.iter().map(|&v| v as f64).sum::<f64>()).abs() < 1e-6);
+        assert!(d[1] < 0.0 && d[3] < 0.0);
+    }
+}
+
+crate::multiversion! {
+    /// Causal softmax of a `[t, t]` score matrix in place: row i is a
+    /// softmax over columns `0..=i` and zero beyond. Returns the largest
+    /// score seen (the max attention logit, for diagnostics).
+    pub fn causal_softmax(s: &mut [f32], t: usize) -> f32 {
+        let mut max_logit = f32::NEG_INFINITY;
+        for (i, row) in s.chunks_exact_mut(t).enumerate() {
+            let (valid, masked) = row.split_at_mut(i + 1);
+            max_logit = max_logit.max(max_of(valid));
+            softmax_row(valid);
+            masked.fill(0.0);
+        }
+        max_logit
+    }
+}
+
+crate::multiversion! {
+    /// Softmax backward for a causal `[t, t]` block: `dp` holds dL/dP on
+    /// entry and dL/dS on exit, `dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)`.
+    pub fn causal_softmax_backward(p: &[f32], dp: &mut [f32], t: usize) {
+        for (i, (pr, dr)) in p.chunks_exact(t).zip(dp.chunks_exact_mut(t)).enumerate() {
+            let n = i + 1;
+            let (pv, dv) = (&pr[..n], &mut dr[..n]);
+            let mut acc = [0f32; LANES];
+            for j in 0..n {
+                acc[j % LANES] += pv[j] * dv[j];
+            }
+            let dot = crate::simd::tree_sum(&acc.map(|v| v as f64)) as f32;
+            for j in 0..n {
+                dv[j] = pv[j] * (dv[j] - dot);
+            }
+            dr[n..].fill(0.0);
+        }
+    }
+}
+
+/// Sum of `-p ln p` over a probability row (entropy in nats; zeros skipped).
+pub fn entropy(p: &[f32]) -> f64 {
+    p.iter()
+        .filter(|&&v| v > 0.0)
+        .map(|&v| -(v as f64) * (v as f64).ln())
+        .sum()
+}

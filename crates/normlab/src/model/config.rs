@@ -1,0 +1,271 @@
+//! The one config struct that describes a model: architecture, norm kind,
+//! placement and residual options. Validated before anything is built.
+
+use crate::kernels::norm::NormKind;
+use crate::nn::{Activation, Placement};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which model family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// The toy deep net: causal-mean mixer, synthetic task.
+    Toy,
+    /// Causal decoder with attention, byte-level text.
+    Gpt,
+}
+
+impl std::str::FromStr for ModelKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "toy" => Ok(ModelKind::Toy),
+            "gpt" => Ok(ModelKind::Gpt),
+            _ => Err(format!("unknown model '{s}' (expected toy or gpt)")),
+        }
+    }
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModelKind::Toy => "toy",
+            ModelKind::Gpt => "gpt",
+        })
+    }
+}
+
+/// Serde helpers for NormKind as its name.
+pub mod norm_kind_serde {
+    use super::NormKind;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serialize as the kind's name.
+    pub fn serialize<S: Serializer>(k: &NormKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(k.name())
+    }
+
+    /// Parse a kind's name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NormKind, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Everything that defines a model's shape and initialisation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// toy or gpt.
+    pub model: ModelKind,
+    /// Vocabulary (toy 64, gpt 256 bytes).
+    pub vocab: usize,
+    /// Sequence length (context).
+    pub seq: usize,
+    /// Width d.
+    pub d_model: usize,
+    /// Attention heads (gpt).
+    pub heads: usize,
+    /// Blocks L (each: mixer/attention sublayer + MLP sublayer).
+    pub layers: usize,
+    /// MLP hidden width.
+    pub hidden: usize,
+    /// MLP nonlinearity.
+    pub act: Activation,
+    /// Norm kind of every norm in the blocks and the final norm.
+    #[serde(with = "norm_kind_serde")]
+    pub norm: NormKind,
+    /// eps (default: the kind's).
+    pub eps: Option<f32>,
+    /// Where the norms sit.
+    pub placement: Placement,
+    /// Residual connections on.
+    pub residual: bool,
+    /// Multiplier on each sublayer's output before the add (1; e.g. 1/sqrt(2L)).
+    pub branch_scale: f32,
+    /// Init std of the output projections (default 0.02/sqrt(2L), GPT-2).
+    pub out_proj_std: Option<f32>,
+    /// Init std of the other weights and embeddings.
+    pub init_std: f32,
+    /// QK-Norm in attention.
+    pub qk_norm: bool,
+    /// Final norm before the head (default: on for pre/sandwich/peri/olmo2).
+    pub final_norm: Option<bool>,
+    /// Tie the head to the token embedding (gpt).
+    pub tie_head: bool,
+}
+
+impl ModelConfig {
+    /// SPEC section 3's toy net with `layers` blocks, pre-LN.
+    pub fn toy(layers: usize) -> ModelConfig {
+        ModelConfig {
+            model: ModelKind::Toy,
+            vocab: 64,
+            seq: 16,
+            d_model: 64,
+            heads: 1,
+            layers,
+            hidden: 128,
+            act: Activation::Gelu,
+            norm: NormKind::LayerNorm,
+            eps: None,
+            placement: Placement::Pre,
+            residual: true,
+            branch_scale: 1.0,
+            out_proj_std: None,
+            init_std: 0.02,
+            qk_norm: false,
+            final_norm: None,
+            tie_head: false,
+        }
+    }
+
+    /// A small byte-level GPT (d 128, 4 heads, 8 layers, seq 128, MLP 4d).
+    pub fn gpt() -> ModelConfig {
+        ModelConfig {
+            model: ModelKind::Gpt,
+            vocab: 256,
+            seq: 128,
+            d_model: 128,
+            heads: 4,
+            layers: 8,
+            hidden: 512,
+            act: Activation::Gelu,
+            norm: NormKind::LayerNorm,
+            eps: None,
+            placement: Placement::Pre,
+            residual: true,
+            branch_scale: 1.0,
+            out_proj_std: None,
+            init_std: 0.02,
+            qk_norm: false,
+            final_norm: None,
+            tie_head: false,
+        }
+    }
+
+    /// The defaults of a model family.
+    pub fn defaults(kind: ModelKind) -> ModelConfig {
+        match kind {
+            ModelKind::Toy => ModelConfig::toy(6),
+            ModelKind::Gpt => ModelConfig::gpt(),
+        }
+    }
+
+    /// eps actually used.
+    pub fn eps(&self) -> f32 {
+        self.eps.unwrap_or(self.norm.default_eps())
+    }
+
+    /// Whether the final norm is present.
+    pub fn has_final_norm(&self) -> bool {
+        self.final_norm
+            .unwrap_or(self.placement.default_final_norm())
+    }
+
+    /// Number of sublayers (2 per block).
+    pub fn sublayers(&self) -> usize {
+        2 * self.layers
+    }
+
+    /// DeepNorm's (alpha, beta) for a decoder-only stack of `layers` blocks:
+    /// alpha = (2N)^(1/4), beta = (8N)^(-1/4).
+    pub fn deepnorm_alpha_beta(&self) -> (f32, f32) {
+        let n = self.layers as f32;
+        ((2.0 * n).powf(0.25), (8.0 * n).powf(-0.25))
+    }
+
+    /// Check every field; the message is one line.
+    pub fn validate(&self) -> Result<(), String> {
+        let pos = |name: &str, v: usize| {
+            if v == 0 {
+                Err(format!("{name} must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        pos("vocab", self.vocab)?;
+        pos("seq", self.seq)?;
+        pos("d_model", self.d_model)?;
+        pos("layers", self.layers)?;
+        pos("hidden", self.hidden)?;
+        if self.model == ModelKind::Gpt {
+            pos("heads", self.heads)?;
+            if self.d_model % self.heads != 0 {
+                return Err(format!(
+                    "heads ({}) must divide d_model ({})",
+                    self.heads, self.d_model
+                ));
+            }
+        }
+        if self.model == ModelKind::Toy && self.qk_norm {
+            return Err(
+                "--qk-norm needs attention (model gpt); the toy net has no attention".into(),
+            );
+        }
+        if self.norm == NormKind::BatchNorm {
+            return Err("batchnorm cannot be used inside a language model (its batch statistics mix sequences and leak future tokens); see `normlab exp batch-dependence`".into());
+        }
+        if let Some(e) = self.eps {
+            if !(e >= 0.0 && e.is_finite()) {
+                return Err(format!("eps must be a finite number >= 0 (got {e})"));
+            }
+        }
+        if !(self.branch_scale.is_finite() && self.branch_scale > 0.0) {
+            return Err(format!(
+                "branch_scale must be a positive number (got {})",
+                self.branch_scale
+            ));
+        }
+        if !(self.init_std.is_finite() && self.init_std > 0.0) {
+            return Err(format!(
+                "init_std must be a positive number (got {})",
+                self.init_std
+            ));
+        }
+        if let Some(s) = self.out_proj_std {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(format!("out_proj_std must be a positive number (got {s})"));
+            }
+        }
+        if self.placement == Placement::DeepNorm && self.norm == NormKind::None {
+            return Err("deepnorm needs a norm kind (it is a post-norm scheme); use --placement none for no norm".into());
+        }
+        if self.seq > 1 << 16
+            || self.d_model > 1 << 16
+            || self.layers > 10_000
+            || self.vocab > 1 << 20
+        {
+            return Err("model too large for normlab's CPU engine".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_messages() {
+        let mut c = ModelConfig::gpt();
+        assert!(c.validate().is_ok());
+        c.heads = 3;
+        assert!(c.validate().unwrap_err().contains("must divide"));
+        let mut c = ModelConfig::toy(4);
+        c.norm = NormKind::BatchNorm;
+        assert!(c.validate().unwrap_err().contains("batchnorm"));
+        let (a, b) = ModelConfig::toy(6).deepnorm_alpha_beta();
+        assert!((a - 12f32.powf(0.25)).abs() < 1e-6 && (b - 48f32.powf(-0.25)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let c = ModelConfig::gpt();
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.contains("\"norm\":\"layernorm\"") && text.contains("\"placement\":\"pre\""));
+        let back: ModelConfig = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, c);
+    }
+}

@@ -1,0 +1,365 @@
+//! Models: the toy deep net and the byte-level GPT, both a stack of
+//! [`Sublayer`]s (mixer/attention, then MLP, per block) between an embedding
+//! and a head; and the per-shard [`Workspace`] holding every activation and
+//! gradient buffer, allocated once.
+
+pub mod config;
+
+pub use config::{ModelConfig, ModelKind};
+
+use crate::kernels::act;
+use crate::kernels::buf::AlignedBuf;
+use crate::kernels::matmul;
+use crate::nn::norm::buf;
+use crate::nn::{
+    Attention, Embedding, Linear, Mlp, Norm, NormCache, Op, Placement, Sublayer, SublayerCache,
+    ToyMixer,
+};
+use crate::params::{sum_squares, Init, ParamLayout, ParamRef};
+
+/// A built model: its parameter layout and modules (no values: those live
+/// in a flat buffer described by `layout`).
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// The config it was built from.
+    pub cfg: ModelConfig,
+    /// Every tensor, in buffer order.
+    pub layout: ParamLayout,
+    /// Token + position embedding.
+    pub emb: Embedding,
+    /// 2 sublayers per block: `subs[2i]` mixer/attention, `subs[2i+1]` MLP.
+    pub subs: Vec<Sublayer>,
+    /// Norm before the head.
+    pub final_norm: Option<Norm>,
+    /// Untied head `lm_head.weight [vocab, d]`; None when tied to wte.
+    pub head: Option<Linear>,
+}
+
+/// All buffers of one shard: activations, backward scratch, gradients.
+#[derive(Clone, Debug)]
+pub struct Workspace {
+    /// Sequences in the shard.
+    pub batch: usize,
+    /// Positions per sequence.
+    pub t: usize,
+    /// Input tokens `[batch, t]`.
+    pub tokens: Vec<u32>,
+    /// Targets `[batch, t]`.
+    pub targets: Vec<u32>,
+    x0: AlignedBuf,
+    /// Sublayer caches.
+    pub subs: Vec<SublayerCache>,
+    fin: AlignedBuf,
+    fin_c: Option<NormCache>,
+    probs: AlignedBuf,
+    dlogits: AlignedBuf,
+    dfin: AlignedBuf,
+    d1: AlignedBuf,
+    d2: AlignedBuf,
+    /// Parameter gradients of this shard (same layout as the parameters).
+    pub grads: AlignedBuf,
+    /// Sum of per-token losses of the last forward.
+    pub loss_sum: f64,
+    /// Sum of squares of the residual stream after each block (last forward).
+    pub residual_sumsq: Vec<f64>,
+}
+
+impl Model {
+    /// Build the modules and parameter layout of a (validated) config.
+    pub fn new(cfg: &ModelConfig) -> Result<Model, String> {
+        cfg.validate()?;
+        let (d, l) = (cfg.d_model, cfg.layers);
+        let mut layout = ParamLayout::new();
+        let emb = Embedding::new(&mut layout, cfg.vocab, cfg.seq, d, cfg.init_std);
+        let deep = cfg.placement == Placement::DeepNorm;
+        let (alpha, beta) = cfg.deepnorm_alpha_beta();
+        let out_std = cfg.out_proj_std.unwrap_or(0.02 / ((2 * l) as f32).sqrt());
+        let std_init = Init::Normal(cfg.init_std);
+        let proj_init = if deep {
+            Init::XavierNormal(beta)
+        } else {
+            Init::Normal(out_std)
+        };
+        let fc_init = if deep {
+            Init::XavierNormal(beta)
+        } else {
+            std_init.clone()
+        };
+        let eps = cfg.eps();
+        let skip = if !cfg.residual {
+            0.0
+        } else if deep {
+            alpha
+        } else {
+            1.0
+        };
+        let mut subs = Vec::with_capacity(2 * l);
+        for i in 0..l {
+            let blk = Some(i);
+            for (j, op_name) in [
+                (
+                    0,
+                    if cfg.model == ModelKind::Toy {
+                        "mix"
+                    } else {
+                        "attn"
+                    },
+                ),
+                (1, "mlp"),
+            ] {
+                let base = format!("transformer.h.{i}");
+                let in_norm = cfg.placement.has_in_norm().then(|| {
+                    Norm::new(
+                        &mut layout,
+                        &format!("{base}.ln_{}", j + 1),
+                        cfg.norm,
+                        d,
+                        eps,
+                        blk,
+                    )
+                });
+                let op = match (j, cfg.model) {
+                    (0, ModelKind::Toy) => Op::Mixer(ToyMixer::new(
+                        &mut layout,
+                        &format!("{base}.mix"),
+                        d,
+                        blk,
+                        proj_init.clone(),
+                    )),
+                    (0, ModelKind::Gpt) => {
+                        let qkv_init = if deep {
+                            Init::XavierBlocks(vec![1.0, 1.0, beta])
+                        } else {
+                            std_init.clone()
+                        };
+                        Op::Attention(Attention::new(
+                            &mut layout,
+                            &format!("{base}.attn"),
+                            d,
+                            cfg.heads,
+                            cfg.qk_norm,
+                            blk,
+                            qkv_init,
+                            proj_init.clone(),
+                        ))
+                    }
+                    _ => Op::Mlp(Mlp::new(
+                        &mut layout,
+                        &format!("{base}.mlp"),
+                        d,
+                        cfg.hidden,
+                        cfg.act,
+                        blk,
+                        fc_init.clone(),
+                        proj_init.clone(),
+                    )),
+                };
+                let out_norm = cfg.placement.has_out_norm().then(|| {
+                    Norm::new(
+                        &mut layout,
+                        &format!("{base}.{op_name}.out_norm"),
+                        cfg.norm,
+                        d,
+                        eps,
+                        blk,
+                    )
+                });
+                let post_norm = cfg.placement.has_post_norm().then(|| {
+                    Norm::new(
+                        &mut layout,
+                        &format!("{base}.{op_name}.post_norm"),
+                        cfg.norm,
+                        d,
+                        eps,
+                        blk,
+                    )
+                });
+                subs.push(Sublayer {
+                    d,
+                    in_norm,
+                    out_norm,
+                    post_norm,
+                    skip,
+                    branch: cfg.branch_scale,
+                    op,
+                });
+            }
+        }
+        let final_norm = cfg
+            .has_final_norm()
+            .then(|| Norm::new(&mut layout, "transformer.ln_f", cfg.norm, d, eps, None));
+        let head = (!cfg.tie_head).then(|| {
+            Linear::new(
+                &mut layout,
+                "lm_head",
+                d,
+                cfg.vocab,
+                false,
+                None,
+                Init::Normal(cfg.init_std),
+            )
+        });
+        Ok(Model {
+            cfg: cfg.clone(),
+            layout,
+            emb,
+            subs,
+            final_norm,
+            head,
+        })
+    }
+
+    /// Freshly initialised parameters for `seed`.
+    pub fn init_params(&self, seed: u64) -> AlignedBuf {
+        let mut p = self.layout.zeros();
+        self.layout.init(&mut p, seed);
+        p
+    }
+
+    /// Buffers for a shard of `batch` sequences of `t <= seq` positions.
+    pub fn workspace(&self, batch: usize, t: usize) -> Workspace {
+        assert!(t <= self.cfg.seq && t > 0 && batch > 0);
+        let (rows, d, v) = (batch * t, self.cfg.d_model, self.cfg.vocab);
+        Workspace {
+            batch,
+            t,
+            tokens: vec![0; rows],
+            targets: vec![0; rows],
+            x0: buf(rows * d),
+            subs: self.subs.iter().map(|s| s.cache(batch, t)).collect(),
+            fin: buf(if self.final_norm.is_some() {
+                rows * d
+            } else {
+                0
+            }),
+            fin_c: self.final_norm.as_ref().map(|n| n.cache(rows)),
+            probs: buf(rows * v),
+            dlogits: buf(rows * v),
+            dfin: buf(rows * d),
+            d1: buf(rows * d),
+            d2: buf(rows * d),
+            grads: self.layout.zeros(),
+            loss_sum: 0.0,
+            residual_sumsq: vec![0.0; self.cfg.layers],
+        }
+    }
+
+    fn head_weight(&self) -> &ParamRef {
+        self.head.as_ref().map(|h| &h.w).unwrap_or(&self.emb.wte)
+    }
+
+    /// Forward on `ws.tokens` -> `ws.targets`; returns the summed loss
+    /// (also in `ws.loss_sum`); `ws.probs` holds the softmax afterwards.
+    pub fn forward(&self, params: &[f32], ws: &mut Workspace) -> f64 {
+        let (rows, d, v) = (ws.batch * ws.t, self.cfg.d_model, self.cfg.vocab);
+        self.emb.forward(params, &ws.tokens, ws.t, &mut ws.x0);
+        for i in 0..self.subs.len() {
+            let (done, rest) = ws.subs.split_at_mut(i);
+            let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
+            self.subs[i].forward(params, x, &mut rest[0]);
+            if i % 2 == 1 {
+                ws.residual_sumsq[i / 2] = sum_squares(rest[0].output());
+            }
+        }
+        let last: &[f32] = ws.subs.last().map(|c| c.output()).unwrap_or(&ws.x0);
+        let fin: &[f32] = match &self.final_norm {
+            Some(n) => {
+                n.forward(params, last, &mut ws.fin, ws.fin_c.as_mut().unwrap());
+                &ws.fin
+            }
+            None => last,
+        };
+        matmul::linear_forward(
+            fin,
+            self.head_weight().get(params),
+            None,
+            rows,
+            d,
+            v,
+            &mut ws.probs,
+        );
+        ws.loss_sum = act::softmax_cross_entropy(&mut ws.probs, &ws.targets, v);
+        ws.loss_sum
+    }
+
+    /// Backward of `scale * loss_sum` after [`forward`](Self::forward):
+    /// zeroes `ws.grads` and fills it.
+    pub fn backward(&self, params: &[f32], ws: &mut Workspace, scale: f32) {
+        let (rows, d, v) = (ws.batch * ws.t, self.cfg.d_model, self.cfg.vocab);
+        let Workspace {
+            t,
+            tokens,
+            targets,
+            x0,
+            subs,
+            fin,
+            fin_c,
+            probs,
+            dlogits,
+            dfin,
+            d1,
+            d2,
+            grads,
+            ..
+        } = ws;
+        grads.fill(0.0);
+        act::cross_entropy_backward(probs, targets, v, scale, dlogits);
+        let last: &[f32] = subs.last().map(|c| c.output()).unwrap_or(x0);
+        let fin_in: &[f32] = if self.final_norm.is_some() { fin } else { last };
+        let hw = self.head_weight();
+        matmul::linear_backward(
+            fin_in,
+            hw.get(params),
+            dlogits,
+            rows,
+            d,
+            v,
+            hw.get_mut(grads),
+            None,
+            Some(dfin),
+            false,
+        );
+        let mut dcur: &mut AlignedBuf = match &self.final_norm {
+            Some(n) => {
+                n.backward(params, grads, last, dfin, d1, fin_c.as_mut().unwrap());
+                d1
+            }
+            None => {
+                d1.copy_from_slice(dfin);
+                d1
+            }
+        };
+        let mut dnext: &mut AlignedBuf = d2;
+        for i in (0..self.subs.len()).rev() {
+            let (done, rest) = subs.split_at_mut(i);
+            let x: &[f32] = if i == 0 { x0 } else { done[i - 1].output() };
+            self.subs[i].backward(params, grads, x, dcur, dnext, &mut rest[0]);
+            std::mem::swap(&mut dcur, &mut dnext);
+        }
+        self.emb.backward(grads, tokens, *t, dcur);
+    }
+
+    /// Number of learnable parameters.
+    pub fn num_params(&self) -> usize {
+        self.layout.num_params()
+    }
+}
+
+impl Workspace {
+    /// Rows (tokens) in the shard.
+    pub fn rows(&self) -> usize {
+        self.batch * self.t
+    }
+
+    /// Softmax probabilities of the last forward, `[rows, vocab]`.
+    pub fn probs(&self) -> &[f32] {
+        &self.probs
+    }
+
+    /// Turn on/off the identity/branch gradient split in every sublayer.
+    pub fn track_paths(&mut self, on: bool) {
+        for s in &mut self.subs {
+            s.track_paths = on;
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Modules with explicit forward and backward passes (no autograd tape).
+//!
+//! A module holds its configuration and [`ParamRef`](crate::params::ParamRef)s
+//! into the model's flat parameter buffer; a matching `*Cache` holds the
+//! activations its backward needs, sized once for a (batch, seq) shard.
+//! Conventions: `forward(params, input, ..., output, cache)`;
+//! `backward(params, grads, input, d_output, d_input, cache)` **writes**
+//! `d_input` and **accumulates** into `grads`.
+
+pub mod attention;
+pub mod embedding;
+pub mod linear;
+pub mod mixer;
+pub mod mlp;
+pub mod norm;
+pub mod sublayer;
+
+pub use attention::{Attention, AttentionCache};
+pub use embedding::Embedding;
+pub use linear::Linear;
+pub use mixer::{ToyMixer, ToyMixerCache};
+pub use mlp::{Activation, Mlp, MlpCache};
+pub use norm::{Norm, NormCache};
+pub use sublayer::{Op, OpCache, Placement, Sublayer, SublayerCache};

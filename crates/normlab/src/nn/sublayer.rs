@@ -1,0 +1,376 @@
+//! One sublayer struct for every placement of the norms (DESIGN.md):
+//!
+//! ```text
+//! h  = skip * x + branch * OutNorm( S( InNorm(x) ) )
+//! x' = PostNorm(h)
+//! ```
+//!
+//! `post`: PostNorm only · `pre`: InNorm only (+ final norm) · `sandwich` =
+//! `peri`: InNorm + OutNorm (+ final norm) · `olmo2`: OutNorm only (+ final
+//! norm) · `deepnorm`: PostNorm with skip = alpha and beta-scaled init ·
+//! `none`: no norm · residual off: skip = 0. A new paper's variant is a new
+//! preset here, not a new code path.
+//!
+//! Backward makes the two paths of the residual stream explicit:
+//! `dx = skip * dh  (identity path)  +  InNorm^T S^T OutNorm^T (branch * dh)`.
+
+use super::attention::{Attention, AttentionCache};
+use super::mixer::{ToyMixer, ToyMixerCache};
+use super::mlp::{Mlp, MlpCache};
+use super::norm::{buf, Norm, NormCache};
+use crate::kernels::buf::AlignedBuf;
+use crate::params::sum_squares;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Where the norms sit in a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// x = x + S(x): no norm.
+    None,
+    /// x = Norm(x + S(x)) (2017 original).
+    Post,
+    /// x = x + S(Norm(x)) (GPT-2 onwards).
+    Pre,
+    /// x = x + Norm_out(S(Norm_in(x))) (x-transformers' sandwich norm).
+    Sandwich,
+    /// Peri-LN (2025): the same structure as sandwich.
+    Peri,
+    /// x = x + Norm(S(x)) (OLMo 2: output norm only).
+    Olmo2,
+    /// x = LayerNorm(alpha x + S(x)) with beta-scaled init (Wang et al. 2022).
+    DeepNorm,
+}
+
+impl Placement {
+    /// All presets.
+    pub const ALL: [Placement; 7] = [
+        Placement::None,
+        Placement::Post,
+        Placement::Pre,
+        Placement::Sandwich,
+        Placement::Peri,
+        Placement::Olmo2,
+        Placement::DeepNorm,
+    ];
+
+    /// Command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::None => "none",
+            Placement::Post => "post",
+            Placement::Pre => "pre",
+            Placement::Sandwich => "sandwich",
+            Placement::Peri => "peri",
+            Placement::Olmo2 => "olmo2",
+            Placement::DeepNorm => "deepnorm",
+        }
+    }
+
+    /// Norm before the sublayer.
+    pub fn has_in_norm(self) -> bool {
+        matches!(self, Placement::Pre | Placement::Sandwich | Placement::Peri)
+    }
+
+    /// Norm on the sublayer's output, before the residual add.
+    pub fn has_out_norm(self) -> bool {
+        matches!(
+            self,
+            Placement::Sandwich | Placement::Peri | Placement::Olmo2
+        )
+    }
+
+    /// Norm on the residual stream after the add.
+    pub fn has_post_norm(self) -> bool {
+        matches!(self, Placement::Post | Placement::DeepNorm)
+    }
+
+    /// Whether a final norm before the head is on by default.
+    pub fn default_final_norm(self) -> bool {
+        matches!(
+            self,
+            Placement::Pre | Placement::Sandwich | Placement::Peri | Placement::Olmo2
+        )
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let l = s.trim().to_ascii_lowercase();
+        Placement::ALL
+            .into_iter()
+            .find(|p| p.name() == l || (l == "peri-ln" && *p == Placement::Peri))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Placement::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown placement '{s}' (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// The sublayer's function S.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Causal multi-head attention.
+    Attention(Attention),
+    /// Feed-forward.
+    Mlp(Mlp),
+    /// The toy net's causal-mean mixer.
+    Mixer(ToyMixer),
+}
+
+/// S's activations.
+#[derive(Clone, Debug)]
+pub enum OpCache {
+    /// Attention.
+    Attention(Box<AttentionCache>),
+    /// Feed-forward.
+    Mlp(MlpCache),
+    /// Mixer.
+    Mixer(ToyMixerCache),
+}
+
+/// One residual sublayer.
+#[derive(Clone, Debug)]
+pub struct Sublayer {
+    /// Width.
+    pub d: usize,
+    /// Norm before S.
+    pub in_norm: Option<Norm>,
+    /// Norm after S, before the add.
+    pub out_norm: Option<Norm>,
+    /// Norm after the add.
+    pub post_norm: Option<Norm>,
+    /// Weight of the identity path (1; alpha for DeepNorm; 0 = residual off).
+    pub skip: f32,
+    /// Weight of the branch (1, or e.g. 1/sqrt(N)).
+    pub branch: f32,
+    /// S.
+    pub op: Op,
+}
+
+/// Activations of one sublayer in one shard.
+#[derive(Clone, Debug)]
+pub struct SublayerCache {
+    t: usize,
+    a: AlignedBuf,
+    in_c: Option<NormCache>,
+    s: AlignedBuf,
+    op: OpCache,
+    o: AlignedBuf,
+    out_c: Option<NormCache>,
+    h: AlignedBuf,
+    y: AlignedBuf,
+    post_c: Option<NormCache>,
+    dh: AlignedBuf,
+    dbr: AlignedBuf,
+    ds: AlignedBuf,
+    da: AlignedBuf,
+    dxb: AlignedBuf,
+    /// Squared norm of the identity-path gradient `skip * dh` (last backward).
+    pub identity_grad_sumsq: f64,
+    /// Squared norm of the branch-path gradient (last backward).
+    pub branch_grad_sumsq: f64,
+    /// Squared norm of the total `dx` (last backward).
+    pub total_grad_sumsq: f64,
+    /// Compute the three squared norms above in backward (off by default:
+    /// they cost a pass over the stream).
+    pub track_paths: bool,
+}
+
+impl SublayerCache {
+    /// The sublayer's output x' from the last forward.
+    pub fn output(&self) -> &[f32] {
+        if self.post_c.is_some() {
+            &self.y
+        } else {
+            &self.h
+        }
+    }
+
+    /// The attention cache, if S is attention.
+    pub fn attention(&self) -> Option<&AttentionCache> {
+        match &self.op {
+            OpCache::Attention(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+impl Sublayer {
+    /// Buffers for `batch` sequences of `t` positions.
+    pub fn cache(&self, batch: usize, t: usize) -> SublayerCache {
+        let rows = batch * t;
+        let n = rows * self.d;
+        let sized = |on: bool| buf(if on { n } else { 0 });
+        let (has_in, has_out, has_post) = (
+            self.in_norm.is_some(),
+            self.out_norm.is_some(),
+            self.post_norm.is_some(),
+        );
+        SublayerCache {
+            t,
+            a: sized(has_in),
+            in_c: self.in_norm.as_ref().map(|m| m.cache(rows)),
+            s: buf(n),
+            op: match &self.op {
+                Op::Attention(a) => OpCache::Attention(Box::new(a.cache(batch, t))),
+                Op::Mlp(m) => OpCache::Mlp(m.cache(rows)),
+                Op::Mixer(m) => OpCache::Mixer(m.cache(rows)),
+            },
+            o: sized(has_out),
+            out_c: self.out_norm.as_ref().map(|m| m.cache(rows)),
+            h: buf(n),
+            y: sized(has_post),
+            post_c: self.post_norm.as_ref().map(|m| m.cache(rows)),
+            dh: sized(has_post),
+            dbr: sized(self.branch != 1.0),
+            ds: sized(has_out),
+            da: buf(n),
+            dxb: sized(has_in),
+            identity_grad_sumsq: 0.0,
+            branch_grad_sumsq: 0.0,
+            total_grad_sumsq: 0.0,
+            track_paths: false,
+        }
+    }
+
+    /// Forward: reads the stream `x`, leaves x' in `c.output()`.
+    pub fn forward(&self, params: &[f32], x: &[f32], c: &mut SublayerCache) {
+        let SublayerCache {
+            t,
+            a,
+            in_c,
+            s,
+            op,
+            o,
+            out_c,
+            h,
+            y,
+            post_c,
+            ..
+        } = c;
+        let a: &[f32] = match &self.in_norm {
+            Some(n) => {
+                n.forward(params, x, a, in_c.as_mut().unwrap());
+                a
+            }
+            None => x,
+        };
+        match (&self.op, op) {
+            (Op::Attention(m), OpCache::Attention(mc)) => m.forward(params, a, s, mc),
+            (Op::Mlp(m), OpCache::Mlp(mc)) => m.forward(params, a, s, mc),
+            (Op::Mixer(m), OpCache::Mixer(mc)) => m.forward(params, a, *t, s, mc),
+            _ => unreachable!("cache does not match op"),
+        }
+        let o: &[f32] = match &self.out_norm {
+            Some(n) => {
+                n.forward(params, s, o, out_c.as_mut().unwrap());
+                o
+            }
+            None => s,
+        };
+        let (skip, branch) = (self.skip, self.branch);
+        for ((hv, &xv), &ov) in h.iter_mut().zip(x).zip(o) {
+            *hv = skip * xv + branch * ov;
+        }
+        if let Some(n) = &self.post_norm {
+            n.forward(params, h, y, post_c.as_mut().unwrap());
+        }
+    }
+
+    /// Backward: given dL/dx' (`dy`), write dL/dx into `dx` and accumulate
+    /// parameter gradients. `x` is the same stream the forward read.
+    pub fn backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        x: &[f32],
+        dy: &[f32],
+        dx: &mut [f32],
+        c: &mut SublayerCache,
+    ) {
+        let SublayerCache {
+            t,
+            a,
+            in_c,
+            s,
+            op,
+            out_c,
+            h,
+            post_c,
+            dh,
+            dbr,
+            ds,
+            da,
+            dxb,
+            ..
+        } = c;
+        // Through the post-norm: dh = dL/dh.
+        let dh: &[f32] = match &self.post_norm {
+            Some(n) => {
+                n.backward(params, grads, h, dy, dh, post_c.as_mut().unwrap());
+                dh
+            }
+            None => dy,
+        };
+        // Branch path: branch * dh -> OutNorm^T -> S^T -> InNorm^T.
+        let dbranch: &[f32] = if self.branch != 1.0 {
+            for (d, &g) in dbr.iter_mut().zip(dh) {
+                *d = self.branch * g;
+            }
+            dbr
+        } else {
+            dh
+        };
+        let ds: &[f32] = match &self.out_norm {
+            Some(n) => {
+                n.backward(params, grads, s, dbranch, ds, out_c.as_mut().unwrap());
+                ds
+            }
+            None => dbranch,
+        };
+        let a_in: &[f32] = if self.in_norm.is_some() { a } else { x };
+        match (&self.op, op) {
+            (Op::Attention(m), OpCache::Attention(mc)) => {
+                m.backward(params, grads, a_in, ds, da, mc)
+            }
+            (Op::Mlp(m), OpCache::Mlp(mc)) => m.backward(params, grads, a_in, ds, da, mc),
+            (Op::Mixer(m), OpCache::Mixer(mc)) => m.backward(params, grads, ds, *t, da, mc),
+            _ => unreachable!("cache does not match op"),
+        }
+        let dx_branch: &[f32] = match &self.in_norm {
+            Some(n) => {
+                n.backward(params, grads, x, da, dxb, in_c.as_mut().unwrap());
+                dxb
+            }
+            None => da,
+        };
+        // The residual stream's gradient is the sum of the two paths:
+        // dx = skip * dh (identity path) + dx_branch (through S).
+        let skip = self.skip;
+        for ((d, &g), &b) in dx.iter_mut().zip(dh).zip(dx_branch) {
+            *d = skip * g + b;
+        }
+        if c.track_paths {
+            let (id2, br2) = (
+                (skip as f64) * (skip as f64) * sum_squares(dh),
+                sum_squares(dx_branch),
+            );
+            c.identity_grad_sumsq = id2;
+            c.branch_grad_sumsq = br2;
+            c.total_grad_sumsq = sum_squares(dx);
+        }
+    }
+}
