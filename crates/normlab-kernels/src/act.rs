@@ -56,9 +56,10 @@ crate::multiversion! {
     /// GELU, tanh form (GPT-2; PyTorch `gelu(approximate='tanh')`):
     /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
     pub fn gelu_forward(x: &[f32], y: &mut [f32]) {
+        // 0.5 (1 + tanh(u)) = sigmoid(2u): one exp and one division.
         for (yv, &v) in y.iter_mut().zip(x) {
-            let t = tanh(GELU_C * (v + GELU_A * v * v * v));
-            *yv = 0.5 * v * (1.0 + t);
+            let u = GELU_C * (v + GELU_A * v * v * v);
+            *yv = v / (1.0 + exp(-2.0 * u));
         }
     }
 }
@@ -66,11 +67,12 @@ crate::multiversion! {
 crate::multiversion! {
     /// GELU backward: `dx = dy * gelu'(x)` (written, or added if `accumulate`).
     pub fn gelu_backward(x: &[f32], dy: &[f32], dx: &mut [f32], accumulate: bool) {
+        // With s = sigmoid(2u): gelu = x s, gelu' = s + 2 x s (1 - s) u'.
         for ((d, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
             let u = GELU_C * (v + GELU_A * v * v * v);
-            let t = tanh(u);
+            let s = 1.0 / (1.0 + exp(-2.0 * u));
             let du = GELU_C * (1.0 + 3.0 * GELU_A * v * v);
-            let grad = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+            let grad = s + 2.0 * v * s * (1.0 - s) * du;
             let val = g * grad;
             *d = if accumulate { *d + val } else { val };
         }
@@ -133,7 +135,7 @@ fn max_of(x: &[f32]) -> f32 {
 
 /// In-place softmax of one row (subtracting the max); the sum is taken in a
 /// fixed order. Returns the row's log-sum-exp.
-#[inline]
+#[inline(always)]
 pub fn softmax_row(row: &mut [f32]) -> f32 {
     let m = max_of(row);
     let mut s = [0f32; LANES];

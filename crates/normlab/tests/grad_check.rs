@@ -43,7 +43,7 @@ fn run_check(cfg: &ModelConfig, seed: u64) {
     for (i, t) in ws.targets.iter_mut().enumerate() {
         *t = ((i * 5 + 1) % cfg.vocab) as u32;
     }
-    let checks = check_model(&model, &params, &mut ws, seed, 1e-4);
+    let checks = check_model(&model, &params, &mut ws, seed, 1e-3);
     let bad: Vec<_> = checks.iter().filter(|c| c.rel_err > 2e-2).collect();
     assert!(
         bad.is_empty(),

@@ -23,6 +23,7 @@ pub struct ToyMixer {
 pub struct ToyMixerCache {
     m: AlignedBuf,
     dm: AlignedBuf,
+    run: Vec<f32>,
 }
 
 impl ToyMixer {
@@ -45,6 +46,7 @@ impl ToyMixer {
         ToyMixerCache {
             m: buf(rows * self.d),
             dm: buf(rows * self.d),
+            run: vec![0.0; self.d],
         }
     }
 
@@ -59,17 +61,21 @@ impl ToyMixer {
     ) {
         let d = self.d;
         let rows = a.len() / d;
+        let sum = &mut c.run[..d];
         for (aseq, mseq) in a
             .chunks_exact(t_len * d)
             .zip(c.m.chunks_exact_mut(t_len * d))
         {
-            let mut sum = vec_zero::<256>(d);
-            for t in 0..t_len {
+            sum.fill(0.0);
+            for (t, (ar, mr)) in aseq
+                .chunks_exact(d)
+                .zip(mseq.chunks_exact_mut(d))
+                .enumerate()
+            {
                 let inv = 1.0 / (t + 1) as f32;
-                let (ar, mr) = (&aseq[t * d..(t + 1) * d], &mut mseq[t * d..(t + 1) * d]);
-                for j in 0..d {
-                    sum[j] += ar[j];
-                    mr[j] = sum[j] * inv;
+                for ((s, &av), mv) in sum.iter_mut().zip(ar).zip(mr.iter_mut()) {
+                    *s += av;
+                    *mv = *s * inv;
                 }
             }
         }
@@ -90,52 +96,24 @@ impl ToyMixer {
         let rows = dout.len() / d;
         self.proj
             .backward(params, grads, &c.m, dout, rows, Some(&mut c.dm), false);
+        let acc = &mut c.run[..d];
         for (dmseq, daseq) in
             c.dm.chunks_exact(t_len * d)
                 .zip(da.chunks_exact_mut(t_len * d))
         {
-            let mut acc = vec_zero::<256>(d);
-            for t in (0..t_len).rev() {
+            acc.fill(0.0);
+            for (t, (dmr, dar)) in dmseq
+                .chunks_exact(d)
+                .zip(daseq.chunks_exact_mut(d))
+                .enumerate()
+                .rev()
+            {
                 let inv = 1.0 / (t + 1) as f32;
-                let (dmr, dar) = (&dmseq[t * d..(t + 1) * d], &mut daseq[t * d..(t + 1) * d]);
-                for j in 0..d {
-                    acc[j] += dmr[j] * inv;
-                    dar[j] = acc[j];
+                for ((s, &g), dv) in acc.iter_mut().zip(dmr).zip(dar.iter_mut()) {
+                    *s += g * inv;
+                    *dv = *s;
                 }
             }
-        }
-    }
-}
-
-/// A zeroed running-sum buffer: on the stack for d <= N, else on the heap.
-fn vec_zero<const N: usize>(d: usize) -> SmallBuf<N> {
-    if d <= N {
-        SmallBuf::Stack([0.0; N], d)
-    } else {
-        SmallBuf::Heap(vec![0.0; d])
-    }
-}
-
-enum SmallBuf<const N: usize> {
-    Stack([f32; N], usize),
-    Heap(Vec<f32>),
-}
-
-impl<const N: usize> std::ops::Deref for SmallBuf<N> {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        match self {
-            SmallBuf::Stack(a, n) => &a[..*n],
-            SmallBuf::Heap(v) => v,
-        }
-    }
-}
-
-impl<const N: usize> std::ops::DerefMut for SmallBuf<N> {
-    fn deref_mut(&mut self) -> &mut [f32] {
-        match self {
-            SmallBuf::Stack(a, n) => &mut a[..*n],
-            SmallBuf::Heap(v) => v,
         }
     }
 }
