@@ -3,6 +3,7 @@
 
 mod cmd_bench;
 mod cmd_calc;
+mod cmd_train;
 mod ui;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Normalise a vector with any norm kind and show its invariances.
     Calc(cmd_calc::CalcArgs),
+    /// Train a toy net or a GPT with any norm kind, placement and residual setting.
+    Train(Box<cmd_train::TrainArgs>),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Calc(a) => cmd_calc::run(a),
         Command::Bench(b) => cmd_bench::run(b),
+        Command::Train(a) => cmd_train::run(*a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

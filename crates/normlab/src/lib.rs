@@ -14,3 +14,4 @@ pub mod gradcheck;
 pub mod model;
 pub mod nn;
 pub mod params;
+pub mod train;

@@ -1,0 +1,177 @@
+//! Training data: the toy task (synthetic, generated from a seed) and byte-
+//! level text. Every training sequence is a pure function of
+//! (seed, step, index), so runs resume bit-identically and do not depend on
+//! how sequences are spread over threads.
+
+use crate::kernels::rng::Rng;
+use crate::train::toy_task::ToyTask;
+use std::path::Path;
+
+/// Where batches come from.
+#[derive(Clone, Debug)]
+pub enum Data {
+    /// The synthetic toy task.
+    Toy(ToyTask),
+    /// Byte-level text.
+    Text(TextData),
+}
+
+impl Data {
+    /// Vocabulary size the data needs.
+    pub fn vocab(&self) -> usize {
+        match self {
+            Data::Toy(t) => t.vocab(),
+            Data::Text(_) => 256,
+        }
+    }
+
+    /// Training sequence `index` of `step` (length `t`).
+    pub fn train_sequence(
+        &self,
+        step: u64,
+        index: usize,
+        t: usize,
+        tokens: &mut [u32],
+        targets: &mut [u32],
+    ) {
+        match self {
+            Data::Toy(d) => d.train_sequence(step, index, t, tokens, targets),
+            Data::Text(d) => d.train_sequence(step, index, t, tokens, targets),
+        }
+    }
+
+    /// Held-out sequence `index` (fixed for the run).
+    pub fn eval_sequence(&self, index: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
+        match self {
+            Data::Toy(d) => d.eval_sequence(index, t, tokens, targets),
+            Data::Text(d) => d.eval_sequence(index, t, tokens, targets),
+        }
+    }
+
+    /// Entropy (nats) of the targets' unigram distribution: the loss of a
+    /// model that ignores its input. "Stalled" runs stay near it.
+    pub fn unigram_entropy(&self) -> f64 {
+        match self {
+            Data::Toy(d) => d.unigram_entropy(),
+            Data::Text(d) => d.unigram_entropy,
+        }
+    }
+
+    /// The lowest achievable loss, where known.
+    pub fn loss_floor(&self) -> Option<f64> {
+        match self {
+            Data::Toy(d) => Some(d.loss_floor()),
+            Data::Text(_) => None,
+        }
+    }
+
+    /// One-line description.
+    pub fn describe(&self) -> String {
+        match self {
+            Data::Toy(d) => d.describe(),
+            Data::Text(d) => format!(
+                "text {} ({} bytes: {} train, {} held out)",
+                d.name,
+                d.bytes.len(),
+                d.train_end,
+                d.bytes.len() - d.train_end
+            ),
+        }
+    }
+}
+
+/// Byte-level text with a train / held-out split (last 10% held out).
+#[derive(Clone, Debug)]
+pub struct TextData {
+    /// File name (for reports).
+    pub name: String,
+    /// All bytes.
+    pub bytes: Vec<u8>,
+    /// Bytes before this index are training data.
+    pub train_end: usize,
+    /// Seed of the sampling of training windows.
+    pub seed: u64,
+    /// Entropy of the training bytes' unigram distribution (nats).
+    pub unigram_entropy: f64,
+}
+
+impl TextData {
+    /// Load a text file; at least `min_len` bytes in each split.
+    pub fn load(path: &Path, seed: u64, min_len: usize) -> Result<TextData, String> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read data file {}: {e}", path.display()))?;
+        TextData::from_bytes(
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            bytes,
+            seed,
+            min_len,
+        )
+    }
+
+    /// From bytes in memory.
+    pub fn from_bytes(
+        name: String,
+        bytes: Vec<u8>,
+        seed: u64,
+        min_len: usize,
+    ) -> Result<TextData, String> {
+        let train_end = bytes.len() - bytes.len() / 10;
+        if bytes.len() - train_end < min_len + 1 || train_end < min_len + 1 {
+            return Err(format!(
+                "data file {name} is too short ({} bytes) for sequences of {min_len}",
+                bytes.len()
+            ));
+        }
+        let mut counts = [0u64; 256];
+        for &b in &bytes[..train_end] {
+            counts[b as usize] += 1;
+        }
+        let n = train_end as f64;
+        let unigram_entropy = counts
+            .iter()
+            .filter(|&&c| c > 0)
+            .map(|&c| -(c as f64 / n) * (c as f64 / n).ln())
+            .sum();
+        Ok(TextData {
+            name,
+            bytes,
+            train_end,
+            seed,
+            unigram_entropy,
+        })
+    }
+
+    fn window(&self, start: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
+        for i in 0..t {
+            tokens[i] = self.bytes[start + i] as u32;
+            targets[i] = self.bytes[start + i + 1] as u32;
+        }
+    }
+
+    fn train_sequence(
+        &self,
+        step: u64,
+        index: usize,
+        t: usize,
+        tokens: &mut [u32],
+        targets: &mut [u32],
+    ) {
+        let mut rng = Rng::new(
+            self.seed
+                ^ (step.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                ^ ((index as u64) << 40)
+                ^ 0x7e57,
+        );
+        let start = rng.below((self.train_end - t) as u64) as usize;
+        self.window(start, t, tokens, targets);
+    }
+
+    fn eval_sequence(&self, index: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
+        // Windows spread evenly over the held-out bytes.
+        let span = self.bytes.len() - self.train_end - t - 1;
+        let start = self.train_end + (index * 7919 * t) % span.max(1);
+        self.window(start, t, tokens, targets);
+    }
+}

@@ -1,0 +1,300 @@
+//! Adam / AdamW over the flat parameter buffer, the learning-rate schedule
+//! (linear warm-up, then constant or cosine) and global grad-norm clipping.
+
+use crate::kernels::buf::AlignedBuf;
+use crate::params::{sum_squares, ParamKind, ParamLayout};
+use serde::{Deserialize, Serialize};
+
+/// Which optimiser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// Adam; weight decay (if any) is L2, added to the gradient.
+    Adam,
+    /// AdamW; weight decay is decoupled: `p -= lr * wd * p`.
+    Adamw,
+}
+
+impl std::str::FromStr for OptimizerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "adam" => Ok(OptimizerKind::Adam),
+            "adamw" => Ok(OptimizerKind::Adamw),
+            _ => Err(format!("unknown optimizer '{s}' (expected adam or adamw)")),
+        }
+    }
+}
+
+/// Shape of the learning rate after warm-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleKind {
+    /// Constant at the peak.
+    Constant,
+    /// Cosine from the peak to `min_lr_frac * peak` at the last step.
+    Cosine,
+}
+
+impl std::str::FromStr for ScheduleKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "constant" => Ok(ScheduleKind::Constant),
+            "cosine" => Ok(ScheduleKind::Cosine),
+            _ => Err(format!(
+                "unknown schedule '{s}' (expected constant or cosine)"
+            )),
+        }
+    }
+}
+
+/// Learning rate as a function of the step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Schedule {
+    /// Peak learning rate.
+    pub lr: f32,
+    /// Linear warm-up steps (0 = none).
+    pub warmup: usize,
+    /// Total steps.
+    pub total: usize,
+    /// After warm-up.
+    pub kind: ScheduleKind,
+    /// Cosine floor as a fraction of the peak.
+    pub min_lr_frac: f32,
+}
+
+impl Schedule {
+    /// Learning rate used at (0-based) `step`: `lr * (step+1)/warmup` during
+    /// warm-up, then constant or cosine.
+    pub fn lr_at(&self, step: usize) -> f32 {
+        if step < self.warmup {
+            return self.lr * (step + 1) as f32 / self.warmup as f32;
+        }
+        match self.kind {
+            ScheduleKind::Constant => self.lr,
+            ScheduleKind::Cosine => {
+                let span = self.total.saturating_sub(self.warmup).max(1) as f32;
+                let progress = ((step - self.warmup) as f32 / span).min(1.0);
+                let cos = 0.5 * (1.0 + (std::f32::consts::PI * progress).cos());
+                self.lr * (self.min_lr_frac + (1.0 - self.min_lr_frac) * cos)
+            }
+        }
+    }
+}
+
+/// Adam(W) state and hyper-parameters.
+#[derive(Clone, Debug)]
+pub struct Adam {
+    /// Adam or AdamW.
+    pub kind: OptimizerKind,
+    /// beta1.
+    pub beta1: f32,
+    /// beta2.
+    pub beta2: f32,
+    /// eps.
+    pub eps: f32,
+    /// Weight decay.
+    pub weight_decay: f32,
+    /// First moment.
+    pub m: AlignedBuf,
+    /// Second moment.
+    pub v: AlignedBuf,
+    /// Steps taken.
+    pub t: u64,
+    /// Per tensor: (range, decayed?, block).
+    groups: Vec<(std::ops::Range<usize>, bool, Option<usize>)>,
+}
+
+/// Sizes of the last update, per block and overall.
+#[derive(Clone, Debug, Default)]
+pub struct UpdateStats {
+    /// sqrt(sum(update^2)) / sqrt(sum(param^2)) over all parameters.
+    pub update_ratio: f64,
+    /// The same ratio per block.
+    pub update_ratio_per_block: Vec<f64>,
+}
+
+impl Adam {
+    /// State for a layout. Weight decay applies to weights and embeddings,
+    /// never to biases, and to norm gains only if `decay_norm_gains`.
+    pub fn new(
+        layout: &ParamLayout,
+        kind: OptimizerKind,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        decay_norm_gains: bool,
+    ) -> Adam {
+        let groups = layout
+            .tensors
+            .iter()
+            .map(|t| {
+                let decay = match t.kind {
+                    ParamKind::Weight | ParamKind::Embedding => true,
+                    ParamKind::Bias | ParamKind::NormBias => false,
+                    ParamKind::NormGain => decay_norm_gains,
+                };
+                (t.range.clone(), decay, t.block)
+            })
+            .collect();
+        Adam {
+            kind,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            m: layout.zeros(),
+            v: layout.zeros(),
+            t: 0,
+            groups,
+        }
+    }
+
+    /// One update with learning rate `lr`. With `stats`, also measures the
+    /// update size relative to the weights (per block and overall).
+    pub fn step(
+        &mut self,
+        params: &mut [f32],
+        grads: &[f32],
+        lr: f32,
+        num_blocks: usize,
+        stats: bool,
+    ) -> Option<UpdateStats> {
+        self.t += 1;
+        let (b1, b2) = (self.beta1, self.beta2);
+        let bc1 = 1.0 - b1.powi(self.t as i32);
+        let bc2 = 1.0 - b2.powi(self.t as i32);
+        let step_size = lr / bc1;
+        let inv_sqrt_bc2 = 1.0 / bc2.sqrt();
+        let eps = self.eps;
+        let mut upd2 = vec![0f64; num_blocks + 1];
+        let mut par2 = vec![0f64; num_blocks + 1];
+        for (range, decay, block) in &self.groups {
+            let wd = if *decay { self.weight_decay } else { 0.0 };
+            let (l2, decoupled) = match self.kind {
+                OptimizerKind::Adam => (wd, 0.0),
+                OptimizerKind::Adamw => (0.0, lr * wd),
+            };
+            let p = &mut params[range.clone()];
+            let g = &grads[range.clone()];
+            let m = &mut self.m[range.clone()];
+            let v = &mut self.v[range.clone()];
+            let slot = block.unwrap_or(num_blocks);
+            if stats {
+                par2[slot] += sum_squares(p);
+            }
+            let mut u2 = [0f64; 8];
+            for (i, (((pv, &gv), mv), vv)) in p
+                .iter_mut()
+                .zip(g)
+                .zip(m.iter_mut())
+                .zip(v.iter_mut())
+                .enumerate()
+            {
+                let gr = gv + l2 * *pv;
+                *mv = b1 * *mv + (1.0 - b1) * gr;
+                *vv = b2 * *vv + (1.0 - b2) * gr * gr;
+                let update =
+                    step_size * *mv / ((*vv).sqrt() * inv_sqrt_bc2 + eps) + decoupled * *pv;
+                *pv -= update;
+                if stats {
+                    u2[i % 8] += (update as f64) * (update as f64);
+                }
+            }
+            if stats {
+                upd2[slot] += u2.iter().sum::<f64>();
+            }
+        }
+        stats.then(|| {
+            let ratio = |u: f64, p: f64| if p > 0.0 { (u / p).sqrt() } else { 0.0 };
+            UpdateStats {
+                update_ratio: ratio(upd2.iter().sum(), par2.iter().sum()),
+                update_ratio_per_block: (0..num_blocks).map(|b| ratio(upd2[b], par2[b])).collect(),
+            }
+        })
+    }
+}
+
+/// Global L2 norm of the gradient (f64, fixed order).
+pub fn grad_norm(grads: &[f32]) -> f64 {
+    sum_squares(grads).sqrt()
+}
+
+/// L2 norm of the gradient of each block's tensors.
+pub fn grad_norm_per_block(layout: &ParamLayout, grads: &[f32], num_blocks: usize) -> Vec<f64> {
+    let mut s = vec![0f64; num_blocks];
+    for t in &layout.tensors {
+        if let Some(b) = t.block {
+            s[b] += sum_squares(&grads[t.range.clone()]);
+        }
+    }
+    s.into_iter().map(f64::sqrt).collect()
+}
+
+/// Scale `grads` so their global norm is at most `max_norm`; returns the
+/// norm before clipping.
+pub fn clip_grad_norm(grads: &mut [f32], max_norm: f32) -> f64 {
+    let norm = grad_norm(grads);
+    if max_norm > 0.0 && norm > max_norm as f64 && norm.is_finite() {
+        let s = (max_norm as f64 / norm) as f32;
+        for g in grads.iter_mut() {
+            *g *= s;
+        }
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Init;
+
+    #[test]
+    fn schedule_shapes() {
+        let s = Schedule {
+            lr: 1.0,
+            warmup: 4,
+            total: 14,
+            kind: ScheduleKind::Cosine,
+            min_lr_frac: 0.1,
+        };
+        assert_eq!(s.lr_at(0), 0.25);
+        assert_eq!(s.lr_at(3), 1.0);
+        assert_eq!(s.lr_at(4), 1.0);
+        assert!((s.lr_at(9) - 0.55).abs() < 1e-6);
+        assert!((s.lr_at(14) - 0.1).abs() < 1e-6);
+        let c = Schedule {
+            kind: ScheduleKind::Constant,
+            ..s
+        };
+        assert_eq!(c.lr_at(13), 1.0);
+    }
+
+    #[test]
+    fn adam_first_step_moves_by_lr_and_decay_is_selective() {
+        let mut l = ParamLayout::new();
+        let w = l.add("w", &[4], ParamKind::Weight, Some(0), Init::Const(1.0));
+        let g = l.add("g", &[4], ParamKind::NormGain, Some(0), Init::Const(1.0));
+        let mut p = l.zeros();
+        l.init(&mut p, 0);
+        let grads = {
+            let mut gr = l.zeros();
+            gr[w.0.clone()].fill(0.5);
+            gr
+        };
+        let mut opt = Adam::new(&l, OptimizerKind::Adamw, 0.9, 0.999, 1e-8, 0.1, false);
+        let st = opt.step(&mut p, &grads, 0.01, 1, true).unwrap();
+        // Adam's first step is lr * sign(g); AdamW adds lr * wd * p.
+        assert!((p[0] - (1.0 - 0.01 - 0.001)).abs() < 1e-6, "{}", p[0]);
+        // The gain has zero gradient and no decay: unchanged.
+        assert_eq!(g.get(&p), &[1.0; 4]);
+        assert!(st.update_ratio > 0.0);
+        let mut gr = l.zeros();
+        gr[0] = 3.0;
+        gr[1] = 4.0;
+        assert_eq!(clip_grad_norm(&mut gr, 1.0), 5.0);
+        assert!((grad_norm(&gr) - 1.0).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,272 @@
+//! The training loop's state and one optimisation step: data -> shards
+//! (forward + backward in parallel) -> gradients summed in shard order ->
+//! divergence check -> clipping -> Adam(W); plus evaluation on the held-out
+//! split and the per-step diagnostics of SPEC section 4.
+
+use crate::kernels::buf::AlignedBuf;
+use crate::model::{Model, ModelKind, Workspace};
+use crate::train::config::TrainConfig;
+use crate::train::data::{Data, TextData};
+use crate::train::optim::{clip_grad_norm, grad_norm_per_block, Adam, Schedule};
+use crate::train::toy_task::ToyTask;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The Shakespeare text bundled with normlab (see data/README.md).
+pub const BUNDLED_TEXT: &[u8] = include_bytes!("../../../../data/shakespeare.txt");
+
+/// Metrics of one step (SPEC section 4).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StepRecord {
+    /// 1-based step number (after this many updates).
+    pub step: usize,
+    /// Mean training loss of the step's batch.
+    pub loss: f64,
+    /// Learning rate used.
+    pub lr: f32,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Gradient norm of each block's parameters.
+    pub grad_norm_per_block: Vec<f64>,
+    /// RMS of the residual stream after each block.
+    pub residual_rms: Vec<f64>,
+    /// ||update|| / ||weights|| over all parameters.
+    pub update_ratio: Option<f64>,
+    /// The same per block.
+    pub update_ratio_per_block: Vec<f64>,
+    /// Held-out loss, on evaluation steps.
+    pub eval_loss: Option<f64>,
+}
+
+/// Everything a running training holds.
+pub struct Trainer {
+    /// Settings.
+    pub cfg: TrainConfig,
+    /// Model structure.
+    pub model: Model,
+    /// Parameters.
+    pub params: AlignedBuf,
+    /// Optimiser state.
+    pub opt: Adam,
+    /// Learning-rate schedule.
+    pub sched: Schedule,
+    /// Training and held-out data.
+    pub data: Data,
+    /// Steps completed.
+    pub step: usize,
+    shards: Vec<Workspace>,
+    grads: AlignedBuf,
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+/// Load the data a config asks for.
+pub fn load_data(cfg: &TrainConfig) -> Result<Data, String> {
+    match cfg.model {
+        ModelKind::Toy => Ok(Data::Toy(ToyTask::new(cfg.seed, cfg.toy_noise))),
+        ModelKind::Gpt => match &cfg.data {
+            Some(p) => Ok(Data::Text(TextData::load(Path::new(p), cfg.seed, cfg.seq)?)),
+            None => Ok(Data::Text(TextData::from_bytes(
+                "shakespeare.txt (bundled)".into(),
+                BUNDLED_TEXT.to_vec(),
+                cfg.seed,
+                cfg.seq,
+            )?)),
+        },
+    }
+}
+
+impl Trainer {
+    /// A fresh run: initialised parameters, zero optimiser state.
+    pub fn new(cfg: &TrainConfig, threads: usize) -> Result<Trainer, String> {
+        cfg.validate()?;
+        let model = Model::new(&cfg.model_config())?;
+        let data = load_data(cfg)?;
+        if data.vocab() != cfg.vocab {
+            return Err(format!(
+                "data has vocabulary {} but the model {}",
+                data.vocab(),
+                cfg.vocab
+            ));
+        }
+        let params = model.init_params(cfg.seed);
+        let opt = Adam::new(
+            &model.layout,
+            cfg.optimizer,
+            cfg.beta1,
+            cfg.beta2,
+            cfg.adam_eps,
+            cfg.weight_decay,
+            cfg.wd_norm_gains,
+        );
+        let sched = Schedule {
+            lr: cfg.lr,
+            warmup: cfg.warmup,
+            total: cfg.steps,
+            kind: cfg.schedule,
+            min_lr_frac: cfg.min_lr_frac,
+        };
+        let per = cfg.batch / cfg.shards;
+        let shards = (0..cfg.shards)
+            .map(|_| model.workspace(per, cfg.seq))
+            .collect();
+        let threads = threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| format!("thread pool: {e}"))?;
+        let grads = model.layout.zeros();
+        Ok(Trainer {
+            cfg: cfg.clone(),
+            model,
+            params,
+            opt,
+            sched,
+            data,
+            step: 0,
+            shards,
+            grads,
+            pool,
+            threads,
+        })
+    }
+
+    /// Threads in use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Loss above which (or non-finite) a run counts as diverged: 2 ln(vocab).
+    pub fn divergence_bound(&self) -> f64 {
+        2.0 * (self.cfg.vocab as f64).ln()
+    }
+
+    /// Tokens per optimisation step.
+    pub fn tokens_per_step(&self) -> usize {
+        self.cfg.batch * self.cfg.seq
+    }
+
+    /// One optimisation step. Returns the record and whether the run
+    /// diverged at this step (then no update was applied).
+    pub fn train_step(&mut self, want_stats: bool) -> (StepRecord, bool) {
+        let step = self.step;
+        let lr = self.sched.lr_at(step);
+        let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.seq);
+        let total_tokens = (self.cfg.batch * t) as f32;
+        let (model, params, data) = (&self.model, &self.params, &self.data);
+        let track = want_stats;
+        self.pool.install(|| {
+            self.shards.par_iter_mut().enumerate().for_each(|(s, ws)| {
+                for i in 0..per {
+                    let r = i * t..(i + 1) * t;
+                    data.train_sequence(
+                        step as u64,
+                        s * per + i,
+                        t,
+                        &mut ws.tokens[r.clone()],
+                        &mut ws.targets[r],
+                    );
+                }
+                ws.track_paths(track);
+                model.forward(params, ws);
+                model.backward(params, ws, 1.0 / total_tokens);
+            })
+        });
+        let loss = self.shards.iter().map(|w| w.loss_sum).sum::<f64>() / total_tokens as f64;
+        // Sum shard gradients in shard order (parallel over elements).
+        {
+            let shards = &self.shards;
+            let chunk = 16 * 1024;
+            self.pool.install(|| {
+                self.grads
+                    .par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(c, g)| {
+                        let off = c * chunk;
+                        let n = g.len();
+                        g.copy_from_slice(&shards[0].grads[off..off + n]);
+                        for ws in &shards[1..] {
+                            for (a, &b) in g.iter_mut().zip(&ws.grads[off..off + n]) {
+                                *a += b;
+                            }
+                        }
+                    })
+            });
+        }
+        let nb = self.cfg.layers;
+        let d = self.cfg.d_model as f64;
+        let residual_rms: Vec<f64> = (0..nb)
+            .map(|b| {
+                (self.shards.iter().map(|w| w.residual_sumsq[b]).sum::<f64>()
+                    / (total_tokens as f64 * d))
+                    .sqrt()
+            })
+            .collect();
+        let grad_norm_per_block = if want_stats {
+            grad_norm_per_block(&self.model.layout, &self.grads, nb)
+        } else {
+            Vec::new()
+        };
+        let grad_norm = clip_grad_norm(&mut self.grads, self.cfg.clip);
+        let mut rec = StepRecord {
+            step: step + 1,
+            loss,
+            lr,
+            grad_norm,
+            grad_norm_per_block,
+            residual_rms,
+            update_ratio: None,
+            update_ratio_per_block: Vec::new(),
+            eval_loss: None,
+        };
+        if !loss.is_finite() || loss > self.divergence_bound() || !grad_norm.is_finite() {
+            return (rec, true);
+        }
+        if let Some(st) = self
+            .opt
+            .step(&mut self.params, &self.grads, lr, nb, want_stats)
+        {
+            rec.update_ratio = Some(st.update_ratio);
+            rec.update_ratio_per_block = st.update_ratio_per_block;
+        }
+        self.step += 1;
+        (rec, false)
+    }
+
+    /// Mean loss on the held-out split.
+    pub fn evaluate(&mut self) -> f64 {
+        let n = self.cfg.eval_sequences_rounded();
+        let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.seq);
+        let rounds = n / self.cfg.batch;
+        let (model, params, data) = (&self.model, &self.params, &self.data);
+        let mut total = 0f64;
+        for r in 0..rounds {
+            let sums: Vec<f64> = self.pool.install(|| {
+                self.shards
+                    .par_iter_mut()
+                    .enumerate()
+                    .map(|(s, ws)| {
+                        for i in 0..per {
+                            let rr = i * t..(i + 1) * t;
+                            data.eval_sequence(
+                                r * self.cfg.batch + s * per + i,
+                                t,
+                                &mut ws.tokens[rr.clone()],
+                                &mut ws.targets[rr],
+                            );
+                        }
+                        model.forward(params, ws)
+                    })
+                    .collect()
+            });
+            total += sums.iter().sum::<f64>();
+        }
+        total / (n * t) as f64
+    }
+
+    /// Shard workspaces (diagnostics read their caches after a step).
+    pub fn shards(&self) -> &[Workspace] {
+        &self.shards
+    }
+}

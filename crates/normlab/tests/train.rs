@@ -1,0 +1,219 @@
+//! Training: determinism across thread counts, bit-identical resume,
+//! divergence as a result, run-folder safety.
+
+use normlab::train::{self, RunOptions, RunOutcome, StepRecord, TrainConfig};
+use serde_json::json;
+use std::path::PathBuf;
+
+fn cfg(v: serde_json::Value) -> TrainConfig {
+    TrainConfig::from_overrides(v.as_object().unwrap()).unwrap()
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("normlab-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run_collect(c: &TrainConfig, opts: &RunOptions) -> (Vec<StepRecord>, RunOutcome) {
+    let mut recs = Vec::new();
+    let out = train::run(c, opts, &mut |r, _| recs.push(r.clone())).unwrap();
+    (recs, out)
+}
+
+fn bits(recs: &[StepRecord]) -> Vec<u64> {
+    recs.iter().map(|r| r.loss.to_bits()).collect()
+}
+
+#[test]
+fn same_config_same_losses_for_1_and_2_threads() {
+    for c in [
+        cfg(
+            json!({"model": "toy", "layers": 3, "steps": 12, "eval_every": 6, "eval_sequences": 32, "batch": 8, "shards": 2, "log_every": 1}),
+        ),
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "qk_norm": true, "log_every": 1}),
+        ),
+        cfg(
+            json!({"model": "toy", "layers": 2, "steps": 6, "batch": 6, "shards": 3, "norm": "rmsnorm", "placement": "sandwich", "eval_sequences": 12}),
+        ),
+    ] {
+        let one = run_collect(
+            &c,
+            &RunOptions {
+                threads: 1,
+                ..Default::default()
+            },
+        );
+        let two = run_collect(
+            &c,
+            &RunOptions {
+                threads: 2,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            bits(&one.0),
+            bits(&two.0),
+            "{:?} {:?}",
+            c.model,
+            c.placement
+        );
+        let e = |r: &[StepRecord]| {
+            r.iter()
+                .filter_map(|x| x.eval_loss.map(f64::to_bits))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(e(&one.0), e(&two.0));
+        assert!(one.0.len() == c.steps && one.0.iter().all(|r| r.loss.is_finite()));
+    }
+}
+
+#[test]
+fn resume_is_bit_identical() {
+    let c = cfg(
+        json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1}),
+    );
+    let a = tmpdir("resume-a");
+    let b = tmpdir("resume-b");
+    run_collect(
+        &c,
+        &RunOptions {
+            out: Some(a.clone()),
+            threads: 2,
+            ..Default::default()
+        },
+    );
+    let (_, out) = run_collect(
+        &c,
+        &RunOptions {
+            out: Some(b.clone()),
+            threads: 1,
+            stop_after: Some(7),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(out, RunOutcome::Interrupted { step: 7 }));
+    assert!(!b.join("summary.json").exists());
+    let (_, out) = run_collect(
+        &c,
+        &RunOptions {
+            out: Some(b.clone()),
+            resume: true,
+            threads: 2,
+            ..Default::default()
+        },
+    );
+    assert!(matches!(out, RunOutcome::Finished(_)));
+    for f in ["metrics.jsonl", "checkpoint.safetensors", "config.json"] {
+        assert!(
+            std::fs::read(a.join(f)).unwrap() == std::fs::read(b.join(f)).unwrap(),
+            "{f} differs after resume"
+        );
+    }
+    // The optimizer file's metadata holds wall-clock seconds; compare its tensors.
+    let (ta, tb) = (
+        std::fs::read(a.join("optimizer.safetensors")).unwrap(),
+        std::fs::read(b.join("optimizer.safetensors")).unwrap(),
+    );
+    let (sa, sb) = (
+        safetensors::SafeTensors::deserialize(&ta).unwrap(),
+        safetensors::SafeTensors::deserialize(&tb).unwrap(),
+    );
+    for (name, view) in sa.tensors() {
+        assert!(
+            view.data() == sb.tensor(&name).unwrap().data(),
+            "optimizer tensor {name} differs after resume"
+        );
+    }
+    let sa = train::run::read_summary(&a).unwrap();
+    let sb = train::run::read_summary(&b).unwrap();
+    assert_eq!(sa.final_loss.to_bits(), sb.final_loss.to_bits());
+    assert_eq!(
+        sa.eval_loss.map(f64::to_bits),
+        sb.eval_loss.map(f64::to_bits)
+    );
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+#[test]
+fn divergence_is_a_result() {
+    let c = cfg(
+        json!({"model": "toy", "layers": 4, "norm": "none", "lr": 50.0, "steps": 200, "batch": 8, "eval_sequences": 8}),
+    );
+    let (recs, out) = run_collect(
+        &c,
+        &RunOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    let RunOutcome::Finished(s) = out else {
+        panic!("not finished")
+    };
+    assert_eq!(s.status, train::Status::Diverged);
+    let k = s.diverged_at_step.expect("diverged step");
+    assert!(k <= 200 && recs.last().unwrap().step == k);
+    assert!(s.eval_loss.is_none());
+}
+
+#[test]
+fn existing_run_folder_is_left_untouched() {
+    let c = cfg(json!({"model": "toy", "layers": 1, "steps": 3, "batch": 4, "eval_sequences": 4}));
+    let d = tmpdir("untouched");
+    run_collect(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    let before: Vec<_> = [
+        "config.json",
+        "summary.json",
+        "metrics.jsonl",
+        "checkpoint.safetensors",
+    ]
+    .iter()
+    .map(|f| std::fs::read(d.join(f)).unwrap())
+    .collect();
+    let err = train::run(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            threads: 1,
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.contains("already holds a run"), "{err}");
+    let after: Vec<_> = [
+        "config.json",
+        "summary.json",
+        "metrics.jsonl",
+        "checkpoint.safetensors",
+    ]
+    .iter()
+    .map(|f| std::fs::read(d.join(f)).unwrap())
+    .collect();
+    assert_eq!(before, after);
+    // A corrupt checkpoint is a clear error, not a panic.
+    std::fs::write(d.join("checkpoint.safetensors"), b"not a checkpoint").unwrap();
+    let err = train::run(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            resume: true,
+            threads: 1,
+            steps_override: Some(5),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.contains("not a valid safetensors"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
