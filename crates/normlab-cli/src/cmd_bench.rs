@@ -10,6 +10,27 @@ pub enum BenchCommand {
     /// Norm kernels: forward and forward+backward, 1 thread and all threads,
     /// median time, effective GB/s and a copy roofline at the same footprint.
     Norms(NormsArgs),
+    /// Training steps: steps/s and tokens/s for the toy (L20, batch 32) and
+    /// gpt (d128, 4 heads, L8, seq 128, batch 16) models, 1 thread and all
+    /// threads, with achieved GFLOP/s next to a matmul peak measured in the
+    /// same run.
+    Train(TrainBenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TrainBenchArgs {
+    /// toy, gpt or both.
+    #[arg(long, default_value = "both")]
+    model: String,
+    /// Thread counts, comma-separated (default: 1 and all cores).
+    #[arg(long)]
+    threads: Option<String>,
+    /// Steps timed per point (median reported; 2 warm-up steps first).
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Print the records as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -51,6 +72,7 @@ fn parse_list<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> anyhow::
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Norms(a) => norms(a),
+        BenchCommand::Train(a) => train(a),
     }
 }
 
@@ -139,5 +161,72 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         print!("{t}");
     }
     let _ = Pass::Forward;
+    Ok(())
+}
+
+fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
+    let all = crate::cmd_train::default_threads();
+    let threads = match &a.threads {
+        Some(s) => parse_list("--threads", s, |p| {
+            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
+        })?,
+        None if all > 1 => vec![1, all],
+        None => vec![1],
+    };
+    if a.steps == 0 {
+        return bad("--steps must be at least 1");
+    }
+    let cfgs: Vec<_> = bench::standard_train_configs()
+        .into_iter()
+        .filter(|c| a.model == "both" || c.model.to_string() == a.model)
+        .collect();
+    if cfgs.is_empty() {
+        return bad(format!(
+            "--model must be toy, gpt or both (got '{}')",
+            a.model
+        ));
+    }
+    let pb = progress((cfgs.len() * threads.len()) as u64, "bench train");
+    let mut recs = Vec::new();
+    for c in &cfgs {
+        for &t in &threads {
+            pb.set_message(format!("{} t{t}", c.model));
+            recs.push(bench::run_train_bench(c, t, a.steps).or_else(bad)?);
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&recs)?);
+        return Ok(());
+    }
+    let mut t = Table::new(&[
+        "model",
+        "config",
+        "threads",
+        "ms/step",
+        "steps/s",
+        "tokens/s",
+        "GFLOP/step",
+        "GFLOP/s",
+        "matmul peak",
+        "% peak",
+    ])
+    .right(&[2, 3, 4, 5, 6, 7, 8, 9]);
+    for r in &recs {
+        t.row(vec![
+            r.model.clone(),
+            r.config.clone(),
+            r.threads.to_string(),
+            format!("{:.2}", r.ms_per_step),
+            format!("{:.1}", r.steps_per_sec),
+            format!("{:.0}", r.tokens_per_sec),
+            format!("{:.2}", r.gflop_per_step),
+            format!("{:.1}", r.gflops),
+            format!("{:.1}", r.matmul_peak_gflops),
+            format!("{:.0}%", 100.0 * r.peak_fraction),
+        ]);
+    }
+    print!("{t}");
     Ok(())
 }

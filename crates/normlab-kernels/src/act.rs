@@ -139,9 +139,16 @@ fn max_of(x: &[f32]) -> f32 {
 pub fn softmax_row(row: &mut [f32]) -> f32 {
     let m = max_of(row);
     let mut s = [0f32; LANES];
-    for (i, v) in row.iter_mut().enumerate() {
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for i in 0..LANES {
+            c[i] = exp(c[i] - m);
+            s[i] += c[i];
+        }
+    }
+    for (i, v) in chunks.into_remainder().iter_mut().enumerate() {
         *v = exp(*v - m);
-        s[i % LANES] += *v;
+        s[i] += *v;
     }
     let total: f32 = crate::simd::tree_sum(&s.map(|v| v as f64)) as f32;
     let inv = 1.0 / total;
@@ -290,8 +297,14 @@ crate::multiversion! {
             let n = i + 1;
             let (pv, dv) = (&pr[..n], &mut dr[..n]);
             let mut acc = [0f32; LANES];
-            for j in 0..n {
-                acc[j % LANES] += pv[j] * dv[j];
+            let full = n - n % LANES;
+            for j0 in (0..full).step_by(LANES) {
+                for i in 0..LANES {
+                    acc[i] += pv[j0 + i] * dv[j0 + i];
+                }
+            }
+            for j in full..n {
+                acc[j - full] += pv[j] * dv[j];
             }
             let dot = crate::simd::tree_sum(&acc.map(|v| v as f64)) as f32;
             for j in 0..n {

@@ -114,29 +114,29 @@ pub fn linear_forward(
     assert_eq!(x.len(), rows * d_in, "linear x");
     assert_eq!(w.len(), d_out * d_in, "linear w");
     assert_eq!(y.len(), rows * d_out, "linear y");
-    match b {
-        Some(b) => {
-            assert_eq!(b.len(), d_out, "linear b");
-            for yr in y.chunks_exact_mut(d_out) {
-                yr.copy_from_slice(b);
+    gemm(
+        1.0,
+        Mat::rows(x, rows, d_in),
+        Mat::rows(w, d_out, d_in).t(),
+        0.0,
+        y,
+        d_out,
+    );
+    if let Some(b) = b {
+        assert_eq!(b.len(), d_out, "linear b");
+        add_bias_rows(y, b);
+    }
+}
+
+crate::multiversion! {
+    /// `y[r, j] += b[j]` for every row (an explicit loop: a per-row memcpy of
+    /// the bias costs a library call per row on small layers).
+    pub fn add_bias_rows(y: &mut [f32], b: &[f32]) {
+        for yr in y.chunks_exact_mut(b.len()) {
+            for (v, &bv) in yr.iter_mut().zip(b) {
+                *v += bv;
             }
-            gemm(
-                1.0,
-                Mat::rows(x, rows, d_in),
-                Mat::rows(w, d_out, d_in).t(),
-                1.0,
-                y,
-                d_out,
-            );
         }
-        None => gemm(
-            1.0,
-            Mat::rows(x, rows, d_in),
-            Mat::rows(w, d_out, d_in).t(),
-            0.0,
-            y,
-            d_out,
-        ),
     }
 }
 
@@ -181,13 +181,15 @@ pub fn linear_backward(
     }
 }
 
-/// `acc[j] += sum_r m[r, j]` for a row-major `[rows, cols]` matrix (rows
-/// summed in order; vectorised across columns).
-pub fn add_column_sums(m: &[f32], cols: usize, acc: &mut [f32]) {
-    assert_eq!(acc.len(), cols);
-    for row in m.chunks_exact(cols) {
-        for (a, &v) in acc.iter_mut().zip(row) {
-            *a += v;
+crate::multiversion! {
+    /// `acc[j] += sum_r m[r, j]` for a row-major `[rows, cols]` matrix (rows
+    /// summed in order; vectorised across columns).
+    pub fn add_column_sums(m: &[f32], cols: usize, acc: &mut [f32]) {
+        assert_eq!(acc.len(), cols);
+        for row in m.chunks_exact(cols) {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += v;
+            }
         }
     }
 }

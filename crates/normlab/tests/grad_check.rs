@@ -106,3 +106,14 @@ fn options_swiglu_tied_no_residual_branch_scale_no_final_norm() {
     c.final_norm = Some(true);
     run_check(&c, 6);
 }
+
+#[test]
+fn gpt_long_sequences_cross_causal_blocks() {
+    // seq > 64 exercises the block-skipping causal attention.
+    for qk in [false, true] {
+        let mut c = tiny(ModelKind::Gpt);
+        c.seq = 70;
+        c.qk_norm = qk;
+        run_check(&c, 7);
+    }
+}

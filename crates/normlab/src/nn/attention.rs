@@ -34,6 +34,11 @@ pub struct Attention {
 }
 
 /// Activations of one attention sublayer in one shard.
+///
+/// Heads are never copied out: q, k, v are strided views into the fused
+/// `[rows, 3d]` projection (or, with QK-Norm, into the normalised `[rows, d]`
+/// copies), and each head's output is written straight into its columns of
+/// the merged `[rows, d]` buffer.
 #[derive(Clone, Debug)]
 pub struct AttentionCache {
     batch: usize,
@@ -43,16 +48,12 @@ pub struct AttentionCache {
     k_raw: AlignedBuf,
     q: AlignedBuf,
     k: AlignedBuf,
-    v: AlignedBuf,
     probs: AlignedBuf,
-    ctx: AlignedBuf,
     merged: AlignedBuf,
     dmerged: AlignedBuf,
-    dctx: AlignedBuf,
     dp: AlignedBuf,
     dq: AlignedBuf,
     dk: AlignedBuf,
-    dv: AlignedBuf,
     dq_raw: AlignedBuf,
     dk_raw: AlignedBuf,
     dqkv: AlignedBuf,
@@ -61,6 +62,10 @@ pub struct AttentionCache {
     /// Largest pre-softmax logit of the last forward.
     pub max_logit: f32,
 }
+
+/// Rows per causal block: a row block [i0, i1) only attends to columns
+/// [0, i1), so score and value products skip the masked upper blocks.
+const BLOCK: usize = 64;
 
 impl Attention {
     /// Register `{name}.c_attn`, `{name}.c_proj` and, with QK-Norm,
@@ -128,18 +133,14 @@ impl Attention {
             qkv: buf(rows * 3 * d),
             q_raw: opt(rows * d),
             k_raw: opt(rows * d),
-            q: buf(rows * d),
-            k: buf(rows * d),
-            v: buf(rows * d),
+            q: opt(rows * d),
+            k: opt(rows * d),
             probs: buf(batch * h * t * t),
-            ctx: buf(rows * d),
             merged: buf(rows * d),
             dmerged: buf(rows * d),
-            dctx: buf(rows * d),
             dp: buf(t * t),
-            dq: buf(rows * d),
-            dk: buf(rows * d),
-            dv: buf(rows * d),
+            dq: opt(rows * d),
+            dk: opt(rows * d),
             dq_raw: opt(rows * d),
             dk_raw: opt(rows * d),
             dqkv: buf(rows * 3 * d),
@@ -154,46 +155,59 @@ impl Attention {
         let (d, h, hd, t, batch) = (self.d, self.heads, self.hd(), c.t, c.batch);
         let rows = batch * t;
         self.qkv.forward(params, a, rows, &mut c.qkv);
-        // Split [rows, 3d] into head-major [batch, heads, t, hd] blocks.
-        {
-            let (qd, kd) = if self.qk_norm.is_some() {
-                (&mut c.q_raw, &mut c.k_raw)
-            } else {
-                (&mut c.q, &mut c.k)
-            };
-            split_heads(&c.qkv, 3 * d, 0, batch, t, h, hd, qd);
-            split_heads(&c.qkv, 3 * d, d, batch, t, h, hd, kd);
-            split_heads(&c.qkv, 3 * d, 2 * d, batch, t, h, hd, &mut c.v);
-        }
         if let Some((qn, kn)) = &self.qk_norm {
+            copy_columns(&c.qkv, 3 * d, 0, d, &mut c.q_raw);
+            copy_columns(&c.qkv, 3 * d, d, d, &mut c.k_raw);
             qn.forward(params, &c.q_raw, &mut c.q, c.q_cache.as_mut().unwrap());
             kn.forward(params, &c.k_raw, &mut c.k, c.k_cache.as_mut().unwrap());
         }
+        // (buffer, row stride, column offset) of q and k.
+        let (qs, ks) = if self.qk_norm.is_some() {
+            ((&c.q[..], d, 0), (&c.k[..], d, 0))
+        } else {
+            ((&c.qkv[..], 3 * d, 0), (&c.qkv[..], 3 * d, d))
+        };
         let scale = 1.0 / (hd as f32).sqrt();
         let mut max_logit = f32::NEG_INFINITY;
-        for bh in 0..batch * h {
-            let blk = bh * t * hd..(bh + 1) * t * hd;
-            let pb = &mut c.probs[bh * t * t..(bh + 1) * t * t];
-            gemm(
-                scale,
-                Mat::rows(&c.q[blk.clone()], t, hd),
-                Mat::rows(&c.k[blk.clone()], t, hd).t(),
-                0.0,
-                pb,
-                t,
-            );
-            max_logit = max_logit.max(act::causal_softmax(pb, t));
-            gemm(
-                1.0,
-                Mat::rows(pb, t, t),
-                Mat::rows(&c.v[blk.clone()], t, hd),
-                0.0,
-                &mut c.ctx[blk],
-                hd,
-            );
+        for b in 0..batch {
+            for hh in 0..h {
+                let view = |src, r0: usize, n: usize| head(src, b * t + r0, hh * hd, n, hd);
+                let vv =
+                    |r0: usize, n: usize| head((&c.qkv, 3 * d, 2 * d), b * t + r0, hh * hd, n, hd);
+                let pb = &mut c.probs[(b * h + hh) * t * t..(b * h + hh + 1) * t * t];
+                for i0 in (0..t).step_by(BLOCK) {
+                    let i1 = (i0 + BLOCK).min(t);
+                    gemm(
+                        scale,
+                        view(qs, i0, i1 - i0),
+                        view(ks, 0, i1).t(),
+                        0.0,
+                        &mut pb[i0 * t..],
+                        t,
+                    );
+                }
+                max_logit = max_logit.max(act::causal_softmax(pb, t));
+                for i0 in (0..t).step_by(BLOCK) {
+                    let i1 = (i0 + BLOCK).min(t);
+                    let p = Mat {
+                        data: &pb[i0 * t..],
+                        rows: i1 - i0,
+                        cols: i1,
+                        rs: t,
+                        cs: 1,
+                    };
+                    gemm(
+                        1.0,
+                        p,
+                        vv(0, i1),
+                        0.0,
+                        &mut c.merged[(b * t + i0) * d + hh * hd..],
+                        d,
+                    );
+                }
+            }
         }
         c.max_logit = max_logit;
-        merge_heads(&c.ctx, batch, t, h, hd, &mut c.merged);
         self.proj.forward(params, &c.merged, rows, out);
     }
 
@@ -218,47 +232,103 @@ impl Attention {
             Some(&mut c.dmerged),
             false,
         );
-        split_heads(&c.dmerged, d, 0, batch, t, h, hd, &mut c.dctx);
+        let qk = self.qk_norm.is_some();
         let scale = 1.0 / (hd as f32).sqrt();
-        for bh in 0..batch * h {
-            let blk = bh * t * hd..(bh + 1) * t * hd;
-            let pb = &c.probs[bh * t * t..(bh + 1) * t * t];
-            let dctx = Mat::rows(&c.dctx[blk.clone()], t, hd);
-            // dP = dctx v^T ; dv = P^T dctx
-            gemm(
-                1.0,
-                dctx,
-                Mat::rows(&c.v[blk.clone()], t, hd).t(),
-                0.0,
-                &mut c.dp,
-                t,
-            );
-            gemm(
-                1.0,
-                Mat::rows(pb, t, t).t(),
-                dctx,
-                0.0,
-                &mut c.dv[blk.clone()],
-                hd,
-            );
-            act::causal_softmax_backward(pb, &mut c.dp, t);
-            // dq = scale dS k ; dk = scale dS^T q
-            gemm(
-                scale,
-                Mat::rows(&c.dp, t, t),
-                Mat::rows(&c.k[blk.clone()], t, hd),
-                0.0,
-                &mut c.dq[blk.clone()],
-                hd,
-            );
-            gemm(
-                scale,
-                Mat::rows(&c.dp, t, t).t(),
-                Mat::rows(&c.q[blk.clone()], t, hd),
-                0.0,
-                &mut c.dk[blk],
-                hd,
-            );
+        let AttentionCache {
+            qkv,
+            q,
+            k,
+            probs,
+            dmerged,
+            dp,
+            dq,
+            dk,
+            dqkv,
+            ..
+        } = c;
+        let (qs, ks) = if qk {
+            ((&q[..], d, 0), (&k[..], d, 0))
+        } else {
+            ((&qkv[..], 3 * d, 0), (&qkv[..], 3 * d, d))
+        };
+        for b in 0..batch {
+            for hh in 0..h {
+                let view = |src, r0: usize, n: usize| head(src, b * t + r0, hh * hd, n, hd);
+                let vv =
+                    |r0: usize, n: usize| head((qkv, 3 * d, 2 * d), b * t + r0, hh * hd, n, hd);
+                let dctx = |r0: usize, n: usize| head((dmerged, d, 0), b * t + r0, hh * hd, n, hd);
+                let pb = &probs[(b * h + hh) * t * t..(b * h + hh + 1) * t * t];
+                let p_block = |i0: usize, n_rows: usize, c0: usize, n_cols: usize| Mat {
+                    data: &pb[i0 * t + c0..],
+                    rows: n_rows,
+                    cols: n_cols,
+                    rs: t,
+                    cs: 1,
+                };
+                // Where dq, dk, dv of this head go: straight into dqkv, or into
+                // the [rows, d] buffers that QK-Norm's backward reads.
+                let (dq_base, dq_rs) = if qk {
+                    (((b * t) * d + hh * hd), d)
+                } else {
+                    ((b * t) * 3 * d + hh * hd, 3 * d)
+                };
+                let (dk_base, dk_rs) = if qk {
+                    (((b * t) * d + hh * hd), d)
+                } else {
+                    ((b * t) * 3 * d + d + hh * hd, 3 * d)
+                };
+                let dv_base = (b * t) * 3 * d + 2 * d + hh * hd;
+                for i0 in (0..t).step_by(BLOCK) {
+                    let i1 = (i0 + BLOCK).min(t);
+                    // dP = dctx v^T ; dV[j-block] = P[j0.., j-block]^T dctx[j0..]
+                    gemm(
+                        1.0,
+                        dctx(i0, i1 - i0),
+                        vv(0, i1).t(),
+                        0.0,
+                        &mut dp[i0 * t..],
+                        t,
+                    );
+                    gemm(
+                        1.0,
+                        p_block(i0, t - i0, i0, i1 - i0).t(),
+                        dctx(i0, t - i0),
+                        0.0,
+                        &mut dqkv[dv_base + i0 * 3 * d..],
+                        3 * d,
+                    );
+                }
+                act::causal_softmax_backward(pb, dp, t);
+                for i0 in (0..t).step_by(BLOCK) {
+                    let i1 = (i0 + BLOCK).min(t);
+                    let ds_rows = Mat {
+                        data: &dp[i0 * t..],
+                        rows: i1 - i0,
+                        cols: i1,
+                        rs: t,
+                        cs: 1,
+                    };
+                    let ds_cols = Mat {
+                        data: &dp[i0 * t + i0..],
+                        rows: t - i0,
+                        cols: i1 - i0,
+                        rs: t,
+                        cs: 1,
+                    };
+                    let dq_out: &mut [f32] = if qk {
+                        &mut dq[dq_base + i0 * dq_rs..]
+                    } else {
+                        &mut dqkv[dq_base + i0 * dq_rs..]
+                    };
+                    gemm(scale, ds_rows, view(ks, 0, i1), 0.0, dq_out, dq_rs);
+                    let dk_out: &mut [f32] = if qk {
+                        &mut dk[dk_base + i0 * dk_rs..]
+                    } else {
+                        &mut dqkv[dk_base + i0 * dk_rs..]
+                    };
+                    gemm(scale, ds_cols.t(), view(qs, i0, t - i0), 0.0, dk_out, dk_rs);
+                }
+            }
         }
         if let Some((qn, kn)) = &self.qk_norm {
             qn.backward(
@@ -277,65 +347,38 @@ impl Attention {
                 &mut c.dk_raw,
                 c.k_cache.as_mut().unwrap(),
             );
-            merge_heads_into(&c.dq_raw, batch, t, h, hd, &mut c.dqkv, 3 * d, 0);
-            merge_heads_into(&c.dk_raw, batch, t, h, hd, &mut c.dqkv, 3 * d, d);
-        } else {
-            merge_heads_into(&c.dq, batch, t, h, hd, &mut c.dqkv, 3 * d, 0);
-            merge_heads_into(&c.dk, batch, t, h, hd, &mut c.dqkv, 3 * d, d);
+            put_columns(&c.dq_raw, d, &mut c.dqkv, 3 * d, 0);
+            put_columns(&c.dk_raw, d, &mut c.dqkv, 3 * d, d);
         }
-        merge_heads_into(&c.dv, batch, t, h, hd, &mut c.dqkv, 3 * d, 2 * d);
         self.qkv
             .backward(params, grads, a, &c.dqkv, rows, Some(da), false);
     }
 }
 
-/// Copy columns `[offset, offset + h*hd)` of a `[batch*t, stride]` matrix
-/// into head-major `[batch, h, t, hd]`.
-#[allow(clippy::too_many_arguments)]
-fn split_heads(
-    src: &[f32],
-    stride: usize,
-    offset: usize,
-    batch: usize,
-    t: usize,
-    h: usize,
-    hd: usize,
-    dst: &mut [f32],
-) {
-    for b in 0..batch {
-        for hh in 0..h {
-            for tt in 0..t {
-                let s = (b * t + tt) * stride + offset + hh * hd;
-                let o = ((b * h + hh) * t + tt) * hd;
-                dst[o..o + hd].copy_from_slice(&src[s..s + hd]);
-            }
-        }
+/// The `[n, hd]` block of head columns `col..col + hd` starting at `row`, in
+/// a buffer `(data, row stride, column offset)`.
+#[inline]
+fn head(src: (&[f32], usize, usize), row: usize, col: usize, n: usize, hd: usize) -> Mat<'_> {
+    let (buf, rs, off) = src;
+    Mat {
+        data: &buf[row * rs + off + col..],
+        rows: n,
+        cols: hd,
+        rs,
+        cs: 1,
     }
 }
 
-/// Inverse of [`split_heads`] into a `[batch*t, h*hd]` matrix.
-fn merge_heads(src: &[f32], batch: usize, t: usize, h: usize, hd: usize, dst: &mut [f32]) {
-    merge_heads_into(src, batch, t, h, hd, dst, h * hd, 0)
+/// Copy columns `[off, off + n)` of a `[rows, stride]` matrix into `[rows, n]`.
+fn copy_columns(src: &[f32], stride: usize, off: usize, n: usize, dst: &mut [f32]) {
+    for (row, out) in src.chunks_exact(stride).zip(dst.chunks_exact_mut(n)) {
+        out.copy_from_slice(&row[off..off + n]);
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn merge_heads_into(
-    src: &[f32],
-    batch: usize,
-    t: usize,
-    h: usize,
-    hd: usize,
-    dst: &mut [f32],
-    stride: usize,
-    offset: usize,
-) {
-    for b in 0..batch {
-        for hh in 0..h {
-            for tt in 0..t {
-                let s = ((b * h + hh) * t + tt) * hd;
-                let o = (b * t + tt) * stride + offset + hh * hd;
-                dst[o..o + hd].copy_from_slice(&src[s..s + hd]);
-            }
-        }
+/// Write a `[rows, n]` matrix into columns `[off, off + n)` of a `[rows, stride]` one.
+fn put_columns(src: &[f32], n: usize, dst: &mut [f32], stride: usize, off: usize) {
+    for (row, out) in src.chunks_exact(n).zip(dst.chunks_exact_mut(stride)) {
+        out[off..off + n].copy_from_slice(row);
     }
 }

@@ -96,19 +96,19 @@ impl ToyMixer {
         let rows = dout.len() / d;
         self.proj
             .backward(params, grads, &c.m, dout, rows, Some(&mut c.dm), false);
-        let acc = &mut c.run[..d];
-        for (dmseq, daseq) in
-            c.dm.chunks_exact(t_len * d)
-                .zip(da.chunks_exact_mut(t_len * d))
-        {
+        reverse_cumulative_mean(&c.dm, t_len, d, &mut c.run, da);
+    }
+}
+
+crate::kernels::multiversion! {
+    /// `da[s] = sum_{t >= s} dm[t] / (t + 1)` per sequence of `t_len` rows.
+    fn reverse_cumulative_mean(dm: &[f32], t_len: usize, d: usize, acc: &mut [f32], da: &mut [f32]) {
+        let acc = &mut acc[..d];
+        for (dmseq, daseq) in dm.chunks_exact(t_len * d).zip(da.chunks_exact_mut(t_len * d)) {
             acc.fill(0.0);
-            for (t, (dmr, dar)) in dmseq
-                .chunks_exact(d)
-                .zip(daseq.chunks_exact_mut(d))
-                .enumerate()
-                .rev()
-            {
+            for t in (0..t_len).rev() {
                 let inv = 1.0 / (t + 1) as f32;
+                let (dmr, dar) = (&dmseq[t * d..(t + 1) * d], &mut daseq[t * d..(t + 1) * d]);
                 for ((s, &g), dv) in acc.iter_mut().zip(dmr).zip(dar.iter_mut()) {
                     *s += g * inv;
                     *dv = *s;

@@ -185,26 +185,22 @@ impl Adam {
             if stats {
                 par2[slot] += sum_squares(p);
             }
-            let mut u2 = [0f64; 8];
-            for (i, (((pv, &gv), mv), vv)) in p
-                .iter_mut()
-                .zip(g)
-                .zip(m.iter_mut())
-                .zip(v.iter_mut())
-                .enumerate()
-            {
-                let gr = gv + l2 * *pv;
-                *mv = b1 * *mv + (1.0 - b1) * gr;
-                *vv = b2 * *vv + (1.0 - b2) * gr * gr;
-                let update =
-                    step_size * *mv / ((*vv).sqrt() * inv_sqrt_bc2 + eps) + decoupled * *pv;
-                *pv -= update;
-                if stats {
-                    u2[i % 8] += (update as f64) * (update as f64);
-                }
-            }
             if stats {
-                upd2[slot] += u2.iter().sum::<f64>();
+                upd2[slot] += adam_update_stats(
+                    p,
+                    g,
+                    m,
+                    v,
+                    (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled),
+                );
+            } else {
+                adam_update(
+                    p,
+                    g,
+                    m,
+                    v,
+                    (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled),
+                );
             }
         }
         stats.then(|| {
@@ -214,6 +210,43 @@ impl Adam {
                 update_ratio_per_block: (0..num_blocks).map(|b| ratio(upd2[b], par2[b])).collect(),
             }
         })
+    }
+}
+
+/// (beta1, beta2, eps, lr / bias_correction1, 1 / sqrt(bias_correction2),
+/// L2 coefficient, decoupled decay lr * wd).
+type Hyper = (f32, f32, f32, f32, f32, f32, f32);
+
+/// The Adam(W) update of one element; returns the step taken.
+#[inline(always)]
+fn adam_elem(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, h: Hyper) -> f32 {
+    let (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled) = h;
+    let gr = g + l2 * *p;
+    *m = b1 * *m + (1.0 - b1) * gr;
+    *v = b2 * *v + (1.0 - b2) * gr * gr;
+    let update = step_size * *m / ((*v).sqrt() * inv_sqrt_bc2 + eps) + decoupled * *p;
+    *p -= update;
+    update
+}
+
+crate::kernels::multiversion! {
+    /// Update one tensor.
+    fn adam_update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], h: Hyper) {
+        for (((pv, &gv), mv), vv) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            adam_elem(pv, gv, mv, vv, h);
+        }
+    }
+}
+
+crate::kernels::multiversion! {
+    /// Update one tensor and return the sum of squared steps.
+    fn adam_update_stats(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], h: Hyper) -> f64 {
+        let mut u2 = 0f64;
+        for (((pv, &gv), mv), vv) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            let u = adam_elem(pv, gv, mv, vv, h) as f64;
+            u2 += u * u;
+        }
+        u2
     }
 }
 
