@@ -3,6 +3,7 @@
 
 use crate::kernels::buf::AlignedBuf;
 use crate::params::{sum_squares, ParamKind, ParamLayout};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Which optimiser.
@@ -169,39 +170,49 @@ impl Adam {
         let step_size = lr / bc1;
         let inv_sqrt_bc2 = 1.0 / bc2.sqrt();
         let eps = self.eps;
+        // Carve the flat buffers into per-tensor slices, then update tensors
+        // in parallel (elementwise: the thread count cannot change a result).
+        let (kind, weight_decay) = (self.kind, self.weight_decay);
+        let mut work = Vec::with_capacity(self.groups.len());
+        {
+            let (mut p_rest, mut m_rest, mut v_rest) = (&mut params[..], &mut self.m[..], &mut self.v[..]);
+            let mut consumed = 0;
+            for (range, decay, block) in &self.groups {
+                let skip = range.start - consumed;
+                let (_, p1) = std::mem::take(&mut p_rest).split_at_mut(skip);
+                let (p, p2) = p1.split_at_mut(range.len());
+                let (_, m1) = std::mem::take(&mut m_rest).split_at_mut(skip);
+                let (m, m2) = m1.split_at_mut(range.len());
+                let (_, v1) = std::mem::take(&mut v_rest).split_at_mut(skip);
+                let (v, v2) = v1.split_at_mut(range.len());
+                (p_rest, m_rest, v_rest) = (p2, m2, v2);
+                consumed = range.end;
+                work.push((p, m, v, &grads[range.clone()], *decay, block.unwrap_or(num_blocks)));
+            }
+        }
+        let results: Vec<(usize, f64, f64)> = work
+            .into_par_iter()
+            .map(|(p, m, v, g, decay, slot)| {
+                let wd = if decay { weight_decay } else { 0.0 };
+                let (l2, decoupled) = match kind {
+                    OptimizerKind::Adam => (wd, 0.0),
+                    OptimizerKind::Adamw => (0.0, lr * wd),
+                };
+                let h = (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled);
+                if stats {
+                    let w2 = sum_squares(p);
+                    (slot, adam_update_stats(p, g, m, v, h), w2)
+                } else {
+                    adam_update(p, g, m, v, h);
+                    (slot, 0.0, 0.0)
+                }
+            })
+            .collect();
         let mut upd2 = vec![0f64; num_blocks + 1];
         let mut par2 = vec![0f64; num_blocks + 1];
-        for (range, decay, block) in &self.groups {
-            let wd = if *decay { self.weight_decay } else { 0.0 };
-            let (l2, decoupled) = match self.kind {
-                OptimizerKind::Adam => (wd, 0.0),
-                OptimizerKind::Adamw => (0.0, lr * wd),
-            };
-            let p = &mut params[range.clone()];
-            let g = &grads[range.clone()];
-            let m = &mut self.m[range.clone()];
-            let v = &mut self.v[range.clone()];
-            let slot = block.unwrap_or(num_blocks);
-            if stats {
-                par2[slot] += sum_squares(p);
-            }
-            if stats {
-                upd2[slot] += adam_update_stats(
-                    p,
-                    g,
-                    m,
-                    v,
-                    (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled),
-                );
-            } else {
-                adam_update(
-                    p,
-                    g,
-                    m,
-                    v,
-                    (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled),
-                );
-            }
+        for (slot, u, w) in results {
+            upd2[slot] += u;
+            par2[slot] += w;
         }
         stats.then(|| {
             let ratio = |u: f64, p: f64| if p > 0.0 { (u / p).sqrt() } else { 0.0 };

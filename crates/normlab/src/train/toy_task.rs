@@ -164,6 +164,16 @@ mod tests {
     }
 
     #[test]
+    fn rule_matches_the_reference_vector() {
+        // From the PyTorch reference used to choose the rule (plain loops).
+        let x = [0u32, 1, 0, 2, 0, 1, 3, 7, 7, 7, 5, 5, 5, 5, 5, 5];
+        let want = [0u32, 9, 9, 18, 18, 18, 27, 39, 0, 9, 45, 54, 39, 0, 9, 18];
+        let mut y = [0u32; 16];
+        clean_targets(&x, &mut y);
+        assert_eq!(y, want);
+    }
+
+    #[test]
     fn floor_and_determinism() {
         let t = ToyTask::new(1, 0.1);
         // q = 0.9015625: 0.9015625 * ln(1/q) + 63 * (0.1/64) * ln(640) = 0.0934 + 0.6361
