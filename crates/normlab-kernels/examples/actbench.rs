@@ -17,13 +17,14 @@ fn main() {
     let x: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32 - 500.0) * 0.01).collect();
     let mut y = vec![0f32; n];
     let mut dx = vec![0f32; n];
-    let t = med(|| act::gelu_forward(&x, &mut y));
+    let mut g = vec![0f32; n];
+    let t = med(|| act::gelu_forward(&x, &mut y, &mut g));
     println!(
         "gelu fwd: {:.3} ms = {:.2} ns/elem",
         t * 1e3,
         t * 1e9 / n as f64
     );
-    let t = med(|| act::gelu_backward(&x, &y, &mut dx, false));
+    let t = med(|| act::gelu_backward(&x, &g, &y, &mut dx, false));
     println!(
         "gelu bwd: {:.3} ms = {:.2} ns/elem",
         t * 1e3,

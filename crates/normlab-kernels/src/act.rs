@@ -54,23 +54,25 @@ const GELU_A: f32 = 0.044_715;
 
 crate::multiversion! {
     /// GELU, tanh form (GPT-2; PyTorch `gelu(approximate='tanh')`):
-    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
-    pub fn gelu_forward(x: &[f32], y: &mut [f32]) {
-        // 0.5 (1 + tanh(u)) = sigmoid(2u): one exp and one division.
-        for (yv, &v) in y.iter_mut().zip(x) {
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`. Also stores the
+    /// gate `s = 0.5 (1 + tanh(u)) = sigmoid(2u)` for backward, which then
+    /// needs no exp and no division.
+    pub fn gelu_forward(x: &[f32], y: &mut [f32], gate: &mut [f32]) {
+        for ((yv, sv), &v) in y.iter_mut().zip(gate.iter_mut()).zip(x) {
             let u = GELU_C * (v + GELU_A * v * v * v);
-            *yv = v / (1.0 + exp(-2.0 * u));
+            let s = 1.0 / (1.0 + exp(-2.0 * u));
+            *sv = s;
+            *yv = v * s;
         }
     }
 }
 
 crate::multiversion! {
-    /// GELU backward: `dx = dy * gelu'(x)` (written, or added if `accumulate`).
-    pub fn gelu_backward(x: &[f32], dy: &[f32], dx: &mut [f32], accumulate: bool) {
+    /// GELU backward from the forward's gate: `dx = dy * gelu'(x)`
+    /// (written, or added if `accumulate`).
+    pub fn gelu_backward(x: &[f32], gate: &[f32], dy: &[f32], dx: &mut [f32], accumulate: bool) {
         // With s = sigmoid(2u): gelu = x s, gelu' = s + 2 x s (1 - s) u'.
-        for ((d, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
-            let u = GELU_C * (v + GELU_A * v * v * v);
-            let s = 1.0 / (1.0 + exp(-2.0 * u));
+        for (((d, &v), &s), &g) in dx.iter_mut().zip(x).zip(gate).zip(dy) {
             let du = GELU_C * (1.0 + 3.0 * GELU_A * v * v);
             let grad = s + 2.0 * v * s * (1.0 - s) * du;
             let val = g * grad;
@@ -109,53 +111,72 @@ crate::multiversion! {
     }
 }
 
-/// Max over a slice with `LANES` accumulators (NaN-propagating: a NaN makes
-/// the result NaN).
+/// Max over a slice with `LANES` accumulators (the tail is padded with
+/// -inf). A NaN anywhere still makes the softmax NaN (through the sum).
 #[inline(always)]
 fn max_of(x: &[f32]) -> f32 {
     let mut m = [f32::NEG_INFINITY; LANES];
-    let mut nan = false;
-    let chunks = x.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
+    crate::for_blocks!(pad: f32::NEG_INFINITY, ahead: [], c in x => {
         for i in 0..LANES {
-            nan |= c[i].is_nan();
             m[i] = m[i].max(c[i]);
         }
+    });
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            m[i] = m[i].max(m[i + w]);
+        }
     }
-    for (i, &v) in tail.iter().enumerate() {
-        nan |= v.is_nan();
-        m[i] = m[i].max(v);
-    }
-    if nan {
-        return f32::NAN;
-    }
-    m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+    m[0]
 }
 
-/// In-place softmax of one row (subtracting the max); the sum is taken in a
-/// fixed order. Returns the row's log-sum-exp.
+/// Fixed-order pairwise sum of `LANES` f32 accumulators.
 #[inline(always)]
-pub fn softmax_row(row: &mut [f32]) -> f32 {
+fn lanes_sum(mut s: [f32; LANES]) -> f32 {
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            s[i] += s[i + w];
+        }
+    }
+    s[0]
+}
+
+/// In-place softmax of one row (subtracting the max), with the sum taken in
+/// a fixed order and the ragged tail handled as a padded block (so every
+/// element goes through the vectorised exp). Returns `(max, sum of exp)`;
+/// the row's log-sum-exp is `max + ln(sum)`.
+#[inline(always)]
+pub fn softmax_row(row: &mut [f32]) -> (f32, f32) {
     let m = max_of(row);
     let mut s = [0f32; LANES];
-    let mut chunks = row.chunks_exact_mut(LANES);
-    for c in &mut chunks {
+    let n = row.len();
+    let full = n - n % LANES;
+    for c in row[..full].chunks_exact_mut(LANES) {
         for i in 0..LANES {
             c[i] = exp(c[i] - m);
             s[i] += c[i];
         }
     }
-    for (i, v) in chunks.into_remainder().iter_mut().enumerate() {
-        *v = exp(*v - m);
-        s[i] += *v;
+    if full < n {
+        let mut t = [f32::NEG_INFINITY; LANES];
+        t[..n - full].copy_from_slice(&row[full..]);
+        for i in 0..LANES {
+            // exp(-inf) is clamped, not 0: mask the padding explicitly.
+            let e = exp(t[i] - m);
+            t[i] = if i < n - full { e } else { 0.0 };
+            s[i] += t[i];
+        }
+        row[full..].copy_from_slice(&t[..n - full]);
     }
-    let total: f32 = crate::simd::tree_sum(&s.map(|v| v as f64)) as f32;
+    let total = lanes_sum(s);
     let inv = 1.0 / total;
     for v in row.iter_mut() {
         *v *= inv;
     }
-    m + total.ln()
+    (m, total)
 }
 
 crate::multiversion! {
@@ -169,8 +190,8 @@ crate::multiversion! {
             let t = t as usize;
             assert!(t < v, "target {t} out of range {v}");
             let logit_t = row[t];
-            let lse = softmax_row(row);
-            loss += (lse - logit_t) as f64;
+            let (m, total) = softmax_row(row);
+            loss += ((m - logit_t) as f64) + (total as f64).ln();
         }
         loss
     }
@@ -216,10 +237,11 @@ mod tests {
         }
         let x: Vec<f32> = (-50..50).map(|i| i as f32 * 0.1).collect();
         let mut y = vec![0.0; x.len()];
-        gelu_forward(&x, &mut y);
+        let mut gate = vec![0.0; x.len()];
+        gelu_forward(&x, &mut y, &mut gate);
         let dy = vec![1.0; x.len()];
         let mut dx = vec![0.0; x.len()];
-        gelu_backward(&x, &dy, &mut dx, false);
+        gelu_backward(&x, &gate, &dy, &mut dx, false);
         for i in 0..x.len() {
             let v = x[i] as f64;
             let g = |v: f64| {

@@ -50,6 +50,7 @@ pub struct Mlp {
 #[derive(Clone, Debug)]
 pub struct MlpCache {
     pre: AlignedBuf,
+    gate: AlignedBuf,
     post: AlignedBuf,
     dpost: AlignedBuf,
     dpre: AlignedBuf,
@@ -105,6 +106,7 @@ impl Mlp {
         let f = self.fc.d_out;
         MlpCache {
             pre: buf(rows * f),
+            gate: buf(if self.act == Activation::Gelu { rows * f } else { 0 }),
             post: buf(rows * self.hidden),
             dpost: buf(rows * self.hidden),
             dpre: buf(rows * f),
@@ -116,7 +118,7 @@ impl Mlp {
         let rows = a.len() / self.d;
         self.fc.forward(params, a, rows, &mut c.pre);
         match self.act {
-            Activation::Gelu => act::gelu_forward(&c.pre, &mut c.post),
+            Activation::Gelu => act::gelu_forward(&c.pre, &mut c.post, &mut c.gate),
             Activation::Swiglu => act::swiglu_forward(&c.pre, self.hidden, &mut c.post),
         }
         self.proj.forward(params, &c.post, rows, out);
@@ -143,7 +145,7 @@ impl Mlp {
             false,
         );
         match self.act {
-            Activation::Gelu => act::gelu_backward(&c.pre, &c.dpost, &mut c.dpre, false),
+            Activation::Gelu => act::gelu_backward(&c.pre, &c.gate, &c.dpost, &mut c.dpre, false),
             Activation::Swiglu => act::swiglu_backward(&c.pre, &c.dpost, self.hidden, &mut c.dpre),
         }
         self.fc
