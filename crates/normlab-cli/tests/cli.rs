@@ -132,18 +132,57 @@ fn tmp(name: &str) -> std::path::PathBuf {
 fn train_json_summary_and_run_folder() {
     let dir = tmp("train");
     let out = dir.join("run");
-    let v = json(&["train", "--model", "toy", "--layers", "2", "--steps", "30", "--batch", "8", "--eval-every", "15", "--eval-sequences", "16", "--threads", "1", "--out", out.to_str().unwrap(), "--json"]);
-    for key in ["status", "final_loss", "best_loss", "eval_loss", "diverged_at_step", "steps", "steps_per_sec"] {
+    let v = json(&[
+        "train",
+        "--model",
+        "toy",
+        "--layers",
+        "2",
+        "--steps",
+        "30",
+        "--batch",
+        "8",
+        "--eval-every",
+        "15",
+        "--eval-sequences",
+        "16",
+        "--threads",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    for key in [
+        "status",
+        "final_loss",
+        "best_loss",
+        "eval_loss",
+        "diverged_at_step",
+        "steps",
+        "steps_per_sec",
+    ] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");
     }
     assert_eq!(v["steps"], 30);
-    for f in ["config.json", "metrics.jsonl", "summary.json", "checkpoint.safetensors"] {
+    for f in [
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+        "checkpoint.safetensors",
+    ] {
         assert!(out.join(f).exists(), "{f} missing");
     }
     // TOML config, overridden by a flag.
     let toml = dir.join("run.toml");
     std::fs::write(&toml, "model = \"gpt\"\nlayers = 1\nd_model = 32\nheads = 2\nseq = 16\nhidden = 64\nsteps = 4\nbatch = 4\neval_sequences = 4\nwarmup = 0\n").unwrap();
-    let v = json(&["train", "--config", toml.to_str().unwrap(), "--steps", "3", "--json"]);
+    let v = json(&[
+        "train",
+        "--config",
+        toml.to_str().unwrap(),
+        "--steps",
+        "3",
+        "--json",
+    ]);
     assert_eq!(v["steps"], 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -153,7 +192,19 @@ fn train_bad_config_exits_2_and_leaves_runs_alone() {
     let dir = tmp("bad");
     let out = dir.join("run");
     let o = out.to_str().unwrap();
-    let ok = normlab(&["train", "--layers", "1", "--steps", "2", "--batch", "4", "--eval-sequences", "4", "--out", o]);
+    let ok = normlab(&[
+        "train",
+        "--layers",
+        "1",
+        "--steps",
+        "2",
+        "--batch",
+        "4",
+        "--eval-sequences",
+        "4",
+        "--out",
+        o,
+    ]);
     assert!(ok.status.success());
     let before = std::fs::read(out.join("summary.json")).unwrap();
     let data_missing = dir.join("nope.txt");
@@ -163,12 +214,23 @@ fn train_bad_config_exits_2_and_leaves_runs_alone() {
         vec!["train", "--lr", "-1"],
         vec!["train", "--placement", "sideways"],
         vec!["train", "--norm", "batchnorm"],
-        vec!["train", "--model", "gpt", "--data", data_missing.to_str().unwrap()],
+        vec![
+            "train",
+            "--model",
+            "gpt",
+            "--data",
+            data_missing.to_str().unwrap(),
+        ],
         vec!["train", "--layers", "1", "--steps", "2", "--out", o],
         vec!["train", "--resume", dir.to_str().unwrap()],
     ] {
         let r = normlab(&args);
-        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(
+            r.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
         let err = String::from_utf8(r.stderr).unwrap();
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
@@ -176,6 +238,10 @@ fn train_bad_config_exits_2_and_leaves_runs_alone() {
     std::fs::write(out.join("checkpoint.safetensors"), b"garbage").unwrap();
     let r = normlab(&["train", "--resume", o, "--steps", "4"]);
     assert_eq!(r.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&r.stderr).contains("checkpoint"), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("checkpoint"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -344,3 +344,19 @@ pub fn entropy(p: &[f32]) -> f64 {
         .map(|&v| -(v as f64) * (v as f64).ln())
         .sum()
 }
+
+crate::multiversion! {
+    /// `out = a * x + b * y` elementwise (the residual add `skip * x + branch * o`).
+    pub fn axpby(out: &mut [f32], a: f32, x: &[f32], b: f32, y: &[f32]) {
+        for ((o, &xv), &yv) in out.iter_mut().zip(x).zip(y) {
+            *o = a * xv + b * yv;
+        }
+    }
+}
+
+crate::multiversion! {
+    /// Sum of squares in f64 (16 accumulators, fixed order).
+    pub fn sum_squares(x: &[f32]) -> f64 {
+        crate::simd::sum_squares(x, &[])
+    }
+}

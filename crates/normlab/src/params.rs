@@ -220,21 +220,9 @@ impl ParamLayout {
     }
 }
 
-/// Sum of squares of `v` in f64 (fixed order).
+/// Sum of squares of `v` in f64 (fixed order, vectorised).
 pub fn sum_squares(v: &[f32]) -> f64 {
-    let mut acc = [0f64; 8];
-    let chunks = v.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            acc[i] += c[i] as f64 * c[i] as f64;
-        }
-    }
-    let mut s = acc.iter().sum::<f64>();
-    for &t in tail {
-        s += t as f64 * t as f64;
-    }
-    s
+    crate::kernels::act::sum_squares(v)
 }
 
 #[cfg(test)]

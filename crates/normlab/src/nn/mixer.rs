@@ -61,24 +61,7 @@ impl ToyMixer {
     ) {
         let d = self.d;
         let rows = a.len() / d;
-        let sum = &mut c.run[..d];
-        for (aseq, mseq) in a
-            .chunks_exact(t_len * d)
-            .zip(c.m.chunks_exact_mut(t_len * d))
-        {
-            sum.fill(0.0);
-            for (t, (ar, mr)) in aseq
-                .chunks_exact(d)
-                .zip(mseq.chunks_exact_mut(d))
-                .enumerate()
-            {
-                let inv = 1.0 / (t + 1) as f32;
-                for ((s, &av), mv) in sum.iter_mut().zip(ar).zip(mr.iter_mut()) {
-                    *s += av;
-                    *mv = *s * inv;
-                }
-            }
-        }
+        cumulative_mean(a, t_len, d, &mut c.run, &mut c.m);
         self.proj.forward(params, &c.m, rows, out);
     }
 
@@ -112,6 +95,23 @@ crate::kernels::multiversion! {
                 for ((s, &g), dv) in acc.iter_mut().zip(dmr).zip(dar.iter_mut()) {
                     *s += g * inv;
                     *dv = *s;
+                }
+            }
+        }
+    }
+}
+
+crate::kernels::multiversion! {
+    /// `m[t] = (1/(t+1)) sum_{s<=t} a[s]` per sequence of `t_len` rows.
+    fn cumulative_mean(a: &[f32], t_len: usize, d: usize, sum: &mut [f32], m: &mut [f32]) {
+        let sum = &mut sum[..d];
+        for (aseq, mseq) in a.chunks_exact(t_len * d).zip(m.chunks_exact_mut(t_len * d)) {
+            sum.fill(0.0);
+            for (t, (ar, mr)) in aseq.chunks_exact(d).zip(mseq.chunks_exact_mut(d)).enumerate() {
+                let inv = 1.0 / (t + 1) as f32;
+                for ((s, &av), mv) in sum.iter_mut().zip(ar).zip(mr.iter_mut()) {
+                    *s += av;
+                    *mv = *s * inv;
                 }
             }
         }

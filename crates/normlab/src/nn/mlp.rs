@@ -106,7 +106,11 @@ impl Mlp {
         let f = self.fc.d_out;
         MlpCache {
             pre: buf(rows * f),
-            gate: buf(if self.act == Activation::Gelu { rows * f } else { 0 }),
+            gate: buf(if self.act == Activation::Gelu {
+                rows * f
+            } else {
+                0
+            }),
             post: buf(rows * self.hidden),
             dpost: buf(rows * self.hidden),
             dpre: buf(rows * f),

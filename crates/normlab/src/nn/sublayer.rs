@@ -18,6 +18,7 @@ use super::attention::{Attention, AttentionCache};
 use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
 use super::norm::{buf, Norm, NormCache};
+use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::params::sum_squares;
 use serde::{Deserialize, Serialize};
@@ -281,10 +282,7 @@ impl Sublayer {
             }
             None => s,
         };
-        let (skip, branch) = (self.skip, self.branch);
-        for ((hv, &xv), &ov) in h.iter_mut().zip(x).zip(o) {
-            *hv = skip * xv + branch * ov;
-        }
+        act::axpby(h, self.skip, x, self.branch, o);
         if let Some(n) = &self.post_norm {
             n.forward(params, h, y, post_c.as_mut().unwrap());
         }
@@ -327,9 +325,7 @@ impl Sublayer {
         };
         // Branch path: branch * dh -> OutNorm^T -> S^T -> InNorm^T.
         let dbranch: &[f32] = if self.branch != 1.0 {
-            for (d, &g) in dbr.iter_mut().zip(dh) {
-                *d = self.branch * g;
-            }
+            act::axpby(dbr, self.branch, dh, 0.0, dh);
             dbr
         } else {
             dh
@@ -360,9 +356,7 @@ impl Sublayer {
         // The residual stream's gradient is the sum of the two paths:
         // dx = skip * dh (identity path) + dx_branch (through S).
         let skip = self.skip;
-        for ((d, &g), &b) in dx.iter_mut().zip(dh).zip(dx_branch) {
-            *d = skip * g + b;
-        }
+        act::axpby(dx, skip, dh, 1.0, dx_branch);
         if c.track_paths {
             let (id2, br2) = (
                 (skip as f64) * (skip as f64) * sum_squares(dh),

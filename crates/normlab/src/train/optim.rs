@@ -175,7 +175,8 @@ impl Adam {
         let (kind, weight_decay) = (self.kind, self.weight_decay);
         let mut work = Vec::with_capacity(self.groups.len());
         {
-            let (mut p_rest, mut m_rest, mut v_rest) = (&mut params[..], &mut self.m[..], &mut self.v[..]);
+            let (mut p_rest, mut m_rest, mut v_rest) =
+                (&mut params[..], &mut self.m[..], &mut self.v[..]);
             let mut consumed = 0;
             for (range, decay, block) in &self.groups {
                 let skip = range.start - consumed;
@@ -187,7 +188,14 @@ impl Adam {
                 let (v, v2) = v1.split_at_mut(range.len());
                 (p_rest, m_rest, v_rest) = (p2, m2, v2);
                 consumed = range.end;
-                work.push((p, m, v, &grads[range.clone()], *decay, block.unwrap_or(num_blocks)));
+                work.push((
+                    p,
+                    m,
+                    v,
+                    &grads[range.clone()],
+                    *decay,
+                    block.unwrap_or(num_blocks),
+                ));
             }
         }
         let results: Vec<(usize, f64, f64)> = work
