@@ -3,6 +3,8 @@
 
 mod cmd_bench;
 mod cmd_calc;
+mod cmd_exp;
+mod cmd_sweep;
 mod cmd_train;
 mod ui;
 
@@ -24,6 +26,12 @@ enum Command {
     Calc(cmd_calc::CalcArgs),
     /// Train a toy net or a GPT with any norm kind, placement and residual setting.
     Train(Box<cmd_train::TrainArgs>),
+    /// Run a built-in experiment (`normlab exp list` names them).
+    Exp(Box<cmd_exp::ExpCmd>),
+    /// Run a grid of training runs in parallel: resumable, shardable (Slurm, Kubernetes).
+    Sweep(cmd_sweep::SweepCmd),
+    /// Tables and figures from a folder of runs.
+    Report(cmd_sweep::ReportCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -54,6 +62,9 @@ fn main() -> ExitCode {
         Command::Calc(a) => cmd_calc::run(a),
         Command::Bench(b) => cmd_bench::run(b),
         Command::Train(a) => cmd_train::run(*a),
+        Command::Exp(c) => cmd_exp::run(*c),
+        Command::Sweep(c) => cmd_sweep::sweep_run(c),
+        Command::Report(c) => cmd_sweep::report_run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

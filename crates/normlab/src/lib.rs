@@ -10,8 +10,11 @@ pub use normlab_kernels as kernels;
 
 pub mod bench;
 pub mod calc;
+pub mod exp;
 pub mod gradcheck;
 pub mod model;
 pub mod nn;
 pub mod params;
+pub mod report;
+pub mod sweep;
 pub mod train;

@@ -63,6 +63,23 @@ pub struct AttentionCache {
     pub max_logit: f32,
 }
 
+impl AttentionCache {
+    /// Mean entropy (nats) of the attention rows of the last forward, over
+    /// every sequence, head and query position.
+    pub fn mean_entropy(&self) -> f64 {
+        let t = self.t;
+        let mut total = 0f64;
+        let mut n = 0usize;
+        for p in self.probs.chunks_exact(t * t) {
+            for (i, row) in p.chunks_exact(t).enumerate() {
+                total += act::entropy(&row[..=i]);
+                n += 1;
+            }
+        }
+        total / n.max(1) as f64
+    }
+}
+
 /// Rows per causal block: a row block [i0, i1) only attends to columns
 /// [0, i1), so score and value products skip the masked upper blocks.
 const BLOCK: usize = 64;

@@ -37,6 +37,12 @@ pub struct StepRecord {
     pub update_ratio_per_block: Vec<f64>,
     /// Held-out loss, on evaluation steps.
     pub eval_loss: Option<f64>,
+    /// Largest pre-softmax attention logit per block (gpt, logged steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attn_max_logit: Vec<f64>,
+    /// Mean attention entropy (nats) per block (gpt, logged steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attn_entropy: Vec<f64>,
 }
 
 /// Everything a running training holds.
@@ -219,7 +225,28 @@ impl Trainer {
             update_ratio: None,
             update_ratio_per_block: Vec::new(),
             eval_loss: None,
+            attn_max_logit: Vec::new(),
+            attn_entropy: Vec::new(),
         };
+        if want_stats && self.cfg.model == crate::model::ModelKind::Gpt {
+            for b in 0..nb {
+                let caches: Vec<_> = self
+                    .shards
+                    .iter()
+                    .filter_map(|w| w.subs[2 * b].attention())
+                    .collect();
+                rec.attn_max_logit.push(
+                    caches
+                        .iter()
+                        .map(|c| c.max_logit as f64)
+                        .fold(f64::NEG_INFINITY, f64::max),
+                );
+                rec.attn_entropy.push(
+                    caches.iter().map(|c| c.mean_entropy()).sum::<f64>()
+                        / caches.len().max(1) as f64,
+                );
+            }
+        }
         if !loss.is_finite() || loss > self.divergence_bound() || !grad_norm.is_finite() {
             return (rec, true);
         }

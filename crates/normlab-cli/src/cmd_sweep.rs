@@ -1,0 +1,163 @@
+//! `normlab sweep` and `normlab report`.
+
+use crate::ui::{bad, progress};
+use clap::Args;
+use normlab::report;
+use normlab::sweep::{self, RunSpec, Shard, SweepOptions};
+use std::path::PathBuf;
+
+/// Run a grid of training runs: parallel, resumable, shardable.
+#[derive(Args, Debug)]
+pub struct SweepCmd {
+    /// A grid TOML file (top-level keys are `normlab train` options; a list
+    /// is an axis), or an experiment id whose grid to run (collapse,
+    /// lr-sensitivity).
+    grid: String,
+    /// Folder for the runs (`<out>/runs/<id>`), shared by all shards.
+    #[arg(long)]
+    out: PathBuf,
+    /// Runs in parallel, each single-threaded (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Run only share I of N (0-based). Default: from SLURM_ARRAY_TASK_ID /
+    /// SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX / NORMLAB_SHARD_COUNT.
+    #[arg(long)]
+    shard: Option<String>,
+    /// Write an sbatch job-array script with this many tasks to <out>/sweep.sbatch and exit.
+    #[arg(long)]
+    emit_slurm: Option<usize>,
+    /// List the runs (ids and whether finished) and exit.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print one JSON record per run at the end.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Tables and figures from a folder of runs.
+#[derive(Args, Debug)]
+pub struct ReportCmd {
+    /// Folder containing run folders (any depth).
+    dir: PathBuf,
+    /// Where to write report.md, report.json and figures (default: DIR/report).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print one JSON record per run instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn grid_specs(grid: &str) -> anyhow::Result<Vec<RunSpec>> {
+    if normlab::exp::info(grid).is_some() {
+        return normlab::exp::grids::experiment_specs(grid).or_else(bad);
+    }
+    let path = PathBuf::from(grid);
+    if !path.exists() {
+        return bad(format!("'{grid}' is neither a grid file nor an experiment with a grid (collapse, lr-sensitivity)"));
+    }
+    let g = sweep::read_grid(&path).or_else(bad)?;
+    sweep::expand_grid(&g).or_else(bad)
+}
+
+pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
+    let specs = grid_specs(&c.grid)?;
+    if let Some(n) = c.emit_slurm {
+        if n == 0 {
+            return bad("--emit-slurm needs at least 1 task");
+        }
+        std::fs::create_dir_all(&c.out)?;
+        let cpus = c.jobs.unwrap_or(4);
+        let path = c.out.join("sweep.sbatch");
+        normlab::train::run::atomic_write(
+            &path,
+            sweep::slurm_script(&c.grid, &c.out, n, cpus).as_bytes(),
+        )?;
+        println!(
+            "wrote {} ({} runs in {n} array tasks); submit with: sbatch {}",
+            path.display(),
+            specs.len(),
+            path.display()
+        );
+        return Ok(());
+    }
+    let shard = match &c.shard {
+        Some(s) => Some(Shard::parse(s).or_else(bad)?),
+        None => Shard::from_env().or_else(bad)?,
+    };
+    if c.dry_run {
+        let mut sorted: Vec<&RunSpec> = specs.iter().collect();
+        sorted.sort_by(|a, b| a.id.cmp(&b.id));
+        for (i, s) in sorted.iter().enumerate() {
+            if shard.is_none_or(|sh| sh.owns(i)) {
+                let done = c.out.join("runs").join(&s.id).join("summary.json").exists();
+                println!("{} {}", if done { "done" } else { "todo" }, s.id);
+            }
+        }
+        return Ok(());
+    }
+    let jobs = c.jobs.unwrap_or_else(crate::cmd_train::default_threads);
+    let opts = SweepOptions {
+        out: Some(c.out.clone()),
+        jobs,
+        shard,
+        keep_params: false,
+    };
+    let pb = progress(1, "sweep");
+    if c.json {
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let t0 = std::time::Instant::now();
+    let results = sweep::run_all(&specs, &opts, &|d, t, id| {
+        pb.set_length(t as u64);
+        pb.set_position(d as u64);
+        pb.set_message(id.to_string());
+    })
+    .or_else(bad)?;
+    pb.finish_and_clear();
+    if c.json {
+        let recs: Vec<_> = results.iter().map(|r| serde_json::json!({"id": r.id, "status": r.summary.status.name(), "final_eval_loss": r.summary.final_eval_loss, "reused": r.reused})).collect();
+        println!("{}", serde_json::to_string_pretty(&recs)?);
+    } else {
+        let reused = results.iter().filter(|r| r.reused).count();
+        println!(
+            "{} runs{} in {:.1} s ({} already finished, {} run now) -> {}/runs",
+            results.len(),
+            shard
+                .map(|s| format!(" (shard {}/{})", s.index, s.count))
+                .unwrap_or_default(),
+            t0.elapsed().as_secs_f64(),
+            reused,
+            results.len() - reused,
+            c.out.display()
+        );
+        println!("tables and figures: normlab report {}", c.out.display());
+    }
+    Ok(())
+}
+
+pub fn report_run(c: ReportCmd) -> anyhow::Result<()> {
+    let runs = report::scan(&c.dir).or_else(bad)?;
+    if runs.is_empty() {
+        return bad(format!(
+            "no runs (folders with config.json) under {}",
+            c.dir.display()
+        ));
+    }
+    let rep = report::build(&runs);
+    let out = c.out.clone().unwrap_or_else(|| c.dir.join("report"));
+    report::write(&rep, &out, &c.dir).or_else(bad)?;
+    if c.json {
+        println!("{}", serde_json::to_string_pretty(&rep.records)?);
+    } else {
+        if let Some(t) = &rep.grid_table {
+            println!("{}", t.text());
+        }
+        print!("{}", rep.table.text());
+        println!(
+            "\nWrote {}/report.md, report.json and {} figure(s).",
+            out.display(),
+            rep.figures.len()
+        );
+    }
+    Ok(())
+}

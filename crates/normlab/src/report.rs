@@ -1,0 +1,382 @@
+//! `normlab report`: tables and figures from any folder of runs (a sweep,
+//! several shards merged into one folder, an experiment's `runs/`, or single
+//! `normlab train` runs): the settings that vary, status and losses per run;
+//! loss, grad-norm and residual-RMS figures; and, when the runs vary the
+//! learning rate, the lr-sensitivity grid as a heat map with diverged and
+//! stalled cells marked.
+
+use crate::exp::plot::{Figure, Heatmap, LineChart, Panel, Series};
+use crate::exp::{f, Table};
+use crate::train::run::{read_config, read_metrics, read_summary, Status, Summary};
+use crate::train::{StepRecord, TrainConfig};
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
+
+/// One run found on disk.
+#[derive(Clone, Debug)]
+pub struct FoundRun {
+    /// Folder.
+    pub dir: PathBuf,
+    /// Folder name relative to the scanned root.
+    pub name: String,
+    /// Config.
+    pub cfg: TrainConfig,
+    /// Summary (None: unfinished).
+    pub summary: Option<Summary>,
+    /// Metrics.
+    pub metrics: Vec<StepRecord>,
+}
+
+/// Find every run folder (one with a valid `config.json`) under `root`.
+pub fn scan(root: &Path) -> Result<Vec<FoundRun>, String> {
+    if !root.is_dir() {
+        return Err(format!("{} is not a folder", root.display()));
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if dir.join("config.json").exists() {
+            if let Ok(cfg) = read_config(&dir) {
+                let name = dir
+                    .strip_prefix(root)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                out.push(FoundRun {
+                    name: if name.is_empty() { ".".into() } else { name },
+                    cfg,
+                    summary: read_summary(&dir),
+                    metrics: read_metrics(&dir),
+                    dir: dir.clone(),
+                });
+            }
+            continue;
+        }
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        entries.sort();
+        stack.extend(entries.into_iter().rev());
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Config keys whose values differ between runs.
+pub fn varying_keys(runs: &[FoundRun]) -> Vec<String> {
+    let objs: Vec<Map<String, Value>> = runs
+        .iter()
+        .map(|r| {
+            serde_json::to_value(&r.cfg)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    let Some(first) = objs.first() else {
+        return Vec::new();
+    };
+    first
+        .keys()
+        .filter(|k| objs.iter().any(|o| o.get(*k) != first.get(*k)))
+        .cloned()
+        .collect()
+}
+
+fn value_str(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The report: per-run records, a table and figures.
+pub struct Report {
+    /// One record per run: settings that vary, status, losses.
+    pub records: Vec<Value>,
+    /// Runs table.
+    pub table: Table,
+    /// Figures.
+    pub figures: Vec<Figure>,
+    /// Lr heat-map table, when the runs vary lr.
+    pub grid_table: Option<Table>,
+}
+
+/// Build the report of `runs`.
+pub fn build(runs: &[FoundRun]) -> Report {
+    let keys = varying_keys(runs);
+    let mut header: Vec<&str> = vec!["run"];
+    header.extend(keys.iter().map(String::as_str));
+    header.extend([
+        "status",
+        "final eval loss",
+        "best eval loss",
+        "diverged at step",
+        "steps",
+    ]);
+    let mut table = Table::new(format!("{} runs", runs.len()), &header);
+    let mut records = Vec::new();
+    for r in runs {
+        let cfgv = serde_json::to_value(&r.cfg).unwrap();
+        let mut rec = Map::new();
+        rec.insert("run".into(), json!(r.name));
+        let mut settings = Map::new();
+        for k in &keys {
+            settings.insert(k.clone(), cfgv[k].clone());
+        }
+        rec.insert("settings".into(), Value::Object(settings));
+        let (status, fe, be, div, steps) = match &r.summary {
+            Some(s) => (
+                s.status.name().to_string(),
+                s.final_eval_loss,
+                s.best_eval_loss,
+                s.diverged_at_step,
+                s.steps,
+            ),
+            None => (
+                "unfinished".into(),
+                None,
+                None,
+                None,
+                r.metrics.last().map(|m| m.step).unwrap_or(0),
+            ),
+        };
+        rec.insert("status".into(), json!(status));
+        rec.insert("final_eval_loss".into(), json!(fe));
+        rec.insert("best_eval_loss".into(), json!(be));
+        rec.insert("diverged_at_step".into(), json!(div));
+        rec.insert("steps".into(), json!(steps));
+        let mut row = vec![r.name.clone()];
+        row.extend(keys.iter().map(|k| value_str(&cfgv[k])));
+        row.extend([
+            status,
+            fe.map(|v| f(v, 4)).unwrap_or_else(|| "-".into()),
+            be.map(|v| f(v, 4)).unwrap_or_else(|| "-".into()),
+            div.map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+            steps.to_string(),
+        ]);
+        table.row(row);
+        records.push(Value::Object(rec));
+    }
+    let label = |r: &FoundRun| -> String {
+        let v = serde_json::to_value(&r.cfg).unwrap();
+        let parts: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{k}={}", value_str(&v[k])))
+            .collect();
+        if parts.is_empty() {
+            r.name.clone()
+        } else {
+            parts.join(" ")
+        }
+    };
+    let shown: Vec<&FoundRun> = runs.iter().take(12).collect();
+    let curve = |r: &FoundRun, sel: &dyn Fn(&StepRecord) -> Option<f64>| {
+        r.metrics
+            .iter()
+            .filter_map(|m| sel(m).map(|v| (m.step as f64, v)))
+            .collect::<Vec<_>>()
+    };
+    let mut panels = vec![
+        Panel::Line(LineChart {
+            title: "training loss".into(),
+            x_label: "step".into(),
+            y_label: "loss".into(),
+            series: shown
+                .iter()
+                .map(|r| Series::new(label(r), curve(r, &|m| Some(m.loss))))
+                .collect(),
+            log_y: false,
+            log_x: false,
+        }),
+        Panel::Line(LineChart {
+            title: "held-out loss".into(),
+            x_label: "step".into(),
+            y_label: "eval loss".into(),
+            series: shown
+                .iter()
+                .map(|r| Series::new(label(r), curve(r, &|m| m.eval_loss)))
+                .collect(),
+            log_y: false,
+            log_x: false,
+        }),
+        Panel::Line(LineChart {
+            title: "global grad norm".into(),
+            x_label: "step".into(),
+            y_label: "grad norm".into(),
+            series: shown
+                .iter()
+                .map(|r| Series::new(label(r), curve(r, &|m| Some(m.grad_norm))))
+                .collect(),
+            log_y: true,
+            log_x: false,
+        }),
+        Panel::Line(LineChart {
+            title: "residual-stream RMS after each block (last logged step)".into(),
+            x_label: "block".into(),
+            y_label: "RMS".into(),
+            series: shown
+                .iter()
+                .map(|r| {
+                    Series::indexed(
+                        label(r),
+                        &r.metrics
+                            .last()
+                            .map(|m| m.residual_rms.clone())
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            log_y: true,
+            log_x: false,
+        }),
+    ];
+    if runs.len() > 12 {
+        for p in &mut panels {
+            if let Panel::Line(c) = p {
+                c.title = format!("{} (first 12 of {} runs)", c.title, runs.len());
+            }
+        }
+    }
+    let mut figures = vec![Figure {
+        stem: "report_curves".into(),
+        panels,
+        cols: 2,
+    }];
+    let mut grid_table = None;
+    if keys.iter().any(|k| k == "lr") {
+        let (fig, t) = lr_grid(runs, &keys);
+        figures.push(fig);
+        grid_table = Some(t);
+    }
+    Report {
+        records,
+        table,
+        figures,
+        grid_table,
+    }
+}
+
+/// The lr-sensitivity heat map: rows = combinations of the other varying
+/// keys (seeds merged), columns = learning rates; value = mean final eval
+/// loss over seeds that did not diverge; marks D / S where most seeds
+/// diverged / stalled.
+fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
+    let mut lrs: Vec<f32> = runs.iter().map(|r| r.cfg.lr).collect();
+    lrs.sort_by(f32::total_cmp);
+    lrs.dedup();
+    let row_keys: Vec<&String> = keys.iter().filter(|k| *k != "lr" && *k != "seed").collect();
+    let row_of = |r: &FoundRun| {
+        let v = serde_json::to_value(&r.cfg).unwrap();
+        let s: Vec<String> = row_keys
+            .iter()
+            .map(|k| format!("{k}={}", value_str(&v[k.as_str()])))
+            .collect();
+        if s.is_empty() {
+            "all".to_string()
+        } else {
+            s.join(" ")
+        }
+    };
+    let mut rows: Vec<String> = Vec::new();
+    for r in runs {
+        let k = row_of(r);
+        if !rows.contains(&k) {
+            rows.push(k);
+        }
+    }
+    let mut header = vec!["setting".to_string()];
+    header.extend(lrs.iter().map(|l| format!("lr {l}")));
+    let mut t = Table {
+        title: "Final held-out loss by learning rate (mean over seeds; D = diverged, S = stalled)"
+            .into(),
+        header,
+        rows: Vec::new(),
+    };
+    let (mut values, mut marks) = (Vec::new(), Vec::new());
+    for row in &rows {
+        let (mut vr, mut mr, mut cells) = (Vec::new(), Vec::new(), vec![row.clone()]);
+        for &lr in &lrs {
+            let g: Vec<&FoundRun> = runs
+                .iter()
+                .filter(|r| r.cfg.lr == lr && &row_of(r) == row && r.summary.is_some())
+                .collect();
+            let n = g.len();
+            let count = |s: Status| {
+                g.iter()
+                    .filter(|r| r.summary.as_ref().unwrap().status == s)
+                    .count()
+            };
+            let losses: Vec<f64> = g
+                .iter()
+                .filter_map(|r| r.summary.as_ref().unwrap().final_eval_loss)
+                .filter(|v| v.is_finite())
+                .collect();
+            let mean =
+                (!losses.is_empty()).then(|| losses.iter().sum::<f64>() / losses.len() as f64);
+            let mark = if n == 0 {
+                ""
+            } else if count(Status::Diverged) * 2 > n {
+                "D"
+            } else if count(Status::Stalled) * 2 > n {
+                "S"
+            } else {
+                ""
+            };
+            vr.push(if mark == "D" { None } else { mean });
+            mr.push(mark.to_string());
+            cells.push(match (mean, mark) {
+                (_, "D") => "D".into(),
+                (Some(m), "S") => format!("{} S", f(m, 3)),
+                (Some(m), _) => f(m, 3),
+                (None, _) => "-".into(),
+            });
+        }
+        values.push(vr);
+        marks.push(mr);
+        t.rows.push(cells);
+    }
+    let fig = Figure {
+        stem: "report_lr_grid".into(),
+        panels: vec![Panel::Heat(Heatmap {
+            title: "learning-rate sensitivity".into(),
+            x_labels: lrs.iter().map(|l| format!("{l}")).collect(),
+            y_labels: rows.clone(),
+            values,
+            marks,
+            value_label: "final eval loss".into(),
+        })],
+        cols: 1,
+    };
+    (fig, t)
+}
+
+/// Write `report.md` (+ figures) into `dir`.
+pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for fig in &report.figures {
+        crate::exp::plot::save(fig, dir)?;
+    }
+    let mut md = format!("# Report: {}\n\n", root.display());
+    for fig in &report.figures {
+        md.push_str(&format!("![{}]({}.png)\n\n", fig.stem, fig.stem));
+    }
+    if let Some(t) = &report.grid_table {
+        md.push_str(&t.markdown());
+        md.push('\n');
+    }
+    md.push_str(&report.table.markdown());
+    crate::train::run::atomic_write(&dir.join("report.md"), md.as_bytes())
+        .map_err(|e| e.to_string())?;
+    crate::train::run::atomic_write(
+        &dir.join("report.json"),
+        serde_json::to_string_pretty(&report.records)
+            .unwrap()
+            .as_bytes(),
+    )
+    .map_err(|e| e.to_string())
+}

@@ -1,0 +1,341 @@
+//! Sweeps: grids of training runs with content-derived ids, run in parallel
+//! (each run single-threaded), resumable (finished runs are skipped,
+//! unfinished ones continue from their last checkpoint, bit-identically) and
+//! shardable (`--shard I/N`, or the index from Slurm / Kubernetes): many
+//! shards can write into one shared folder because every run folder belongs
+//! to exactly one shard.
+
+use crate::train::run::{read_metrics, read_summary, RunOptions, RunOutcome, Summary};
+use crate::train::{self, StepRecord, TrainConfig};
+use rayon::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One run of a sweep.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Content-derived id (also the folder name).
+    pub id: String,
+    /// Its configuration.
+    pub cfg: TrainConfig,
+}
+
+/// A finished run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Id.
+    pub id: String,
+    /// Configuration.
+    pub cfg: TrainConfig,
+    /// Summary.
+    pub summary: Summary,
+    /// Logged metrics.
+    pub metrics: Vec<StepRecord>,
+    /// Final parameters (only when requested and the run happened in this process).
+    #[serde(skip)]
+    pub params: Option<Vec<f32>>,
+    /// Whether it was found finished on disk (not run now).
+    pub reused: bool,
+}
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// `<model>-L<layers>-<norm>-<placement>-lr<lr>-s<seed>-<hash>`: readable,
+/// and unique because the hash covers the whole configuration.
+pub fn run_id(cfg: &TrainConfig) -> String {
+    let json = serde_json::to_string(cfg).expect("config serialises");
+    format!(
+        "{}-L{}-{}-{}-lr{}-s{}-{:012x}",
+        cfg.model,
+        cfg.layers,
+        cfg.norm,
+        cfg.placement,
+        cfg.lr,
+        cfg.seed,
+        fnv64(json.as_bytes()) & 0xffff_ffff_ffff
+    )
+}
+
+/// Expand a grid: keys whose value is a list are axes (cartesian product,
+/// keys in sorted order), the rest are fixed. Every point is validated.
+pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>, String> {
+    let mut points: Vec<Map<String, Value>> = vec![Map::new()];
+    for (k, v) in grid {
+        match v {
+            Value::Array(vals) => {
+                if vals.is_empty() {
+                    return Err(format!("grid axis '{k}' is empty"));
+                }
+                let mut next = Vec::with_capacity(points.len() * vals.len());
+                for p in &points {
+                    for val in vals {
+                        let mut q = p.clone();
+                        q.insert(k.clone(), val.clone());
+                        next.push(q);
+                    }
+                }
+                points = next;
+            }
+            other => points.iter_mut().for_each(|p| {
+                p.insert(k.clone(), other.clone());
+            }),
+        }
+    }
+    if points.len() > 100_000 {
+        return Err(format!("grid has {} runs; at most 100000", points.len()));
+    }
+    let mut specs = Vec::with_capacity(points.len());
+    let mut seen = std::collections::HashSet::new();
+    for p in points {
+        let cfg = TrainConfig::from_overrides(&p)
+            .map_err(|e| format!("grid point {}: {e}", Value::Object(p.clone())))?;
+        let id = run_id(&cfg);
+        if seen.insert(id.clone()) {
+            specs.push(RunSpec { id, cfg });
+        }
+    }
+    Ok(specs)
+}
+
+/// Read a grid file (TOML).
+pub fn read_grid(path: &Path) -> Result<Map<String, Value>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read grid {}: {e}", path.display()))?;
+    let v: Value = toml::from_str(&text).map_err(|e| {
+        format!(
+            "grid {} is not valid TOML: {}",
+            path.display(),
+            e.to_string().lines().next().unwrap_or("")
+        )
+    })?;
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err("a grid must be a TOML table".into()),
+    }
+}
+
+/// Which share of a sweep this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based index.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+}
+
+impl Shard {
+    /// Parse `I/N`.
+    pub fn parse(s: &str) -> Result<Shard, String> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("--shard must look like I/N (got '{s}')"))?;
+        let (index, count) = (
+            i.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad shard index '{i}'"))?,
+            n.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad shard count '{n}'"))?,
+        );
+        if count == 0 || index >= count {
+            return Err(format!("--shard needs 0 <= I < N (got {index}/{count})"));
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// From the environment of a cluster scheduler: Slurm job arrays
+    /// (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, minus SLURM_ARRAY_TASK_MIN)
+    /// or Kubernetes indexed jobs (JOB_COMPLETION_INDEX with NORMLAB_SHARD_COUNT).
+    pub fn from_env() -> Result<Option<Shard>, String> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let (Some(id), Some(count)) = (get("SLURM_ARRAY_TASK_ID"), get("SLURM_ARRAY_TASK_COUNT"))
+        {
+            let min = get("SLURM_ARRAY_TASK_MIN")
+                .and_then(|m| m.parse::<usize>().ok())
+                .unwrap_or(0);
+            let id: usize = id
+                .parse()
+                .map_err(|_| format!("bad SLURM_ARRAY_TASK_ID '{id}'"))?;
+            return Shard::parse(&format!("{}/{count}", id.saturating_sub(min))).map(Some);
+        }
+        if let Some(idx) = get("JOB_COMPLETION_INDEX") {
+            let count = get("NORMLAB_SHARD_COUNT").ok_or("JOB_COMPLETION_INDEX is set: also set NORMLAB_SHARD_COUNT to the job's completions")?;
+            return Shard::parse(&format!("{idx}/{count}")).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Whether run number `i` (in id order) belongs to this shard.
+    pub fn owns(&self, i: usize) -> bool {
+        i % self.count == self.index
+    }
+}
+
+/// How to run a set of specs.
+#[derive(Clone, Debug, Default)]
+pub struct SweepOptions {
+    /// Folder: runs go to `<out>/runs/<id>`. None: in memory only.
+    pub out: Option<PathBuf>,
+    /// Runs in parallel.
+    pub jobs: usize,
+    /// Only this share.
+    pub shard: Option<Shard>,
+    /// Keep final parameters in the results (in-process runs only).
+    pub keep_params: bool,
+}
+
+/// Run `specs` (sorted by id first; the shard picks by position in that
+/// order), calling `progress(done, total, id)` after each.
+pub fn run_all(
+    specs: &[RunSpec],
+    opts: &SweepOptions,
+    progress: &(dyn Fn(usize, usize, &str) + Sync),
+) -> Result<Vec<RunResult>, String> {
+    let mut sorted: Vec<&RunSpec> = specs.iter().collect();
+    sorted.sort_by(|a, b| a.id.cmp(&b.id));
+    let mine: Vec<&RunSpec> = sorted
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| opts.shard.is_none_or(|s| s.owns(*i)))
+        .map(|(_, s)| *s)
+        .collect();
+    if let Some(out) = &opts.out {
+        std::fs::create_dir_all(out.join("runs"))
+            .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    }
+    let total = mine.len();
+    let done = AtomicUsize::new(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs.max(1))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let results: Vec<Result<RunResult, String>> = pool.install(|| {
+        mine.par_iter()
+            .with_max_len(1)
+            .map(|spec| {
+                let r = run_one(spec, opts);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                progress(n, total, &spec.id);
+                r
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(results.len());
+    for r in results {
+        out.push(r?);
+    }
+    Ok(out)
+}
+
+fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
+    let dir = opts.out.as_ref().map(|o| o.join("runs").join(&spec.id));
+    if let Some(d) = &dir {
+        if let Some(summary) = read_summary(d) {
+            return Ok(RunResult {
+                id: spec.id.clone(),
+                cfg: spec.cfg.clone(),
+                summary,
+                metrics: read_metrics(d),
+                params: None,
+                reused: true,
+            });
+        }
+    }
+    let resume = dir.as_ref().is_some_and(|d| d.join("config.json").exists());
+    let ropts = RunOptions {
+        out: dir.clone(),
+        resume,
+        threads: 1,
+        stop_after: None,
+        steps_override: None,
+    };
+    let mut metrics = Vec::new();
+    let mut params = None;
+    let keep = opts.keep_params;
+    let cfg_steps = spec.cfg.steps;
+    let outcome = train::run(&spec.cfg, &ropts, &mut |rec, tr| {
+        metrics.push(rec.clone());
+        if keep && (tr.step >= cfg_steps || !rec.loss.is_finite()) {
+            params = Some(tr.params.to_vec());
+        }
+    })
+    .map_err(|e| format!("run {}: {e}", spec.id))?;
+    let summary = match outcome {
+        RunOutcome::Finished(s) => s,
+        RunOutcome::Interrupted { .. } => return Err(format!("run {} stopped early", spec.id)),
+    };
+    if let Some(d) = &dir {
+        // After a resume the in-memory metrics lack the earlier steps.
+        metrics = read_metrics(d);
+    }
+    Ok(RunResult {
+        id: spec.id.clone(),
+        cfg: spec.cfg.clone(),
+        summary,
+        metrics,
+        params,
+        reused: false,
+    })
+}
+
+/// An `sbatch` job-array script that runs the grid in `count` shards.
+pub fn slurm_script(grid_arg: &str, out: &Path, count: usize, cpus: usize) -> String {
+    format!(
+        "#!/bin/bash\n\
+         # Generated by `normlab sweep --emit-slurm`: one array task per shard, all\n\
+         # writing into the same folder (each run folder belongs to one shard).\n\
+         #SBATCH --job-name=normlab-sweep\n\
+         #SBATCH --array=0-{last}\n\
+         #SBATCH --cpus-per-task={cpus}\n\
+         #SBATCH --output={out}/slurm-%A_%a.log\n\
+         set -euo pipefail\n\
+         normlab sweep {grid} --out {out} --jobs \"${{SLURM_CPUS_PER_TASK:-{cpus}}}\"\n\
+         # normlab reads SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT to pick its shard.\n\
+         # When every task has finished: normlab report {out}\n",
+        last = count.saturating_sub(1),
+        cpus = cpus,
+        out = out.display(),
+        grid = grid_arg
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn grid_expansion_and_ids() {
+        let g = json!({"model": "toy", "steps": 5, "layers": [2, 4], "norm": ["layernorm", "rmsnorm"], "seed": [0, 1]});
+        let specs = expand_grid(g.as_object().unwrap()).unwrap();
+        assert_eq!(specs.len(), 8);
+        let ids: std::collections::HashSet<_> = specs.iter().map(|s| s.id.clone()).collect();
+        assert_eq!(ids.len(), 8);
+        assert!(specs[0].id.starts_with("toy-L2-layernorm-pre-lr0.001-s0-"));
+        // Same content, same id.
+        let again = expand_grid(g.as_object().unwrap()).unwrap();
+        assert_eq!(
+            specs.iter().map(|s| &s.id).collect::<Vec<_>>(),
+            again.iter().map(|s| &s.id).collect::<Vec<_>>()
+        );
+        let bad = json!({"layers": [2, 0]});
+        assert!(expand_grid(bad.as_object().unwrap())
+            .unwrap_err()
+            .contains("layers"));
+    }
+
+    #[test]
+    fn shards_partition() {
+        let s = Shard::parse("1/3").unwrap();
+        assert!(s.owns(1) && s.owns(4) && !s.owns(0));
+        assert!(Shard::parse("3/3").is_err() && Shard::parse("x").is_err());
+    }
+}
