@@ -185,3 +185,88 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The headline results in about two minutes: depth-sim with its toggles,
+/// collapse and lr-sensitivity in reduced size, and speed.
+#[derive(Args, Debug)]
+pub struct DemoCmd {
+    /// Output folder (report.md, one sub-folder per experiment).
+    #[arg(long, default_value = "normlab-demo")]
+    out: PathBuf,
+    /// Runs in parallel (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+}
+
+pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
+    use normlab::kernels::norm::NormKind as K;
+    if c.out.exists() {
+        let ours = std::fs::read_to_string(c.out.join("report.md"))
+            .map(|t| t.contains("normlab demo"))
+            .unwrap_or(false);
+        let empty = std::fs::read_dir(&c.out)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
+        if !ours && !empty {
+            return bad(format!(
+                "{} exists and is not a normlab demo folder; choose another --out",
+                c.out.display()
+            ));
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let plan: Vec<(&str, &str, ExpArgs)> = vec![
+        ("depth-sim", "Depth simulator (N = 32 sublayers, gain 1)", ExpArgs::default()),
+        (
+            "collapse",
+            "Collapse without normalization (reduced: 6 and 20 layers, lr 1e-3 and 1e-2, 500 steps, 1 seed)",
+            ExpArgs { layers: Some(vec![6, 20]), lrs: Some(vec![1e-3, 1e-2]), steps: Some(500), seeds: Some(1), norms: Some(vec![K::None, K::LayerNorm, K::RmsNorm]), ..ExpArgs::default() },
+        ),
+        (
+            "lr-sensitivity",
+            "Pre-LN vs Post-LN learning-rate sensitivity (reduced: 24 layers, 3 learning rates, no warm-up, 500 steps, 1 seed)",
+            ExpArgs { layers: Some(vec![24]), lrs: Some(vec![1e-3, 3e-3, 1e-2]), warmups: Some(vec![0]), steps: Some(500), seeds: Some(1), ..ExpArgs::default() },
+        ),
+        ("speed", "LayerNorm vs RMSNorm speed (reduced shape sweep)", ExpArgs { quick: true, ..ExpArgs::default() }),
+    ];
+    let mut md = String::from("# normlab demo\n\nThe headline results of normlab, each measured by this run (`normlab demo`). Every experiment has a full setting: `normlab exp <id>`.\n\n");
+    for (id, title, mut args) in plan {
+        args.jobs = c.jobs.or(args.jobs);
+        let dir = c.out.join(id);
+        args.out = None;
+        let pb = progress(1, id);
+        let r = exp::run(id, &args, &|done, total, msg| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+            pb.set_message(format!("{id} {msg}"));
+        })
+        .or_else(bad)?;
+        pb.finish_and_clear();
+        exp::write_outputs(&r, &dir).map_err(|e| anyhow::anyhow!(e))?;
+        println!("== {title}\n");
+        for t in &r.tables {
+            println!("{}", t.text());
+        }
+        println!("Conclusion: {}\n", r.conclusion);
+        md.push_str(&format!("## {title}\n\n*{}*\n\n", r.question));
+        for f in &r.figures {
+            md.push_str(&format!("![{}]({id}/{}.png)\n\n", f.stem, f.stem));
+        }
+        for t in &r.tables {
+            md.push_str(&t.markdown());
+            md.push('\n');
+        }
+        md.push_str(&format!("**Conclusion:** {}\n\nDetails: [{id}/report.md]({id}/report.md), [{id}/result.json]({id}/result.json).\n\n", r.conclusion));
+    }
+    md.push_str(&format!(
+        "Total time: {:.0} s.\n",
+        t0.elapsed().as_secs_f64()
+    ));
+    normlab::train::run::atomic_write(&c.out.join("report.md"), md.as_bytes())?;
+    println!(
+        "Wrote {}/report.md with the figures ({:.0} s).",
+        c.out.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

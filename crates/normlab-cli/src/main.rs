@@ -26,6 +26,8 @@ enum Command {
     Calc(cmd_calc::CalcArgs),
     /// Train a toy net or a GPT with any norm kind, placement and residual setting.
     Train(Box<cmd_train::TrainArgs>),
+    /// The headline results in about two minutes, written to normlab-demo/report.md.
+    Demo(cmd_exp::DemoCmd),
     /// Run a built-in experiment (`normlab exp list` names them).
     Exp(Box<cmd_exp::ExpCmd>),
     /// Run a grid of training runs in parallel: resumable, shardable (Slurm, Kubernetes).
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => cmd_bench::run(b),
         Command::Train(a) => cmd_train::run(*a),
         Command::Exp(c) => cmd_exp::run(*c),
+        Command::Demo(c) => cmd_exp::demo(c),
         Command::Sweep(c) => cmd_sweep::sweep_run(c),
         Command::Report(c) => cmd_sweep::report_run(c),
     };

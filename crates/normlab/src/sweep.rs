@@ -249,6 +249,9 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
             });
         }
     }
+    if let Some(d) = &dir {
+        remove_stale_temp_files(d);
+    }
     let resume = dir.as_ref().is_some_and(|d| d.join("config.json").exists());
     let ropts = RunOptions {
         out: dir.clone(),
@@ -284,6 +287,19 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
         params,
         reused: false,
     })
+}
+
+/// Remove temp files a killed writer left behind (`.<name>.<pid>.tmp`);
+/// the files they were meant to replace are intact (writes are atomic).
+fn remove_stale_temp_files(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// An `sbatch` job-array script that runs the grid in `count` shards.

@@ -90,10 +90,7 @@ fn record(r: &RunResult) -> Value {
 }
 
 /// Runs grouped by a key (everything but the seed), in first-seen order.
-fn group(
-    rs: &[RunResult],
-    key: impl Fn(&TrainConfig) -> String,
-) -> Vec<(String, Vec<&RunResult>)> {
+fn group(rs: &[RunResult], key: impl Fn(&TrainConfig) -> String) -> Vec<(String, Vec<&RunResult>)> {
     let mut out: Vec<(String, Vec<&RunResult>)> = Vec::new();
     for r in rs {
         let k = key(&r.cfg);
@@ -184,7 +181,8 @@ fn grid_settings(a: &ExpArgs, extra: Value) -> Value {
     merge(&json!({"quick": a.quick, "jobs": a.jobs()}), extra)
 }
 
-/// collapse: toy net, depth x norm (incl. none), pre placement.
+/// collapse: toy net, depth x norm (incl. none), pre placement (x lr when
+/// several are given).
 pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
     let layers = a.layers.clone().unwrap_or(if a.quick {
         vec![4, 16]
@@ -195,64 +193,75 @@ pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
         a.norms
             .clone()
             .unwrap_or(vec![NormKind::None, NormKind::LayerNorm, NormKind::RmsNorm]);
-    let lr = a
-        .lrs
-        .as_ref()
-        .and_then(|l| l.first().copied())
-        .unwrap_or(1e-3);
+    let lrs = a.lrs.clone().unwrap_or(vec![1e-3]);
     let steps = a.steps.unwrap_or(if a.quick { 400 } else { 3000 });
     let seeds = a.seed_list(if a.quick { 1 } else { 3 });
     let eval_seq = if a.quick { 64 } else { 512 };
     let mut cfgs = Vec::new();
     for &l in &layers {
-        for &n in &norms {
-            for &s in &seeds {
-                cfgs.push(cfg(json!({"model": "toy", "layers": l, "norm": n.name(), "placement": "pre", "lr": lr, "steps": steps, "seed": s, "shards": 1, "eval_sequences": eval_seq, "eval_every": (steps / 10).max(1)}))?);
+        for &lr in &lrs {
+            for &n in &norms {
+                for &s in &seeds {
+                    cfgs.push(cfg(json!({"model": "toy", "layers": l, "norm": n.name(), "placement": "pre", "lr": lr, "steps": steps, "seed": s, "shards": 1, "eval_sequences": eval_seq, "eval_every": (steps / 10).max(1)}))?);
+                }
             }
         }
     }
     let rs = run_specs(a, specs(cfgs), false, progress)?;
     let mut table = Table::new(
-        format!("Toy net, pre placement, Adam lr {lr}, {steps} steps, {} seed(s): held-out loss (mean ± std over seeds that did not diverge)", seeds.len()),
-        &["layers", "norm", "status", "final eval loss", "best eval loss", "diverged at step"],
+        format!("Toy net, pre placement, Adam, {steps} steps, {} seed(s): held-out loss (mean ± std over seeds that did not diverge)", seeds.len()),
+        &["layers", "lr", "norm", "status", "final eval loss", "best eval loss", "diverged at step"],
     );
     let mut panels = Vec::new();
-    let groups = group(&rs, |c| format!("{}|{}", c.layers, c.norm));
+    let groups = group(&rs, |c| format!("{}|{}|{}", c.layers, c.lr, c.norm));
     for &l in &layers {
-        let mut series = Vec::new();
-        for (k, g) in groups
-            .iter()
-            .filter(|(k, _)| k.starts_with(&format!("{l}|")))
-        {
-            let (status, mean, std, div) = seed_stats(g);
-            let best = g
+        for &lr in &lrs {
+            let mut series = Vec::new();
+            for (k, g) in groups
                 .iter()
-                .filter_map(|r| r.summary.best_eval_loss)
-                .fold(f64::INFINITY, f64::min);
-            let norm = k.split('|').nth(1).unwrap().to_string();
-            table.row(vec![
-                l.to_string(),
-                norm.clone(),
-                status,
-                format!("{} ± {}", opt(mean, 3), opt(std, 3)),
-                f(best, 3),
-                div.map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
-            ]);
-            series.push(Series::new(norm, mean_curve(g, &eval_curve)));
+                .filter(|(k, _)| k.starts_with(&format!("{l}|{lr}|")))
+            {
+                let (status, mean, std, div) = seed_stats(g);
+                let best = g
+                    .iter()
+                    .filter_map(|r| r.summary.best_eval_loss)
+                    .fold(f64::INFINITY, f64::min);
+                let norm = k.split('|').nth(2).unwrap().to_string();
+                table.row(vec![
+                    l.to_string(),
+                    format!("{lr}"),
+                    norm.clone(),
+                    status,
+                    format!("{} ± {}", opt(mean, 3), opt(std, 3)),
+                    if best.is_finite() {
+                        f(best, 3)
+                    } else {
+                        "-".into()
+                    },
+                    div.map(|d| d.to_string()).unwrap_or_else(|| "-".into()),
+                ]);
+                let name = match div {
+                    Some(d) if status_of(g) == Status::Diverged => {
+                        format!("{norm} (diverged at step {d})")
+                    }
+                    _ => norm,
+                };
+                series.push(Series::new(name, mean_curve(g, &eval_curve)));
+            }
+            panels.push(Panel::Line(LineChart {
+                title: format!("{l} layers, lr {lr}"),
+                x_label: "step".into(),
+                y_label: "held-out loss".into(),
+                series,
+                log_y: false,
+                log_x: false,
+            }));
         }
-        panels.push(Panel::Line(LineChart {
-            title: format!("{l} layers"),
-            x_label: "step".into(),
-            y_label: "held-out loss".into(),
-            series,
-            log_y: false,
-            log_x: false,
-        }));
     }
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "toy", "layers": layers, "norms": norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lr": num(lr), "optimizer": "adam", "steps": steps}),
+            json!({"model": "toy", "layers": layers, "norms": norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lrs": lrs.iter().map(|&v| num(v)).collect::<Vec<_>>(), "optimizer": "adam", "steps": steps}),
         ),
         seeds.clone(),
     );
@@ -263,15 +272,21 @@ pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
     out.figures.push(Figure {
         stem: "collapse".into(),
         panels,
-        cols: layers.len().min(3),
+        cols: (layers.len() * lrs.len()).min(3),
     });
     let mut parts = Vec::new();
     for (k, g) in &groups {
         let (_, mean, _, div) = seed_stats(g);
-        let (l, n) = k.split_once('|').unwrap();
+        let mut it = k.split('|');
+        let (l, lr, n) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
         let st = status_of(g);
+        let lr_part = if lrs.len() > 1 {
+            format!(", lr {lr}")
+        } else {
+            String::new()
+        };
         parts.push(format!(
-            "{n} at {l} layers {}{}",
+            "{n} at {l} layers{lr_part} {}{}",
             st.name(),
             match (st, mean, div) {
                 (Status::Diverged, _, Some(d)) => format!(" (step {d})"),
@@ -1375,9 +1390,11 @@ pub fn experiment_specs(id: &str) -> Result<Vec<RunSpec>, String> {
                 }
             }
         }
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "experiment {id} has no sweep grid (use collapse or lr-sensitivity, or a grid file)"
-        )),
+        ))
+        }
     }
     let _ = a;
     Ok(specs(cfgs.into_iter().collect::<Result<Vec<_>, _>>()?))

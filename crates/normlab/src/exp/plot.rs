@@ -5,6 +5,7 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -309,6 +310,12 @@ fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> 
         .filter_map(|v| *v)
         .filter(|v| v.is_finite());
     let (lo, hi) = bounds(vals, false);
+    let max_label = h
+        .y_labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(4) as u32;
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!("{} (colour: {})", h.title, h.value_label),
@@ -316,19 +323,28 @@ fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> 
         )
         .margin(8)
         .x_label_area_size(36)
-        .y_label_area_size(110)
-        .build_cartesian_2d(0..nc as i32, 0..nr as i32)
+        .y_label_area_size((max_label * 7 + 12).clamp(40, 260))
+        .build_cartesian_2d(
+            (0..nc as i32 - 1).into_segmented(),
+            (0..nr as i32 - 1).into_segmented(),
+        )
         .map_err(err)?;
     let xl = h.x_labels.clone();
     let yl = h.y_labels.clone();
+    let lab = |labels: &[String], v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+            labels.get(*i as usize).cloned().unwrap_or_default()
+        }
+        SegmentValue::Last => String::new(),
+    };
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_labels(nc + 1)
-        .y_labels(nr + 1)
-        .x_label_formatter(&|i| xl.get(*i as usize).cloned().unwrap_or_default())
-        .y_label_formatter(&|i| yl.get(*i as usize).cloned().unwrap_or_default())
-        .label_style(("sans-serif", 11))
+        .x_labels(nc)
+        .y_labels(nr)
+        .x_label_formatter(&|v| lab(&xl, v))
+        .y_label_formatter(&|v| lab(&yl, v))
+        .label_style(("sans-serif", 12))
         .draw()
         .map_err(err)?;
     for r in 0..nr {
@@ -345,15 +361,19 @@ fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> 
                 }
                 _ => RGBColor(200, 200, 200),
             };
+            let (c0, r0) = (c as i32, r as i32);
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(c as i32, r as i32), (c as i32 + 1, r as i32 + 1)],
+                    [
+                        (SegmentValue::Exact(c0), SegmentValue::Exact(r0)),
+                        (SegmentValue::Exact(c0 + 1), SegmentValue::Exact(r0 + 1)),
+                    ],
                     fill.filled(),
                 )))
                 .map_err(err)?;
             let mut text = v
                 .filter(|x| x.is_finite())
-                .map(|x| format!("{x:.2}"))
+                .map(|x| format!("{x:.3}"))
                 .unwrap_or_default();
             if let Some(m) = h
                 .marks
@@ -368,18 +388,16 @@ fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> 
                 };
             }
             if !text.is_empty() {
-                let dark = v
+                let light_cell = v
                     .map(|x| hi > lo && (x - lo) / (hi - lo) > 0.6)
                     .unwrap_or(true);
-                let style = TextStyle::from(("sans-serif", 11).into_font()).color(if dark {
-                    &BLACK
-                } else {
-                    &WHITE
-                });
+                let style = TextStyle::from(("sans-serif", 14).into_font())
+                    .color(if light_cell { &BLACK } else { &WHITE })
+                    .pos(Pos::new(HPos::Center, VPos::Center));
                 chart
                     .draw_series(std::iter::once(Text::new(
                         text,
-                        (c as i32, r as i32 + 1),
+                        (SegmentValue::CenterOf(c0), SegmentValue::CenterOf(r0)),
                         style,
                     )))
                     .map_err(err)?;
