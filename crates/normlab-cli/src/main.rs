@@ -7,6 +7,7 @@ mod cmd_exp;
 mod cmd_sweep;
 mod cmd_train;
 mod ui;
+mod web;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -34,6 +35,8 @@ enum Command {
     Sweep(cmd_sweep::SweepCmd),
     /// Tables and figures from a folder of runs.
     Report(cmd_sweep::ReportCmd),
+    /// The web lab: norm calculator, depth simulator and runs dashboard in the browser.
+    Serve(web::ServeCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Train(a) => cmd_train::run(*a),
         Command::Exp(c) => cmd_exp::run(*c),
         Command::Demo(c) => cmd_exp::demo(c),
+        Command::Serve(c) => web::run(c),
         Command::Sweep(c) => cmd_sweep::sweep_run(c),
         Command::Report(c) => cmd_sweep::report_run(c),
     };

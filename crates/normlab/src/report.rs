@@ -121,7 +121,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
     let mut table = Table::new(format!("{} runs", runs.len()), &header);
     let mut records = Vec::new();
     for r in runs {
-        let cfgv = serde_json::to_value(&r.cfg).unwrap();
+        let cfgv = r.cfg.to_json_value();
         let mut rec = Map::new();
         rec.insert("run".into(), json!(r.name));
         let mut settings = Map::new();
@@ -163,7 +163,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
         records.push(Value::Object(rec));
     }
     let label = |r: &FoundRun| -> String {
-        let v = serde_json::to_value(&r.cfg).unwrap();
+        let v = r.cfg.to_json_value();
         let parts: Vec<String> = keys
             .iter()
             .map(|k| format!("{k}={}", value_str(&v[k])))
@@ -271,7 +271,7 @@ fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
     lrs.dedup();
     let row_keys: Vec<&String> = keys.iter().filter(|k| *k != "lr" && *k != "seed").collect();
     let row_of = |r: &FoundRun| {
-        let v = serde_json::to_value(&r.cfg).unwrap();
+        let v = r.cfg.to_json_value();
         let s: Vec<String> = row_keys
             .iter()
             .map(|k| format!("{k}={}", value_str(&v[k.as_str()])))

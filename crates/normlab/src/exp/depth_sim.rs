@@ -205,7 +205,10 @@ fn label(c: &SimConfig) -> String {
 pub fn experiment(a: &ExpArgs) -> Result<ExpResult, String> {
     let base = SimConfig {
         sublayers: a.sublayers.unwrap_or(32),
-        gain: a.gain.unwrap_or(1.0) as f64,
+        gain: a
+            .gain
+            .map(|g| g.to_string().parse::<f64>().unwrap_or(g as f64))
+            .unwrap_or(1.0),
         residual: a.residual.unwrap_or(true),
         pre_norm: a.pre_norm.unwrap_or(false),
         scale_writeback: a.scale_writeback.unwrap_or(false),

@@ -298,6 +298,10 @@ pub(crate) fn f(v: f64, digits: usize) -> String {
         "nan".into()
     } else if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
         format!("{v:.2e}")
+    } else if v.abs() >= 1000.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
     } else {
         format!("{v:.digits$}")
     }

@@ -286,6 +286,13 @@ impl TrainConfig {
         Ok(())
     }
 
+    /// The config as a JSON value whose numbers keep their f32 decimal form
+    /// (0.95, not 0.949999988079071).
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::from_str(&serde_json::to_string(self).expect("config serialises"))
+            .expect("valid JSON")
+    }
+
     /// Held-out sequences actually evaluated (a multiple of batch).
     pub fn eval_sequences_rounded(&self) -> usize {
         self.eval_sequences.div_ceil(self.batch).max(1) * self.batch

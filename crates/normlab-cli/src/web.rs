@@ -1,0 +1,400 @@
+//! `normlab serve`: the web lab. An axum server (loopback by default)
+//! serving one page (no front-end build step: `web/index.html` is compiled
+//! in) and a JSON API that the page calls; every number and chart is
+//! computed by the Rust engine. Every parameter is validated and every
+//! request's work is bounded; bad input gets a 4xx with `{"error": ...}`.
+//!
+//! API:
+//! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=` —
+//!   the depth simulator, with an SVG chart.
+//! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
+//! - `GET /api/runs/{id}` — one run: config, summary, metrics.
+//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms` —
+//!   an SVG overlaying those runs.
+
+use axum::extract::{Path as AxPath, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use clap::Args;
+use normlab::calc::{self, CalcRequest};
+use normlab::exp::depth_sim::{self, SimConfig};
+use normlab::exp::plot::{self, Figure, LineChart, Panel, Series};
+use normlab::kernels::norm::NormKind;
+use normlab::report;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const PAGE: &str = include_str!("web/index.html");
+/// Longest vector the calculator accepts over HTTP.
+pub const MAX_CALC_LEN: usize = 4096;
+/// Most sublayers the simulator accepts.
+pub const MAX_SUBLAYERS: usize = 1000;
+/// Most runs one plot overlays.
+pub const MAX_PLOT_RUNS: usize = 20;
+
+/// Serve the web lab.
+#[derive(Args, Debug)]
+pub struct ServeCmd {
+    /// Address to listen on (loopback by default; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Folder of runs for the dashboard (from train, sweep, exp --out).
+    #[arg(long)]
+    runs: Option<PathBuf>,
+}
+
+struct Lab {
+    runs: Option<PathBuf>,
+}
+
+type Shared = Arc<Lab>;
+
+/// A 4xx answer with a one-line message.
+fn err(code: StatusCode, msg: impl Into<String>) -> Response {
+    (code, Json(json!({"error": msg.into()}))).into_response()
+}
+
+fn bad(msg: impl Into<String>) -> Response {
+    err(StatusCode::BAD_REQUEST, msg)
+}
+
+/// The router (also used by tests).
+pub fn router(runs: Option<PathBuf>) -> Router {
+    let state = Arc::new(Lab { runs });
+    Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/api/calc", get(api_calc))
+        .route("/api/simulate", get(api_simulate))
+        .route("/api/runs", get(api_runs))
+        .route("/api/runs/{*id}", get(api_run))
+        .route("/api/plot", get(api_plot))
+        .with_state(state)
+}
+
+pub fn run(c: ServeCmd) -> anyhow::Result<()> {
+    if let Some(r) = &c.runs {
+        if !r.is_dir() {
+            return crate::ui::bad(format!("--runs {} is not a folder", r.display()));
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(c.addr).await {
+            Ok(l) => l,
+            Err(e) => return crate::ui::bad(format!("cannot listen on {}: {e}", c.addr)),
+        };
+        let addr = listener.local_addr()?;
+        println!(
+            "normlab lab: http://{addr}/{}",
+            c.runs
+                .as_ref()
+                .map(|r| format!("  (runs: {})", r.display()))
+                .unwrap_or_default()
+        );
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        axum::serve(listener, router(c.runs.clone()))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}
+
+#[derive(Deserialize)]
+struct CalcQuery {
+    norm: Option<String>,
+    x: Option<String>,
+    eps: Option<String>,
+    scale: Option<String>,
+    shift: Option<String>,
+}
+
+fn parse_f32(name: &str, v: &Option<String>) -> Result<Option<f32>, String> {
+    match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => s
+            .parse::<f32>()
+            .map(Some)
+            .map_err(|_| format!("{name}: '{s}' is not a number")),
+    }
+}
+
+async fn api_calc(Query(q): Query<CalcQuery>) -> Response {
+    let kind: NormKind = match q.norm.as_deref().unwrap_or("layernorm").parse() {
+        Ok(k) => k,
+        Err(e) => return bad(e.to_string()),
+    };
+    let Some(xs) = q.x.as_deref() else {
+        return bad("missing parameter x (comma-separated numbers)");
+    };
+    if xs.len() > MAX_CALC_LEN * 32 {
+        return bad(format!("x is too long (at most {MAX_CALC_LEN} values)"));
+    }
+    let x = match calc::parse_vector("x", xs) {
+        Ok(v) => v,
+        Err(e) => return bad(e),
+    };
+    if x.len() > MAX_CALC_LEN {
+        return bad(format!(
+            "x has {} values; at most {MAX_CALC_LEN} are allowed",
+            x.len()
+        ));
+    }
+    let mut req = CalcRequest::new(kind, x);
+    match (
+        parse_f32("eps", &q.eps),
+        parse_f32("scale", &q.scale),
+        parse_f32("shift", &q.shift),
+    ) {
+        (Ok(e), Ok(a), Ok(c)) => {
+            req.eps = e;
+            req.scale = a;
+            req.shift = c;
+        }
+        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return bad(r),
+    }
+    match calc::calc(&req) {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => bad(e.to_string()),
+    }
+}
+
+fn parse_bool(name: &str, v: Option<&String>, default: bool) -> Result<bool, String> {
+    match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") => Ok(default),
+        Some("1" | "true" | "on" | "yes") => Ok(true),
+        Some("0" | "false" | "off" | "no") => Ok(false),
+        Some(other) => Err(format!("{name} must be true or false (got '{other}')")),
+    }
+}
+
+async fn api_simulate(Query(q): Query<HashMap<String, String>>) -> Response {
+    for k in q.keys() {
+        if ![
+            "sublayers",
+            "gain",
+            "residual",
+            "pre_norm",
+            "scale_writeback",
+            "seed",
+        ]
+        .contains(&k.as_str())
+        {
+            return bad(format!("unknown parameter '{k}'"));
+        }
+    }
+    let sublayers = match q.get("sublayers").map(|s| s.trim().parse::<usize>()) {
+        None => 32,
+        Some(Ok(n)) if (1..=MAX_SUBLAYERS).contains(&n) => n,
+        Some(_) => {
+            return bad(format!(
+                "sublayers must be an integer in 1..={MAX_SUBLAYERS}"
+            ))
+        }
+    };
+    let gain = match q.get("gain").map(|s| s.trim().parse::<f64>()) {
+        None => 1.0,
+        Some(Ok(g)) if g.is_finite() && (0.0..=100.0).contains(&g) => g,
+        Some(Ok(g)) if g < 0.0 => return bad(format!("gain must not be negative (got {g})")),
+        Some(_) => return bad("gain must be a number in [0, 100]"),
+    };
+    let seed = match q.get("seed").map(|s| s.trim().parse::<u64>()) {
+        None => 0,
+        Some(Ok(s)) => s,
+        Some(Err(_)) => return bad("seed must be a non-negative integer"),
+    };
+    let cfg = match (
+        parse_bool("residual", q.get("residual"), true),
+        parse_bool("pre_norm", q.get("pre_norm"), false),
+        parse_bool("scale_writeback", q.get("scale_writeback"), false),
+    ) {
+        (Ok(residual), Ok(pre_norm), Ok(scale_writeback)) => SimConfig {
+            sublayers,
+            gain,
+            residual,
+            pre_norm,
+            scale_writeback,
+            d: 64,
+            rows: 32,
+            seed,
+        },
+        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return bad(r),
+    };
+    if let Err(e) = depth_sim::validate(&cfg) {
+        return bad(e);
+    }
+    let res = match tokio::task::spawn_blocking(move || depth_sim::simulate(&cfg)).await {
+        Ok(r) => r,
+        Err(_) => return err(StatusCode::INTERNAL_SERVER_ERROR, "simulation failed"),
+    };
+    let pts = |v: &[Option<f64>]| {
+        v.iter()
+            .enumerate()
+            .filter_map(|(i, x)| x.map(|y| (i as f64, y)))
+            .collect::<Vec<_>>()
+    };
+    let fig = Figure {
+        stem: "sim".into(),
+        panels: vec![
+            Panel::Line(LineChart {
+                title: "residual-stream RMS".into(),
+                x_label: "layer".into(),
+                y_label: "RMS of x_l".into(),
+                series: vec![Series::new("x_l", pts(&res.residual_rms))],
+                log_y: true,
+                log_x: false,
+            }),
+            Panel::Line(LineChart {
+                title: "gradient".into(),
+                x_label: "layer".into(),
+                y_label: "|dL/dx_l| per row".into(),
+                series: vec![Series::new("dL/dx_l", pts(&res.grad_norm))],
+                log_y: true,
+                log_x: false,
+            }),
+        ],
+        cols: 2,
+    };
+    let svg = plot::svg_string(&fig).unwrap_or_default();
+    let mut v = serde_json::to_value(&res).unwrap();
+    v["svg"] = json!(svg);
+    Json(v).into_response()
+}
+
+fn scan(lab: &Lab) -> Result<Vec<report::FoundRun>, String> {
+    match &lab.runs {
+        None => Ok(Vec::new()),
+        Some(dir) => report::scan(dir),
+    }
+}
+
+async fn api_runs(State(lab): State<Shared>) -> Response {
+    let runs = match scan(&lab) {
+        Ok(r) => r,
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let keys = report::varying_keys(&runs);
+    let list: Vec<Value> = runs
+        .iter()
+        .map(|r| {
+            let cfgv = r.cfg.to_json_value();
+            let varying: serde_json::Map<String, Value> = keys.iter().map(|k| (k.clone(), cfgv[k].clone())).collect();
+            json!({
+                "id": r.name,
+                "model": r.cfg.model.to_string(), "norm": r.cfg.norm.name(), "placement": r.cfg.placement.name(), "layers": r.cfg.layers, "lr": normlab::exp::num(r.cfg.lr),
+                "varying": varying,
+                "status": r.summary.as_ref().map(|s| s.status.name()).unwrap_or("unfinished"),
+                "final_eval_loss": r.summary.as_ref().and_then(|s| s.final_eval_loss),
+                "steps": r.metrics.last().map(|m| m.step).unwrap_or(0),
+            })
+        })
+        .collect();
+    Json(json!({"runs_folder": lab.runs.as_ref().map(|p| p.display().to_string()), "runs": list}))
+        .into_response()
+}
+
+async fn api_run(State(lab): State<Shared>, AxPath(id): AxPath<String>) -> Response {
+    let runs = match scan(&lab) {
+        Ok(r) => r,
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    // Ids are matched against the runs found under the folder, never joined
+    // to a path: nothing outside the runs folder can be reached.
+    match runs.iter().find(|r| r.name == id) {
+        Some(r) => Json(json!({"id": r.name, "config": r.cfg.to_json_value(), "summary": r.summary, "metrics": r.metrics})).into_response(),
+        None => err(StatusCode::NOT_FOUND, format!("no run '{id}' under the runs folder")),
+    }
+}
+
+async fn api_plot(State(lab): State<Shared>, Query(q): Query<HashMap<String, String>>) -> Response {
+    let metric = q.get("metric").map(String::as_str).unwrap_or("loss");
+    if !["loss", "eval_loss", "grad_norm", "residual_rms"].contains(&metric) {
+        return bad(format!(
+            "metric must be loss, eval_loss, grad_norm or residual_rms (got '{metric}')"
+        ));
+    }
+    let ids: Vec<&str> = q
+        .get("ids")
+        .map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
+        .unwrap_or_default();
+    if ids.is_empty() || ids.len() > MAX_PLOT_RUNS {
+        return bad(format!("ids must name 1..={MAX_PLOT_RUNS} runs"));
+    }
+    let runs = match scan(&lab) {
+        Ok(r) => r,
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    let mut series = Vec::new();
+    for id in &ids {
+        let Some(r) = runs.iter().find(|r| r.name == *id) else {
+            return err(
+                StatusCode::NOT_FOUND,
+                format!("no run '{id}' under the runs folder"),
+            );
+        };
+        let pts: Vec<(f64, f64)> = match metric {
+            "loss" => r.metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
+            "eval_loss" => r
+                .metrics
+                .iter()
+                .filter_map(|m| m.eval_loss.map(|e| (m.step as f64, e)))
+                .collect(),
+            "grad_norm" => r
+                .metrics
+                .iter()
+                .map(|m| (m.step as f64, m.grad_norm))
+                .collect(),
+            _ => r
+                .metrics
+                .last()
+                .map(|m| {
+                    m.residual_rms
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| (i as f64, *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        series.push(Series {
+            name: id.to_string(),
+            markers: metric == "residual_rms",
+            points: pts,
+        });
+    }
+    let (x_label, title) = if metric == "residual_rms" {
+        (
+            "block",
+            "residual-stream RMS after each block (last logged step)",
+        )
+    } else {
+        ("step", metric)
+    };
+    let fig = Figure {
+        stem: "plot".into(),
+        panels: vec![Panel::Line(LineChart {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: metric.into(),
+            series,
+            log_y: metric == "grad_norm" || metric == "residual_rms",
+            log_x: false,
+        })],
+        cols: 1,
+    };
+    match plot::svg_string(&fig) {
+        Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}

@@ -1,0 +1,384 @@
+//! End-to-end test of the web lab in a real headless Chromium driven over
+//! WebDriver (Debian's chromium + chromium-driver; `.ci/run` installs them
+//! and sets NORMLAB_REQUIRE_BROWSER=1 so a missing browser fails there).
+//! Screenshots of each part go to `<target>/tmp/web-e2e/`.
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn find(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).chain([
+        PathBuf::from("/usr/bin"),
+        PathBuf::from("/usr/lib/chromium"),
+    ]) {
+        for n in names {
+            let p = dir.join(n);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn make_runs(dir: &Path) {
+    for (name, norm) in [("toy-layernorm", "layernorm"), ("toy-none", "none")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+            .args([
+                "train",
+                "--model",
+                "toy",
+                "--layers",
+                "2",
+                "--norm",
+                norm,
+                "--steps",
+                "40",
+                "--batch",
+                "8",
+                "--eval-every",
+                "20",
+                "--eval-sequences",
+                "16",
+                "--log-every",
+                "5",
+                "--threads",
+                "1",
+                "--quiet",
+                "--out",
+            ])
+            .arg(dir.join(name))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+async fn text(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Poll until `f` returns Some or the timeout passes.
+async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn rows(c: &Client, css: &str) -> usize {
+    c.find_all(Locator::Css(css)).await.unwrap().len()
+}
+
+async fn shot(c: &Client, css: &str, dir: &Path, name: &str) {
+    let png = c
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .screenshot()
+        .await
+        .unwrap();
+    std::fs::write(dir.join(name), png).unwrap();
+}
+
+/// Wait until the simulator has finished a run other than `prev`; returns its stamp.
+async fn next_sim(c: &Client, prev: String) -> String {
+    wait_for("simulation", || {
+        let prev = prev.clone();
+        async move {
+            c.find(Locator::Css("#sim"))
+                .await
+                .unwrap()
+                .attr("data-done")
+                .await
+                .unwrap()
+                .filter(|d| *d != prev)
+        }
+    })
+    .await
+}
+
+fn num(s: &str) -> f64 {
+    s.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: '{s}'"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_lab_in_headless_chromium() {
+    let (Some(driver), Some(browser)) = (
+        find(&["chromedriver"]),
+        find(&["chromium", "chromium-browser"]),
+    ) else {
+        if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
+            panic!("chromium / chromedriver not found but NORMLAB_REQUIRE_BROWSER is set");
+        }
+        eprintln!("SKIPPED web_lab_in_headless_chromium: chromium and chromedriver are not installed (apt-get install chromium chromium-driver)");
+        return;
+    };
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-e2e");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let runs = base.join("runs");
+    make_runs(&runs);
+
+    // The lab, on a free port.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--runs"])
+        .arg(&runs)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Kill(server);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("server prints its URL")
+        .to_string();
+
+    // The browser.
+    let port = free_port();
+    let _driver = Kill(
+        Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut caps = serde_json::Map::new();
+    let args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1300,1800",
+    ];
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({"binary": browser, "args": args}),
+    );
+    let c = wait_for("chromedriver", || {
+        let caps = caps.clone();
+        async move {
+            ClientBuilder::native()
+                .capabilities(caps)
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+                .ok()
+        }
+    })
+    .await;
+    c.goto(&url).await.unwrap();
+
+    // Norm calculator: the worked example, then x3 and +2.
+    wait_for("calculator", || async {
+        (rows(&c, "#calc-log tbody tr").await >= 1).then_some(())
+    })
+    .await;
+    assert!(
+        (num(&text(&c, "#rmsnorm-l2").await) - 2.0).abs() < 1e-3,
+        "RMSNorm output length is sqrt(d) = 2"
+    );
+    assert!(num(&text(&c, "#layernorm-mean").await).abs() < 1e-3);
+    let ln0 = text(&c, "#layernorm-out").await;
+    let rms0 = text(&c, "#rmsnorm-out").await;
+    assert_eq!(ln0, "[-1.0690, -0.5345, 0.0000, 1.6036]");
+    c.find(Locator::Css("#calc-x3"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for("x3 logged", || async {
+        (rows(&c, "#calc-log tbody tr").await >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        text(&c, "#layernorm-out").await,
+        ln0,
+        "x3 changes nothing (LayerNorm)"
+    );
+    assert_eq!(
+        text(&c, "#rmsnorm-out").await,
+        rms0,
+        "x3 changes nothing (RMSNorm)"
+    );
+    c.find(Locator::Css("#calc-plus2"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for("+2 logged", || async {
+        (rows(&c, "#calc-log tbody tr").await >= 3).then_some(())
+    })
+    .await;
+    assert_eq!(
+        text(&c, "#layernorm-out").await,
+        ln0,
+        "+2 changes nothing (LayerNorm)"
+    );
+    assert_ne!(text(&c, "#rmsnorm-out").await, rms0, "+2 changes RMSNorm");
+    assert!(
+        (num(&text(&c, "#rmsnorm-l2").await) - 2.0).abs() < 1e-3,
+        "still length sqrt(d)"
+    );
+    let log = text(&c, "#calc-log tbody").await;
+    assert!(
+        log.contains("x3")
+            && log.contains("+2")
+            && log.contains("[3.0000, 6.0000, 9.0000, 18.0000]")
+            && log.contains("[5.0000, 8.0000, 11.0000, 20.0000]"),
+        "{log}"
+    );
+    shot(&c, "#calc", &base, "calculator.png").await;
+
+    // Depth simulator: toggles move the summary numbers the right way.
+    let read = || async {
+        (
+            num(&text(&c, "#sim-ratio").await),
+            num(&text(&c, "#sim-final").await),
+        )
+    };
+    let mut last = next_sim(&c, String::new()).await;
+    let (ratio_res, rms_res) = read().await;
+    assert!(
+        ratio_res > 100.0 && rms_res > 100.0,
+        "residuals alone at N = 32 grow signal and gradient: {ratio_res} {rms_res}"
+    );
+    c.find(Locator::Css("#sim-prenorm"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    last = next_sim(&c, last).await;
+    let (ratio_pre, rms_pre) = read().await;
+    assert!(
+        ratio_pre < ratio_res / 10.0 && rms_pre < rms_res / 10.0,
+        "pre-norm tames both: {ratio_pre} {rms_pre}"
+    );
+    c.find(Locator::Css("#sim-writeback"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    last = next_sim(&c, last).await;
+    let (_, rms_wb) = read().await;
+    assert!(
+        rms_wb < rms_pre && (0.7..2.0).contains(&rms_wb),
+        "1/sqrt(N) keeps the stream near 1: {rms_wb}"
+    );
+    let n = c.find(Locator::Css("#sim-n")).await.unwrap();
+    n.clear().await.unwrap();
+    n.send_keys("128\n").await.unwrap();
+    c.find(Locator::Css("#sim-run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    next_sim(&c, last).await;
+    let (_, rms_128) = read().await;
+    assert!(
+        (0.7..2.0).contains(&rms_128),
+        "still near 1 at N = 128: {rms_128}"
+    );
+    assert!(c.find(Locator::Css("#sim-charts svg")).await.is_ok());
+    shot(&c, "#sim", &base, "depth_simulator.png").await;
+
+    // Runs dashboard: two runs listed, overlay them, open one.
+    wait_for("runs list", || async {
+        (rows(&c, "#runs-list tbody tr").await == 2).then_some(())
+    })
+    .await;
+    for cb in c.find_all(Locator::Css(".run-select")).await.unwrap() {
+        cb.click().await.unwrap();
+    }
+    c.find(Locator::Css("#runs-plot"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for("overlay charts", || async {
+        (rows(&c, "#runs-charts svg").await == 4).then_some(())
+    })
+    .await;
+    let svg = text(&c, "#runs-charts").await;
+    assert!(
+        svg.contains("toy-layernorm") && svg.contains("toy-none"),
+        "both runs in the legend"
+    );
+    c.find(Locator::LinkText("toy-none"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let status = wait_for("run detail", || async {
+        c.find(Locator::Css("#run-status")).await.ok()
+    })
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        status.contains("status") && status.contains("40 steps"),
+        "{status}"
+    );
+    assert!(text(&c, "#run-detail pre")
+        .await
+        .contains("\"norm\": \"none\""));
+    shot(&c, "#runs", &base, "runs_dashboard.png").await;
+    let full = c.screenshot().await.unwrap();
+    std::fs::write(base.join("page.png"), full).unwrap();
+    c.close().await.unwrap();
+}
