@@ -7,7 +7,6 @@
 
 use crate::train::run::{read_metrics, read_summary, RunOptions, RunOutcome, Summary};
 use crate::train::{self, StepRecord, TrainConfig};
-use rayon::prelude::*;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -213,24 +212,29 @@ pub fn run_all(
     }
     let total = mine.len();
     let done = AtomicUsize::new(0);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs.max(1))
-        .build()
-        .map_err(|e| e.to_string())?;
-    let results: Vec<Result<RunResult, String>> = pool.install(|| {
-        mine.par_iter()
-            .with_max_len(1)
-            .map(|spec| {
-                let r = run_one(spec, opts);
+    let next = AtomicUsize::new(0);
+    // Plain worker threads pulling runs in order (each run has its own
+    // 1-thread pool): a rayon pool here would let a worker that waits on a
+    // run's pool steal and start further runs, interleaving all of them.
+    let mut slots: Vec<Option<Result<RunResult, String>>> = (0..total).map(|_| None).collect();
+    let slots_mx = std::sync::Mutex::new(&mut slots);
+    std::thread::scope(|scope| {
+        for _ in 0..opts.jobs.max(1).min(total.max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let r = run_one(mine[i], opts);
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                progress(n, total, &spec.id);
-                r
-            })
-            .collect()
+                progress(n, total, &mine[i].id);
+                slots_mx.lock().unwrap()[i] = Some(r);
+            });
+        }
     });
-    let mut out = Vec::with_capacity(results.len());
-    for r in results {
-        out.push(r?);
+    let mut out = Vec::with_capacity(total);
+    for r in slots {
+        out.push(r.expect("every run finished")?);
     }
     Ok(out)
 }
