@@ -83,6 +83,12 @@ pub struct ExpCmd {
     /// placements: toy or gpt (default both).
     #[arg(long)]
     model: Option<String>,
+    /// convert: existing run folders to convert instead of training, comma-separated.
+    #[arg(long)]
+    runs: Option<String>,
+    /// convert: calibration (distillation) steps.
+    #[arg(long)]
+    calibrate: Option<usize>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, s: &Option<String>) -> anyhow::Result<Option<Vec<T>>>
@@ -136,6 +142,8 @@ impl ExpCmd {
                 Some(m) => Some(m.parse::<ModelKind>().or_else(bad)?),
                 None => None,
             },
+            runs: list::<PathBuf>("runs", &self.runs)?,
+            calibrate: self.calibrate,
         })
     }
 }

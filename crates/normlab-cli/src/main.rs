@@ -3,6 +3,7 @@
 
 mod cmd_bench;
 mod cmd_calc;
+mod cmd_convert;
 mod cmd_exp;
 mod cmd_sweep;
 mod cmd_train;
@@ -37,6 +38,8 @@ enum Command {
     Report(cmd_sweep::ReportCmd),
     /// The web lab: norm calculator, depth simulator and runs dashboard in the browser.
     Serve(web::ServeCmd),
+    /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
+    Convert(cmd_convert::ConvertCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Exp(c) => cmd_exp::run(*c),
         Command::Demo(c) => cmd_exp::demo(c),
         Command::Serve(c) => web::run(c),
+        Command::Convert(c) => cmd_convert::run(c),
         Command::Sweep(c) => cmd_sweep::sweep_run(c),
         Command::Report(c) => cmd_sweep::report_run(c),
     };

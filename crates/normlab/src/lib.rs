@@ -10,6 +10,7 @@ pub use normlab_kernels as kernels;
 
 pub mod bench;
 pub mod calc;
+pub mod convert;
 pub mod exp;
 pub mod gradcheck;
 pub mod model;

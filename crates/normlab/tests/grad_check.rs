@@ -105,6 +105,13 @@ fn options_swiglu_tied_no_residual_branch_scale_no_final_norm() {
     c.placement = Placement::Post;
     c.final_norm = Some(true);
     run_check(&c, 6);
+    // The tensors conversion adds: a head bias and biases after output norms.
+    let mut c = tiny(ModelKind::Gpt);
+    c.placement = Placement::Sandwich;
+    c.norm = NormKind::RmsNorm;
+    c.head_bias = true;
+    c.out_norm_bias = true;
+    run_check(&c, 8);
 }
 
 #[test]

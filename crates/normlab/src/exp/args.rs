@@ -53,6 +53,10 @@ pub struct ExpArgs {
     pub scale_writeback: Option<bool>,
     /// Model family (placements).
     pub model: Option<ModelKind>,
+    /// Existing run folders to use instead of training (convert).
+    pub runs: Option<Vec<PathBuf>>,
+    /// Calibration steps (convert).
+    pub calibrate: Option<usize>,
 }
 
 impl ExpArgs {
@@ -65,7 +69,7 @@ impl ExpArgs {
         chk!(seeds => "seeds", seed => "seed", steps => "steps", jobs => "jobs", threads => "threads", layers => "layers",
              norms => "norms", placements => "placements", lrs => "lrs", warmups => "warmups", scales => "scales",
              d_model => "d-model", rows => "rows", sublayers => "sublayers", gain => "gain", residual => "residual",
-             pre_norm => "pre-norm", scale_writeback => "scale-writeback", model => "model");
+             pre_norm => "pre-norm", scale_writeback => "scale-writeback", model => "model", runs => "runs", calibrate => "calibrate");
         g
     }
 

@@ -470,6 +470,7 @@ impl MlpStack {
                     out_norm: None,
                     post_norm: None,
                     skip: if residual { 1.0 } else { 0.0 },
+                    out_bias: None,
                     branch: 1.0,
                     op: Op::Mlp(mlp),
                 }

@@ -1399,3 +1399,179 @@ pub fn experiment_specs(id: &str) -> Result<Vec<RunSpec>, String> {
     let _ = a;
     Ok(specs(cfgs.into_iter().collect::<Result<Vec<_>, _>>()?))
 }
+
+/// convert: train (or take) LayerNorm GPTs of several placements, convert
+/// each to RMSNorm (exactly where possible), then calibrate the inexact ones.
+pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+    use crate::convert;
+    let calib_steps = a.calibrate.unwrap_or(if a.quick { 100 } else { 300 });
+    let steps = a.steps.unwrap_or(if a.quick { 150 } else { 1000 });
+    let seed = a.seed.unwrap_or(0);
+    // Models: given run folders, or trained here.
+    let mut models: Vec<(String, TrainConfig, Model, Vec<f32>)> = Vec::new();
+    match &a.runs {
+        Some(dirs) => {
+            for d in dirs {
+                let (tc, m, p) = crate::train::run::load_model(d)?;
+                models.push((d.display().to_string(), tc, m, p));
+            }
+        }
+        None => {
+            let placements = a.placements.clone().unwrap_or(vec![
+                Placement::Pre,
+                Placement::Post,
+                Placement::Sandwich,
+            ]);
+            let base = if a.quick { tiny_gpt() } else { full_gpt() };
+            let mut cfgs = Vec::new();
+            for p in &placements {
+                let mut v = merge(
+                    &base,
+                    json!({"placement": p.name(), "norm": "layernorm", "steps": steps, "seed": seed, "shards": 1}),
+                );
+                if let Some(l) = a.layers.as_ref().and_then(|l| l.first().copied()) {
+                    v = merge(&v, json!({"layers": l}));
+                }
+                cfgs.push(cfg(v)?);
+            }
+            for r in run_specs(a, specs(cfgs), true, progress)? {
+                let p = final_params(a, &r)?;
+                let m = Model::new(&r.cfg.model_config())?;
+                models.push((
+                    format!("{} (trained {} steps)", r.cfg.placement, r.cfg.steps),
+                    r.cfg.clone(),
+                    m,
+                    p,
+                ));
+            }
+        }
+    }
+    let mut table = Table::new(
+        format!("LayerNorm -> RMSNorm on {} held-out sequences; calibration: {calib_steps} distillation steps (Adam 1e-3)", if a.quick { 32 } else { 128 }),
+        &["model", "exact norms", "conversion", "max |logit diff|", "mean |logit diff|", "eval loss original", "eval loss converted", "after calibration: mean |diff|", "eval loss"],
+    );
+    let mut records = Vec::new();
+    let mut panels = Vec::new();
+    let n_check = if a.quick { 32 } else { 128 };
+    for (name, tc, model, params) in &models {
+        let data = load_data(tc)?;
+        let c = convert::to_rmsnorm(&model.cfg, params, true)?;
+        let new = Model::new(&c.cfg)?;
+        let before = convert::compare((model, params), (&new, &c.params), &data, n_check);
+        let exact_norms = c.norms.iter().filter(|n| n.exact).count();
+        let mut curve = vec![(0.0, before.mean_abs_logit_diff)];
+        let (after, cal_params) = if c.exact {
+            (None, None)
+        } else {
+            let every = (calib_steps / 10).max(1);
+            let cal = convert::calibrate_with(
+                (model, params),
+                (&new, &c.params),
+                &data,
+                tc.seed,
+                calib_steps,
+                1e-3,
+                tc.batch.min(16),
+                &mut |s, p| {
+                    if s % every == 0 {
+                        curve.push((
+                            s as f64,
+                            convert::compare((model, params), (&new, p), &data, 16)
+                                .mean_abs_logit_diff,
+                        ));
+                    }
+                },
+            );
+            (
+                Some(convert::compare(
+                    (model, params),
+                    (&new, &cal),
+                    &data,
+                    n_check,
+                )),
+                Some(()),
+            )
+        };
+        let _ = cal_params;
+        table.row(vec![
+            name.clone(),
+            format!("{exact_norms} of {}", c.norms.len()),
+            if c.exact {
+                "exact".into()
+            } else {
+                "approximate".into()
+            },
+            f(before.max_abs_logit_diff, 3),
+            f(before.mean_abs_logit_diff, 3),
+            f(before.eval_loss_a, 4),
+            f(before.eval_loss_b, 4),
+            after
+                .as_ref()
+                .map(|x| f(x.mean_abs_logit_diff, 3))
+                .unwrap_or_else(|| "-".into()),
+            after
+                .as_ref()
+                .map(|x| f(x.eval_loss_b, 4))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+        records.push(json!({
+            "model": name, "placement": model.cfg.placement.name(), "exact": c.exact, "exact_norms": exact_norms, "norms": c.norms.len(),
+            "max_abs_logit_diff": before.max_abs_logit_diff, "mean_abs_logit_diff": before.mean_abs_logit_diff, "max_abs_logit": before.max_abs_logit,
+            "eval_loss_original": before.eval_loss_a, "eval_loss_converted": before.eval_loss_b,
+            "calibrated": after.as_ref().map(|x| json!({"steps": calib_steps, "max_abs_logit_diff": x.max_abs_logit_diff, "mean_abs_logit_diff": x.mean_abs_logit_diff, "eval_loss": x.eval_loss_b})),
+        }));
+        if !c.exact {
+            panels.push(Series::new(model.cfg.placement.name(), curve));
+        }
+    }
+    let mut out = result(
+        grid_settings(
+            a,
+            json!({"model": "gpt", "steps": steps, "calibration_steps": calib_steps, "check_sequences": n_check}),
+        ),
+        vec![seed],
+    );
+    out.data.insert("models".into(), json!(records));
+    out.figures.push(Figure {
+        stem: "convert".into(),
+        panels: vec![Panel::Line(LineChart {
+            title: "approximate conversions during calibration".into(),
+            x_label: "calibration step".into(),
+            y_label: "mean |logit diff| (16 sequences)".into(),
+            series: panels,
+            log_y: true,
+            log_x: false,
+        })],
+        cols: 1,
+    });
+    let parts: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let base = format!(
+                "{}: {} ({} of {} norms exact), mean |logit diff| {}, eval loss {} -> {}",
+                r["placement"].as_str().unwrap(),
+                if r["exact"] == true {
+                    "exact"
+                } else {
+                    "approximate"
+                },
+                r["exact_norms"],
+                r["norms"],
+                f(r["mean_abs_logit_diff"].as_f64().unwrap(), 3),
+                f(r["eval_loss_original"].as_f64().unwrap(), 4),
+                f(r["eval_loss_converted"].as_f64().unwrap(), 4)
+            );
+            match r["calibrated"].as_object() {
+                Some(c) => format!(
+                    "{base}, after calibration {} (eval {})",
+                    f(c["mean_abs_logit_diff"].as_f64().unwrap(), 3),
+                    f(c["eval_loss"].as_f64().unwrap(), 4)
+                ),
+                None => base,
+            }
+        })
+        .collect();
+    out.conclusion = format!("{}.", parts.join("; "));
+    out.tables.push(table);
+    Ok(out)
+}

@@ -43,6 +43,7 @@ pub const EXPERIMENTS: &[ExpInfo] = &[
     ExpInfo { id: "gain-decay", question: "Why zero-centred RMSNorm (1 + w)?" },
     ExpInfo { id: "qk-norm", question: "What does QK-Norm hold down?" },
     ExpInfo { id: "placements", question: "All placements side by side: which train, at which learning rates?" },
+    ExpInfo { id: "convert", question: "Can a LayerNorm checkpoint become RMSNorm (exactly, or after calibration)?" },
 ];
 
 /// Look an experiment up.
@@ -258,6 +259,7 @@ pub fn run(id: &str, args: &ExpArgs, progress: Progress) -> Result<ExpResult, St
         "norm-kind" => grids::norm_kind(args, progress)?,
         "qk-norm" => grids::qk_norm(args, progress)?,
         "placements" => grids::placements(args, progress)?,
+        "convert" => grids::convert_exp(args, progress)?,
         _ => unreachable!(),
     };
     r.id = info.id.to_string();

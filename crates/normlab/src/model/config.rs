@@ -94,6 +94,14 @@ pub struct ModelConfig {
     pub final_norm: Option<bool>,
     /// Tie the head to the token embedding (gpt).
     pub tie_head: bool,
+    /// A bias on the head (set by checkpoint conversion to fold the final
+    /// norm's beta; off for trained models).
+    #[serde(default)]
+    pub head_bias: bool,
+    /// A bias added after each output norm (set by conversion: an exactly
+    /// converted LayerNorm on a branch output keeps its beta here).
+    #[serde(default)]
+    pub out_norm_bias: bool,
 }
 
 impl ModelConfig {
@@ -118,6 +126,8 @@ impl ModelConfig {
             qk_norm: false,
             final_norm: None,
             tie_head: false,
+            head_bias: false,
+            out_norm_bias: false,
         }
     }
 
@@ -142,6 +152,8 @@ impl ModelConfig {
             qk_norm: false,
             final_norm: None,
             tie_head: false,
+            head_bias: false,
+            out_norm_bias: false,
         }
     }
 

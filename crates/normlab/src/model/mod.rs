@@ -33,6 +33,8 @@ pub struct Model {
     pub final_norm: Option<Norm>,
     /// Untied head `lm_head.weight [vocab, d]`; None when tied to wte.
     pub head: Option<Linear>,
+    /// `lm_head.bias [vocab]` (converted checkpoints only).
+    pub head_bias: Option<ParamRef>,
 }
 
 /// All buffers of one shard: activations, backward scratch, gradients.
@@ -164,6 +166,15 @@ impl Model {
                         blk,
                     )
                 });
+                let out_bias = (cfg.out_norm_bias && out_norm.is_some()).then(|| {
+                    layout.add(
+                        format!("{base}.{op_name}.out_norm_bias"),
+                        &[d],
+                        crate::params::ParamKind::Bias,
+                        blk,
+                        Init::Const(0.0),
+                    )
+                });
                 let post_norm = cfg.placement.has_post_norm().then(|| {
                     Norm::new(
                         &mut layout,
@@ -181,6 +192,7 @@ impl Model {
                     post_norm,
                     skip,
                     branch: cfg.branch_scale,
+                    out_bias,
                     op,
                 });
             }
@@ -199,8 +211,18 @@ impl Model {
                 Init::Normal(cfg.init_std),
             )
         });
+        let head_bias = cfg.head_bias.then(|| {
+            layout.add(
+                "lm_head.bias",
+                &[cfg.vocab],
+                crate::params::ParamKind::Bias,
+                None,
+                Init::Const(0.0),
+            )
+        });
         Ok(Model {
             cfg: cfg.clone(),
+            head_bias,
             layout,
             emb,
             subs,
@@ -251,6 +273,14 @@ impl Model {
     /// Forward on `ws.tokens` -> `ws.targets`; returns the summed loss
     /// (also in `ws.loss_sum`); `ws.probs` holds the softmax afterwards.
     pub fn forward(&self, params: &[f32], ws: &mut Workspace) -> f64 {
+        self.forward_logits(params, ws);
+        ws.loss_sum = act::softmax_cross_entropy(&mut ws.probs, &ws.targets, self.cfg.vocab);
+        ws.loss_sum
+    }
+
+    /// Forward up to the logits, left in `ws.probs` (before any softmax);
+    /// returns them.
+    pub fn forward_logits<'a>(&self, params: &[f32], ws: &'a mut Workspace) -> &'a [f32] {
         let (rows, d, v) = (ws.batch * ws.t, self.cfg.d_model, self.cfg.vocab);
         self.emb.forward(params, &ws.tokens, ws.t, &mut ws.x0);
         for i in 0..self.subs.len() {
@@ -272,19 +302,34 @@ impl Model {
         matmul::linear_forward(
             fin,
             self.head_weight().get(params),
-            None,
+            self.head_bias.as_ref().map(|b| b.get(params)),
             rows,
             d,
             v,
             &mut ws.probs,
         );
-        ws.loss_sum = act::softmax_cross_entropy(&mut ws.probs, &ws.targets, v);
-        ws.loss_sum
+        &ws.probs
     }
 
     /// Backward of `scale * loss_sum` after [`forward`](Self::forward):
     /// zeroes `ws.grads` and fills it.
     pub fn backward(&self, params: &[f32], ws: &mut Workspace, scale: f32) {
+        self.backward_inner(params, ws, scale, None)
+    }
+
+    /// Backward of `scale * sum_rows CE(teacher_row, softmax(logits_row))`
+    /// (distillation onto soft targets `teacher`, `[rows, vocab]`).
+    pub fn backward_soft(&self, params: &[f32], ws: &mut Workspace, teacher: &[f32], scale: f32) {
+        self.backward_inner(params, ws, scale, Some(teacher))
+    }
+
+    fn backward_inner(
+        &self,
+        params: &[f32],
+        ws: &mut Workspace,
+        scale: f32,
+        teacher: Option<&[f32]>,
+    ) {
         let (rows, d, v) = (ws.batch * ws.t, self.cfg.d_model, self.cfg.vocab);
         let Workspace {
             t,
@@ -303,7 +348,18 @@ impl Model {
             ..
         } = ws;
         grads.fill(0.0);
-        act::cross_entropy_backward(probs, targets, v, scale, dlogits);
+        match teacher {
+            None => act::cross_entropy_backward(probs, targets, v, scale, dlogits),
+            Some(t) => {
+                assert_eq!(t.len(), probs.len(), "teacher probabilities shape");
+                for ((d, &p), &q) in dlogits.iter_mut().zip(probs.iter()).zip(t) {
+                    *d = (p - q) * scale;
+                }
+            }
+        }
+        if let Some(b) = &self.head_bias {
+            matmul::add_column_sums(dlogits, v, b.get_mut(grads));
+        }
         let last: &[f32] = subs.last().map(|c| c.output()).unwrap_or(x0);
         let fin_in: &[f32] = if self.final_norm.is_some() { fin } else { last };
         let hw = self.head_weight();

@@ -157,6 +157,8 @@ pub struct Sublayer {
     pub skip: f32,
     /// Weight of the branch (1, or e.g. 1/sqrt(N)).
     pub branch: f32,
+    /// Bias added after the output norm (only in converted checkpoints).
+    pub out_bias: Option<crate::params::ParamRef>,
     /// S.
     pub op: Op,
 }
@@ -278,6 +280,9 @@ impl Sublayer {
         let o: &[f32] = match &self.out_norm {
             Some(n) => {
                 n.forward(params, s, o, out_c.as_mut().unwrap());
+                if let Some(b) = &self.out_bias {
+                    crate::kernels::matmul::add_bias_rows(o, b.get(params));
+                }
                 o
             }
             None => s,
@@ -332,6 +337,9 @@ impl Sublayer {
         };
         let ds: &[f32] = match &self.out_norm {
             Some(n) => {
+                if let Some(b) = &self.out_bias {
+                    crate::kernels::matmul::add_column_sums(dbranch, self.d, b.get_mut(grads));
+                }
                 n.backward(params, grads, s, dbranch, ds, out_c.as_mut().unwrap());
                 ds
             }

@@ -52,6 +52,12 @@ pub struct TrainConfig {
     pub final_norm: Option<bool>,
     /// Tie head and token embedding.
     pub tie_head: bool,
+    /// Bias on the head (conversion only).
+    #[serde(default)]
+    pub head_bias: bool,
+    /// Bias after each output norm (conversion only).
+    #[serde(default)]
+    pub out_norm_bias: bool,
     /// Text file for gpt (default: the bundled Shakespeare).
     pub data: Option<String>,
     /// Toy task label noise: probability that a target is replaced by a uniform token.
@@ -122,6 +128,8 @@ impl TrainConfig {
             qk_norm: false,
             final_norm: None,
             tie_head: false,
+            head_bias: false,
+            out_norm_bias: false,
             data: None,
             toy_noise: 0.1,
             optimizer: if toy {
@@ -224,6 +232,8 @@ impl TrainConfig {
             qk_norm: self.qk_norm,
             final_norm: self.final_norm,
             tie_head: self.tie_head,
+            head_bias: self.head_bias,
+            out_norm_bias: self.out_norm_bias,
         }
     }
 
@@ -284,6 +294,30 @@ impl TrainConfig {
             return Err("--data applies to gpt models (the toy task is generated)".into());
         }
         Ok(())
+    }
+
+    /// Set the model fields from a model config (the training fields stay).
+    pub fn set_model(&mut self, m: &ModelConfig) {
+        self.model = m.model;
+        self.vocab = m.vocab;
+        self.seq = m.seq;
+        self.d_model = m.d_model;
+        self.heads = m.heads;
+        self.layers = m.layers;
+        self.hidden = m.hidden;
+        self.act = m.act;
+        self.norm = m.norm;
+        self.eps = m.eps;
+        self.placement = m.placement;
+        self.residual = m.residual;
+        self.branch_scale = m.branch_scale;
+        self.out_proj_std = m.out_proj_std;
+        self.init_std = m.init_std;
+        self.qk_norm = m.qk_norm;
+        self.final_norm = m.final_norm;
+        self.tie_head = m.tie_head;
+        self.head_bias = m.head_bias;
+        self.out_norm_bias = m.out_norm_bias;
     }
 
     /// The config as a JSON value whose numbers keep their f32 decimal form
