@@ -89,6 +89,9 @@ pub struct ExpCmd {
     /// convert: calibration (distillation) steps.
     #[arg(long)]
     calibrate: Option<usize>,
+    /// convert: a pretrained BERT folder to convert too (default: models/all-MiniLM-L6-v2 if present).
+    #[arg(long)]
+    bert: Option<PathBuf>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, s: &Option<String>) -> anyhow::Result<Option<Vec<T>>>
@@ -144,6 +147,7 @@ impl ExpCmd {
             },
             runs: list::<PathBuf>("runs", &self.runs)?,
             calibrate: self.calibrate,
+            bert: self.bert.clone(),
         })
     }
 }

@@ -5,6 +5,7 @@ mod cmd_bench;
 mod cmd_calc;
 mod cmd_convert;
 mod cmd_exp;
+mod cmd_inspect;
 mod cmd_sweep;
 mod cmd_train;
 mod ui;
@@ -40,6 +41,8 @@ enum Command {
     Serve(web::ServeCmd),
     /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
     Convert(cmd_convert::ConvertCmd),
+    /// Inspect a pretrained BERT-style model: residual stream, sublayer writes, norm gains.
+    Inspect(cmd_inspect::InspectCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Demo(c) => cmd_exp::demo(c),
         Command::Serve(c) => web::run(c),
         Command::Convert(c) => cmd_convert::run(c),
+        Command::Inspect(c) => cmd_inspect::run(c),
         Command::Sweep(c) => cmd_sweep::sweep_run(c),
         Command::Report(c) => cmd_sweep::report_run(c),
     };

@@ -245,3 +245,136 @@ fn train_bad_config_exits_2_and_leaves_runs_alone() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn convert_is_exact_for_pre_ln_and_refused_then_approximated_for_post_ln() {
+    let dir = tmp("convert");
+    let common = [
+        "--model",
+        "gpt",
+        "--layers",
+        "1",
+        "--d-model",
+        "32",
+        "--heads",
+        "2",
+        "--seq",
+        "32",
+        "--hidden",
+        "64",
+        "--batch",
+        "4",
+        "--steps",
+        "20",
+        "--warmup",
+        "2",
+        "--eval-sequences",
+        "4",
+        "--quiet",
+    ];
+    for p in ["pre", "post"] {
+        let mut args = vec!["train", "--placement", p, "--out"];
+        let out = dir.join(p);
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(&common);
+        assert!(normlab(&args).status.success());
+    }
+    let (pre, post) = (dir.join("pre"), dir.join("post"));
+    let v = json(&[
+        "convert",
+        pre.to_str().unwrap(),
+        dir.join("pre-rms").to_str().unwrap(),
+        "--to",
+        "rmsnorm",
+        "--check-sequences",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(v["exact"], serde_json::json!(true));
+    assert!(
+        v["max_abs_logit_diff"].as_f64().unwrap()
+            < 1e-4 * v["max_abs_logit"].as_f64().unwrap().max(1.0)
+    );
+    for key in [
+        "mean_abs_logit_diff",
+        "eval_loss_original",
+        "eval_loss_converted",
+        "norms",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    // The converted folder is a normlab run: it converts back exactly.
+    let v = json(&[
+        "convert",
+        dir.join("pre-rms").to_str().unwrap(),
+        dir.join("back").to_str().unwrap(),
+        "--to",
+        "layernorm",
+        "--check-sequences",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(v["exact"], serde_json::json!(true));
+    // Post-LN: refused without --approximate, nothing written.
+    let o = normlab(&[
+        "convert",
+        post.to_str().unwrap(),
+        dir.join("post-rms").to_str().unwrap(),
+        "--to",
+        "rmsnorm",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no exact conversion"));
+    assert!(!dir.join("post-rms").exists());
+    let v = json(&[
+        "convert",
+        post.to_str().unwrap(),
+        dir.join("post-rms").to_str().unwrap(),
+        "--to",
+        "rmsnorm",
+        "--approximate",
+        "--calibrate",
+        "20",
+        "--check-sequences",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(v["exact"], serde_json::json!(false));
+    assert!(v["calibration"]["after"]["mean_abs_logit_diff"].is_number());
+    // An existing output folder is never overwritten.
+    let o = normlab(&[
+        "convert",
+        pre.to_str().unwrap(),
+        dir.join("post-rms").to_str().unwrap(),
+        "--to",
+        "rmsnorm",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn inspect_a_pretrained_encoder() {
+    let model =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if !model.join("model.safetensors").exists() {
+        assert!(
+            std::env::var_os("NORMLAB_REQUIRE_MODEL").is_none(),
+            "model missing but NORMLAB_REQUIRE_MODEL is set"
+        );
+        eprintln!("SKIPPED inspect_a_pretrained_encoder: run scripts/fetch_minilm.sh");
+        return;
+    }
+    let v = json(&[
+        "inspect",
+        model.to_str().unwrap(),
+        "--text",
+        "The quick brown fox.",
+        "--json",
+    ]);
+    let norms = v["norms"].as_array().unwrap();
+    assert_eq!(norms.len(), 13);
+    assert!(norms[1]["write_over_stream"].as_f64().unwrap() > 0.0);
+    let o = normlab(&["inspect", "/nonexistent"]);
+    assert_eq!(o.status.code(), Some(2));
+}

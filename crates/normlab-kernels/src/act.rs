@@ -360,3 +360,24 @@ crate::multiversion! {
         crate::simd::sum_squares(x, &[])
     }
 }
+
+/// erf(x) (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7), vectorisable.
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    let y = 1.0 - poly * exp(-a * a);
+    y.copysign(x)
+}
+
+crate::multiversion! {
+    /// GELU, exact (erf) form as in BERT: `0.5 x (1 + erf(x / sqrt(2)))`.
+    pub fn gelu_erf_forward(x: &[f32], y: &mut [f32]) {
+        for (yv, &v) in y.iter_mut().zip(x) {
+            *yv = 0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
+        }
+    }
+}

@@ -9,6 +9,7 @@
 pub use normlab_kernels as kernels;
 
 pub mod bench;
+pub mod bert;
 pub mod calc;
 pub mod convert;
 pub mod exp;

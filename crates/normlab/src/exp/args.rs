@@ -57,6 +57,8 @@ pub struct ExpArgs {
     pub runs: Option<Vec<PathBuf>>,
     /// Calibration steps (convert).
     pub calibrate: Option<usize>,
+    /// A pretrained BERT folder to convert too (convert).
+    pub bert: Option<PathBuf>,
 }
 
 impl ExpArgs {
@@ -69,7 +71,7 @@ impl ExpArgs {
         chk!(seeds => "seeds", seed => "seed", steps => "steps", jobs => "jobs", threads => "threads", layers => "layers",
              norms => "norms", placements => "placements", lrs => "lrs", warmups => "warmups", scales => "scales",
              d_model => "d-model", rows => "rows", sublayers => "sublayers", gain => "gain", residual => "residual",
-             pre_norm => "pre-norm", scale_writeback => "scale-writeback", model => "model", runs => "runs", calibrate => "calibrate");
+             pre_norm => "pre-norm", scale_writeback => "scale-writeback", model => "model", runs => "runs", calibrate => "calibrate", bert => "bert");
         g
     }
 
