@@ -143,6 +143,15 @@ fn range(model: &Model, name: &str) -> std::ops::Range<usize> {
         .clone()
 }
 
+/// Copy every tensor the two models share (same name and shape).
+fn copy_common(old: &Model, p: &[f32], new: &Model, q: &mut [f32]) {
+    for t in &new.layout.tensors {
+        if let Some(src) = old.layout.find(&t.name).filter(|s| s.shape == t.shape) {
+            q[t.range.clone()].copy_from_slice(&p[src.range.clone()]);
+        }
+    }
+}
+
 /// Make every output of a Linear `[out, in]` (weight and bias) zero-mean over the outputs.
 fn centre_linear_outputs(w: &mut [f32], b: Option<&mut [f32]>, d_out: usize, d_in: usize) {
     for j in 0..d_in {
@@ -257,11 +266,7 @@ pub fn to_rmsnorm(
     }
     let new = Model::new(&new_cfg)?;
     let mut q = vec![0.0f32; new.layout.buffer_len()];
-    for t in &new.layout.tensors {
-        if let Some(src) = old.layout.find(&t.name).filter(|s| s.shape == t.shape) {
-            q[t.range.clone()].copy_from_slice(&p[src.range.clone()]);
-        }
-    }
+    copy_common(&old, &p, &new, &mut q);
     if !cfg.tie_head || new_cfg.tie_head {
         // lm_head copied by name (or still tied).
     } else {
@@ -340,11 +345,7 @@ pub fn to_layernorm(cfg: &ModelConfig, params: &[f32]) -> Result<Converted, Stri
     new_cfg.eps = Some(cfg.eps());
     let new = Model::new(&new_cfg)?;
     let mut q = vec![0.0f32; new.layout.buffer_len()];
-    for t in &new.layout.tensors {
-        if let Some(src) = old.layout.find(&t.name).filter(|s| s.shape == t.shape) {
-            q[t.range.clone()].copy_from_slice(&params[src.range.clone()]);
-        }
-    }
+    copy_common(&old, params, &new, &mut q);
     let norms = classify(&new_cfg).into_iter().map(|mut n| {
         n.exact = false;
         n.why = "exact only if the stream it reads is zero-mean: checked on data".into();

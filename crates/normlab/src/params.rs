@@ -108,24 +108,7 @@ impl ParamLayout {
         block: Option<usize>,
         init: Init,
     ) -> ParamRef {
-        let name = name.into();
-        assert!(
-            !self.tensors.iter().any(|t| t.name == name),
-            "duplicate parameter name {name}"
-        );
-        let n: usize = shape.iter().product();
-        let start = self.len.div_ceil(16) * 16;
-        let range = start..start + n;
-        self.len = range.end;
-        self.tensors.push(ParamInfo {
-            name,
-            shape: shape.to_vec(),
-            range: range.clone(),
-            kind,
-            block,
-            init,
-        });
-        ParamRef(range)
+        self.push(name.into(), shape, kind, block, init, true)
     }
 
     /// Append a tensor directly after the previous one (no alignment gap),
@@ -138,13 +121,29 @@ impl ParamLayout {
         block: Option<usize>,
         init: Init,
     ) -> ParamRef {
-        let name = name.into();
+        self.push(name.into(), shape, kind, block, init, false)
+    }
+
+    fn push(
+        &mut self,
+        name: String,
+        shape: &[usize],
+        kind: ParamKind,
+        block: Option<usize>,
+        init: Init,
+        aligned: bool,
+    ) -> ParamRef {
         assert!(
             !self.tensors.iter().any(|t| t.name == name),
             "duplicate parameter name {name}"
         );
         let n: usize = shape.iter().product();
-        let range = self.len..self.len + n;
+        let start = if aligned {
+            self.len.div_ceil(16) * 16
+        } else {
+            self.len
+        };
+        let range = start..start + n;
         self.len = range.end;
         self.tensors.push(ParamInfo {
             name,

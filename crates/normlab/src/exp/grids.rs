@@ -440,61 +440,6 @@ pub fn lr_sensitivity(a: &ExpArgs, progress: Progress) -> Result<ExpResult, Stri
         .collect();
     out.conclusion = format!("{}.", parts.join("; "));
     out.tables.push(table);
-    // A real pretrained Post-LN model, when available.
-    let bert_dir = a.bert.clone().or_else(|| {
-        Some(std::path::PathBuf::from("models/all-MiniLM-L6-v2"))
-            .filter(|p| p.join("model.safetensors").exists())
-    });
-    if let Some(dir) = bert_dir {
-        use crate::bert;
-        let b = bert::Bert::load(&dir)?;
-        let (nc, nh) = if a.quick { (16, 12) } else { (64, 48) };
-        let enc = |v: Vec<String>| v.iter().map(|s| b.encode(s)).collect::<Result<Vec<_>, _>>();
-        let calib = enc(bert::sample_sentences(nc, 0, 37))?;
-        let held = enc(bert::sample_sentences(nh, 5, 41))?;
-        let cos = |norms: &[bert::NormParams]| -> (f64, f64) {
-            let v: Vec<f64> = held
-                .iter()
-                .map(|ids| bert::cosine(&b.embed_ids(ids, &b.norms), &b.embed_ids(ids, norms)))
-                .collect();
-            (
-                v.iter().sum::<f64>() / v.len() as f64,
-                v.iter().cloned().fold(f64::INFINITY, f64::min),
-            )
-        };
-        let variants = [
-            (
-                "RMSNorm, gamma kept, beta dropped (--approximate)",
-                bert::rms_norms(&b, false),
-            ),
-            (
-                "RMSNorm + bias (gamma and beta kept)",
-                bert::rms_norms(&b, true),
-            ),
-            (
-                "calibrated: per-feature gain and bias fitted layer by layer",
-                bert::calibrate_rms(&b, &calib),
-            ),
-        ];
-        let mut t2 = Table::new(
-            format!("{} (Post-LN, {} norms): sentence-embedding cosine to the original on {nh} held-out sentences (calibration on {nc} others)", dir.display(), b.norms.len()),
-            &["converted norms", "mean cosine", "min cosine"],
-        );
-        let mut recs = Vec::new();
-        for (name, norms) in &variants {
-            let (m, mn) = cos(norms);
-            t2.row(vec![name.to_string(), f(m, 4), f(mn, 4)]);
-            recs.push(json!({"variant": name, "mean_cosine": m, "min_cosine": mn}));
-        }
-        out.conclusion.push_str(&format!(
-            " On the pretrained Post-LN encoder ({}), RMSNorm with gamma only gives embeddings with mean cosine {} to the original; calibration brings it to {}.",
-            dir.display(),
-            f(recs[0]["mean_cosine"].as_f64().unwrap(), 4),
-            f(recs[2]["mean_cosine"].as_f64().unwrap(), 4)
-        ));
-        out.data.insert("bert".into(), json!({"model": dir.display().to_string(), "calibration_sentences": nc, "held_out_sentences": nh, "variants": recs}));
-        out.tables.push(t2);
-    }
     Ok(out)
 }
 
@@ -661,61 +606,6 @@ pub fn warmup(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
         .collect();
     out.conclusion = format!("{}.", parts.join("; "));
     out.tables.push(table);
-    // A real pretrained Post-LN model, when available.
-    let bert_dir = a.bert.clone().or_else(|| {
-        Some(std::path::PathBuf::from("models/all-MiniLM-L6-v2"))
-            .filter(|p| p.join("model.safetensors").exists())
-    });
-    if let Some(dir) = bert_dir {
-        use crate::bert;
-        let b = bert::Bert::load(&dir)?;
-        let (nc, nh) = if a.quick { (16, 12) } else { (64, 48) };
-        let enc = |v: Vec<String>| v.iter().map(|s| b.encode(s)).collect::<Result<Vec<_>, _>>();
-        let calib = enc(bert::sample_sentences(nc, 0, 37))?;
-        let held = enc(bert::sample_sentences(nh, 5, 41))?;
-        let cos = |norms: &[bert::NormParams]| -> (f64, f64) {
-            let v: Vec<f64> = held
-                .iter()
-                .map(|ids| bert::cosine(&b.embed_ids(ids, &b.norms), &b.embed_ids(ids, norms)))
-                .collect();
-            (
-                v.iter().sum::<f64>() / v.len() as f64,
-                v.iter().cloned().fold(f64::INFINITY, f64::min),
-            )
-        };
-        let variants = [
-            (
-                "RMSNorm, gamma kept, beta dropped (--approximate)",
-                bert::rms_norms(&b, false),
-            ),
-            (
-                "RMSNorm + bias (gamma and beta kept)",
-                bert::rms_norms(&b, true),
-            ),
-            (
-                "calibrated: per-feature gain and bias fitted layer by layer",
-                bert::calibrate_rms(&b, &calib),
-            ),
-        ];
-        let mut t2 = Table::new(
-            format!("{} (Post-LN, {} norms): sentence-embedding cosine to the original on {nh} held-out sentences (calibration on {nc} others)", dir.display(), b.norms.len()),
-            &["converted norms", "mean cosine", "min cosine"],
-        );
-        let mut recs = Vec::new();
-        for (name, norms) in &variants {
-            let (m, mn) = cos(norms);
-            t2.row(vec![name.to_string(), f(m, 4), f(mn, 4)]);
-            recs.push(json!({"variant": name, "mean_cosine": m, "min_cosine": mn}));
-        }
-        out.conclusion.push_str(&format!(
-            " On the pretrained Post-LN encoder ({}), RMSNorm with gamma only gives embeddings with mean cosine {} to the original; calibration brings it to {}.",
-            dir.display(),
-            f(recs[0]["mean_cosine"].as_f64().unwrap(), 4),
-            f(recs[2]["mean_cosine"].as_f64().unwrap(), 4)
-        ));
-        out.data.insert("bert".into(), json!({"model": dir.display().to_string(), "calibration_sentences": nc, "held_out_sentences": nh, "variants": recs}));
-        out.tables.push(t2);
-    }
     Ok(out)
 }
 
@@ -1170,61 +1060,6 @@ pub fn qk_norm(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
         .collect();
     out.conclusion = format!("{}.", parts.join("; "));
     out.tables.push(table);
-    // A real pretrained Post-LN model, when available.
-    let bert_dir = a.bert.clone().or_else(|| {
-        Some(std::path::PathBuf::from("models/all-MiniLM-L6-v2"))
-            .filter(|p| p.join("model.safetensors").exists())
-    });
-    if let Some(dir) = bert_dir {
-        use crate::bert;
-        let b = bert::Bert::load(&dir)?;
-        let (nc, nh) = if a.quick { (16, 12) } else { (64, 48) };
-        let enc = |v: Vec<String>| v.iter().map(|s| b.encode(s)).collect::<Result<Vec<_>, _>>();
-        let calib = enc(bert::sample_sentences(nc, 0, 37))?;
-        let held = enc(bert::sample_sentences(nh, 5, 41))?;
-        let cos = |norms: &[bert::NormParams]| -> (f64, f64) {
-            let v: Vec<f64> = held
-                .iter()
-                .map(|ids| bert::cosine(&b.embed_ids(ids, &b.norms), &b.embed_ids(ids, norms)))
-                .collect();
-            (
-                v.iter().sum::<f64>() / v.len() as f64,
-                v.iter().cloned().fold(f64::INFINITY, f64::min),
-            )
-        };
-        let variants = [
-            (
-                "RMSNorm, gamma kept, beta dropped (--approximate)",
-                bert::rms_norms(&b, false),
-            ),
-            (
-                "RMSNorm + bias (gamma and beta kept)",
-                bert::rms_norms(&b, true),
-            ),
-            (
-                "calibrated: per-feature gain and bias fitted layer by layer",
-                bert::calibrate_rms(&b, &calib),
-            ),
-        ];
-        let mut t2 = Table::new(
-            format!("{} (Post-LN, {} norms): sentence-embedding cosine to the original on {nh} held-out sentences (calibration on {nc} others)", dir.display(), b.norms.len()),
-            &["converted norms", "mean cosine", "min cosine"],
-        );
-        let mut recs = Vec::new();
-        for (name, norms) in &variants {
-            let (m, mn) = cos(norms);
-            t2.row(vec![name.to_string(), f(m, 4), f(mn, 4)]);
-            recs.push(json!({"variant": name, "mean_cosine": m, "min_cosine": mn}));
-        }
-        out.conclusion.push_str(&format!(
-            " On the pretrained Post-LN encoder ({}), RMSNorm with gamma only gives embeddings with mean cosine {} to the original; calibration brings it to {}.",
-            dir.display(),
-            f(recs[0]["mean_cosine"].as_f64().unwrap(), 4),
-            f(recs[2]["mean_cosine"].as_f64().unwrap(), 4)
-        ));
-        out.data.insert("bert".into(), json!({"model": dir.display().to_string(), "calibration_sentences": nc, "held_out_sentences": nh, "variants": recs}));
-        out.tables.push(t2);
-    }
     Ok(out)
 }
 
