@@ -48,9 +48,22 @@ fn fnv64(bytes: &[u8]) -> u64 {
 }
 
 /// `<model>-L<layers>-<norm>-<placement>-lr<lr>-s<seed>-<hash>`: readable,
-/// and unique because the hash covers the whole configuration.
+/// and unique because the hash covers the whole configuration. Only the
+/// settings that differ from the model family's defaults enter the hash, so
+/// an option added later (whose default keeps the old behaviour) does not
+/// change the ids of existing runs; `run_one` still checks a finished
+/// folder's config against the run's before reusing it.
 pub fn run_id(cfg: &TrainConfig) -> String {
-    let json = serde_json::to_string(cfg).expect("config serialises");
+    let full = serde_json::to_value(cfg).expect("config serialises");
+    let base = serde_json::to_value(TrainConfig::defaults(cfg.model)).expect("config serialises");
+    let changed: Map<String, Value> = full
+        .as_object()
+        .expect("config is an object")
+        .iter()
+        .filter(|(k, v)| base.get(k.as_str()) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let json = format!("{}:{}", cfg.model, Value::Object(changed));
     format!(
         "{}-L{}-{}-{}-lr{}-s{}-{:012x}",
         cfg.model,
@@ -243,6 +256,7 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
     let dir = opts.out.as_ref().map(|o| o.join("runs").join(&spec.id));
     if let Some(d) = &dir {
         if let Some(summary) = read_summary(d) {
+            check_same_config(d, &spec.cfg)?;
             return Ok(RunResult {
                 id: spec.id.clone(),
                 cfg: spec.cfg.clone(),
@@ -291,6 +305,26 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
         params,
         reused: false,
     })
+}
+
+/// A finished run folder is reused only if it was trained with exactly this
+/// configuration (it may come from another normlab version or a hand copy).
+fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<(), String> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let stored: TrainConfig = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a normlab run config: {e}", path.display()))?;
+    let same = serde_json::to_value(&stored).ok() == serde_json::to_value(cfg).ok();
+    if same {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} holds a finished run with a different configuration than this sweep's run \
+             (made by another normlab version?); move it away or use another --out",
+            dir.display()
+        ))
+    }
 }
 
 /// Remove temp files a killed writer left behind (`.<name>.<pid>.tmp`);
@@ -350,6 +384,46 @@ mod tests {
         assert!(expand_grid(bad.as_object().unwrap())
             .unwrap_err()
             .contains("layers"));
+    }
+
+    #[test]
+    fn ids_ignore_default_settings_and_reuse_checks_the_config() {
+        let g = json!({"model": "toy", "steps": 4, "layers": 1, "batch": 2, "eval_sequences": 4, "seed": [0, 1]});
+        let specs = expand_grid(g.as_object().unwrap()).unwrap();
+        // A config written before `head_bias`/`out_norm_bias` existed (both
+        // default to off) parses to the same run and keeps its id.
+        let mut old = serde_json::to_value(&specs[0].cfg).unwrap();
+        let obj = old.as_object_mut().unwrap();
+        obj.remove("head_bias");
+        obj.remove("out_norm_bias");
+        let parsed: TrainConfig = serde_json::from_value(old).unwrap();
+        assert_eq!(run_id(&parsed), specs[0].id);
+        // Any non-default setting changes the id.
+        let mut other = specs[0].cfg.clone();
+        other.head_bias = true;
+        assert_ne!(run_id(&other), specs[0].id);
+
+        let dir = std::env::temp_dir().join(format!("normlab-sweep-ids-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let opts = SweepOptions {
+            out: Some(dir.clone()),
+            jobs: 1,
+            shard: None,
+            keep_params: false,
+        };
+        let first = run_all(&specs, &opts, &|_, _, _| {}).unwrap();
+        assert!(first.iter().all(|r| !r.reused));
+        let again = run_all(&specs, &opts, &|_, _, _| {}).unwrap();
+        assert!(again.iter().all(|r| r.reused));
+        // A finished folder whose config differs is not taken for this run.
+        let cfg_path = dir.join("runs").join(&specs[1].id).join("config.json");
+        let mut stored: Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        stored["lr"] = json!(0.5);
+        std::fs::write(&cfg_path, stored.to_string()).unwrap();
+        let err = run_all(&specs, &opts, &|_, _, _| {}).unwrap_err();
+        assert!(err.contains("different configuration"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
