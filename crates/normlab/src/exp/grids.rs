@@ -53,6 +53,7 @@ pub(crate) fn run_specs(
     let opts = SweepOptions {
         out: a.out.clone(),
         jobs: a.jobs(),
+        threads_per_run: 1,
         shard: None,
         keep_params,
     };
