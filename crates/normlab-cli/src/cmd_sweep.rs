@@ -19,9 +19,8 @@ pub struct SweepCmd {
     /// Runs in parallel (default: all cores divided by --threads).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Threads per run (default 1). Results do not depend on it; on a
-    /// 2-core machine `--jobs 1 --threads 2` is about 10% faster than
-    /// `--jobs 2`.
+    /// Threads per run (default 1). Results do not depend on it; a run
+    /// uses several threads across its batch shards (`shards` >= 2).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Run only share I of N (0-based). Default: from SLURM_ARRAY_TASK_ID /

@@ -198,9 +198,9 @@ pub struct SweepOptions {
     pub out: Option<PathBuf>,
     /// Runs in parallel.
     pub jobs: usize,
-    /// Threads per run (results do not depend on it; on a 2-core machine
-    /// one run on 2 threads beats two 1-thread runs by about 10%, because
-    /// each core then keeps one batch shard's working set in its own cache).
+    /// Threads per run (results do not depend on it). A run spreads its
+    /// batch shards over them, so more than one helps only runs with
+    /// `shards >= 2`.
     pub threads_per_run: usize,
     /// Only this share.
     pub shard: Option<Shard>,
@@ -259,8 +259,11 @@ pub fn run_all(
 fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
     let dir = opts.out.as_ref().map(|o| o.join("runs").join(&spec.id));
     if let Some(d) = &dir {
-        if let Some(summary) = read_summary(d) {
+        if d.join("config.json").exists() {
+            // Finished or to be resumed: either way it must be this run.
             check_same_config(d, &spec.cfg)?;
+        }
+        if let Some(summary) = read_summary(d) {
             return Ok(RunResult {
                 id: spec.id.clone(),
                 cfg: spec.cfg.clone(),
@@ -325,7 +328,7 @@ pub fn trained_matmul_gflop(results: &[RunResult]) -> f64 {
         .sum()
 }
 
-/// A finished run folder is reused only if it was trained with exactly this
+/// A run folder is reused or resumed only if it holds exactly this
 /// configuration (it may come from another normlab version or a hand copy).
 fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<(), String> {
     let path = dir.join("config.json");
@@ -338,7 +341,7 @@ fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{} holds a finished run with a different configuration than this sweep's run \
+            "{} holds a run with a different configuration than this sweep's run \
              (made by another normlab version?); move it away or use another --out",
             dir.display()
         ))
@@ -440,6 +443,10 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
         stored["lr"] = json!(0.5);
         std::fs::write(&cfg_path, stored.to_string()).unwrap();
+        let err = run_all(&specs, &opts, &|_, _, _| {}).unwrap_err();
+        assert!(err.contains("different configuration"), "{err}");
+        // Nor is an unfinished one resumed as this run.
+        std::fs::remove_file(cfg_path.with_file_name("summary.json")).unwrap();
         let err = run_all(&specs, &opts, &|_, _, _| {}).unwrap_err();
         assert!(err.contains("different configuration"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
