@@ -52,7 +52,7 @@ pub struct NormInfo {
 }
 
 fn stream_can_be_centred(cfg: &ModelConfig) -> bool {
-    !cfg.placement.has_out_norm() && !cfg.placement.has_post_norm()
+    placement_is_exact(cfg.placement)
 }
 
 /// Name of a sublayer's op in tensor names.
@@ -161,8 +161,7 @@ fn centre_linear_outputs(w: &mut [f32], b: Option<&mut [f32]>, d_out: usize, d_i
         }
     }
     if let Some(b) = b {
-        let m = b.iter().map(|&v| v as f64).sum::<f64>() / b.len() as f64;
-        b.iter_mut().for_each(|v| *v -= m as f32);
+        centre_rows(b, d_out);
     }
 }
 
@@ -267,9 +266,9 @@ pub fn to_rmsnorm(
     let new = Model::new(&new_cfg)?;
     let mut q = vec![0.0f32; new.layout.buffer_len()];
     copy_common(&old, &p, &new, &mut q);
-    if !cfg.tie_head || new_cfg.tie_head {
-        // lm_head copied by name (or still tied).
-    } else {
+    // lm_head is copied by name, or still tied; an untied one gets the
+    // original (uncentred) embedding.
+    if cfg.tie_head && !new_cfg.tie_head {
         q[range(&new, "lm_head.weight")].copy_from_slice(&head_weight_orig);
     }
     let mut dropped = Vec::new();
@@ -400,11 +399,9 @@ pub fn compare(
     let rounds = sequences.div_ceil(batch);
     for r in 0..rounds {
         fill_eval(data, &mut wa, r * batch);
-        fill_eval(data, &mut wb, r * batch);
-        let (ta, tb) = (wa.tokens.clone(), wa.targets.clone());
-        wb.tokens.copy_from_slice(&ta);
-        wb.targets.copy_from_slice(&tb);
-        let lga = a.0.forward_logits(a.1, &mut wa).to_vec();
+        wb.tokens.copy_from_slice(&wa.tokens);
+        wb.targets.copy_from_slice(&wa.targets);
+        let lga = a.0.forward_logits(a.1, &mut wa);
         let lgb = b.0.forward_logits(b.1, &mut wb);
         for (x, y) in lga.iter().zip(lgb) {
             let dd = (*x as f64 - *y as f64).abs();
@@ -413,8 +410,8 @@ pub fn compare(
             big = big.max((*x as f64).abs());
             n += 1;
         }
-        la += a.0.forward(a.1, &mut wa);
-        lb += b.0.forward(b.1, &mut wb);
+        la += a.0.loss_from_logits(&mut wa);
+        lb += b.0.loss_from_logits(&mut wb);
     }
     let tokens = (rounds * batch * t) as f64;
     Agreement {
@@ -490,8 +487,7 @@ pub fn calibrate_with(
         conv.0.forward(&p, &mut wb);
         conv.0
             .backward_soft(&p, &mut wb, wa.probs(), 1.0 / (batch * t) as f32);
-        let g = wb.grads.clone();
-        opt.step(&mut p, &g, lr, conv.0.cfg.layers, false);
+        opt.step(&mut p, &wb.grads, lr, conv.0.cfg.layers, false);
         each(step + 1, &p);
     }
     p

@@ -1447,13 +1447,13 @@ pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String>
             }
         }
     }
+    let n_check = if a.quick { 32 } else { 128 };
     let mut table = Table::new(
-        format!("LayerNorm -> RMSNorm on {} held-out sequences; calibration: {calib_steps} distillation steps (Adam 1e-3)", if a.quick { 32 } else { 128 }),
+        format!("LayerNorm -> RMSNorm on {n_check} held-out sequences; calibration: {calib_steps} distillation steps (Adam 1e-3)"),
         &["model", "exact norms", "conversion", "max |logit diff|", "mean |logit diff|", "eval loss original", "eval loss converted", "after calibration: mean |diff|", "eval loss"],
     );
     let mut records = Vec::new();
     let mut panels = Vec::new();
-    let n_check = if a.quick { 32 } else { 128 };
     for (name, tc, model, params) in &models {
         let data = load_data(tc)?;
         let c = convert::to_rmsnorm(&model.cfg, params, true)?;
@@ -1461,8 +1461,8 @@ pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String>
         let before = convert::compare((model, params), (&new, &c.params), &data, n_check);
         let exact_norms = c.norms.iter().filter(|n| n.exact).count();
         let mut curve = vec![(0.0, before.mean_abs_logit_diff)];
-        let (after, cal_params) = if c.exact {
-            (None, None)
+        let after = if c.exact {
+            None
         } else {
             let every = (calib_steps / 10).max(1);
             let cal = convert::calibrate_with(
@@ -1483,17 +1483,13 @@ pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String>
                     }
                 },
             );
-            (
-                Some(convert::compare(
-                    (model, params),
-                    (&new, &cal),
-                    &data,
-                    n_check,
-                )),
-                Some(()),
-            )
+            Some(convert::compare(
+                (model, params),
+                (&new, &cal),
+                &data,
+                n_check,
+            ))
         };
-        let _ = cal_params;
         table.row(vec![
             name.clone(),
             format!("{exact_norms} of {}", c.norms.len()),
@@ -1586,10 +1582,12 @@ pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String>
         let enc = |v: Vec<String>| v.iter().map(|s| b.encode(s)).collect::<Result<Vec<_>, _>>();
         let calib = enc(bert::sample_sentences(nc, 0, 37))?;
         let held = enc(bert::sample_sentences(nh, 5, 41))?;
+        let originals: Vec<Vec<f32>> = held.iter().map(|ids| b.embed_ids(ids, &b.norms)).collect();
         let cos = |norms: &[bert::NormParams]| -> (f64, f64) {
             let v: Vec<f64> = held
                 .iter()
-                .map(|ids| bert::cosine(&b.embed_ids(ids, &b.norms), &b.embed_ids(ids, norms)))
+                .zip(&originals)
+                .map(|(ids, orig)| bert::cosine(orig, &b.embed_ids(ids, norms)))
                 .collect();
             (
                 v.iter().sum::<f64>() / v.len() as f64,

@@ -274,6 +274,12 @@ impl Model {
     /// (also in `ws.loss_sum`); `ws.probs` holds the softmax afterwards.
     pub fn forward(&self, params: &[f32], ws: &mut Workspace) -> f64 {
         self.forward_logits(params, ws);
+        self.loss_from_logits(ws)
+    }
+
+    /// After [`Model::forward_logits`]: turn the logits in `ws.probs` into
+    /// probabilities in place and return the summed loss (as `forward`).
+    pub fn loss_from_logits(&self, ws: &mut Workspace) -> f64 {
         ws.loss_sum = act::softmax_cross_entropy(&mut ws.probs, &ws.targets, self.cfg.vocab);
         ws.loss_sum
     }
