@@ -13,7 +13,10 @@ fn med<F: FnMut()>(mut f: F) -> f64 {
     v[10]
 }
 fn main() {
-    let n = 1 << 20;
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1 << 20);
     let x: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32 - 500.0) * 0.01).collect();
     let mut y = vec![0f32; n];
     let mut dx = vec![0f32; n];

@@ -355,6 +355,16 @@ crate::multiversion! {
 }
 
 crate::multiversion! {
+    /// `out = x * y` elementwise (GELU's output `x * gate` rebuilt from the
+    /// stored gate in backward).
+    pub fn mul(out: &mut [f32], x: &[f32], y: &[f32]) {
+        for ((o, &xv), &yv) in out.iter_mut().zip(x).zip(y) {
+            *o = xv * yv;
+        }
+    }
+}
+
+crate::multiversion! {
     /// Sum of squares in f64 (16 accumulators, fixed order).
     pub fn sum_squares(x: &[f32]) -> f64 {
         crate::simd::sum_squares(x, &[])

@@ -8,7 +8,7 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul::linear_forward;
 use crate::kernels::norm::{self, BatchNorm, NormKind};
 use crate::kernels::rng::Rng;
-use crate::nn::{Activation, Mlp, Op, Sublayer, SublayerCache};
+use crate::nn::{Activation, Mlp, Op, Scratch, Sublayer, SublayerCache};
 use crate::params::{sum_squares, Init, ParamLayout};
 use serde_json::{json, Map, Value};
 
@@ -437,6 +437,7 @@ struct MlpStack {
     params: AlignedBuf,
     grads: AlignedBuf,
     caches: Vec<SublayerCache>,
+    scratch: Scratch,
 }
 
 impl MlpStack {
@@ -487,6 +488,7 @@ impl MlpStack {
             })
             .collect();
         MlpStack {
+            scratch: Scratch::new(&subs, rows),
             subs,
             params,
             grads: layout.zeros(),
@@ -499,7 +501,7 @@ impl MlpStack {
         for i in 0..self.subs.len() {
             let (done, rest) = self.caches.split_at_mut(i);
             let input: &[f32] = if i == 0 { x } else { done[i - 1].output() };
-            self.subs[i].forward(&self.params, input, &mut rest[0]);
+            self.subs[i].forward(&self.params, input, &mut rest[0], &mut self.scratch);
         }
         let mut dcur = r.to_vec();
         let mut dnext = vec![0.0; r.len()];
@@ -513,6 +515,7 @@ impl MlpStack {
                 &dcur,
                 &mut dnext,
                 &mut rest[0],
+                &mut self.scratch,
             );
             std::mem::swap(&mut dcur, &mut dnext);
         }

@@ -12,8 +12,8 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Embedding, Linear, Mlp, Norm, NormCache, Op, Placement, Sublayer, SublayerCache,
-    ToyMixer,
+    Attention, Embedding, Linear, Mlp, Norm, NormCache, Op, Placement, Scratch, Sublayer,
+    SublayerCache, ToyMixer,
 };
 use crate::params::{sum_squares, Init, ParamLayout, ParamRef};
 
@@ -51,6 +51,7 @@ pub struct Workspace {
     x0: AlignedBuf,
     /// Sublayer caches.
     pub subs: Vec<SublayerCache>,
+    scratch: Scratch,
     fin: AlignedBuf,
     fin_c: Option<NormCache>,
     probs: AlignedBuf,
@@ -249,6 +250,7 @@ impl Model {
             targets: vec![0; rows],
             x0: buf(rows * d),
             subs: self.subs.iter().map(|s| s.cache(batch, t)).collect(),
+            scratch: Scratch::new(&self.subs, rows),
             fin: buf(if self.final_norm.is_some() {
                 rows * d
             } else {
@@ -292,7 +294,7 @@ impl Model {
         for i in 0..self.subs.len() {
             let (done, rest) = ws.subs.split_at_mut(i);
             let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
-            self.subs[i].forward(params, x, &mut rest[0]);
+            self.subs[i].forward(params, x, &mut rest[0], &mut ws.scratch);
             if i % 2 == 1 {
                 ws.residual_sumsq[i / 2] = sum_squares(rest[0].output());
             }
@@ -343,6 +345,7 @@ impl Model {
             targets,
             x0,
             subs,
+            scratch,
             fin,
             fin_c,
             probs,
@@ -395,7 +398,7 @@ impl Model {
         for i in (0..self.subs.len()).rev() {
             let (done, rest) = subs.split_at_mut(i);
             let x: &[f32] = if i == 0 { x0 } else { done[i - 1].output() };
-            self.subs[i].backward(params, grads, x, dcur, dnext, &mut rest[0]);
+            self.subs[i].backward(params, grads, x, dcur, dnext, &mut rest[0], scratch);
             std::mem::swap(&mut dcur, &mut dnext);
         }
         self.emb.backward(grads, tokens, *t, dcur);

@@ -22,7 +22,6 @@ pub struct ToyMixer {
 #[derive(Clone, Debug)]
 pub struct ToyMixerCache {
     m: AlignedBuf,
-    dm: AlignedBuf,
     run: Vec<f32>,
 }
 
@@ -45,7 +44,6 @@ impl ToyMixer {
     pub fn cache(&self, rows: usize) -> ToyMixerCache {
         ToyMixerCache {
             m: buf(rows * self.d),
-            dm: buf(rows * self.d),
             run: vec![0.0; self.d],
         }
     }
@@ -65,7 +63,9 @@ impl ToyMixer {
         self.proj.forward(params, &c.m, rows, out);
     }
 
-    /// Write `da`, accumulate the Linear's gradients.
+    /// Write `da`, accumulate the Linear's gradients; `dm` is scratch of at
+    /// least `rows x d` floats.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         params: &[f32],
@@ -74,12 +74,14 @@ impl ToyMixer {
         t_len: usize,
         da: &mut [f32],
         c: &mut ToyMixerCache,
+        dm: &mut [f32],
     ) {
         let d = self.d;
         let rows = dout.len() / d;
+        let dm = &mut dm[..rows * d];
         self.proj
-            .backward(params, grads, &c.m, dout, rows, Some(&mut c.dm), false);
-        reverse_cumulative_mean(&c.dm, t_len, d, &mut c.run, da);
+            .backward(params, grads, &c.m, dout, rows, Some(dm), false);
+        reverse_cumulative_mean(dm, t_len, d, &mut c.run, da);
     }
 }
 

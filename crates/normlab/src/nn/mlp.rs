@@ -46,14 +46,15 @@ pub struct Mlp {
     pub proj: Linear,
 }
 
-/// Activations of one MLP in one shard.
+/// Activations of one MLP in one shard (what its backward reads): the
+/// pre-activation and, for GELU, its gate. The activation itself is rebuilt
+/// in backward (GELU: `pre * gate`, one multiply; SwiGLU: recomputed),
+/// which is cheaper than storing and reloading it on the small layers
+/// normlab trains.
 #[derive(Clone, Debug)]
 pub struct MlpCache {
     pre: AlignedBuf,
     gate: AlignedBuf,
-    post: AlignedBuf,
-    dpost: AlignedBuf,
-    dpre: AlignedBuf,
 }
 
 impl Mlp {
@@ -104,31 +105,41 @@ impl Mlp {
     /// Buffers for `rows` rows.
     pub fn cache(&self, rows: usize) -> MlpCache {
         let f = self.fc.d_out;
+        let gelu = self.act == Activation::Gelu;
         MlpCache {
             pre: buf(rows * f),
-            gate: buf(if self.act == Activation::Gelu {
-                rows * f
-            } else {
-                0
-            }),
-            post: buf(rows * self.hidden),
-            dpost: buf(rows * self.hidden),
-            dpre: buf(rows * f),
+            gate: buf(if gelu { rows * f } else { 0 }),
         }
     }
 
-    /// `out = proj(act(fc(a)))`.
-    pub fn forward(&self, params: &[f32], a: &[f32], out: &mut [f32], c: &mut MlpCache) {
+    /// Floats of scratch per row: `(post, dpost, dpre)` widths.
+    pub fn scratch_widths(&self) -> (usize, usize, usize) {
+        (self.hidden, self.hidden, self.fc.d_out)
+    }
+
+    /// `out = proj(act(fc(a)))`; `post` is scratch of at least `rows x
+    /// hidden` floats.
+    pub fn forward(
+        &self,
+        params: &[f32],
+        a: &[f32],
+        out: &mut [f32],
+        c: &mut MlpCache,
+        post: &mut [f32],
+    ) {
         let rows = a.len() / self.d;
+        let post = &mut post[..rows * self.hidden];
         self.fc.forward(params, a, rows, &mut c.pre);
         match self.act {
-            Activation::Gelu => act::gelu_forward(&c.pre, &mut c.post, &mut c.gate),
-            Activation::Swiglu => act::swiglu_forward(&c.pre, self.hidden, &mut c.post),
+            Activation::Gelu => act::gelu_forward(&c.pre, post, &mut c.gate),
+            Activation::Swiglu => act::swiglu_forward(&c.pre, self.hidden, post),
         }
-        self.proj.forward(params, &c.post, rows, out);
+        self.proj.forward(params, post, rows, out);
     }
 
-    /// Write `da`, accumulate both Linears' gradients.
+    /// Write `da`, accumulate both Linears' gradients. `post`, `dpost` and
+    /// `dpre` are scratch of at least `rows x` [`Mlp::scratch_widths`] floats.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         params: &[f32],
@@ -136,23 +147,26 @@ impl Mlp {
         a: &[f32],
         dout: &[f32],
         da: &mut [f32],
-        c: &mut MlpCache,
+        c: &MlpCache,
+        post: &mut [f32],
+        dpost: &mut [f32],
+        dpre: &mut [f32],
     ) {
         let rows = a.len() / self.d;
-        self.proj.backward(
-            params,
-            grads,
-            &c.post,
-            dout,
-            rows,
-            Some(&mut c.dpost),
-            false,
-        );
+        let post = &mut post[..rows * self.hidden];
+        let dpost = &mut dpost[..rows * self.hidden];
+        let dpre = &mut dpre[..rows * self.fc.d_out];
         match self.act {
-            Activation::Gelu => act::gelu_backward(&c.pre, &c.gate, &c.dpost, &mut c.dpre, false),
-            Activation::Swiglu => act::swiglu_backward(&c.pre, &c.dpost, self.hidden, &mut c.dpre),
+            Activation::Gelu => act::mul(post, &c.pre, &c.gate),
+            Activation::Swiglu => act::swiglu_forward(&c.pre, self.hidden, post),
+        }
+        self.proj
+            .backward(params, grads, post, dout, rows, Some(dpost), false);
+        match self.act {
+            Activation::Gelu => act::gelu_backward(&c.pre, &c.gate, dpost, dpre, false),
+            Activation::Swiglu => act::swiglu_backward(&c.pre, dpost, self.hidden, dpre),
         }
         self.fc
-            .backward(params, grads, a, &c.dpre, rows, Some(da), false);
+            .backward(params, grads, a, dpre, rows, Some(da), false);
     }
 }

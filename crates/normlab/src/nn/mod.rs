@@ -21,4 +21,4 @@ pub use linear::Linear;
 pub use mixer::{ToyMixer, ToyMixerCache};
 pub use mlp::{Activation, Mlp, MlpCache};
 pub use norm::{Norm, NormCache};
-pub use sublayer::{Op, OpCache, Placement, Sublayer, SublayerCache};
+pub use sublayer::{Op, OpCache, Placement, Scratch, Sublayer, SublayerCache};

@@ -163,12 +163,14 @@ pub struct Sublayer {
     pub op: Op,
 }
 
-/// Activations of one sublayer in one shard.
+/// Activations of one sublayer in one shard: what its backward reads.
 #[derive(Clone, Debug)]
 pub struct SublayerCache {
     t: usize,
     a: AlignedBuf,
     in_c: Option<NormCache>,
+    /// S's output; kept only when an output norm's backward reads it (else
+    /// it lives in [`Scratch`]).
     s: AlignedBuf,
     op: OpCache,
     o: AlignedBuf,
@@ -176,11 +178,6 @@ pub struct SublayerCache {
     h: AlignedBuf,
     y: AlignedBuf,
     post_c: Option<NormCache>,
-    dh: AlignedBuf,
-    dbr: AlignedBuf,
-    ds: AlignedBuf,
-    da: AlignedBuf,
-    dxb: AlignedBuf,
     /// Squared norm of the identity-path gradient `skip * dh` (last backward).
     pub identity_grad_sumsq: f64,
     /// Squared norm of the branch-path gradient (last backward).
@@ -190,6 +187,53 @@ pub struct SublayerCache {
     /// Compute the three squared norms above in backward (off by default:
     /// they cost a pass over the stream).
     pub track_paths: bool,
+}
+
+/// Buffers a sublayer needs only while it runs (backward's gradients, and
+/// S's output when no backward reads it): one set per workspace, shared by
+/// every sublayer, so that they stay in cache. Deep nets on a CPU are
+/// bound by memory traffic as much as by arithmetic.
+#[derive(Clone, Debug)]
+pub struct Scratch {
+    s: AlignedBuf,
+    dh: AlignedBuf,
+    dbr: AlignedBuf,
+    ds: AlignedBuf,
+    da: AlignedBuf,
+    dxb: AlignedBuf,
+    op1: AlignedBuf,
+    op2: AlignedBuf,
+    op3: AlignedBuf,
+}
+
+impl Scratch {
+    /// Scratch for `rows` rows of any of `subs`.
+    pub fn new(subs: &[Sublayer], rows: usize) -> Scratch {
+        let d = subs.first().map_or(0, |s| s.d);
+        let (mut w1, mut w2, mut w3) = (0, 0, 0);
+        for sub in subs {
+            let (a, b, c) = match &sub.op {
+                Op::Mlp(m) => m.scratch_widths(),
+                Op::Mixer(_) => (d, 0, 0),
+                Op::Attention(_) => (0, 0, 0),
+            };
+            w1 = w1.max(a);
+            w2 = w2.max(b);
+            w3 = w3.max(c);
+        }
+        let n = rows * d;
+        Scratch {
+            s: buf(n),
+            dh: buf(n),
+            dbr: buf(n),
+            ds: buf(n),
+            da: buf(n),
+            dxb: buf(n),
+            op1: buf(rows * w1),
+            op2: buf(rows * w2),
+            op3: buf(rows * w3),
+        }
+    }
 }
 
 impl SublayerCache {
@@ -226,7 +270,7 @@ impl Sublayer {
             t,
             a: sized(has_in),
             in_c: self.in_norm.as_ref().map(|m| m.cache(rows)),
-            s: buf(n),
+            s: sized(has_out),
             op: match &self.op {
                 Op::Attention(a) => OpCache::Attention(Box::new(a.cache(batch, t))),
                 Op::Mlp(m) => OpCache::Mlp(m.cache(rows)),
@@ -237,11 +281,6 @@ impl Sublayer {
             h: buf(n),
             y: sized(has_post),
             post_c: self.post_norm.as_ref().map(|m| m.cache(rows)),
-            dh: sized(has_post),
-            dbr: sized(self.branch != 1.0),
-            ds: sized(has_out),
-            da: buf(n),
-            dxb: sized(has_in),
             identity_grad_sumsq: 0.0,
             branch_grad_sumsq: 0.0,
             total_grad_sumsq: 0.0,
@@ -250,7 +289,7 @@ impl Sublayer {
     }
 
     /// Forward: reads the stream `x`, leaves x' in `c.output()`.
-    pub fn forward(&self, params: &[f32], x: &[f32], c: &mut SublayerCache) {
+    pub fn forward(&self, params: &[f32], x: &[f32], c: &mut SublayerCache, scr: &mut Scratch) {
         let SublayerCache {
             t,
             a,
@@ -271,9 +310,15 @@ impl Sublayer {
             }
             None => x,
         };
+        let rows = x.len() / self.d;
+        let s: &mut [f32] = if self.out_norm.is_some() {
+            s
+        } else {
+            &mut scr.s[..rows * self.d]
+        };
         match (&self.op, op) {
             (Op::Attention(m), OpCache::Attention(mc)) => m.forward(params, a, s, mc),
-            (Op::Mlp(m), OpCache::Mlp(mc)) => m.forward(params, a, s, mc),
+            (Op::Mlp(m), OpCache::Mlp(mc)) => m.forward(params, a, s, mc, &mut scr.op1),
             (Op::Mixer(m), OpCache::Mixer(mc)) => m.forward(params, a, *t, s, mc),
             _ => unreachable!("cache does not match op"),
         }
@@ -303,6 +348,7 @@ impl Sublayer {
         dy: &[f32],
         dx: &mut [f32],
         c: &mut SublayerCache,
+        scr: &mut Scratch,
     ) {
         let SublayerCache {
             t,
@@ -313,13 +359,16 @@ impl Sublayer {
             out_c,
             h,
             post_c,
-            dh,
-            dbr,
-            ds,
-            da,
-            dxb,
             ..
         } = c;
+        let n = x.len();
+        let (dh, dbr, ds, da, dxb) = (
+            &mut scr.dh[..n],
+            &mut scr.dbr[..n],
+            &mut scr.ds[..n],
+            &mut scr.da[..n],
+            &mut scr.dxb[..n],
+        );
         // Through the post-norm: dh = dL/dh.
         let dh: &[f32] = match &self.post_norm {
             Some(n) => {
@@ -350,8 +399,20 @@ impl Sublayer {
             (Op::Attention(m), OpCache::Attention(mc)) => {
                 m.backward(params, grads, a_in, ds, da, mc)
             }
-            (Op::Mlp(m), OpCache::Mlp(mc)) => m.backward(params, grads, a_in, ds, da, mc),
-            (Op::Mixer(m), OpCache::Mixer(mc)) => m.backward(params, grads, ds, *t, da, mc),
+            (Op::Mlp(m), OpCache::Mlp(mc)) => m.backward(
+                params,
+                grads,
+                a_in,
+                ds,
+                da,
+                mc,
+                &mut scr.op1,
+                &mut scr.op2,
+                &mut scr.op3,
+            ),
+            (Op::Mixer(m), OpCache::Mixer(mc)) => {
+                m.backward(params, grads, ds, *t, da, mc, &mut scr.op1)
+            }
             _ => unreachable!("cache does not match op"),
         }
         let dx_branch: &[f32] = match &self.in_norm {

@@ -180,8 +180,12 @@ impl Trainer {
             })
         });
         let loss = self.shards.iter().map(|w| w.loss_sum).sum::<f64>() / total_tokens as f64;
-        // Sum shard gradients in shard order (parallel over elements).
-        {
+        // Sum shard gradients in shard order (parallel over elements); one
+        // shard's gradients are taken as they are (a buffer swap: backward
+        // overwrites the shard's buffer next step).
+        if self.shards.len() == 1 {
+            std::mem::swap(&mut self.grads, &mut self.shards[0].grads);
+        } else {
             let shards = &self.shards;
             let chunk = 16 * 1024;
             self.pool.install(|| {
