@@ -340,6 +340,7 @@ impl Sublayer {
 
     /// Backward: given dL/dx' (`dy`), write dL/dx into `dx` and accumulate
     /// parameter gradients. `x` is the same stream the forward read.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         params: &[f32],
