@@ -54,29 +54,20 @@ const GELU_A: f32 = 0.044_715;
 
 crate::multiversion! {
     /// GELU, tanh form (GPT-2; PyTorch `gelu(approximate='tanh')`):
-    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`. Also stores the
-    /// gate `s = 0.5 (1 + tanh(u)) = sigmoid(2u)` for backward, which then
-    /// needs no exp and no division.
-    pub fn gelu_forward(x: &[f32], y: &mut [f32], gate: &mut [f32]) {
-        for ((yv, sv), &v) in y.iter_mut().zip(gate.iter_mut()).zip(x) {
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`. Also writes the
+    /// derivative `gelu'(x)`, so that backward is one multiply
+    /// `dx = dy * gelu'(x)` ([`mul`]) and needs neither `x` nor an exp: on
+    /// the small layers normlab trains, one pass fewer over memory matters
+    /// more than the few extra multiplies here.
+    pub fn gelu_forward(x: &[f32], y: &mut [f32], dydx: &mut [f32]) {
+        for ((yv, gv), &v) in y.iter_mut().zip(dydx.iter_mut()).zip(x) {
+            // With s = sigmoid(2u) = 0.5 (1 + tanh u): gelu = x s,
+            // gelu' = s + 2 x s (1 - s) u'.
             let u = GELU_C * (v + GELU_A * v * v * v);
             let s = 1.0 / (1.0 + exp(-2.0 * u));
-            *sv = s;
-            *yv = v * s;
-        }
-    }
-}
-
-crate::multiversion! {
-    /// GELU backward from the forward's gate: `dx = dy * gelu'(x)`
-    /// (written, or added if `accumulate`).
-    pub fn gelu_backward(x: &[f32], gate: &[f32], dy: &[f32], dx: &mut [f32], accumulate: bool) {
-        // With s = sigmoid(2u): gelu = x s, gelu' = s + 2 x s (1 - s) u'.
-        for (((d, &v), &s), &g) in dx.iter_mut().zip(x).zip(gate).zip(dy) {
             let du = GELU_C * (1.0 + 3.0 * GELU_A * v * v);
-            let grad = s + 2.0 * v * s * (1.0 - s) * du;
-            let val = g * grad;
-            *d = if accumulate { *d + val } else { val };
+            *gv = s + 2.0 * v * s * (1.0 - s) * du;
+            *yv = v * s;
         }
     }
 }
@@ -237,11 +228,8 @@ mod tests {
         }
         let x: Vec<f32> = (-50..50).map(|i| i as f32 * 0.1).collect();
         let mut y = vec![0.0; x.len()];
-        let mut gate = vec![0.0; x.len()];
-        gelu_forward(&x, &mut y, &mut gate);
-        let dy = vec![1.0; x.len()];
         let mut dx = vec![0.0; x.len()];
-        gelu_backward(&x, &gate, &dy, &mut dx, false);
+        gelu_forward(&x, &mut y, &mut dx);
         for i in 0..x.len() {
             let v = x[i] as f64;
             let g = |v: f64| {
@@ -355,8 +343,7 @@ crate::multiversion! {
 }
 
 crate::multiversion! {
-    /// `out = x * y` elementwise (GELU's output `x * gate` rebuilt from the
-    /// stored gate in backward).
+    /// `out = x * y` elementwise (e.g. GELU's backward `dy * gelu'(x)`).
     pub fn mul(out: &mut [f32], x: &[f32], y: &[f32]) {
         for ((o, &xv), &yv) in out.iter_mut().zip(x).zip(y) {
             *o = xv * yv;

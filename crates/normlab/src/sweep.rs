@@ -228,6 +228,14 @@ pub fn run_all(
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     }
     let total = mine.len();
+    // Start the longest runs first (estimated from their matmul work), so
+    // that no worker is left alone with a long run at the end. Which runs a
+    // shard owns does not depend on this order, nor does any result.
+    let mut order: Vec<usize> = (0..total).collect();
+    let cost = |s: &RunSpec| {
+        crate::bench::forward_gflop(&s.cfg.model_config(), s.cfg.batch) * s.cfg.steps as f64
+    };
+    order.sort_by(|&a, &b| cost(mine[b]).total_cmp(&cost(mine[a])));
     let done = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     // Plain worker threads pulling runs in order (each run has its own
@@ -238,10 +246,11 @@ pub fn run_all(
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1).min(total.max(1)) {
             scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= total {
                     break;
                 }
+                let i = order[k];
                 let r = run_one(mine[i], opts);
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 progress(n, total, &mine[i].id);

@@ -46,15 +46,14 @@ pub struct Mlp {
     pub proj: Linear,
 }
 
-/// Activations of one MLP in one shard (what its backward reads): the
-/// pre-activation and, for GELU, its gate. The activation itself is rebuilt
-/// in backward (GELU: `pre * gate`, one multiply; SwiGLU: recomputed),
-/// which is cheaper than storing and reloading it on the small layers
-/// normlab trains.
+/// Activations of one MLP in one shard (what its backward reads). GELU:
+/// the activation and its derivative (the pre-activation is scratch);
+/// SwiGLU: the pre-activation (the activation is recomputed in backward).
 #[derive(Clone, Debug)]
 pub struct MlpCache {
     pre: AlignedBuf,
-    gate: AlignedBuf,
+    post: AlignedBuf,
+    dact: AlignedBuf,
 }
 
 impl Mlp {
@@ -106,38 +105,47 @@ impl Mlp {
     pub fn cache(&self, rows: usize) -> MlpCache {
         let f = self.fc.d_out;
         let gelu = self.act == Activation::Gelu;
+        let kept = |on: bool, n: usize| buf(if on { rows * n } else { 0 });
         MlpCache {
-            pre: buf(rows * f),
-            gate: buf(if gelu { rows * f } else { 0 }),
+            pre: kept(!gelu, f),
+            post: kept(gelu, self.hidden),
+            dact: kept(gelu, self.hidden),
         }
     }
 
-    /// Floats of scratch per row: `(post, dpost, dpre)` widths.
+    /// Floats of scratch per row: `(pre or post, dpost, dpre)` widths.
     pub fn scratch_widths(&self) -> (usize, usize, usize) {
-        (self.hidden, self.hidden, self.fc.d_out)
+        (self.fc.d_out.max(self.hidden), self.hidden, self.fc.d_out)
     }
 
-    /// `out = proj(act(fc(a)))`; `post` is scratch of at least `rows x
-    /// hidden` floats.
+    /// `out = proj(act(fc(a)))`; `tmp` is scratch of at least `rows x`
+    /// [`Mlp::scratch_widths`]`.0` floats.
     pub fn forward(
         &self,
         params: &[f32],
         a: &[f32],
         out: &mut [f32],
         c: &mut MlpCache,
-        post: &mut [f32],
+        tmp: &mut [f32],
     ) {
         let rows = a.len() / self.d;
-        let post = &mut post[..rows * self.hidden];
-        self.fc.forward(params, a, rows, &mut c.pre);
         match self.act {
-            Activation::Gelu => act::gelu_forward(&c.pre, post, &mut c.gate),
-            Activation::Swiglu => act::swiglu_forward(&c.pre, self.hidden, post),
+            Activation::Gelu => {
+                let pre = &mut tmp[..rows * self.fc.d_out];
+                self.fc.forward(params, a, rows, pre);
+                act::gelu_forward(pre, &mut c.post, &mut c.dact);
+                self.proj.forward(params, &c.post, rows, out);
+            }
+            Activation::Swiglu => {
+                let post = &mut tmp[..rows * self.hidden];
+                self.fc.forward(params, a, rows, &mut c.pre);
+                act::swiglu_forward(&c.pre, self.hidden, post);
+                self.proj.forward(params, post, rows, out);
+            }
         }
-        self.proj.forward(params, post, rows, out);
     }
 
-    /// Write `da`, accumulate both Linears' gradients. `post`, `dpost` and
+    /// Write `da`, accumulate both Linears' gradients. `tmp`, `dpost` and
     /// `dpre` are scratch of at least `rows x` [`Mlp::scratch_widths`] floats.
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
@@ -148,22 +156,25 @@ impl Mlp {
         dout: &[f32],
         da: &mut [f32],
         c: &MlpCache,
-        post: &mut [f32],
+        tmp: &mut [f32],
         dpost: &mut [f32],
         dpre: &mut [f32],
     ) {
         let rows = a.len() / self.d;
-        let post = &mut post[..rows * self.hidden];
         let dpost = &mut dpost[..rows * self.hidden];
         let dpre = &mut dpre[..rows * self.fc.d_out];
-        match self.act {
-            Activation::Gelu => act::mul(post, &c.pre, &c.gate),
-            Activation::Swiglu => act::swiglu_forward(&c.pre, self.hidden, post),
-        }
+        let post: &[f32] = match self.act {
+            Activation::Gelu => &c.post,
+            Activation::Swiglu => {
+                let post = &mut tmp[..rows * self.hidden];
+                act::swiglu_forward(&c.pre, self.hidden, post);
+                post
+            }
+        };
         self.proj
             .backward(params, grads, post, dout, rows, Some(dpost), false);
         match self.act {
-            Activation::Gelu => act::gelu_backward(&c.pre, &c.gate, dpost, dpre, false),
+            Activation::Gelu => act::mul(dpre, dpost, &c.dact),
             Activation::Swiglu => act::swiglu_backward(&c.pre, dpost, self.hidden, dpre),
         }
         self.fc
