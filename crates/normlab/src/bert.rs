@@ -10,7 +10,7 @@
 //! residual stream and each sublayer's write, for `normlab inspect`.
 
 use crate::kernels::act;
-use crate::kernels::matmul::linear_forward;
+use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
 use crate::train::run::load_tensors;
 use safetensors::SafeTensors;
@@ -281,28 +281,39 @@ impl Bert {
                 lin(&l.k, &x, d, d),
                 lin(&l.v, &x, d, d),
             );
+            // Per head: scores = scale * Q_h K_h^T, softmax by row, ctx_h = P V_h
+            // (strided views into q, k, v and ctx; no copies).
             let mut ctx = vec![0.0f32; t * d];
-            let mut scores = vec![0.0f32; t];
-            for hh in 0..h {
-                for i in 0..t {
-                    for j in 0..t {
-                        let (qi, kj) = (
-                            &q[i * d + hh * hd..i * d + (hh + 1) * hd],
-                            &k[j * d + hh * hd..j * d + (hh + 1) * hd],
-                        );
-                        scores[j] = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    }
-                    act::softmax_row(&mut scores);
-                    let out = &mut ctx[i * d + hh * hd..i * d + (hh + 1) * hd];
-                    for (j, &p) in scores.iter().enumerate() {
-                        for (o, &vv) in out
-                            .iter_mut()
-                            .zip(&v[j * d + hh * hd..j * d + (hh + 1) * hd])
-                        {
-                            *o += p * vv;
-                        }
-                    }
+            let mut scores = vec![0.0f32; t * t];
+            fn head(m: &[f32], hh: usize, t: usize, hd: usize, d: usize) -> Mat<'_> {
+                Mat {
+                    data: &m[hh * hd..],
+                    rows: t,
+                    cols: hd,
+                    rs: d,
+                    cs: 1,
                 }
+            }
+            for hh in 0..h {
+                gemm(
+                    scale,
+                    head(&q, hh, t, hd, d),
+                    head(&k, hh, t, hd, d).t(),
+                    0.0,
+                    &mut scores,
+                    t,
+                );
+                for row in scores.chunks_exact_mut(t) {
+                    act::softmax_row(row);
+                }
+                gemm(
+                    1.0,
+                    Mat::rows(&scores, t, t),
+                    head(&v, hh, t, hd, d),
+                    0.0,
+                    &mut ctx[hh * hd..],
+                    d,
+                );
             }
             let attn = lin(&l.o, &ctx, d, d);
             if let Some(tr) = trace.as_deref_mut() {

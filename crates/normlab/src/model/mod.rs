@@ -359,12 +359,7 @@ impl Model {
         grads.fill(0.0);
         match teacher {
             None => act::cross_entropy_backward(probs, targets, v, scale, dlogits),
-            Some(t) => {
-                assert_eq!(t.len(), probs.len(), "teacher probabilities shape");
-                for ((d, &p), &q) in dlogits.iter_mut().zip(probs.iter()).zip(t) {
-                    *d = (p - q) * scale;
-                }
-            }
+            Some(t) => act::soft_cross_entropy_backward(probs, t, scale, dlogits),
         }
         if let Some(b) = &self.head_bias {
             matmul::add_column_sums(dlogits, v, b.get_mut(grads));
