@@ -1,18 +1,33 @@
+//! Micro-benchmarks for tuning (not the project's benchmark commands, which
+//! are `normlab bench`): the elementwise kernels (`N` elements, default 2^20)
+//! and the toy net's Linear products on hot caches.
+//! `cargo run --release -p normlab-kernels --example actbench`
 use normlab_kernels::act;
+use normlab_kernels::matmul::{linear_backward, linear_forward};
 use std::time::Instant;
+
+/// Median seconds per call of `f` over 21 timings of 10 calls each.
 fn med<F: FnMut()>(mut f: F) -> f64 {
     f();
     let mut v: Vec<f64> = (0..21)
         .map(|_| {
             let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
+            for _ in 0..10 {
+                f();
+            }
+            t.elapsed().as_secs_f64() / 10.0
         })
         .collect();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[10]
 }
+
 fn main() {
+    elementwise();
+    toy_linears();
+}
+
+fn elementwise() {
     let n: usize = std::env::var("N")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -30,7 +45,7 @@ fn main() {
     );
     let t = med(|| act::mul(&mut dx, &x2, &g));
     println!(
-        "gelu bwd: {:.3} ms = {:.2} ns/elem",
+        "gelu bwd (dy * gelu'): {:.3} ms = {:.2} ns/elem",
         t * 1e3,
         t * 1e9 / n as f64
     );
@@ -58,4 +73,40 @@ fn main() {
         t * 1e3,
         t * 1e9 / (64.0 * 128.0 * 64.5)
     );
+}
+
+/// Toy Linear shapes: 512 rows, widths 64..256.
+fn toy_linears() {
+    let rows = 512;
+    for (din, dout) in [(64, 64), (64, 128), (128, 64), (64, 256), (256, 64)] {
+        let x = vec![0.5f32; rows * din];
+        let w = vec![0.25f32; din * dout];
+        let b = vec![0.1f32; dout];
+        let mut y = vec![0f32; rows * dout];
+        let mut dw = vec![0f32; din * dout];
+        let mut dx = vec![0f32; rows * din];
+        let fl = 2.0 * (rows * din * dout) as f64;
+        let t = med(|| linear_forward(&x, &w, Some(&b), rows, din, dout, &mut y));
+        let tw = med(|| linear_backward(&x, &w, &y, rows, din, dout, &mut dw, None, None, false));
+        let tx = med(|| {
+            linear_backward(
+                &x,
+                &w,
+                &y,
+                rows,
+                din,
+                dout,
+                &mut dw,
+                None,
+                Some(&mut dx),
+                false,
+            )
+        }) - tw;
+        println!(
+            "{rows}x{din}->{dout}: fwd {:.1} GF/s, dW {:.1} GF/s, dx {:.1} GF/s",
+            fl / t / 1e9,
+            fl / tw / 1e9,
+            fl / tx / 1e9
+        );
+    }
 }

@@ -132,6 +132,17 @@ fn tensor(st: &SafeTensors, name: &str) -> Result<Vec<f32>, String> {
         .collect())
 }
 
+/// Head `hh` of a `[t, heads * hd]` row-major matrix, as a `t x hd` view.
+fn head(m: &[f32], hh: usize, t: usize, hd: usize) -> Mat<'_> {
+    Mat {
+        data: &m[hh * hd..],
+        rows: t,
+        cols: hd,
+        rs: m.len() / t,
+        cs: 1,
+    }
+}
+
 impl Bert {
     /// Load `config.json`, `model.safetensors` and `tokenizer.json` from `dir`.
     pub fn load(dir: &Path) -> Result<Bert, String> {
@@ -285,20 +296,11 @@ impl Bert {
             // (strided views into q, k, v and ctx; no copies).
             let mut ctx = vec![0.0f32; t * d];
             let mut scores = vec![0.0f32; t * t];
-            fn head(m: &[f32], hh: usize, t: usize, hd: usize, d: usize) -> Mat<'_> {
-                Mat {
-                    data: &m[hh * hd..],
-                    rows: t,
-                    cols: hd,
-                    rs: d,
-                    cs: 1,
-                }
-            }
             for hh in 0..h {
                 gemm(
                     scale,
-                    head(&q, hh, t, hd, d),
-                    head(&k, hh, t, hd, d).t(),
+                    head(&q, hh, t, hd),
+                    head(&k, hh, t, hd).t(),
                     0.0,
                     &mut scores,
                     t,
@@ -309,7 +311,7 @@ impl Bert {
                 gemm(
                     1.0,
                     Mat::rows(&scores, t, t),
-                    head(&v, hh, t, hd, d),
+                    head(&v, hh, t, hd),
                     0.0,
                     &mut ctx[hh * hd..],
                     d,

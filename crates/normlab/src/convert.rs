@@ -51,10 +51,6 @@ pub struct NormInfo {
     pub why: String,
 }
 
-fn stream_can_be_centred(cfg: &ModelConfig) -> bool {
-    placement_is_exact(cfg.placement)
-}
-
 /// Name of a sublayer's op in tensor names.
 fn op_name(cfg: &ModelConfig, j: usize) -> &'static str {
     match (j, cfg.model) {
@@ -66,7 +62,7 @@ fn op_name(cfg: &ModelConfig, j: usize) -> &'static str {
 
 /// Every norm of `cfg` (QK-Norm excluded: it is already an RMSNorm).
 pub fn classify(cfg: &ModelConfig) -> Vec<NormInfo> {
-    let centred = stream_can_be_centred(cfg);
+    let centred = placement_is_exact(cfg.placement);
     let reads_why = if centred {
         "reads the stream; centring every weight that writes into the stream makes it zero-mean, where LayerNorm = RMSNorm, and beta folds into the next Linear's bias".to_string()
     } else if cfg.placement.has_post_norm() {
@@ -216,7 +212,7 @@ pub fn to_rmsnorm(
     let mut p = params.to_vec();
     let mut notes = Vec::new();
     let d = cfg.d_model;
-    let centred = stream_can_be_centred(cfg);
+    let centred = placement_is_exact(cfg.placement);
     let mut new_cfg = cfg.clone();
     new_cfg.norm = NormKind::RmsNorm;
     new_cfg.eps = Some(cfg.eps());

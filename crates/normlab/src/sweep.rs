@@ -231,11 +231,12 @@ pub fn run_all(
     // Start the longest runs first (estimated from their matmul work), so
     // that no worker is left alone with a long run at the end. Which runs a
     // shard owns does not depend on this order, nor does any result.
+    let cost: Vec<f64> = mine
+        .iter()
+        .map(|s| matmul_gflop(&s.cfg, s.cfg.steps))
+        .collect();
     let mut order: Vec<usize> = (0..total).collect();
-    let cost = |s: &RunSpec| {
-        crate::bench::forward_gflop(&s.cfg.model_config(), s.cfg.batch) * s.cfg.steps as f64
-    };
-    order.sort_by(|&a, &b| cost(mine[b]).total_cmp(&cost(mine[a])));
+    order.sort_by(|&a, &b| cost[b].total_cmp(&cost[a]));
     let done = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     // Plain worker threads pulling runs in order (each run has its own
@@ -330,11 +331,13 @@ pub fn trained_matmul_gflop(results: &[RunResult]) -> f64 {
     results
         .iter()
         .filter(|r| !r.reused)
-        .map(|r| {
-            3.0 * crate::bench::forward_gflop(&r.cfg.model_config(), r.cfg.batch)
-                * r.summary.steps as f64
-        })
+        .map(|r| matmul_gflop(&r.cfg, r.summary.steps))
         .sum()
+}
+
+/// Matmul work of `steps` training steps of `cfg` (backward = 2x forward).
+fn matmul_gflop(cfg: &TrainConfig, steps: usize) -> f64 {
+    3.0 * crate::bench::forward_gflop(&cfg.model_config(), cfg.batch) * steps as f64
 }
 
 /// A run folder is reused or resumed only if it holds exactly this

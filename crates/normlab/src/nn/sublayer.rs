@@ -131,6 +131,17 @@ pub enum Op {
     Mixer(ToyMixer),
 }
 
+impl Op {
+    /// Floats per row of S's own scratch (`op1`, `op2`, `op3` of [`Scratch`]).
+    fn scratch_widths(&self) -> (usize, usize, usize) {
+        match self {
+            Op::Mlp(m) => m.scratch_widths(),
+            Op::Mixer(m) => (m.d, 0, 0),
+            Op::Attention(_) => (0, 0, 0),
+        }
+    }
+}
+
 /// S's activations.
 #[derive(Clone, Debug)]
 pub enum OpCache {
@@ -212,11 +223,7 @@ impl Scratch {
         let d = subs.first().map_or(0, |s| s.d);
         let (mut w1, mut w2, mut w3) = (0, 0, 0);
         for sub in subs {
-            let (a, b, c) = match &sub.op {
-                Op::Mlp(m) => m.scratch_widths(),
-                Op::Mixer(_) => (d, 0, 0),
-                Op::Attention(_) => (0, 0, 0),
-            };
+            let (a, b, c) = sub.op.scratch_widths();
             w1 = w1.max(a);
             w2 = w2.max(b);
             w3 = w3.max(c);
