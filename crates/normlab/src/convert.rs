@@ -483,7 +483,8 @@ pub fn calibrate_with(
         conv.0.forward(&p, &mut wb);
         conv.0
             .backward_soft(&p, &mut wb, wa.probs(), 1.0 / (batch * t) as f32);
-        opt.step(&mut p, &wb.grads, lr, conv.0.cfg.layers, false);
+        opt.step(&mut p, &mut wb.grads, lr, conv.0.cfg.layers, false);
+        wb.grads_zero = true;
         each(step + 1, &p);
     }
     p

@@ -784,11 +784,11 @@ pub fn gain_decay(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> 
     );
     let mut p = layout.zeros();
     layout.init(&mut p, 0);
-    let grads = layout.zeros();
+    let mut grads = layout.zeros();
     let mut opt_state = Adam::new(&layout, OptimizerKind::Adamw, 0.9, 0.999, 1e-8, wd, true);
     let (mut c_plain, mut c_zero) = (vec![(0.0, 1.5)], vec![(0.0, 1.5)]);
     for s in 1..=steps_sim {
-        opt_state.step(&mut p, &grads, lr, 0, false);
+        opt_state.step(&mut p, &mut grads, lr, 0, false);
         if s % 50 == 0 {
             c_plain.push((s as f64, p[plain.0.start] as f64));
             c_zero.push((s as f64, 1.0 + p[zero_c.0.start] as f64));

@@ -61,6 +61,10 @@ pub struct Workspace {
     d2: AlignedBuf,
     /// Parameter gradients of this shard (same layout as the parameters).
     pub grads: AlignedBuf,
+    /// Whoever sets this promises that `grads` is all zeros, so backward
+    /// skips clearing it (the optimizer zeroes gradients as it consumes
+    /// them; see `Adam::step`). Backward resets it.
+    pub grads_zero: bool,
     /// Sum of per-token losses of the last forward.
     pub loss_sum: f64,
     /// Sum of squares of the residual stream after each block (last forward).
@@ -263,6 +267,7 @@ impl Model {
             d1: buf(rows * d),
             d2: buf(rows * d),
             grads: self.layout.zeros(),
+            grads_zero: true,
             loss_sum: 0.0,
             residual_sumsq: vec![0.0; self.cfg.layers],
         }
@@ -320,7 +325,7 @@ impl Model {
     }
 
     /// Backward of `scale * loss_sum` after [`forward`](Self::forward):
-    /// zeroes `ws.grads` and fills it.
+    /// zeroes `ws.grads` (unless `ws.grads_zero` says it is) and fills it.
     pub fn backward(&self, params: &[f32], ws: &mut Workspace, scale: f32) {
         self.backward_inner(params, ws, scale, None)
     }
@@ -354,9 +359,13 @@ impl Model {
             d1,
             d2,
             grads,
+            grads_zero,
             ..
         } = ws;
-        grads.fill(0.0);
+        if !*grads_zero {
+            grads.fill(0.0);
+        }
+        *grads_zero = false;
         match teacher {
             None => act::cross_entropy_backward(probs, targets, v, scale, dlogits),
             Some(t) => act::soft_cross_entropy_backward(probs, t, scale, dlogits),

@@ -155,10 +155,13 @@ impl Adam {
 
     /// One update with learning rate `lr`. With `stats`, also measures the
     /// update size relative to the weights (per block and overall).
+    /// Consumes the gradients: each tensor's gradient is zeroed right after
+    /// its update, while it is still in cache (the next backward then needs
+    /// no separate pass to clear the buffer; see `Workspace::grads_zero`).
     pub fn step(
         &mut self,
         params: &mut [f32],
-        grads: &[f32],
+        grads: &mut [f32],
         lr: f32,
         num_blocks: usize,
         stats: bool,
@@ -175,8 +178,12 @@ impl Adam {
         let (kind, weight_decay) = (self.kind, self.weight_decay);
         let mut work = Vec::with_capacity(self.groups.len());
         {
-            let (mut p_rest, mut m_rest, mut v_rest) =
-                (&mut params[..], &mut self.m[..], &mut self.v[..]);
+            let (mut p_rest, mut m_rest, mut v_rest, mut g_rest) = (
+                &mut params[..],
+                &mut self.m[..],
+                &mut self.v[..],
+                &mut grads[..],
+            );
             let mut consumed = 0;
             for (range, decay, block) in &self.groups {
                 let skip = range.start - consumed;
@@ -186,16 +193,11 @@ impl Adam {
                 let (m, m2) = m1.split_at_mut(range.len());
                 let (_, v1) = std::mem::take(&mut v_rest).split_at_mut(skip);
                 let (v, v2) = v1.split_at_mut(range.len());
-                (p_rest, m_rest, v_rest) = (p2, m2, v2);
+                let (_, g1) = std::mem::take(&mut g_rest).split_at_mut(skip);
+                let (g, g2) = g1.split_at_mut(range.len());
+                (p_rest, m_rest, v_rest, g_rest) = (p2, m2, v2, g2);
                 consumed = range.end;
-                work.push((
-                    p,
-                    m,
-                    v,
-                    &grads[range.clone()],
-                    *decay,
-                    block.unwrap_or(num_blocks),
-                ));
+                work.push((p, m, v, g, *decay, block.unwrap_or(num_blocks)));
             }
         }
         let results: Vec<(usize, f64, f64)> = work
@@ -207,13 +209,15 @@ impl Adam {
                     OptimizerKind::Adamw => (0.0, lr * wd),
                 };
                 let h = (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled);
-                if stats {
+                let r = if stats {
                     let w2 = sum_squares(p);
                     (slot, adam_update_stats(p, g, m, v, h), w2)
                 } else {
                     adam_update(p, g, m, v, h);
                     (slot, 0.0, 0.0)
-                }
+                };
+                g.fill(0.0);
+                r
             })
             .collect();
         let mut upd2 = vec![0f64; num_blocks + 1];
@@ -331,13 +335,17 @@ mod tests {
         let g = l.add("g", &[4], ParamKind::NormGain, Some(0), Init::Const(1.0));
         let mut p = l.zeros();
         l.init(&mut p, 0);
-        let grads = {
+        let mut grads = {
             let mut gr = l.zeros();
             gr[w.0.clone()].fill(0.5);
             gr
         };
         let mut opt = Adam::new(&l, OptimizerKind::Adamw, 0.9, 0.999, 1e-8, 0.1, false);
-        let st = opt.step(&mut p, &grads, 0.01, 1, true).unwrap();
+        let st = opt.step(&mut p, &mut grads, 0.01, 1, true).unwrap();
+        assert!(
+            grads.iter().all(|&g| g == 0.0),
+            "step leaves the gradients zeroed"
+        );
         // Adam's first step is lr * sign(g); AdamW adds lr * wd * p.
         assert!((p[0] - (1.0 - 0.01 - 0.001)).abs() < 1e-6, "{}", p[0]);
         // The gain has zero gradient and no decay: unchanged.

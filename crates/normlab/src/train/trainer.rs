@@ -63,6 +63,8 @@ pub struct Trainer {
     pub step: usize,
     shards: Vec<Workspace>,
     grads: AlignedBuf,
+    /// `grads` is all zeros (after an optimizer step, which consumes them).
+    grads_zero: bool,
     pool: rayon::ThreadPool,
     threads: usize,
 }
@@ -133,6 +135,7 @@ impl Trainer {
             step: 0,
             shards,
             grads,
+            grads_zero: true,
             pool,
             threads,
         })
@@ -185,6 +188,8 @@ impl Trainer {
         // overwrites the shard's buffer next step).
         if self.shards.len() == 1 {
             std::mem::swap(&mut self.grads, &mut self.shards[0].grads);
+            // The buffer handed to the shard was zeroed by the last optimizer step.
+            self.shards[0].grads_zero = std::mem::replace(&mut self.grads_zero, false);
         } else {
             let shards = &self.shards;
             let chunk = 16 * 1024;
@@ -256,11 +261,12 @@ impl Trainer {
         }
         if let Some(st) = self
             .opt
-            .step(&mut self.params, &self.grads, lr, nb, want_stats)
+            .step(&mut self.params, &mut self.grads, lr, nb, want_stats)
         {
             rec.update_ratio = Some(st.update_ratio);
             rec.update_ratio_per_block = st.update_ratio_per_block;
         }
+        self.grads_zero = true;
         self.step += 1;
         (rec, false)
     }
