@@ -252,6 +252,23 @@ mod tests {
     }
 
     #[test]
+    fn fused_residual_add_matches_separate_passes_bit_for_bit() {
+        for n in [0, 1, 15, 16, 17, 64, 1000, 32768 + 5] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+                .collect();
+            let y: Vec<f32> = (0..n)
+                .map(|i| ((i * 11 % 53) as f32 - 26.0) * 0.7)
+                .collect();
+            let (mut o1, mut o2) = (vec![0.0; n], vec![0.0; n]);
+            axpby(&mut o1, 0.9, &x, 1.3, &y);
+            let s = axpby_sum_squares(&mut o2, 0.9, &x, 1.3, &y);
+            assert_eq!(o1, o2, "n {n}");
+            assert_eq!(s.to_bits(), sum_squares(&o1).to_bits(), "n {n}");
+        }
+    }
+
+    #[test]
     fn tanh_and_gelu() {
         for i in -400..400 {
             let u = i as f32 * 0.025;
@@ -391,6 +408,33 @@ crate::multiversion! {
         for ((o, &xv), &yv) in out.iter_mut().zip(x).zip(y) {
             *o = a * xv + b * yv;
         }
+    }
+}
+
+crate::multiversion! {
+    /// [`axpby`] that also returns the sum of squares of `out` in f64,
+    /// accumulated in exactly the order of [`sum_squares`] (same bits): the
+    /// residual add and the residual stream's statistic in one pass.
+    pub fn axpby_sum_squares(out: &mut [f32], a: f32, x: &[f32], b: f32, y: &[f32]) -> f64 {
+        let n = out.len();
+        let (x, y) = (&x[..n], &y[..n]);
+        let mut s = [0f64; LANES];
+        let full = n - n % LANES;
+        let (oh, ot) = out.split_at_mut(full);
+        for ((ob, xb), yb) in oh.chunks_exact_mut(LANES).zip(x.chunks_exact(LANES)).zip(y.chunks_exact(LANES)) {
+            for i in 0..LANES {
+                let v = a * xb[i] + b * yb[i];
+                ob[i] = v;
+                s[i] += v as f64 * v as f64;
+            }
+        }
+        // The tail (sum_squares pads it with zeros, which add nothing).
+        for (i, o) in ot.iter_mut().enumerate() {
+            let v = a * x[full + i] + b * y[full + i];
+            *o = v;
+            s[i] += v as f64 * v as f64;
+        }
+        crate::simd::tree_sum(&s)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::nn::{
     Attention, Embedding, Linear, Mlp, Norm, NormCache, Op, Placement, Scratch, Sublayer,
     SublayerCache, ToyMixer,
 };
-use crate::params::{sum_squares, Init, ParamLayout, ParamRef};
+use crate::params::{Init, ParamLayout, ParamRef};
 
 /// A built model: its parameter layout and modules (no values: those live
 /// in a flat buffer described by `layout`).
@@ -301,7 +301,7 @@ impl Model {
             let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
             self.subs[i].forward(params, x, &mut rest[0], &mut ws.scratch);
             if i % 2 == 1 {
-                ws.residual_sumsq[i / 2] = sum_squares(rest[0].output());
+                ws.residual_sumsq[i / 2] = rest[0].output_sum_squares();
             }
         }
         let last: &[f32] = ws.subs.last().map(|c| c.output()).unwrap_or(&ws.x0);

@@ -140,6 +140,13 @@ impl Op {
             Op::Attention(_) => (0, 0, 0),
         }
     }
+
+    /// Whether S's backward reads S's input (for its weight gradients). The
+    /// toy mixer's does not (its weight gradient reads the causal mean), so
+    /// an input norm's output need not be kept for it.
+    fn backward_reads_input(&self) -> bool {
+        !matches!(self, Op::Mixer(_))
+    }
 }
 
 /// S's activations.
@@ -178,6 +185,8 @@ pub struct Sublayer {
 #[derive(Clone, Debug)]
 pub struct SublayerCache {
     t: usize,
+    /// The input norm's output; kept only when S's backward reads it (else
+    /// it lives in [`Scratch`]).
     a: AlignedBuf,
     in_c: Option<NormCache>,
     /// S's output; kept only when an output norm's backward reads it (else
@@ -187,6 +196,8 @@ pub struct SublayerCache {
     o: AlignedBuf,
     out_c: Option<NormCache>,
     h: AlignedBuf,
+    /// Sum of squares of `h` (computed with the residual add).
+    h_sumsq: f64,
     y: AlignedBuf,
     post_c: Option<NormCache>,
     /// Squared norm of the identity-path gradient `skip * dh` (last backward).
@@ -206,6 +217,7 @@ pub struct SublayerCache {
 /// bound by memory traffic as much as by arithmetic.
 #[derive(Clone, Debug)]
 pub struct Scratch {
+    a: AlignedBuf,
     s: AlignedBuf,
     dh: AlignedBuf,
     dbr: AlignedBuf,
@@ -230,6 +242,7 @@ impl Scratch {
         }
         let n = rows * d;
         Scratch {
+            a: buf(n),
             s: buf(n),
             dh: buf(n),
             dbr: buf(n),
@@ -250,6 +263,15 @@ impl SublayerCache {
             &self.y
         } else {
             &self.h
+        }
+    }
+
+    /// Sum of squares of the output x' from the last forward.
+    pub fn output_sum_squares(&self) -> f64 {
+        if self.post_c.is_some() {
+            sum_squares(&self.y)
+        } else {
+            self.h_sumsq
         }
     }
 
@@ -275,7 +297,7 @@ impl Sublayer {
         );
         SublayerCache {
             t,
-            a: sized(has_in),
+            a: sized(has_in && self.op.backward_reads_input()),
             in_c: self.in_norm.as_ref().map(|m| m.cache(rows)),
             s: sized(has_out),
             op: match &self.op {
@@ -286,6 +308,7 @@ impl Sublayer {
             o: sized(has_out),
             out_c: self.out_norm.as_ref().map(|m| m.cache(rows)),
             h: buf(n),
+            h_sumsq: 0.0,
             y: sized(has_post),
             post_c: self.post_norm.as_ref().map(|m| m.cache(rows)),
             identity_grad_sumsq: 0.0,
@@ -306,18 +329,24 @@ impl Sublayer {
             o,
             out_c,
             h,
+            h_sumsq,
             y,
             post_c,
             ..
         } = c;
+        let rows = x.len() / self.d;
         let a: &[f32] = match &self.in_norm {
             Some(n) => {
+                let a: &mut [f32] = if self.op.backward_reads_input() {
+                    a
+                } else {
+                    &mut scr.a[..rows * self.d]
+                };
                 n.forward(params, x, a, in_c.as_mut().unwrap());
                 a
             }
             None => x,
         };
-        let rows = x.len() / self.d;
         let s: &mut [f32] = if self.out_norm.is_some() {
             s
         } else {
@@ -339,7 +368,7 @@ impl Sublayer {
             }
             None => s,
         };
-        act::axpby(h, self.skip, x, self.branch, o);
+        *h_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o);
         if let Some(n) = &self.post_norm {
             n.forward(params, h, y, post_c.as_mut().unwrap());
         }
@@ -402,6 +431,7 @@ impl Sublayer {
             }
             None => dbranch,
         };
+        // S's input (only read when `backward_reads_input`).
         let a_in: &[f32] = if self.in_norm.is_some() { a } else { x };
         match (&self.op, op) {
             (Op::Attention(m), OpCache::Attention(mc)) => {

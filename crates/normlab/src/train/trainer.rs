@@ -65,7 +65,10 @@ pub struct Trainer {
     grads: AlignedBuf,
     /// `grads` is all zeros (after an optimizer step, which consumes them).
     grads_zero: bool,
-    pool: rayon::ThreadPool,
+    /// The run's own threads: every parallel loop of a step runs here (the
+    /// optimizer included), never on rayon's global pool, so that runs side
+    /// by side in one sweep process do not share threads.
+    pool: std::sync::Arc<rayon::ThreadPool>,
     threads: usize,
 }
 
@@ -124,6 +127,7 @@ impl Trainer {
             .num_threads(threads)
             .build()
             .map_err(|e| format!("thread pool: {e}"))?;
+        let pool = std::sync::Arc::new(pool);
         let grads = model.layout.zeros();
         Ok(Trainer {
             cfg: cfg.clone(),
@@ -159,6 +163,12 @@ impl Trainer {
     /// One optimisation step. Returns the record and whether the run
     /// diverged at this step (then no update was applied).
     pub fn train_step(&mut self, want_stats: bool) -> (StepRecord, bool) {
+        let pool = std::sync::Arc::clone(&self.pool);
+        pool.install(|| self.step_in_pool(want_stats))
+    }
+
+    /// [`Trainer::train_step`]'s body, on one of the run's threads.
+    fn step_in_pool(&mut self, want_stats: bool) -> (StepRecord, bool) {
         let step = self.step;
         let lr = self.sched.lr_at(step);
         let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.seq);
