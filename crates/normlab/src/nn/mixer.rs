@@ -7,6 +7,7 @@
 use super::linear::Linear;
 use super::norm::buf;
 use crate::kernels::buf::AlignedBuf;
+use crate::kernels::simd::LANES;
 use crate::params::{Init, ParamLayout};
 
 /// Causal mean + Linear.
@@ -105,15 +106,32 @@ crate::kernels::multiversion! {
 
 crate::kernels::multiversion! {
     /// `m[t] = (1/(t+1)) sum_{s<=t} a[s]` per sequence of `t_len` rows.
+    /// Columns go in blocks of `LANES` whose running sums stay in registers
+    /// (same additions in the same order as a row-by-row sweep).
     fn cumulative_mean(a: &[f32], t_len: usize, d: usize, sum: &mut [f32], m: &mut [f32]) {
         let sum = &mut sum[..d];
+        let full = d - d % LANES;
         for (aseq, mseq) in a.chunks_exact(t_len * d).zip(m.chunks_exact_mut(t_len * d)) {
-            sum.fill(0.0);
-            for (t, (ar, mr)) in aseq.chunks_exact(d).zip(mseq.chunks_exact_mut(d)).enumerate() {
-                let inv = 1.0 / (t + 1) as f32;
-                for ((s, &av), mv) in sum.iter_mut().zip(ar).zip(mr.iter_mut()) {
-                    *s += av;
-                    *mv = *s * inv;
+            for j0 in (0..full).step_by(LANES) {
+                let mut acc = [0f32; LANES];
+                for t in 0..t_len {
+                    let inv = 1.0 / (t + 1) as f32;
+                    let ar: &[f32; LANES] = aseq[t * d + j0..t * d + j0 + LANES].try_into().unwrap();
+                    let mr: &mut [f32; LANES] = (&mut mseq[t * d + j0..t * d + j0 + LANES]).try_into().unwrap();
+                    for i in 0..LANES {
+                        acc[i] += ar[i];
+                        mr[i] = acc[i] * inv;
+                    }
+                }
+            }
+            if full < d {
+                sum[full..].fill(0.0);
+                for t in 0..t_len {
+                    let inv = 1.0 / (t + 1) as f32;
+                    for j in full..d {
+                        sum[j] += aseq[t * d + j];
+                        mseq[t * d + j] = sum[j] * inv;
+                    }
                 }
             }
         }
