@@ -87,17 +87,33 @@ impl ToyMixer {
 }
 
 crate::kernels::multiversion! {
-    /// `da[s] = sum_{t >= s} dm[t] / (t + 1)` per sequence of `t_len` rows.
+    /// `da[s] = sum_{t >= s} dm[t] / (t + 1)` per sequence of `t_len` rows
+    /// (running sums in registers per 16-column block, as in
+    /// `cumulative_mean`).
     fn reverse_cumulative_mean(dm: &[f32], t_len: usize, d: usize, acc: &mut [f32], da: &mut [f32]) {
         let acc = &mut acc[..d];
+        let full = d - d % LANES;
         for (dmseq, daseq) in dm.chunks_exact(t_len * d).zip(da.chunks_exact_mut(t_len * d)) {
-            acc.fill(0.0);
-            for t in (0..t_len).rev() {
-                let inv = 1.0 / (t + 1) as f32;
-                let (dmr, dar) = (&dmseq[t * d..(t + 1) * d], &mut daseq[t * d..(t + 1) * d]);
-                for ((s, &g), dv) in acc.iter_mut().zip(dmr).zip(dar.iter_mut()) {
-                    *s += g * inv;
-                    *dv = *s;
+            for j0 in (0..full).step_by(LANES) {
+                let mut s = [0f32; LANES];
+                for t in (0..t_len).rev() {
+                    let inv = 1.0 / (t + 1) as f32;
+                    let g: &[f32; LANES] = dmseq[t * d + j0..t * d + j0 + LANES].try_into().unwrap();
+                    let dv: &mut [f32; LANES] = (&mut daseq[t * d + j0..t * d + j0 + LANES]).try_into().unwrap();
+                    for ((sv, &gv), dvv) in s.iter_mut().zip(g).zip(dv.iter_mut()) {
+                        *sv += gv * inv;
+                        *dvv = *sv;
+                    }
+                }
+            }
+            if full < d {
+                acc[full..].fill(0.0);
+                for t in (0..t_len).rev() {
+                    let inv = 1.0 / (t + 1) as f32;
+                    for j in full..d {
+                        acc[j] += dmseq[t * d + j] * inv;
+                        daseq[t * d + j] = acc[j];
+                    }
                 }
             }
         }
@@ -131,6 +147,38 @@ crate::kernels::multiversion! {
                     for j in full..d {
                         sum[j] += aseq[t * d + j];
                         mseq[t * d + j] = sum[j] * inv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causal_means_match_the_definition() {
+        // Widths with whole 16-column blocks, a tail, and both.
+        for d in [3, 16, 21, 64] {
+            let (t_len, seqs) = (5, 2);
+            let n = seqs * t_len * d;
+            let a: Vec<f32> = (0..n)
+                .map(|i| ((i * 29 % 17) as f32 - 8.0) * 0.25)
+                .collect();
+            let (mut m, mut da, mut run) = (vec![0.0; n], vec![0.0; n], vec![0.0; d]);
+            cumulative_mean(&a, t_len, d, &mut run, &mut m);
+            reverse_cumulative_mean(&a, t_len, d, &mut run, &mut da);
+            for q in 0..seqs {
+                for t in 0..t_len {
+                    for j in 0..d {
+                        let at = |s: usize| a[(q * t_len + s) * d + j] as f64;
+                        let mean = (0..=t).map(at).sum::<f64>() / (t + 1) as f64;
+                        let rev = (t..t_len).map(|s| at(s) / (s + 1) as f64).sum::<f64>();
+                        let k = (q * t_len + t) * d + j;
+                        assert!((m[k] as f64 - mean).abs() < 1e-6, "d {d} t {t} j {j}");
+                        assert!((da[k] as f64 - rev).abs() < 1e-6, "d {d} t {t} j {j}");
                     }
                 }
             }

@@ -212,7 +212,8 @@ pub struct SublayerCache {
 }
 
 /// Buffers a sublayer needs only while it runs (backward's gradients, and
-/// S's output when no backward reads it): one set per workspace, shared by
+/// the input norm's and S's outputs when no backward reads them): one set
+/// per workspace, shared by
 /// every sublayer, so that they stay in cache. Deep nets on a CPU are
 /// bound by memory traffic as much as by arithmetic.
 #[derive(Clone, Debug)]
@@ -241,8 +242,11 @@ impl Scratch {
             w3 = w3.max(c);
         }
         let n = rows * d;
+        let norm_out_in_scratch = subs
+            .iter()
+            .any(|s| s.in_norm.is_some() && !s.op.backward_reads_input());
         Scratch {
-            a: buf(n),
+            a: buf(if norm_out_in_scratch { n } else { 0 }),
             s: buf(n),
             dh: buf(n),
             dbr: buf(n),

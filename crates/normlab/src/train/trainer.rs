@@ -167,7 +167,8 @@ impl Trainer {
         pool.install(|| self.step_in_pool(want_stats))
     }
 
-    /// [`Trainer::train_step`]'s body, on one of the run's threads.
+    /// [`Trainer::train_step`]'s body, on one of the run's threads (so its
+    /// parallel loops use the run's pool).
     fn step_in_pool(&mut self, want_stats: bool) -> (StepRecord, bool) {
         let step = self.step;
         let lr = self.sched.lr_at(step);
@@ -175,22 +176,20 @@ impl Trainer {
         let total_tokens = (self.cfg.batch * t) as f32;
         let (model, params, data) = (&self.model, &self.params, &self.data);
         let track = want_stats;
-        self.pool.install(|| {
-            self.shards.par_iter_mut().enumerate().for_each(|(s, ws)| {
-                for i in 0..per {
-                    let r = i * t..(i + 1) * t;
-                    data.train_sequence(
-                        step as u64,
-                        s * per + i,
-                        t,
-                        &mut ws.tokens[r.clone()],
-                        &mut ws.targets[r],
-                    );
-                }
-                ws.track_paths(track);
-                model.forward(params, ws);
-                model.backward(params, ws, 1.0 / total_tokens);
-            })
+        self.shards.par_iter_mut().enumerate().for_each(|(s, ws)| {
+            for i in 0..per {
+                let r = i * t..(i + 1) * t;
+                data.train_sequence(
+                    step as u64,
+                    s * per + i,
+                    t,
+                    &mut ws.tokens[r.clone()],
+                    &mut ws.targets[r],
+                );
+            }
+            ws.track_paths(track);
+            model.forward(params, ws);
+            model.backward(params, ws, 1.0 / total_tokens);
         });
         let loss = self.shards.iter().map(|w| w.loss_sum).sum::<f64>() / total_tokens as f64;
         // Sum shard gradients in shard order (parallel over elements); one
@@ -203,21 +202,19 @@ impl Trainer {
         } else {
             let shards = &self.shards;
             let chunk = 16 * 1024;
-            self.pool.install(|| {
-                self.grads
-                    .par_chunks_mut(chunk)
-                    .enumerate()
-                    .for_each(|(c, g)| {
-                        let off = c * chunk;
-                        let n = g.len();
-                        g.copy_from_slice(&shards[0].grads[off..off + n]);
-                        for ws in &shards[1..] {
-                            for (a, &b) in g.iter_mut().zip(&ws.grads[off..off + n]) {
-                                *a += b;
-                            }
+            self.grads
+                .par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(c, g)| {
+                    let off = c * chunk;
+                    let n = g.len();
+                    g.copy_from_slice(&shards[0].grads[off..off + n]);
+                    for ws in &shards[1..] {
+                        for (a, &b) in g.iter_mut().zip(&ws.grads[off..off + n]) {
+                            *a += b;
                         }
-                    })
-            });
+                    }
+                });
         }
         let nb = self.cfg.layers;
         let d = self.cfg.d_model as f64;
