@@ -111,6 +111,19 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         shard,
         keep_params: false,
     };
+    // The sgemm peak for the closing line: measured before the runs (on the
+    // idle machine) and again after, the better one reported; one taken right
+    // after an hour of full load read 151 instead of ~280 GFLOP/s on the
+    // development VM.
+    let threads = (jobs * c.threads).min(cores).max(1);
+    let any_todo = specs
+        .iter()
+        .any(|s| !c.out.join("runs").join(&s.id).join("summary.json").exists());
+    let peak_before = if !c.json && any_todo {
+        normlab::bench::matmul_peak_gflops(threads, 0.3)
+    } else {
+        0.0
+    };
     let pb = progress(1, "sweep");
     if c.json {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -142,12 +155,11 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         let gflop = sweep::trained_matmul_gflop(&results);
         let secs = t0.elapsed().as_secs_f64();
         if gflop > 0.0 && secs > 1.0 {
-            // The share of this machine's sgemm peak, measured now on the
-            // threads the sweep used.
-            let threads = (jobs * c.threads).min(cores).max(1);
-            let peak = normlab::bench::matmul_peak_gflops(threads, 0.3);
+            // The share of this machine's sgemm peak on the threads the
+            // sweep used.
+            let peak = normlab::bench::matmul_peak_gflops(threads, 0.3).max(peak_before);
             println!(
-                "matmul work of the training steps: {:.0} GFLOP, {:.1} GFLOP/s = {:.0}% of this machine's sgemm peak ({:.0} GFLOP/s on {threads} threads, measured now)",
+                "matmul work of the training steps: {:.0} GFLOP, {:.1} GFLOP/s = {:.0}% of this machine's sgemm peak ({:.0} GFLOP/s on {threads} threads, the better of measurements before and after the runs)",
                 gflop,
                 gflop / secs,
                 100.0 * gflop / secs / peak,
