@@ -71,11 +71,22 @@ fn same_config_same_losses_for_1_and_2_threads() {
 
 #[test]
 fn resume_is_bit_identical() {
-    let c = cfg(
-        json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1}),
-    );
-    let a = tmpdir("resume-a");
-    let b = tmpdir("resume-b");
+    // Default shards (gradients summed across shards), and one shard (its
+    // gradient buffer is swapped with the trainer's, and the optimizer's
+    // zeroing spares backward the clearing pass).
+    for (shards, tag) in [(None, "sharded"), (Some(1), "one-shard")] {
+        let mut v = json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1});
+        if let Some(n) = shards {
+            v["shards"] = json!(n);
+        }
+        resume_matches_uninterrupted(&cfg(v), tag);
+    }
+}
+
+fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {
+    let c = c.clone();
+    let a = tmpdir(&format!("resume-a-{tag}"));
+    let b = tmpdir(&format!("resume-b-{tag}"));
     run_collect(
         &c,
         &RunOptions {
