@@ -93,7 +93,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         sorted.sort_by(|a, b| a.id.cmp(&b.id));
         for (i, s) in sorted.iter().enumerate() {
             if shard.is_none_or(|sh| sh.owns(i)) {
-                let done = c.out.join("runs").join(&s.id).join("summary.json").exists();
+                let done = sweep::is_finished(&c.out, &s.id);
                 println!("{} {}", if done { "done" } else { "todo" }, s.id);
             }
         }
@@ -116,9 +116,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
     // after an hour of full load read 151 instead of ~280 GFLOP/s on the
     // development VM.
     let threads = (jobs * c.threads).min(cores).max(1);
-    let any_todo = specs
-        .iter()
-        .any(|s| !c.out.join("runs").join(&s.id).join("summary.json").exists());
+    let any_todo = specs.iter().any(|s| !sweep::is_finished(&c.out, &s.id));
     let peak_before = if !c.json && any_todo {
         normlab::bench::matmul_peak_gflops(threads, 0.3)
     } else {

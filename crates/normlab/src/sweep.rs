@@ -266,8 +266,19 @@ pub fn run_all(
     Ok(out)
 }
 
+/// The folder of run `id` in the sweep folder `out`.
+fn run_dir(out: &Path, id: &str) -> PathBuf {
+    out.join("runs").join(id)
+}
+
+/// Whether run `id` in the sweep folder `out` has finished (its summary is
+/// there): such runs are reused, not run again.
+pub fn is_finished(out: &Path, id: &str) -> bool {
+    read_summary(&run_dir(out, id)).is_some()
+}
+
 fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
-    let dir = opts.out.as_ref().map(|o| o.join("runs").join(&spec.id));
+    let dir = opts.out.as_ref().map(|o| run_dir(o, &spec.id));
     if let Some(d) = &dir {
         if d.join("config.json").exists() {
             // Finished or to be resumed: either way it must be this run.

@@ -253,7 +253,17 @@ impl Model {
             tokens: vec![0; rows],
             targets: vec![0; rows],
             x0: buf(rows * d),
-            subs: self.subs.iter().map(|s| s.cache(batch, t)).collect(),
+            subs: self
+                .subs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let mut c = s.cache(batch, t);
+                    // A block's output (its second sublayer's) feeds `residual_sumsq`.
+                    c.track_output = i % 2 == 1;
+                    c
+                })
+                .collect(),
             scratch: Scratch::new(&self.subs, rows),
             fin: buf(if self.final_norm.is_some() {
                 rows * d
@@ -301,7 +311,7 @@ impl Model {
             let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
             self.subs[i].forward(params, x, &mut rest[0], &mut ws.scratch);
             if i % 2 == 1 {
-                ws.residual_sumsq[i / 2] = rest[0].output_sum_squares();
+                ws.residual_sumsq[i / 2] = rest[0].output_sumsq;
             }
         }
         let last: &[f32] = ws.subs.last().map(|c| c.output()).unwrap_or(&ws.x0);

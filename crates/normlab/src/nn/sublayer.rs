@@ -196,8 +196,6 @@ pub struct SublayerCache {
     o: AlignedBuf,
     out_c: Option<NormCache>,
     h: AlignedBuf,
-    /// Sum of squares of `h` (computed with the residual add).
-    h_sumsq: f64,
     y: AlignedBuf,
     post_c: Option<NormCache>,
     /// Squared norm of the identity-path gradient `skip * dh` (last backward).
@@ -209,13 +207,18 @@ pub struct SublayerCache {
     /// Compute the three squared norms above in backward (off by default:
     /// they cost a pass over the stream).
     pub track_paths: bool,
+    /// Sum of squares of the output x' (last forward; 0 unless
+    /// `track_output` is on).
+    pub output_sumsq: f64,
+    /// Compute `output_sumsq` in forward (without a post-norm, in the same
+    /// pass as the residual add).
+    pub track_output: bool,
 }
 
 /// Buffers a sublayer needs only while it runs (backward's gradients, and
 /// the input norm's and S's outputs when no backward reads them): one set
-/// per workspace, shared by
-/// every sublayer, so that they stay in cache. Deep nets on a CPU are
-/// bound by memory traffic as much as by arithmetic.
+/// per workspace, shared by every sublayer, so that they stay in cache.
+/// Deep nets on a CPU are bound by memory traffic as much as by arithmetic.
 #[derive(Clone, Debug)]
 pub struct Scratch {
     a: AlignedBuf,
@@ -242,11 +245,9 @@ impl Scratch {
             w3 = w3.max(c);
         }
         let n = rows * d;
-        let norm_out_in_scratch = subs
-            .iter()
-            .any(|s| s.in_norm.is_some() && !s.op.backward_reads_input());
+        let any_norm_out = subs.iter().any(Sublayer::norm_out_in_scratch);
         Scratch {
-            a: buf(if norm_out_in_scratch { n } else { 0 }),
+            a: buf(if any_norm_out { n } else { 0 }),
             s: buf(n),
             dh: buf(n),
             dbr: buf(n),
@@ -270,15 +271,6 @@ impl SublayerCache {
         }
     }
 
-    /// Sum of squares of the output x' from the last forward.
-    pub fn output_sum_squares(&self) -> f64 {
-        if self.post_c.is_some() {
-            sum_squares(&self.y)
-        } else {
-            self.h_sumsq
-        }
-    }
-
     /// The attention cache, if S is attention.
     pub fn attention(&self) -> Option<&AttentionCache> {
         match &self.op {
@@ -289,6 +281,12 @@ impl SublayerCache {
 }
 
 impl Sublayer {
+    /// Whether the input norm's output lives in [`Scratch`] (S's backward
+    /// does not read it) rather than in the cache.
+    fn norm_out_in_scratch(&self) -> bool {
+        self.in_norm.is_some() && !self.op.backward_reads_input()
+    }
+
     /// Buffers for `batch` sequences of `t` positions.
     pub fn cache(&self, batch: usize, t: usize) -> SublayerCache {
         let rows = batch * t;
@@ -301,7 +299,7 @@ impl Sublayer {
         );
         SublayerCache {
             t,
-            a: sized(has_in && self.op.backward_reads_input()),
+            a: sized(has_in && !self.norm_out_in_scratch()),
             in_c: self.in_norm.as_ref().map(|m| m.cache(rows)),
             s: sized(has_out),
             op: match &self.op {
@@ -312,13 +310,14 @@ impl Sublayer {
             o: sized(has_out),
             out_c: self.out_norm.as_ref().map(|m| m.cache(rows)),
             h: buf(n),
-            h_sumsq: 0.0,
             y: sized(has_post),
             post_c: self.post_norm.as_ref().map(|m| m.cache(rows)),
             identity_grad_sumsq: 0.0,
             branch_grad_sumsq: 0.0,
             total_grad_sumsq: 0.0,
             track_paths: false,
+            output_sumsq: 0.0,
+            track_output: false,
         }
     }
 
@@ -333,18 +332,19 @@ impl Sublayer {
             o,
             out_c,
             h,
-            h_sumsq,
             y,
             post_c,
+            output_sumsq,
+            track_output,
             ..
         } = c;
         let rows = x.len() / self.d;
         let a: &[f32] = match &self.in_norm {
             Some(n) => {
-                let a: &mut [f32] = if self.op.backward_reads_input() {
-                    a
-                } else {
+                let a: &mut [f32] = if self.norm_out_in_scratch() {
                     &mut scr.a[..rows * self.d]
+                } else {
+                    a
                 };
                 n.forward(params, x, a, in_c.as_mut().unwrap());
                 a
@@ -372,9 +372,15 @@ impl Sublayer {
             }
             None => s,
         };
-        *h_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o);
+        match (&self.post_norm, *track_output) {
+            (None, true) => *output_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o),
+            _ => act::axpby(h, self.skip, x, self.branch, o),
+        }
         if let Some(n) = &self.post_norm {
             n.forward(params, h, y, post_c.as_mut().unwrap());
+            if *track_output {
+                *output_sumsq = sum_squares(y);
+            }
         }
     }
 
