@@ -16,15 +16,7 @@ fn rstd_of(denom: f64) -> f64 {
 }
 
 fn gain(kind: NormKind, params: &[f32], d: usize, j: usize) -> f64 {
-    match kind {
-        NormKind::LayerNorm | NormKind::RmsNorm | NormKind::BatchNorm => params[j] as f64,
-        NormKind::ZRmsNorm => 1.0 + params[j] as f64,
-        NormKind::ScaleNorm => params[0] as f64,
-        NormKind::None => {
-            let _ = d;
-            1.0
-        }
-    }
+    kind.gain_multiplier(params, d, j) as f64
 }
 
 /// Per-row normalised values `xhat` (before gain and bias) and the row's
@@ -78,14 +70,11 @@ fn row_xhat(kind: NormKind, eps: f32, xr: &[f32]) -> (Vec<f64>, f64, bool) {
 /// Reference forward of a row-wise kind.
 pub fn forward(kind: NormKind, d: usize, eps: f32, x: &[f32], params: &[f32]) -> Vec<f64> {
     let mut y = Vec::with_capacity(x.len());
+    let bias = kind.param_range(crate::norm::ParamRole::Bias, d);
     for xr in x.chunks_exact(d) {
         let (xhat, _, _) = row_xhat(kind, eps, xr);
         for (j, h) in xhat.iter().enumerate() {
-            let b = if kind == NormKind::LayerNorm {
-                params[d + j] as f64
-            } else {
-                0.0
-            };
+            let b = bias.as_ref().map_or(0.0, |r| params[r.start + j] as f64);
             y.push(h * gain(kind, params, d, j) + b);
         }
     }

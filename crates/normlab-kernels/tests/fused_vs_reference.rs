@@ -2,18 +2,29 @@
 //! rows, at the sizes of the kernels issue (d = 1 .. 65536); plus
 //! bit-identity across thread counts and instruction-set levels.
 
-use normlab_kernels::norm::{self, BatchNorm, NormKind};
+use normlab_kernels::norm::{self, BatchNorm, GainForm, NormKind, ParamRole};
 use normlab_kernels::reference;
 use normlab_kernels::rng::Rng;
 use normlab_kernels::simd;
 
-const ROW_KINDS: [NormKind; 5] = [
-    NormKind::LayerNorm,
-    NormKind::RmsNorm,
-    NormKind::ZRmsNorm,
-    NormKind::ScaleNorm,
-    NormKind::None,
-];
+/// Every kind usable in a model (BatchNorm has its own tests below).
+fn row_kinds() -> Vec<NormKind> {
+    NormKind::row_wise().collect()
+}
+
+/// Parameters whose gain multiplies the normalised value by exactly 1 (and
+/// biases 0): the reference forward then returns the normalised value.
+fn unit_params(kind: NormKind, d: usize) -> Vec<f32> {
+    let mut u = vec![0.0; kind.num_params(d)];
+    for (p, r) in kind.param_ranges(d) {
+        u[r].fill(match (p.role, kind.spec().gain) {
+            (ParamRole::Gain, GainForm::PerFeature { offset }) => 1.0 - offset,
+            (ParamRole::Gain, _) => 1.0,
+            (ParamRole::Bias, _) => 0.0,
+        });
+    }
+    u
+}
 
 /// Rows of one shape: random, shifted, huge, tiny, constant, zero, offset.
 fn adversarial_rows(d: usize, rng: &mut Rng) -> Vec<(&'static str, Vec<f32>)> {
@@ -77,18 +88,11 @@ fn check(kind: NormKind, d: usize, eps: f32, name: &str, x: &[f32], rng: &mut Rn
     let tol = 2e-5 * (1.0 + (d as f64).log2() / 4.0);
     let rows = x.len() / d;
     // Scale of y: |gain| * |xhat| + |bias| <= (|gain|+|bias|) * max|xhat|.
-    let ones = {
-        let mut u = vec![0.0; kind.num_params(d)];
-        kind.init_params(d, &mut u);
-        if kind == NormKind::ScaleNorm {
-            u[0] = 1.0;
-        }
-        u
-    };
-    let xhat = reference::forward(kind, d, eps, x, &ones);
-    let pmax = p.iter().fold(1f64, |m, v| {
-        m.max(v.abs() as f64 + if kind == NormKind::ZRmsNorm { 1.0 } else { 0.0 })
-    });
+    let xhat = reference::forward(kind, d, eps, x, &unit_params(kind, d));
+    let pmax = (0..d)
+        .map(|j| kind.gain_multiplier(&p, d, j).abs() as f64)
+        .chain(p.iter().map(|v| v.abs() as f64))
+        .fold(1f64, f64::max);
     for r in 0..rows {
         let row = r * d..(r + 1) * d;
         let hmax = xhat[row.clone()].iter().fold(0f64, |m, v| m.max(v.abs()));
@@ -99,20 +103,19 @@ fn check(kind: NormKind, d: usize, eps: f32, name: &str, x: &[f32], rng: &mut Rn
                 .iter()
                 .fold(0f64, |m, v| m.max(v.abs() as f64))
                 * pmax;
-            // rstd = |xhat| / |x - centre| (centre = row mean for LayerNorm).
-            let centre = if kind == NormKind::LayerNorm {
-                x[row.clone()].iter().map(|&v| v as f64).sum::<f64>() / d as f64
-            } else {
-                0.0
+            // xhat = rstd * (x - centre) for every kind: rstd is the ratio of
+            // the ranges (or of the largest magnitudes on a constant row).
+            let range = |v: &mut dyn Iterator<Item = f64>| {
+                v.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), t| {
+                    (a.min(t), b.max(t))
+                })
             };
-            let r = match kind {
-                NormKind::None => 1.0,
-                _ => {
-                    hmax / x[row.clone()]
-                        .iter()
-                        .fold(0f64, |m, v| m.max((*v as f64 - centre).abs()))
-                        .max(f64::MIN_POSITIVE)
-                }
+            let (xlo, xhi) = range(&mut x[row.clone()].iter().map(|&v| v as f64));
+            let (hlo, hhi) = range(&mut xhat[row.clone()].iter().copied());
+            let r = if xhi > xlo {
+                (hhi - hlo) / (xhi - xlo)
+            } else {
+                hmax / xlo.abs().max(f64::MIN_POSITIVE)
             };
             (r * gmax * 4.0).max(dxmax)
         };
@@ -139,14 +142,13 @@ fn check(kind: NormKind, d: usize, eps: f32, name: &str, x: &[f32], rng: &mut Rn
         .iter()
         .fold(1f64, |m, v| if v.is_nan() { m } else { m.max(v.abs()) });
     for (j, (&a, &b)) in dp.iter().zip(&dpr).enumerate() {
-        let scale = (dyabs
-            * hmax_all
-            * (if kind == NormKind::ScaleNorm {
-                d as f64
-            } else {
-                1.0
-            }))
-        .max(1.0);
+        // A scalar gain sums over all d features of every row.
+        let per = if kind.spec().gain == GainForm::ScalarOnL2 {
+            d as f64
+        } else {
+            1.0
+        };
+        let scale = (dyabs * hmax_all * per).max(1.0);
         assert!(
             close(a, b, scale, tol * 5.0),
             "{kind} d={d} {name} dparam[{j}] {a} vs {b}"
@@ -158,7 +160,7 @@ fn check(kind: NormKind, d: usize, eps: f32, name: &str, x: &[f32], rng: &mut Rn
 fn row_kinds_match_reference_on_adversarial_rows() {
     let mut rng = Rng::new(42);
     for &d in &[1usize, 2, 3, 7, 64, 4097, 65536] {
-        for kind in ROW_KINDS {
+        for kind in row_kinds() {
             for (name, x) in adversarial_rows(d, &mut rng) {
                 for eps in [kind.default_eps(), 0.0] {
                     check(kind, d, eps, name, &x, &mut rng);
@@ -174,7 +176,7 @@ fn many_rows_across_chunks_match_reference() {
     let mut rng = Rng::new(5);
     for &(rows, d) in &[(600usize, 257usize), (3000, 64), (70, 4097)] {
         let x = rng.normal_vec(rows * d, 0.5, 2.0);
-        for kind in ROW_KINDS {
+        for kind in row_kinds() {
             check(kind, d, kind.default_eps(), "many", &x, &mut rng);
         }
     }
@@ -186,8 +188,8 @@ fn nan_poisons_only_its_row() {
     let mut rng = Rng::new(9);
     let mut x = rng.normal_vec(3 * d, 0.0, 1.0);
     x[d + 5] = f32::NAN;
-    for kind in ROW_KINDS {
-        if kind == NormKind::None {
+    for kind in row_kinds() {
+        if kind.spec().elementwise {
             continue;
         }
         let p = random_params(kind, d, &mut rng);
@@ -215,7 +217,7 @@ fn nan_poisons_only_its_row() {
 fn zero_row_with_zero_eps_is_finite_and_documented() {
     let d = 8;
     let x = vec![0.0f32; d];
-    for kind in ROW_KINDS {
+    for kind in row_kinds() {
         let mut p = vec![0.0; kind.num_params(d)];
         kind.init_params(d, &mut p);
         let dy = vec![1.0f32; d];
@@ -224,7 +226,7 @@ fn zero_row_with_zero_eps_is_finite_and_documented() {
             y.iter().chain(&dx).chain(&dp).all(|v| v.is_finite()),
             "{kind}"
         );
-        if kind != NormKind::None {
+        if !kind.spec().elementwise {
             assert!(y.iter().all(|&v| v == 0.0), "{kind}: zero row gives zeros");
         }
     }
@@ -261,7 +263,7 @@ fn bit_identical_for_1_and_2_threads() {
     let x = rng.normal_vec(rows * d, 0.2, 1.3);
     let dy = rng.normal_vec(rows * d, 0.0, 1.0);
     assert!(norm::Chunks::new(rows, d).count > 2);
-    for kind in ROW_KINDS {
+    for kind in row_kinds() {
         let p = random_params(kind, d, &mut rng);
         let one = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
@@ -284,7 +286,7 @@ fn bit_identical_across_simd_levels() {
     let x = rng.normal_vec(rows * d, -0.4, 2.0);
     let dy = rng.normal_vec(rows * d, 0.0, 1.0);
     let best = simd::detected_level();
-    for kind in ROW_KINDS {
+    for kind in row_kinds() {
         let p = random_params(kind, d, &mut rng);
         let mut results = Vec::new();
         for lvl in [simd::Level::Generic, simd::Level::Avx2, simd::Level::Avx512] {
@@ -365,7 +367,7 @@ fn streaming_stores_give_the_same_bits() {
     let x = AlignedBuf::from_slice(&rng.normal_vec(rows * d, 0.3, 1.5));
     let dy = AlignedBuf::from_slice(&rng.normal_vec(rows * d, 0.0, 1.0));
     assert!(simd::should_stream(&x, d));
-    for kind in [NormKind::LayerNorm, NormKind::RmsNorm, NormKind::ZRmsNorm] {
+    for kind in row_kinds() {
         let p = random_params(kind, d, &mut rng);
         let mut y = AlignedBuf::zeros(rows * d);
         let mut dx = AlignedBuf::zeros(rows * d);

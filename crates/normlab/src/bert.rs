@@ -11,7 +11,7 @@
 
 use crate::kernels::act;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
-use crate::kernels::norm::{self, NormKind};
+use crate::kernels::norm::{self, NormKind, ParamRole};
 use crate::train::run::load_tensors;
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
@@ -55,29 +55,25 @@ pub struct NormParams {
 }
 
 impl NormParams {
-    /// Apply to `[rows, d]`.
+    /// Apply to `[rows, d]`: the kind's kernel with `gamma` as its gain and
+    /// `beta` as its bias, or added after it when the kind has no bias.
     pub fn apply(&self, x: &[f32], y: &mut [f32]) {
         let d = self.gamma.len();
         let rows = x.len() / d;
+        let kind = self.kind;
+        let mut p = vec![0.0; kind.num_params(d)];
+        kind.init_params(d, &mut p);
+        if let Some(r) = kind.param_range(ParamRole::Gain, d) {
+            p[r].copy_from_slice(&self.gamma[..d]);
+        }
+        let bias = kind.param_range(ParamRole::Bias, d);
+        if let Some(r) = &bias {
+            p[r.clone()].copy_from_slice(&self.beta);
+        }
         let mut stats = vec![0.0; norm::stats_len(rows)];
-        match self.kind {
-            NormKind::LayerNorm => {
-                let p = [self.gamma.clone(), self.beta.clone()].concat();
-                norm::forward(NormKind::LayerNorm, d, self.eps, x, &p, y, &mut stats);
-            }
-            NormKind::RmsNorm => {
-                norm::forward(
-                    NormKind::RmsNorm,
-                    d,
-                    self.eps,
-                    x,
-                    &self.gamma,
-                    y,
-                    &mut stats,
-                );
-                crate::kernels::matmul::add_bias_rows(y, &self.beta);
-            }
-            k => panic!("unsupported norm kind {k} in a BERT model"),
+        norm::forward(kind, d, self.eps, x, &p, y, &mut stats);
+        if bias.is_none() {
+            crate::kernels::matmul::add_bias_rows(y, &self.beta);
         }
     }
 }

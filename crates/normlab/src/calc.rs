@@ -3,7 +3,7 @@
 //! optionally normalise a transformed input (`a * x + c`) to show which
 //! invariances hold (LayerNorm: scale and shift; RMSNorm: scale only).
 
-use crate::kernels::norm::{self, BatchNorm, NormKind};
+use crate::kernels::norm::{self, BatchNorm, NormKind, ParamLen, ParamRole};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -187,43 +187,39 @@ fn expand(what: &'static str, v: &[f32], d: usize) -> Result<Vec<f32>, CalcError
     }
 }
 
-/// Build the flat parameter vector for a request.
+/// Build the flat parameter vector for a request: the kind's initial
+/// values, with its gain tensor replaced by `gamma` and its bias tensor by
+/// `beta` (each one value, broadcast, or one per feature where the tensor
+/// has one per feature).
 fn params_for(req: &CalcRequest, d: usize) -> Result<Vec<f32>, CalcError> {
     let kind = req.kind;
     let mut p = vec![0.0; kind.num_params(d)];
     kind.init_params(d, &mut p);
-    if let Some(g) = &req.gamma {
-        match kind {
-            NormKind::None => {
-                return Err(CalcError::NoSuchParam {
-                    kind,
-                    what: "gain (--gamma)",
-                })
-            }
-            NormKind::ScaleNorm => {
-                check_finite("gamma", g)?;
-                if g.len() != 1 {
+    for (given, role, flag) in [
+        (&req.gamma, ParamRole::Gain, "gain (--gamma)"),
+        (&req.beta, ParamRole::Bias, "bias (--beta)"),
+    ] {
+        let Some(v) = given else { continue };
+        let Some((spec, r)) = kind.param_ranges(d).find(|(s, _)| s.role == role) else {
+            return Err(CalcError::NoSuchParam { kind, what: flag });
+        };
+        let what = if role == ParamRole::Gain {
+            "gamma"
+        } else {
+            "beta"
+        };
+        match spec.len {
+            ParamLen::PerFeature => p[r].copy_from_slice(&expand(what, v, d)?),
+            ParamLen::Scalar => {
+                check_finite(what, v)?;
+                if v.len() != 1 {
                     return Err(CalcError::BadLength {
-                        what: "gamma (scalenorm's scalar g)",
-                        got: g.len(),
+                        what: "gamma (this kind's gain is one scalar)",
+                        got: v.len(),
                         d: 1,
                     });
                 }
-                p[0] = g[0];
-            }
-            _ => p[..d].copy_from_slice(&expand("gamma", g, d)?),
-        }
-    }
-    if let Some(b) = &req.beta {
-        match kind {
-            NormKind::LayerNorm | NormKind::BatchNorm => {
-                p[d..].copy_from_slice(&expand("beta", b, d)?)
-            }
-            _ => {
-                return Err(CalcError::NoSuchParam {
-                    kind,
-                    what: "bias (--beta)",
-                })
+                p[r.start] = v[0];
             }
         }
     }

@@ -20,8 +20,9 @@
 //! conversion: `--approximate` keeps the gain and drops the bias there.
 
 use crate::kernels::norm::NormKind;
-use crate::model::{Model, ModelConfig, ModelKind, Workspace};
-use crate::nn::Placement;
+use crate::kernels::norm::ParamRole;
+use crate::model::{Model, ModelConfig, Workspace};
+use crate::nn::{NormRole, NormSite, Placement};
 use crate::train::data::Data;
 use crate::train::optim::{Adam, OptimizerKind};
 use serde::Serialize;
@@ -51,17 +52,10 @@ pub struct NormInfo {
     pub why: String,
 }
 
-/// Name of a sublayer's op in tensor names.
-fn op_name(cfg: &ModelConfig, j: usize) -> &'static str {
-    match (j, cfg.model) {
-        (0, ModelKind::Toy) => "mix",
-        (0, ModelKind::Gpt) => "attn",
-        _ => "mlp",
-    }
-}
-
-/// Every norm of `cfg` (QK-Norm excluded: it is already an RMSNorm).
-pub fn classify(cfg: &ModelConfig) -> Vec<NormInfo> {
+/// Every norm of `model` (QK-Norm excluded: it is already an RMSNorm), in
+/// the order of [`Model::norms`].
+pub fn classify(model: &Model) -> Vec<NormInfo> {
+    let cfg = &model.cfg;
     let centred = placement_is_exact(cfg.placement);
     let reads_why = if centred {
         "reads the stream; centring every weight that writes into the stream makes it zero-mean, where LayerNorm = RMSNorm, and beta folds into the next Linear's bias".to_string()
@@ -70,45 +64,26 @@ pub fn classify(cfg: &ModelConfig) -> Vec<NormInfo> {
     } else {
         "reads a stream into which normalised branch outputs with non-uniform gain are written (gamma * x_hat + beta is not zero-mean), so LayerNorm != RMSNorm there".to_string()
     };
-    let mut out = Vec::new();
-    for i in 0..cfg.layers {
-        for j in 0..2 {
-            let op = op_name(cfg, j);
-            if cfg.placement.has_in_norm() {
-                out.push(NormInfo {
-                    name: format!("transformer.h.{i}.ln_{}", j + 1),
-                    role: Role::ReadsStream,
-                    exact: centred,
-                    why: reads_why.clone(),
-                });
+    converted_sites(model)
+        .map(|site| {
+            let (role, exact, why) = match site.role {
+                NormRole::In | NormRole::Final => (Role::ReadsStream, centred, reads_why.clone()),
+                NormRole::Out => (Role::BranchOutput, true, "normalises only this branch's output: centring the branch's output projection makes its input zero-mean; beta is kept as a bias after the RMSNorm".into()),
+                NormRole::Post | NormRole::QkNorm => (Role::OnStream, false, "sits on the residual stream itself: it subtracts the mean of x + S(x), which no centring of weights can make zero".into()),
+            };
+            NormInfo {
+                name: site.norm.name.clone(),
+                role,
+                exact,
+                why,
             }
-            if cfg.placement.has_out_norm() {
-                out.push(NormInfo {
-                    name: format!("transformer.h.{i}.{op}.out_norm"),
-                    role: Role::BranchOutput,
-                    exact: true,
-                    why: "normalises only this branch's output: centring the branch's output projection makes its input zero-mean; beta is kept as a bias after the RMSNorm".into(),
-                });
-            }
-            if cfg.placement.has_post_norm() {
-                out.push(NormInfo {
-                    name: format!("transformer.h.{i}.{op}.post_norm"),
-                    role: Role::OnStream,
-                    exact: false,
-                    why: "sits on the residual stream itself: it subtracts the mean of x + S(x), which no centring of weights can make zero".into(),
-                });
-            }
-        }
-    }
-    if cfg.has_final_norm() {
-        out.push(NormInfo {
-            name: "transformer.ln_f".into(),
-            role: Role::ReadsStream,
-            exact: centred,
-            why: reads_why,
-        });
-    }
-    out
+        })
+        .collect()
+}
+
+/// The norms conversion changes: every one but QK-Norm.
+fn converted_sites(model: &Model) -> impl Iterator<Item = NormSite<'_>> {
+    model.norms().filter(|s| s.role != NormRole::QkNorm)
 }
 
 /// A converted checkpoint.
@@ -124,19 +99,6 @@ pub struct Converted {
     pub norms: Vec<NormInfo>,
     /// What else changed (untied head, added biases, dropped betas).
     pub notes: Vec<String>,
-}
-
-fn tensor<'a>(model: &Model, params: &'a [f32], name: &str) -> Option<&'a [f32]> {
-    model.layout.find(name).map(|t| &params[t.range.clone()])
-}
-
-fn range(model: &Model, name: &str) -> std::ops::Range<usize> {
-    model
-        .layout
-        .find(name)
-        .unwrap_or_else(|| panic!("no tensor {name}"))
-        .range
-        .clone()
 }
 
 /// Copy every tensor the two models share (same name and shape).
@@ -195,7 +157,8 @@ pub fn to_rmsnorm(
             cfg.norm
         ));
     }
-    let norms = classify(cfg);
+    let old = Model::new(cfg)?;
+    let norms = classify(&old);
     let inexact: Vec<&NormInfo> = norms.iter().filter(|n| !n.exact).collect();
     if !inexact.is_empty() && !approximate {
         let names: Vec<&str> = inexact.iter().map(|n| n.name.as_str()).collect();
@@ -208,7 +171,6 @@ pub fn to_rmsnorm(
             names.join(", ")
         ));
     }
-    let old = Model::new(cfg)?;
     let mut p = params.to_vec();
     let mut notes = Vec::new();
     let d = cfg.d_model;
@@ -219,41 +181,25 @@ pub fn to_rmsnorm(
     new_cfg.out_norm_bias = cfg.placement.has_out_norm();
     // The final norm's beta folds into a head bias (exact case only).
     new_cfg.head_bias = cfg.head_bias || (centred && cfg.has_final_norm());
-    let head_weight_orig: Vec<f32> = match tensor(&old, &p, "lm_head.weight") {
-        Some(w) => w.to_vec(),
-        None => tensor(&old, &p, "transformer.wte.weight").unwrap().to_vec(),
-    };
+    let head_weight_orig = old.head_weight().get(&p).to_vec();
     if centred {
         if cfg.tie_head {
             new_cfg.tie_head = false;
             notes.push("untied the head from the token embedding (the embedding is centred, the head is not)".into());
         }
-        let r = range(&old, "transformer.wte.weight");
-        centre_rows(&mut p[r], d);
-        let r = range(&old, "transformer.wpe.weight");
-        centre_rows(&mut p[r], d);
+        centre_rows(old.emb.wte.get_mut(&mut p), d);
+        centre_rows(old.emb.wpe.get_mut(&mut p), d);
         notes.push("centred the token and position embedding rows".into());
     }
     // Centre the output projection of every sublayer whose output must be
     // zero-mean: all of them when the stream is centred, and those feeding an
     // output norm.
     if centred || cfg.placement.has_out_norm() {
-        for i in 0..cfg.layers {
-            for j in 0..2 {
-                let op = op_name(cfg, j);
-                let proj = if op == "mix" {
-                    format!("transformer.h.{i}.mix.proj")
-                } else {
-                    format!("transformer.h.{i}.{op}.c_proj")
-                };
-                let (wr, br) = (
-                    range(&old, &format!("{proj}.weight")),
-                    range(&old, &format!("{proj}.bias")),
-                );
-                let d_in = wr.len() / d;
-                let (lo, hi) = p.split_at_mut(br.start);
-                centre_linear_outputs(&mut lo[wr], Some(&mut hi[..br.len()]), d, d_in);
-            }
+        for sub in old.sublayers() {
+            let w = sub.op.writer();
+            let b = w.b.as_ref().expect("output projections have a bias");
+            let (lo, hi) = p.split_at_mut(b.0.start);
+            centre_linear_outputs(w.w.get_mut(lo), Some(&mut hi[..b.len()]), w.d_out, w.d_in);
         }
         notes.push(
             "centred the output projection (weight columns and bias) of every sublayer".into(),
@@ -265,35 +211,44 @@ pub fn to_rmsnorm(
     // lm_head is copied by name, or still tied; an untied one gets the
     // original (uncentred) embedding.
     if cfg.tie_head && !new_cfg.tie_head {
-        q[range(&new, "lm_head.weight")].copy_from_slice(&head_weight_orig);
+        new.head_weight()
+            .get_mut(&mut q)
+            .copy_from_slice(&head_weight_orig);
     }
     let mut dropped = Vec::new();
-    for n in &norms {
-        let beta = tensor(&old, &p, &format!("{}.bias", n.name))
-            .expect("layernorm bias")
+    for ((site, new_site), n) in converted_sites(&old).zip(converted_sites(&new)).zip(&norms) {
+        let beta = site
+            .norm
+            .param(ParamRole::Bias)
+            .expect("layernorm has a bias")
+            .get(&p)
             .to_vec();
         match (n.role, n.exact) {
             (Role::ReadsStream, true) => {
-                let reader = if n.name == "transformer.ln_f" {
-                    "lm_head".to_string()
-                } else {
-                    let (blk, which) = n.name.rsplit_once(".ln_").unwrap();
-                    let op = if which == "1" { op_name(cfg, 0) } else { "mlp" };
-                    match op {
-                        "mix" => format!("{blk}.mix.proj"),
-                        "attn" => format!("{blk}.attn.c_attn"),
-                        _ => format!("{blk}.mlp.c_fc"),
+                // The Linear that reads this norm's output: the sublayer's
+                // first one, or the head for the final norm.
+                let (w, bias) = match new_site.sublayer {
+                    Some(sub) => {
+                        let r = sub.op.reader();
+                        (&r.w, r.b.as_ref().expect("readers have a bias"))
                     }
+                    None => (
+                        new.head_weight(),
+                        new.head_bias.as_ref().expect("head bias added"),
+                    ),
                 };
-                let w = tensor(&new, &q, &format!("{reader}.weight"))
-                    .unwrap()
-                    .to_vec();
-                let br = range(&new, &format!("{reader}.bias"));
-                fold_bias(&w, &beta, &mut q[br]);
+                let w = w.get(&q).to_vec();
+                fold_bias(&w, &beta, bias.get_mut(&mut q));
             }
             (Role::BranchOutput, true) => {
-                let r = range(&new, &format!("{}_bias", n.name));
-                q[r].copy_from_slice(&beta);
+                let sub = new_site
+                    .sublayer
+                    .expect("output norms belong to a sublayer");
+                sub.out_bias
+                    .as_ref()
+                    .expect("output norm bias added")
+                    .get_mut(&mut q)
+                    .copy_from_slice(&beta);
             }
             _ => dropped.push(n.name.clone()),
         }
@@ -341,7 +296,7 @@ pub fn to_layernorm(cfg: &ModelConfig, params: &[f32]) -> Result<Converted, Stri
     let new = Model::new(&new_cfg)?;
     let mut q = vec![0.0f32; new.layout.buffer_len()];
     copy_common(&old, params, &new, &mut q);
-    let norms = classify(&new_cfg).into_iter().map(|mut n| {
+    let norms = classify(&new).into_iter().map(|mut n| {
         n.exact = false;
         n.why = "exact only if the stream it reads is zero-mean: checked on data".into();
         n

@@ -19,6 +19,19 @@
 //! The reductions run over rows in a fixed order with f64 accumulators per
 //! feature, vectorised across features; this kernel is single-threaded.
 
+/// BatchNorm's description: gamma and beta per feature, eps 1e-5,
+/// statistics per feature over the batch.
+pub const SPEC: crate::norm::KindSpec = crate::norm::KindSpec {
+    name: "batchnorm",
+    aliases: &["bn", "batch_norm"],
+    formula: "y = gamma * (x - batch_mean) / sqrt(batch_var + eps) + beta (per feature)",
+    default_eps: 1e-5,
+    params: &[crate::norm::GAMMA, crate::norm::BETA],
+    gain: crate::norm::GainForm::PerFeature { offset: 0.0 },
+    row_wise: false,
+    elementwise: false,
+};
+
 /// A BatchNorm layer's non-learnable state: running statistics, the batch
 /// statistics cached for backward and the accumulators (all allocated once).
 #[derive(Clone, Debug)]

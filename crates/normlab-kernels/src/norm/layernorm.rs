@@ -26,7 +26,20 @@
 //! dgamma/dbeta; a second sweep writes dx.
 
 use crate::norm::STATS;
+use crate::norm::{GainForm, KindSpec, BETA, GAMMA};
 use crate::simd::{ahead, prefetch_block, shifted_sums, stream_fence, tree_sum, LANES};
+
+/// LayerNorm's description: gamma and beta per feature, eps 1e-5.
+pub const SPEC: KindSpec = KindSpec {
+    name: "layernorm",
+    aliases: &["ln", "layer_norm"],
+    formula: "y = gamma * (x - mean) / sqrt(var + eps) + beta",
+    default_eps: 1e-5,
+    params: &[GAMMA, BETA],
+    gain: GainForm::PerFeature { offset: 0.0 },
+    row_wise: true,
+    elementwise: false,
+};
 
 /// Statistics of one row: (mean hi, mean lo, rstd).
 #[inline(always)]

@@ -46,7 +46,14 @@ pub const STATS: usize = 3;
 /// Target number of elements of x per chunk of rows.
 const CHUNK_ELEMS: usize = 64 * 1024;
 
-/// Every normalization kind normlab knows.
+/// Every normalization kind normlab knows. A kind describes itself in a
+/// [`KindSpec`] (in its own file): name, default eps, its parameter tensors
+/// and how they form the gain. Modules, the calculator, checkpoint names and
+/// gain statistics derive from that description; the kernels dispatch on
+/// the kind in [`forward`] / [`backward`], and [`crate::reference`] holds
+/// its f64 twin. Adding a kind: its file with its `SPEC` and row kernels, a
+/// variant here, its entry in [`NormKind::ALL`] and [`NormKind::spec`], and
+/// the match arms the compiler then asks for (kernels and reference twin).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKind {
     /// (x - mean) / sqrt(var + eps) * gamma + beta.
@@ -63,6 +70,127 @@ pub enum NormKind {
     None,
 }
 
+/// What a norm's parameter tensor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamRole {
+    /// Multiplies the normalised value (gamma, w of `1 + w`, ScaleNorm's g).
+    Gain,
+    /// Added after the gain (beta).
+    Bias,
+}
+
+/// How many values a parameter tensor holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamLen {
+    /// One per feature (d).
+    PerFeature,
+    /// One scalar.
+    Scalar,
+}
+
+/// Initial value of a parameter tensor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ParamInit {
+    /// Every element equal to this.
+    Const(f32),
+    /// sqrt(d) (ScaleNorm's g).
+    SqrtD,
+}
+
+/// One parameter tensor of a norm, in the order of the flat parameter slice.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParamSpec {
+    /// Tensor name suffix (`weight`, `bias`), as in PyTorch state dicts.
+    pub suffix: &'static str,
+    /// Gain or bias.
+    pub role: ParamRole,
+    /// Its length.
+    pub len: ParamLen,
+    /// Its initial value.
+    pub init: ParamInit,
+}
+
+impl ParamSpec {
+    /// Number of values for feature size `d`.
+    pub fn len(&self, d: usize) -> usize {
+        match self.len {
+            ParamLen::PerFeature => d,
+            ParamLen::Scalar => 1,
+        }
+    }
+
+    /// Its initial value for feature size `d`.
+    pub fn init_value(&self, d: usize) -> f32 {
+        match self.init {
+            ParamInit::Const(v) => v,
+            ParamInit::SqrtD => (d as f32).sqrt(),
+        }
+    }
+}
+
+/// How the gain tensor multiplies the normalised value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GainForm {
+    /// `offset + w[j]` per feature (offset 0: gamma; 1: zero-centred `1 + w`).
+    PerFeature {
+        /// Added to the stored value.
+        offset: f32,
+    },
+    /// One scalar g multiplying `x / ‖x‖` (ScaleNorm): relative to a unit-RMS
+    /// output that is a gain of g / sqrt(d).
+    ScalarOnL2,
+    /// No gain (the output is the normalised value itself).
+    Unit,
+}
+
+/// Everything a norm kind says about itself.
+#[derive(Clone, Copy, Debug)]
+pub struct KindSpec {
+    /// The name used on the command line and in files.
+    pub name: &'static str,
+    /// Other accepted spellings.
+    pub aliases: &'static [&'static str],
+    /// One-line formula (help texts, `normlab calc`).
+    pub formula: &'static str,
+    /// Default eps (SPEC section 1).
+    pub default_eps: f32,
+    /// Parameter tensors, in flat-slice order.
+    pub params: &'static [ParamSpec],
+    /// How the gain tensor (the first with [`ParamRole::Gain`]) acts.
+    pub gain: GainForm,
+    /// Statistics per row (false only for BatchNorm).
+    pub row_wise: bool,
+    /// Output j depends on x_j alone (no statistics over the row): a NaN
+    /// stays in its element and a zero row maps to the bias, not to zeros.
+    pub elementwise: bool,
+}
+
+/// `gamma` (init 1) per feature.
+pub const GAMMA: ParamSpec = ParamSpec {
+    suffix: "weight",
+    role: ParamRole::Gain,
+    len: ParamLen::PerFeature,
+    init: ParamInit::Const(1.0),
+};
+/// `beta` (init 0) per feature.
+pub const BETA: ParamSpec = ParamSpec {
+    suffix: "bias",
+    role: ParamRole::Bias,
+    len: ParamLen::PerFeature,
+    init: ParamInit::Const(0.0),
+};
+
+const NONE_SPEC: KindSpec = KindSpec {
+    name: "none",
+    aliases: &["identity"],
+    formula: "y = x",
+    default_eps: 0.0,
+    params: &[],
+    gain: GainForm::Unit,
+    row_wise: true,
+    elementwise: true,
+};
+
 impl NormKind {
     /// All kinds, in a stable order.
     pub const ALL: [NormKind; 6] = [
@@ -74,35 +202,56 @@ impl NormKind {
         NormKind::None,
     ];
 
+    /// The kinds usable inside a model (statistics per row).
+    pub fn row_wise() -> impl Iterator<Item = NormKind> {
+        NormKind::ALL.into_iter().filter(|k| k.is_row_wise())
+    }
+
+    /// The kind's description.
+    pub fn spec(self) -> &'static KindSpec {
+        match self {
+            NormKind::LayerNorm => &layernorm::SPEC,
+            NormKind::RmsNorm => &rmsnorm::SPEC,
+            NormKind::ZRmsNorm => &rmsnorm::ZERO_CENTRED_SPEC,
+            NormKind::ScaleNorm => &scalenorm::SPEC,
+            NormKind::BatchNorm => &batchnorm::SPEC,
+            NormKind::None => &NONE_SPEC,
+        }
+    }
+
     /// The name used on the command line and in files.
     pub fn name(self) -> &'static str {
-        match self {
-            NormKind::LayerNorm => "layernorm",
-            NormKind::RmsNorm => "rmsnorm",
-            NormKind::ZRmsNorm => "zrmsnorm",
-            NormKind::ScaleNorm => "scalenorm",
-            NormKind::BatchNorm => "batchnorm",
-            NormKind::None => "none",
-        }
+        self.spec().name
     }
 
     /// The default eps of SPEC section 1.
     pub fn default_eps(self) -> f32 {
-        match self {
-            NormKind::LayerNorm | NormKind::ScaleNorm | NormKind::BatchNorm => 1e-5,
-            NormKind::RmsNorm | NormKind::ZRmsNorm => 1e-6,
-            NormKind::None => 0.0,
-        }
+        self.spec().default_eps
     }
 
     /// Number of learnable parameters for feature size `d`.
     pub fn num_params(self, d: usize) -> usize {
-        match self {
-            NormKind::LayerNorm | NormKind::BatchNorm => 2 * d,
-            NormKind::RmsNorm | NormKind::ZRmsNorm => d,
-            NormKind::ScaleNorm => 1,
-            NormKind::None => 0,
-        }
+        self.spec().params.iter().map(|p| p.len(d)).sum()
+    }
+
+    /// Offset and length of each parameter tensor in the flat slice.
+    pub fn param_ranges(
+        self,
+        d: usize,
+    ) -> impl Iterator<Item = (ParamSpec, std::ops::Range<usize>)> {
+        let mut start = 0;
+        self.spec().params.iter().map(move |p| {
+            let r = start..start + p.len(d);
+            start = r.end;
+            (*p, r)
+        })
+    }
+
+    /// Where the tensor of `role` sits in the flat slice, if the kind has one.
+    pub fn param_range(self, role: ParamRole, d: usize) -> Option<std::ops::Range<usize>> {
+        self.param_ranges(d)
+            .find(|(p, _)| p.role == role)
+            .map(|(_, r)| r)
     }
 
     /// Write the initial parameters (gamma 1, beta 0, w 0, g sqrt(d)).
@@ -113,21 +262,41 @@ impl NormKind {
             "{} params length",
             self.name()
         );
-        match self {
-            NormKind::LayerNorm | NormKind::BatchNorm => {
-                params[..d].fill(1.0);
-                params[d..].fill(0.0);
-            }
-            NormKind::RmsNorm => params.fill(1.0),
-            NormKind::ZRmsNorm => params.fill(0.0),
-            NormKind::ScaleNorm => params[0] = (d as f32).sqrt(),
-            NormKind::None => {}
+        for (p, r) in self.param_ranges(d) {
+            params[r].fill(p.init_value(d));
+        }
+    }
+
+    /// The multiplier of feature `j`'s normalised value as the kernels
+    /// define it (`gamma[j]`, `1 + w[j]`, ScaleNorm's `g` on `x / ‖x‖`, 1).
+    pub fn gain_multiplier(self, params: &[f32], d: usize, j: usize) -> f32 {
+        let g = self.param_range(ParamRole::Gain, d);
+        match (self.spec().gain, g) {
+            (GainForm::PerFeature { offset }, Some(r)) => offset + params[r.start + j],
+            (GainForm::ScalarOnL2, Some(r)) => params[r.start],
+            _ => 1.0,
+        }
+    }
+
+    /// Feature `j`'s gain relative to a unit-RMS normalised value (what
+    /// weight decay acts on, comparable across kinds: ScaleNorm's g is
+    /// divided by sqrt(d)).
+    pub fn effective_gain(self, params: &[f32], d: usize, j: usize) -> f64 {
+        let m = self.gain_multiplier(params, d, j) as f64;
+        match self.spec().gain {
+            GainForm::ScalarOnL2 => m / (d as f64).sqrt(),
+            _ => m,
         }
     }
 
     /// Whether the statistics are per row (everything except BatchNorm).
     pub fn is_row_wise(self) -> bool {
-        self != NormKind::BatchNorm
+        self.spec().row_wise
+    }
+
+    /// Whether the kind has a bias tensor.
+    pub fn has_bias(self) -> bool {
+        self.param_range(ParamRole::Bias, 1).is_some()
     }
 }
 
@@ -159,18 +328,10 @@ impl FromStr for NormKind {
     type Err = UnknownNormKind;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let lower = s.trim().to_ascii_lowercase();
-        let kind = match lower.as_str() {
-            "layernorm" | "ln" | "layer_norm" => NormKind::LayerNorm,
-            "rmsnorm" | "rms" | "rms_norm" => NormKind::RmsNorm,
-            "zrmsnorm" | "zrms" | "zero_centered_rmsnorm" | "zero-centred-rmsnorm" => {
-                NormKind::ZRmsNorm
-            }
-            "scalenorm" | "scale_norm" => NormKind::ScaleNorm,
-            "batchnorm" | "bn" | "batch_norm" => NormKind::BatchNorm,
-            "none" | "identity" => NormKind::None,
-            _ => return Err(UnknownNormKind(s.to_string())),
-        };
-        Ok(kind)
+        NormKind::ALL
+            .into_iter()
+            .find(|k| k.name() == lower || k.spec().aliases.contains(&lower.as_str()))
+            .ok_or_else(|| UnknownNormKind(s.to_string()))
     }
 }
 

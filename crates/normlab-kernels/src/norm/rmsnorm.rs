@@ -16,7 +16,37 @@
 //! not to x -> x + c, and why it needs one reduction fewer than LayerNorm.
 
 use crate::norm::STATS;
+use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, GAMMA};
 use crate::simd::{ahead, prefetch_block, stream_fence, sum_squares, tree_sum, LANES};
+
+/// RMSNorm's description: gamma per feature, eps 1e-6.
+pub const SPEC: KindSpec = KindSpec {
+    name: "rmsnorm",
+    aliases: &["rms", "rms_norm"],
+    formula: "y = gamma * x / sqrt(mean(x^2) + eps)",
+    default_eps: 1e-6,
+    params: &[GAMMA],
+    gain: GainForm::PerFeature { offset: 0.0 },
+    row_wise: true,
+    elementwise: false,
+};
+
+/// Zero-centred RMSNorm's description: w per feature (init 0), gain 1 + w.
+pub const ZERO_CENTRED_SPEC: KindSpec = KindSpec {
+    name: "zrmsnorm",
+    aliases: &["zrms", "zero_centered_rmsnorm", "zero-centred-rmsnorm"],
+    formula: "y = (1 + w) * x / sqrt(mean(x^2) + eps)",
+    default_eps: 1e-6,
+    params: &[ParamSpec {
+        suffix: "weight",
+        role: ParamRole::Gain,
+        len: ParamLen::PerFeature,
+        init: ParamInit::Const(0.0),
+    }],
+    gain: GainForm::PerFeature { offset: 1.0 },
+    row_wise: true,
+    elementwise: false,
+};
 
 crate::multiversion! {
     /// Forward over whole rows.

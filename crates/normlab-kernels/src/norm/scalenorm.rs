@@ -10,7 +10,25 @@
 //! ```
 
 use crate::norm::STATS;
+use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec};
 use crate::simd::{ahead, dot, sum_squares};
+
+/// ScaleNorm's description: one scalar g (init sqrt(d)), eps 1e-5.
+pub const SPEC: KindSpec = KindSpec {
+    name: "scalenorm",
+    aliases: &["scale_norm"],
+    formula: "y = g * x / max(|x|, eps)",
+    default_eps: 1e-5,
+    params: &[ParamSpec {
+        suffix: "weight",
+        role: ParamRole::Gain,
+        len: ParamLen::Scalar,
+        init: ParamInit::SqrtD,
+    }],
+    gain: GainForm::ScalarOnL2,
+    row_wise: true,
+    elementwise: false,
+};
 
 crate::multiversion! {
     /// Forward over whole rows.

@@ -9,6 +9,7 @@ use super::plot::{Figure, Heatmap, LineChart, Panel, Series};
 use super::{f, num, result, ExpArgs, ExpResult, Progress, Table};
 use crate::kernels::norm::NormKind;
 use crate::model::{Model, ModelKind};
+use crate::nn::NormRole;
 use crate::nn::Placement;
 use crate::params::ParamKind;
 use crate::sweep::{self, RunResult, RunSpec, SweepOptions};
@@ -717,21 +718,15 @@ pub fn norm_kind(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
     Ok(out)
 }
 
-/// Statistics of the effective norm gains of a model (gamma; 1 + w for zrmsnorm; ScaleNorm's g / sqrt(d)).
+/// Statistics of the effective norm gains of a model's block and final
+/// norms (QK-Norm excluded): gamma, 1 + w for zrmsnorm, ScaleNorm's g / sqrt(d).
 fn gain_stats(cfg: &TrainConfig, params: &[f32]) -> Result<Value, String> {
     let model = Model::new(&cfg.model_config())?;
     let mut gains = Vec::new();
-    for t in &model.layout.tensors {
-        if t.kind == ParamKind::NormGain && !t.name.contains("q_norm") && !t.name.contains("k_norm")
-        {
-            for &v in &params[t.range.clone()] {
-                gains.push(match cfg.norm {
-                    NormKind::ZRmsNorm => 1.0 + v as f64,
-                    NormKind::ScaleNorm => v as f64 / (cfg.d_model as f64).sqrt(),
-                    _ => v as f64,
-                });
-            }
-        }
+    for site in model.norms().filter(|s| s.role != NormRole::QkNorm) {
+        let n = site.norm;
+        let p = n.p.get(params);
+        gains.extend((0..n.d).map(|j| n.kind.effective_gain(p, n.d, j)));
     }
     let n = gains.len().max(1) as f64;
     let mean = gains.iter().sum::<f64>() / n;
@@ -1255,7 +1250,7 @@ pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>, St
     model.emb.forward(params, &ws.tokens, cfg.seq, &mut x0);
     out.push(mean_row_norm(&x0, d));
     for b in 0..cfg.layers {
-        out.push(mean_row_norm(ws.subs[2 * b + 1].output(), d));
+        out.push(mean_row_norm(ws.blocks[b].output(), d));
     }
     Ok(out)
 }

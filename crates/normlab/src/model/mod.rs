@@ -1,7 +1,7 @@
 //! Models: the toy deep net and the byte-level GPT, both a stack of
-//! [`Sublayer`]s (mixer/attention, then MLP, per block) between an embedding
-//! and a head; and the per-shard [`Workspace`] holding every activation and
-//! gradient buffer, allocated once.
+//! [`Block`]s (mixer/attention sublayer, then MLP sublayer) between an
+//! embedding and a head; and the per-shard [`Workspace`] holding every
+//! activation and gradient buffer, allocated once.
 
 pub mod config;
 
@@ -12,8 +12,8 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Embedding, Linear, Mlp, Norm, NormCache, Op, Placement, Scratch, Sublayer,
-    SublayerCache, ToyMixer,
+    Attention, Block, BlockCache, Embedding, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op,
+    Placement, Scratch, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
 
@@ -27,8 +27,8 @@ pub struct Model {
     pub layout: ParamLayout,
     /// Token + position embedding.
     pub emb: Embedding,
-    /// 2 sublayers per block: `subs[2i]` mixer/attention, `subs[2i+1]` MLP.
-    pub subs: Vec<Sublayer>,
+    /// The blocks, bottom to top.
+    pub blocks: Vec<Block>,
     /// Norm before the head.
     pub final_norm: Option<Norm>,
     /// Untied head `lm_head.weight [vocab, d]`; None when tied to wte.
@@ -49,8 +49,8 @@ pub struct Workspace {
     /// Targets `[batch, t]`.
     pub targets: Vec<u32>,
     x0: AlignedBuf,
-    /// Sublayer caches.
-    pub subs: Vec<SublayerCache>,
+    /// Block caches.
+    pub blocks: Vec<BlockCache>,
     scratch: Scratch,
     fin: AlignedBuf,
     fin_c: Option<NormCache>,
@@ -59,6 +59,7 @@ pub struct Workspace {
     dfin: AlignedBuf,
     d1: AlignedBuf,
     d2: AlignedBuf,
+    dmid: AlignedBuf,
     /// Parameter gradients of this shard (same layout as the parameters).
     pub grads: AlignedBuf,
     /// Whoever sets this promises that `grads` is all zeros, so backward
@@ -100,8 +101,9 @@ impl Model {
         } else {
             1.0
         };
-        let mut subs = Vec::with_capacity(2 * l);
+        let mut blocks = Vec::with_capacity(l);
         for i in 0..l {
+            let mut subs = Vec::with_capacity(2);
             let blk = Some(i);
             for (j, op_name) in [
                 (
@@ -201,6 +203,9 @@ impl Model {
                     op,
                 });
             }
+            let mlp = subs.pop().expect("mlp sublayer");
+            let mix = subs.pop().expect("mixing sublayer");
+            blocks.push(Block { mix, mlp });
         }
         let final_norm = cfg
             .has_final_norm()
@@ -230,7 +235,7 @@ impl Model {
             head_bias,
             layout,
             emb,
-            subs,
+            blocks,
             final_norm,
             head,
         })
@@ -253,18 +258,8 @@ impl Model {
             tokens: vec![0; rows],
             targets: vec![0; rows],
             x0: buf(rows * d),
-            subs: self
-                .subs
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    let mut c = s.cache(batch, t);
-                    // A block's output (its second sublayer's) feeds `residual_sumsq`.
-                    c.track_output = i % 2 == 1;
-                    c
-                })
-                .collect(),
-            scratch: Scratch::new(&self.subs, rows),
+            blocks: self.blocks.iter().map(|b| b.cache(batch, t)).collect(),
+            scratch: Scratch::new(self.blocks.iter().flat_map(|b| b.sublayers()), rows),
             fin: buf(if self.final_norm.is_some() {
                 rows * d
             } else {
@@ -276,6 +271,7 @@ impl Model {
             dfin: buf(rows * d),
             d1: buf(rows * d),
             d2: buf(rows * d),
+            dmid: buf(rows * d),
             grads: self.layout.zeros(),
             grads_zero: true,
             loss_sum: 0.0,
@@ -283,7 +279,8 @@ impl Model {
         }
     }
 
-    fn head_weight(&self) -> &ParamRef {
+    /// The head's weight (`lm_head.weight`, or the tied token embedding).
+    pub fn head_weight(&self) -> &ParamRef {
         self.head.as_ref().map(|h| &h.w).unwrap_or(&self.emb.wte)
     }
 
@@ -306,15 +303,13 @@ impl Model {
     pub fn forward_logits<'a>(&self, params: &[f32], ws: &'a mut Workspace) -> &'a [f32] {
         let (rows, d, v) = (ws.batch * ws.t, self.cfg.d_model, self.cfg.vocab);
         self.emb.forward(params, &ws.tokens, ws.t, &mut ws.x0);
-        for i in 0..self.subs.len() {
-            let (done, rest) = ws.subs.split_at_mut(i);
+        for i in 0..self.blocks.len() {
+            let (done, rest) = ws.blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
-            self.subs[i].forward(params, x, &mut rest[0], &mut ws.scratch);
-            if i % 2 == 1 {
-                ws.residual_sumsq[i / 2] = rest[0].output_sumsq;
-            }
+            self.blocks[i].forward(params, x, &mut rest[0], &mut ws.scratch);
+            ws.residual_sumsq[i] = rest[0].mlp.output_sumsq;
         }
-        let last: &[f32] = ws.subs.last().map(|c| c.output()).unwrap_or(&ws.x0);
+        let last: &[f32] = ws.blocks.last().map(|c| c.output()).unwrap_or(&ws.x0);
         let fin: &[f32] = match &self.final_norm {
             Some(n) => {
                 n.forward(params, last, &mut ws.fin, ws.fin_c.as_mut().unwrap());
@@ -359,7 +354,7 @@ impl Model {
             tokens,
             targets,
             x0,
-            subs,
+            blocks,
             scratch,
             fin,
             fin_c,
@@ -368,6 +363,7 @@ impl Model {
             dfin,
             d1,
             d2,
+            dmid,
             grads,
             grads_zero,
             ..
@@ -383,7 +379,7 @@ impl Model {
         if let Some(b) = &self.head_bias {
             matmul::add_column_sums(dlogits, v, b.get_mut(grads));
         }
-        let last: &[f32] = subs.last().map(|c| c.output()).unwrap_or(x0);
+        let last: &[f32] = blocks.last().map(|c| c.output()).unwrap_or(x0);
         let fin_in: &[f32] = if self.final_norm.is_some() { fin } else { last };
         let hw = self.head_weight();
         matmul::linear_backward(
@@ -409,10 +405,10 @@ impl Model {
             }
         };
         let mut dnext: &mut AlignedBuf = d2;
-        for i in (0..self.subs.len()).rev() {
-            let (done, rest) = subs.split_at_mut(i);
+        for i in (0..self.blocks.len()).rev() {
+            let (done, rest) = blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { x0 } else { done[i - 1].output() };
-            self.subs[i].backward(params, grads, x, dcur, dnext, &mut rest[0], scratch);
+            self.blocks[i].backward(params, grads, x, dcur, dnext, dmid, &mut rest[0], scratch);
             std::mem::swap(&mut dcur, &mut dnext);
         }
         self.emb.backward(grads, tokens, *t, dcur);
@@ -421,6 +417,24 @@ impl Model {
     /// Number of learnable parameters.
     pub fn num_params(&self) -> usize {
         self.layout.num_params()
+    }
+
+    /// Every sublayer, bottom to top (two per block).
+    pub fn sublayers(&self) -> impl Iterator<Item = &Sublayer> {
+        self.blocks.iter().flat_map(|b| b.sublayers())
+    }
+
+    /// Every norm with where it sits: the blocks' (in parameter order),
+    /// then the final norm.
+    pub fn norms(&self) -> impl Iterator<Item = NormSite<'_>> {
+        let blocks = self.blocks.iter().enumerate().flat_map(|(i, b)| b.norms(i));
+        let fin = self.final_norm.iter().map(|n| NormSite {
+            block: None,
+            sublayer: None,
+            role: NormRole::Final,
+            norm: n,
+        });
+        blocks.chain(fin)
     }
 }
 
@@ -437,8 +451,10 @@ impl Workspace {
 
     /// Turn on/off the identity/branch gradient split in every sublayer.
     pub fn track_paths(&mut self, on: bool) {
-        for s in &mut self.subs {
-            s.track_paths = on;
+        for b in &mut self.blocks {
+            for s in b.sublayers_mut() {
+                s.track_paths = on;
+            }
         }
     }
 }

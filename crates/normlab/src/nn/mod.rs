@@ -8,6 +8,7 @@
 //! `d_input` and **accumulates** into `grads`.
 
 pub mod attention;
+pub mod block;
 pub mod embedding;
 pub mod linear;
 pub mod mixer;
@@ -16,6 +17,7 @@ pub mod norm;
 pub mod sublayer;
 
 pub use attention::{Attention, AttentionCache};
+pub use block::{Block, BlockCache, NormRole, NormSite};
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use mixer::{ToyMixer, ToyMixerCache};

@@ -1,7 +1,7 @@
 //! A normalization layer of any row-wise kind, over the fused kernels.
 
 use crate::kernels::buf::AlignedBuf;
-use crate::kernels::norm::{self, NormKind};
+use crate::kernels::norm::{self, NormKind, ParamRole};
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
 
 /// A norm over feature size `d`.
@@ -15,6 +15,8 @@ pub struct Norm {
     pub eps: f32,
     /// All its parameters as one contiguous slice (gamma then beta).
     pub p: ParamRef,
+    /// Tensor-name prefix (`transformer.h.0.ln_1`).
+    pub name: String,
 }
 
 /// Per-row statistics and reduction scratch for one norm in one shard.
@@ -26,7 +28,8 @@ pub struct NormCache {
 }
 
 impl Norm {
-    /// Register `{name}.weight` (and `{name}.bias` for layernorm).
+    /// Register the kind's tensors as `{name}.{suffix}` (`weight`, and
+    /// `bias` for kinds with one), contiguous, in the kind's order.
     pub fn new(
         layout: &mut ParamLayout,
         name: &str,
@@ -39,48 +42,38 @@ impl Norm {
             kind.is_row_wise(),
             "batchnorm cannot be used inside a model"
         );
-        let p = match kind {
-            NormKind::LayerNorm => {
-                let g = layout.add(
-                    format!("{name}.weight"),
-                    &[d],
-                    ParamKind::NormGain,
-                    block,
-                    Init::Const(1.0),
-                );
-                let b = layout.add_packed(
-                    format!("{name}.bias"),
-                    &[d],
-                    ParamKind::NormBias,
-                    block,
-                    Init::Const(0.0),
-                );
-                ParamRef(g.0.start..b.0.end)
-            }
-            NormKind::RmsNorm => layout.add(
-                format!("{name}.weight"),
-                &[d],
-                ParamKind::NormGain,
-                block,
-                Init::Const(1.0),
-            ),
-            NormKind::ZRmsNorm => layout.add(
-                format!("{name}.weight"),
-                &[d],
-                ParamKind::NormGain,
-                block,
-                Init::Const(0.0),
-            ),
-            NormKind::ScaleNorm => layout.add(
-                format!("{name}.weight"),
-                &[1],
-                ParamKind::NormGain,
-                block,
-                Init::Const((d as f32).sqrt()),
-            ),
-            NormKind::None | NormKind::BatchNorm => ParamRef::default(),
-        };
-        Norm { kind, d, eps, p }
+        let mut range: Option<std::ops::Range<usize>> = None;
+        for (i, (spec, _)) in kind.param_ranges(d).enumerate() {
+            let role = match spec.role {
+                ParamRole::Gain => ParamKind::NormGain,
+                ParamRole::Bias => ParamKind::NormBias,
+            };
+            let (tensor, shape, init) = (
+                format!("{name}.{}", spec.suffix),
+                [spec.len(d)],
+                Init::Const(spec.init_value(d)),
+            );
+            let r = if i == 0 {
+                layout.add(tensor, &shape, role, block, init)
+            } else {
+                layout.add_packed(tensor, &shape, role, block, init)
+            };
+            range = Some(range.map_or(r.0.clone(), |a| a.start..r.0.end));
+        }
+        Norm {
+            kind,
+            d,
+            eps,
+            p: ParamRef(range.unwrap_or_default()),
+            name: name.to_string(),
+        }
+    }
+
+    /// The tensor of `role` (gain or bias), if the kind has one.
+    pub fn param(&self, role: ParamRole) -> Option<ParamRef> {
+        self.kind
+            .param_range(role, self.d)
+            .map(|r| ParamRef(self.p.0.start + r.start..self.p.0.start + r.end))
     }
 
     /// Buffers for `rows` rows.

@@ -15,6 +15,7 @@
 //! `dx = skip * dh  (identity path)  +  InNorm^T S^T OutNorm^T (branch * dh)`.
 
 use super::attention::{Attention, AttentionCache};
+use super::linear::Linear;
 use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
 use super::norm::{buf, Norm, NormCache};
@@ -141,6 +142,35 @@ impl Op {
         }
     }
 
+    /// The Linear that reads S's input (the normalised stream, or the
+    /// stream itself): attention's q|k|v projection, the MLP's first layer,
+    /// the toy mixer's projection (after its causal mean, which is linear).
+    pub fn reader(&self) -> &Linear {
+        match self {
+            Op::Attention(a) => &a.qkv,
+            Op::Mlp(m) => &m.fc,
+            Op::Mixer(m) => &m.proj,
+        }
+    }
+
+    /// The Linear whose output S writes (into the stream, or into an
+    /// output norm): every op's output projection.
+    pub fn writer(&self) -> &Linear {
+        match self {
+            Op::Attention(a) => &a.proj,
+            Op::Mlp(m) => &m.proj,
+            Op::Mixer(m) => &m.proj,
+        }
+    }
+
+    /// QK-Norm's two norms (queries, keys), if S is attention with QK-Norm.
+    pub fn qk_norms(&self) -> Option<(&Norm, &Norm)> {
+        match self {
+            Op::Attention(a) => a.qk_norm.as_ref().map(|(q, k)| (q, k)),
+            _ => None,
+        }
+    }
+
     /// Whether S's backward reads S's input (for its weight gradients). The
     /// toy mixer's does not (its weight gradient reads the causal mean), so
     /// an input norm's output need not be kept for it.
@@ -235,17 +265,18 @@ pub struct Scratch {
 
 impl Scratch {
     /// Scratch for `rows` rows of any of `subs`.
-    pub fn new(subs: &[Sublayer], rows: usize) -> Scratch {
+    pub fn new<'a>(subs: impl IntoIterator<Item = &'a Sublayer>, rows: usize) -> Scratch {
+        let subs: Vec<&Sublayer> = subs.into_iter().collect();
         let d = subs.first().map_or(0, |s| s.d);
         let (mut w1, mut w2, mut w3) = (0, 0, 0);
-        for sub in subs {
+        for sub in &subs {
             let (a, b, c) = sub.op.scratch_widths();
             w1 = w1.max(a);
             w2 = w2.max(b);
             w3 = w3.max(c);
         }
         let n = rows * d;
-        let any_norm_out = subs.iter().any(Sublayer::norm_out_in_scratch);
+        let any_norm_out = subs.iter().any(|s| s.norm_out_in_scratch());
         Scratch {
             a: buf(if any_norm_out { n } else { 0 }),
             s: buf(n),

@@ -249,7 +249,7 @@ impl Trainer {
                 let caches: Vec<_> = self
                     .shards
                     .iter()
-                    .filter_map(|w| w.subs[2 * b].attention())
+                    .filter_map(|w| w.blocks[b].mix.attention())
                     .collect();
                 rec.attn_max_logit.push(
                     caches
