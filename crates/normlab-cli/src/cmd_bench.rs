@@ -191,7 +191,7 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
     for c in &cfgs {
         for &t in &threads {
             pb.set_message(format!("{} t{t}", c.model));
-            recs.push(bench::run_train_bench(c, t, a.steps).or_else(bad)?);
+            recs.push(bench::run_train_bench(c, t, a.steps)?);
             pb.inc(1);
         }
     }

@@ -3,9 +3,10 @@
 use crate::ui::bad;
 use clap::Args;
 use normlab::convert::{self, Agreement};
+use normlab::io::{atomic_write, safetensors_bytes};
 use normlab::kernels::norm::NormKind;
 use normlab::model::Model;
-use normlab::train::run::{atomic_write, load_model, safetensors_bytes};
+use normlab::train::run::load_model;
 use normlab::train::trainer::load_data;
 use serde_json::json;
 use std::collections::HashMap;
@@ -65,14 +66,13 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
     if !(c.calibrate_lr.is_finite() && c.calibrate_lr > 0.0) {
         return bad("--calibrate-lr must be positive");
     }
-    let (mut tc, model, params) = load_model(&c.input).or_else(bad)?;
-    let data = load_data(&tc).or_else(bad)?;
+    let (mut tc, model, params) = load_model(&c.input)?;
+    let data = load_data(&tc)?;
     let conv = match to {
         NormKind::RmsNorm => convert::to_rmsnorm(&model.cfg, &params, c.approximate),
         _ => convert::to_layernorm(&model.cfg, &params),
-    }
-    .or_else(bad)?;
-    let new = Model::new(&conv.cfg).or_else(bad)?;
+    }?;
+    let new = Model::new(&conv.cfg)?;
     let check = convert::compare(
         (&model, &params),
         (&new, &conv.params),
@@ -131,7 +131,7 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
         "norms": conv.norms, "notes": conv.notes,
     });
     // Write the new run folder.
-    std::fs::create_dir_all(&c.output)?;
+    normlab::io::create_dir_all(&c.output)?;
     tc.set_model(&conv.cfg);
     let mut meta = HashMap::new();
     meta.insert("normlab_config".to_string(), serde_json::to_string(&tc)?);

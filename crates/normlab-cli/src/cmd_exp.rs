@@ -177,8 +177,7 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
         pb.set_length(total as u64);
         pb.set_position(done as u64);
         pb.set_message(format!("{} {msg}", c.id));
-    })
-    .or_else(bad)?;
+    })?;
     pb.finish_and_clear();
     if let Some(out) = &c.out {
         exp::write_outputs(&r, out).map_err(|e| anyhow::anyhow!(e))?;
@@ -251,8 +250,7 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
             pb.set_length(total as u64);
             pb.set_position(done as u64);
             pb.set_message(format!("{id} {msg}"));
-        })
-        .or_else(bad)?;
+        })?;
         pb.finish_and_clear();
         exp::write_outputs(&r, &dir).map_err(|e| anyhow::anyhow!(e))?;
         println!("== {title}\n");
@@ -274,7 +272,7 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
         "Total time: {:.0} s.\n",
         t0.elapsed().as_secs_f64()
     ));
-    normlab::train::run::atomic_write(&c.out.join("report.md"), md.as_bytes())?;
+    normlab::io::atomic_write(&c.out.join("report.md"), md.as_bytes())?;
     println!(
         "Wrote {}/report.md with the figures ({:.0} s).",
         c.out.display(),

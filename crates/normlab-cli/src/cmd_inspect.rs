@@ -21,7 +21,7 @@ pub struct InspectCmd {
 }
 
 pub fn run(c: InspectCmd) -> anyhow::Result<()> {
-    let b = Bert::load(&c.model).or_else(bad)?;
+    let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
         bert::sample_sentences(32, 0, 53)
     } else {
@@ -30,7 +30,7 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     if texts.iter().any(|t| t.trim().is_empty()) {
         return bad("--text must not be empty");
     }
-    let rows = bert::inspect(&b, &texts).or_else(bad)?;
+    let rows = bert::inspect(&b, &texts)?;
     if c.json {
         println!(
             "{}",

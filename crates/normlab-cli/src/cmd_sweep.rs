@@ -53,14 +53,14 @@ pub struct ReportCmd {
 
 fn grid_specs(grid: &str) -> anyhow::Result<Vec<RunSpec>> {
     if normlab::exp::info(grid).is_some() {
-        return normlab::exp::grids::experiment_specs(grid).or_else(bad);
+        return Ok(normlab::exp::grids::experiment_specs(grid)?);
     }
     let path = PathBuf::from(grid);
     if !path.exists() {
         return bad(format!("'{grid}' is neither a grid file nor an experiment with a grid (collapse, lr-sensitivity)"));
     }
-    let g = sweep::read_grid(&path).or_else(bad)?;
-    sweep::expand_grid(&g).or_else(bad)
+    let g = sweep::read_grid(&path)?;
+    Ok(sweep::expand_grid(&g)?)
 }
 
 pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
@@ -69,10 +69,10 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         if n == 0 {
             return bad("--emit-slurm needs at least 1 task");
         }
-        std::fs::create_dir_all(&c.out)?;
+        normlab::io::create_dir_all(&c.out)?;
         let cpus = c.jobs.unwrap_or(4);
         let path = c.out.join("sweep.sbatch");
-        normlab::train::run::atomic_write(
+        normlab::io::atomic_write(
             &path,
             sweep::slurm_script(&c.grid, &c.out, n, cpus).as_bytes(),
         )?;
@@ -85,8 +85,8 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         return Ok(());
     }
     let shard = match &c.shard {
-        Some(s) => Some(Shard::parse(s).or_else(bad)?),
-        None => Shard::from_env().or_else(bad)?,
+        Some(s) => Some(Shard::parse(s)?),
+        None => Shard::from_env()?,
     };
     if c.dry_run {
         let mut sorted: Vec<&RunSpec> = specs.iter().collect();
@@ -131,8 +131,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         pb.set_length(t as u64);
         pb.set_position(d as u64);
         pb.set_message(id.to_string());
-    })
-    .or_else(bad)?;
+    })?;
     pb.finish_and_clear();
     if c.json {
         let recs: Vec<_> = results.iter().map(|r| serde_json::json!({"id": r.id, "status": r.summary.status.name(), "final_eval_loss": r.summary.final_eval_loss, "reused": r.reused})).collect();
@@ -170,7 +169,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
 }
 
 pub fn report_run(c: ReportCmd) -> anyhow::Result<()> {
-    let runs = report::scan(&c.dir).or_else(bad)?;
+    let runs = report::scan(&c.dir)?;
     if runs.is_empty() {
         return bad(format!(
             "no runs (folders with config.json) under {}",
@@ -179,7 +178,7 @@ pub fn report_run(c: ReportCmd) -> anyhow::Result<()> {
     }
     let rep = report::build(&runs);
     let out = c.out.clone().unwrap_or_else(|| c.dir.join("report"));
-    report::write(&rep, &out, &c.dir).or_else(bad)?;
+    report::write(&rep, &out, &c.dir)?;
     if c.json {
         println!("{}", serde_json::to_string_pretty(&rep.records)?);
     } else {

@@ -251,7 +251,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         return bad("--threads must be between 1 and 1024");
     }
     let (cfg, opts) = if let Some(dir) = &a.resume {
-        let cfg = train::run::read_config(dir).or_else(bad)?;
+        let cfg = train::run::read_config(dir)?;
         (
             cfg,
             RunOptions {
@@ -263,7 +263,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
             },
         )
     } else {
-        let cfg = TrainConfig::from_overrides(&overrides(&a)?).or_else(bad)?;
+        let cfg = TrainConfig::from_overrides(&overrides(&a)?)?;
         (
             cfg,
             RunOptions {
@@ -293,8 +293,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 .map(|e| format!(" eval {e:.4}"))
                 .unwrap_or_default()
         ));
-    })
-    .or_else(bad)?;
+    })?;
     pb.finish_and_clear();
     match outcome {
         RunOutcome::Interrupted { step } => {

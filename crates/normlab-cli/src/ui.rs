@@ -22,11 +22,15 @@ pub fn bad<T>(msg: impl Into<String>) -> anyhow::Result<T> {
     Err(BadInput(msg.into()).into())
 }
 
-/// Print `error: ...` on one line to stderr and pick the exit code.
+/// Print `error: ...` on one line to stderr and pick the exit code: 2 for
+/// input the user can fix, 1 for I/O and internal failures.
 pub fn fail(e: &anyhow::Error) -> ExitCode {
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("error: {msg}");
-    if e.downcast_ref::<BadInput>().is_some() {
+    let bad_input = e.downcast_ref::<BadInput>().is_some()
+        || e.downcast_ref::<normlab::Error>()
+            .is_some_and(normlab::Error::is_bad_input);
+    if bad_input {
         ExitCode::from(2)
     } else {
         ExitCode::from(1)

@@ -232,7 +232,7 @@ async fn api_simulate(Query(q): Query<HashMap<String, String>>) -> Response {
         (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return bad(r),
     };
     if let Err(e) = depth_sim::validate(&cfg) {
-        return bad(e);
+        return bad(e.to_string());
     }
     let res = match tokio::task::spawn_blocking(move || depth_sim::simulate(&cfg)).await {
         Ok(r) => r,
@@ -272,7 +272,7 @@ async fn api_simulate(Query(q): Query<HashMap<String, String>>) -> Response {
     Json(v).into_response()
 }
 
-fn scan(lab: &Lab) -> Result<Vec<report::FoundRun>, String> {
+fn scan(lab: &Lab) -> normlab::Result<Vec<report::FoundRun>> {
     match &lab.runs {
         None => Ok(Vec::new()),
         Some(dir) => report::scan(dir),
@@ -282,7 +282,7 @@ fn scan(lab: &Lab) -> Result<Vec<report::FoundRun>, String> {
 async fn api_runs(State(lab): State<Shared>) -> Response {
     let runs = match scan(&lab) {
         Ok(r) => r,
-        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let keys = report::varying_keys(&runs);
     let list: Vec<Value> = runs
@@ -307,7 +307,7 @@ async fn api_runs(State(lab): State<Shared>) -> Response {
 async fn api_run(State(lab): State<Shared>, AxPath(id): AxPath<String>) -> Response {
     let runs = match scan(&lab) {
         Ok(r) => r,
-        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     // Ids are matched against the runs found under the folder, never joined
     // to a path: nothing outside the runs folder can be reached.
@@ -333,7 +333,7 @@ async fn api_plot(State(lab): State<Shared>, Query(q): Query<HashMap<String, Str
     }
     let runs = match scan(&lab) {
         Ok(r) => r,
-        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let mut series = Vec::new();
     for id in &ids {
@@ -395,6 +395,6 @@ async fn api_plot(State(lab): State<Shared>, Query(q): Query<HashMap<String, Str
     };
     match plot::svg_string(&fig) {
         Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
-        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

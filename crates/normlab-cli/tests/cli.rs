@@ -378,3 +378,113 @@ fn inspect_a_pretrained_encoder() {
     let o = normlab(&["inspect", "/nonexistent"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Temp files of atomic writes (`.<name>.<pid>.tmp`) anywhere under `dir`.
+fn temp_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                out.extend(temp_files(&e.path()));
+            } else if name.starts_with('.') && name.ends_with(".tmp") {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn io_failures_exit_1_with_the_path_and_leave_no_temp_file() {
+    let dir = tmp("io-fail");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A file where a folder must be (root ignores permission bits, not this).
+    let blocker = dir.join("a-file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let run = blocker.join("run");
+    let exp_out = blocker.join("exp");
+    for args in [
+        vec![
+            "train",
+            "--model",
+            "toy",
+            "--layers",
+            "1",
+            "--steps",
+            "2",
+            "--batch",
+            "2",
+            "--quiet",
+            "--out",
+            run.to_str().unwrap(),
+        ],
+        vec![
+            "exp",
+            "drift",
+            "--quick",
+            "--out",
+            exp_out.to_str().unwrap(),
+        ],
+    ] {
+        let out = normlab(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("a-file") && err.contains("Not a directory"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    // A full disk: a 64 KiB tmpfs (needs root; CI runs as root and sets
+    // NORMLAB_REQUIRE_TMPFS so that this part cannot skip there).
+    let mnt = dir.join("tiny");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=64k",
+            "tmpfs",
+            mnt.to_str().unwrap(),
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        assert!(
+            std::env::var_os("NORMLAB_REQUIRE_TMPFS").is_none(),
+            "cannot mount a tmpfs for the full-disk test"
+        );
+        eprintln!("skipping the full-disk part: cannot mount a tmpfs (not root?)");
+        return;
+    }
+    let run = mnt.join("run");
+    let out = normlab(&[
+        "train",
+        "--model",
+        "toy",
+        "--layers",
+        "2",
+        "--steps",
+        "5",
+        "--batch",
+        "4",
+        "--quiet",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let left = temp_files(&mnt);
+    let _ = Command::new("umount").arg(&mnt).output();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("No space left") && err.contains("tiny/run/"),
+        "{err}"
+    );
+    assert!(
+        left.is_empty(),
+        "temp files left on the full disk: {left:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,6 +10,7 @@
 //! and thread count: n floats for forward (x -> y), 2n floats for
 //! forward+backward (x, dy, y, dx).
 
+use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::norm::{self, NormKind};
 use crate::kernels::rng::Rng;
@@ -344,7 +345,7 @@ pub fn run_train_bench(
     cfg: &crate::train::TrainConfig,
     threads: usize,
     steps: usize,
-) -> Result<TrainBenchRecord, String> {
+) -> Result<TrainBenchRecord> {
     let mut tr = crate::train::Trainer::new(cfg, threads)?;
     for _ in 0..2 {
         tr.train_step(false);

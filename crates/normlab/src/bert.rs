@@ -9,10 +9,11 @@
 //! study conversion, and a trace records each norm's input and output, the
 //! residual stream and each sublayer's write, for `normlab inspect`.
 
+use crate::error::Result;
+use crate::io::load_tensors;
 use crate::kernels::act;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind, ParamRole};
-use crate::train::run::load_tensors;
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -115,12 +116,12 @@ pub struct Trace {
     pub stream_in: Vec<Vec<f32>>,
 }
 
-fn tensor(st: &SafeTensors, name: &str) -> Result<Vec<f32>, String> {
+fn tensor(st: &SafeTensors, name: &str) -> Result<Vec<f32>> {
     let v = st
         .tensor(name)
         .map_err(|_| format!("model.safetensors has no tensor '{name}'"))?;
     if v.dtype() != safetensors::Dtype::F32 {
-        return Err(format!("tensor '{name}' is {:?}, expected F32", v.dtype()));
+        return Err(format!("tensor '{name}' is {:?}, expected F32", v.dtype()).into());
     }
     Ok(v.data()
         .chunks_exact(4)
@@ -141,18 +142,16 @@ fn head(m: &[f32], hh: usize, t: usize, hd: usize) -> Mat<'_> {
 
 impl Bert {
     /// Load `config.json`, `model.safetensors` and `tokenizer.json` from `dir`.
-    pub fn load(dir: &Path) -> Result<Bert, String> {
-        let read = |f: &str| {
-            std::fs::read(dir.join(f))
-                .map_err(|e| format!("cannot read {}: {e}", dir.join(f).display()))
-        };
+    pub fn load(dir: &Path) -> Result<Bert> {
+        let read = |f: &str| crate::io::read(&dir.join(f));
         let cfg: BertConfig = serde_json::from_slice(&read("config.json")?)
             .map_err(|e| format!("{}/config.json is not a BERT config: {e}", dir.display()))?;
         if cfg.hidden_act != "gelu" {
             return Err(format!(
                 "unsupported activation '{}' (normlab's BERT supports gelu)",
                 cfg.hidden_act
-            ));
+            )
+            .into());
         }
         if cfg.num_attention_heads == 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
             return Err("num_attention_heads must divide hidden_size".into());
@@ -183,7 +182,7 @@ impl Bert {
         let pos = t("embeddings.position_embeddings.weight")?;
         let types = t("embeddings.token_type_embeddings.weight")?;
         let eps = cfg.layer_norm_eps as f32;
-        let ln = |n: &str| -> Result<NormParams, String> {
+        let ln = |n: &str| -> Result<NormParams> {
             Ok(NormParams {
                 kind: NormKind::LayerNorm,
                 gamma: t(&format!("{n}.weight"))?,
@@ -196,7 +195,7 @@ impl Bert {
         let mut layers = Vec::new();
         for i in 0..cfg.num_hidden_layers {
             let b = format!("encoder.layer.{i}");
-            let lin = |n: &str| -> Result<(Vec<f32>, Vec<f32>), String> {
+            let lin = |n: &str| -> Result<(Vec<f32>, Vec<f32>)> {
                 Ok((t(&format!("{b}.{n}.weight"))?, t(&format!("{b}.{n}.bias"))?))
             };
             layers.push(Layer {
@@ -238,7 +237,7 @@ impl Bert {
     }
 
     /// WordPiece ids of `text` with [CLS] ... [SEP], truncated to the model's positions.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self
             .tokenizer
             .encode(text, true)
@@ -349,7 +348,7 @@ impl Bert {
     }
 
     /// Sentence embedding of `text` with the model's own norms.
-    pub fn embed(&self, text: &str) -> Result<Vec<f32>, String> {
+    pub fn embed(&self, text: &str) -> Result<Vec<f32>> {
         Ok(self.embed_ids(&self.encode(text)?, &self.norms))
     }
 }
@@ -492,7 +491,7 @@ pub struct InspectRow {
 }
 
 /// The residual-growth and identity-path views of a real model on `texts`.
-pub fn inspect(bert: &Bert, texts: &[String]) -> Result<Vec<InspectRow>, String> {
+pub fn inspect(bert: &Bert, texts: &[String]) -> Result<Vec<InspectRow>> {
     let d = bert.cfg.hidden_size;
     let k = bert.norms.len();
     let (mut rb, mut ra, mut nrow) = (vec![0f64; k], vec![0f64; k], 0f64);

@@ -3,6 +3,7 @@
 //! optionally normalise a transformed input (`a * x + c`) to show which
 //! invariances hold (LayerNorm: scale and shift; RMSNorm: scale only).
 
+use crate::error::Result;
 use crate::kernels::norm::{self, BatchNorm, NormKind, ParamLen, ParamRole};
 use serde::Serialize;
 use thiserror::Error;
@@ -303,7 +304,7 @@ pub fn calc(req: &CalcRequest) -> Result<CalcResult, CalcError> {
 
 /// Parse a comma- (or space-) separated list of numbers; `what` names it in
 /// errors.
-pub fn parse_vector(what: &str, s: &str) -> Result<Vec<f32>, String> {
+pub fn parse_vector(what: &str, s: &str) -> std::result::Result<Vec<f32>, String> {
     let parts: Vec<&str> = s
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|p| !p.is_empty())

@@ -19,6 +19,7 @@
 //! and norms that sit on the stream itself (Post-LN, DeepNorm), have no exact
 //! conversion: `--approximate` keeps the gain and drops the bias there.
 
+use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::kernels::norm::ParamRole;
 use crate::model::{Model, ModelConfig, Workspace};
@@ -146,16 +147,9 @@ fn fold_bias(w: &[f32], beta: &[f32], bias: &mut [f32]) {
 
 /// Convert a LayerNorm model to RMSNorm. Without `approximate`, refuses
 /// when some norm has no exact conversion (the error lists them).
-pub fn to_rmsnorm(
-    cfg: &ModelConfig,
-    params: &[f32],
-    approximate: bool,
-) -> Result<Converted, String> {
+pub fn to_rmsnorm(cfg: &ModelConfig, params: &[f32], approximate: bool) -> Result<Converted> {
     if cfg.norm != NormKind::LayerNorm {
-        return Err(format!(
-            "the checkpoint's norms are {}, not layernorm",
-            cfg.norm
-        ));
+        return Err(format!("the checkpoint's norms are {}, not layernorm", cfg.norm).into());
     }
     let old = Model::new(cfg)?;
     let norms = classify(&old);
@@ -169,7 +163,7 @@ pub fn to_rmsnorm(
             cfg.placement,
             inexact[0].why,
             names.join(", ")
-        ));
+        ).into());
     }
     let mut p = params.to_vec();
     let mut notes = Vec::new();
@@ -277,12 +271,9 @@ pub fn to_rmsnorm(
 /// Convert an RMSNorm model to LayerNorm (gamma kept, beta = 0). This is
 /// exact only where the stream the norms read is zero-mean (e.g. a model
 /// converted from LayerNorm): the caller verifies on data.
-pub fn to_layernorm(cfg: &ModelConfig, params: &[f32]) -> Result<Converted, String> {
+pub fn to_layernorm(cfg: &ModelConfig, params: &[f32]) -> Result<Converted> {
     if cfg.norm != NormKind::RmsNorm {
-        return Err(format!(
-            "the checkpoint's norms are {}, not rmsnorm",
-            cfg.norm
-        ));
+        return Err(format!("the checkpoint's norms are {}, not rmsnorm", cfg.norm).into());
     }
     if cfg.out_norm_bias {
         return Err(

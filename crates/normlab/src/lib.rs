@@ -6,14 +6,17 @@
 //!
 //! Data flows one way: kernels -> nn -> model -> train -> exp -> cli/web.
 
+pub use error::{Error, Result};
 pub use normlab_kernels as kernels;
 
 pub mod bench;
 pub mod bert;
 pub mod calc;
 pub mod convert;
+pub mod error;
 pub mod exp;
 pub mod gradcheck;
+pub mod io;
 pub mod model;
 pub mod nn;
 pub mod params;

@@ -5,6 +5,7 @@
 //! learning rate, the lr-sensitivity grid as a heat map with diverged and
 //! stalled cells marked.
 
+use crate::error::{Error, Result};
 use crate::exp::plot::{Figure, Heatmap, LineChart, Panel, Series};
 use crate::exp::{f, Table};
 use crate::train::run::{read_config, read_metrics, read_summary, Status, Summary};
@@ -28,9 +29,9 @@ pub struct FoundRun {
 }
 
 /// Find every run folder (one with a valid `config.json`) under `root`.
-pub fn scan(root: &Path) -> Result<Vec<FoundRun>, String> {
+pub fn scan(root: &Path) -> Result<Vec<FoundRun>> {
     if !root.is_dir() {
-        return Err(format!("{} is not a folder", root.display()));
+        return Err(format!("{} is not a folder", root.display()).into());
     }
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -52,7 +53,7 @@ pub fn scan(root: &Path) -> Result<Vec<FoundRun>, String> {
             continue;
         }
         let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .map_err(|e| Error::read(&dir, e))?
             .filter_map(|e| e.ok())
             .map(|e| e.path())
             .filter(|p| p.is_dir())
@@ -356,8 +357,8 @@ fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
 }
 
 /// Write `report.md` (+ figures) into `dir`.
-pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<()> {
+    crate::io::create_dir_all(dir)?;
     for fig in &report.figures {
         crate::exp::plot::save(fig, dir)?;
     }
@@ -370,13 +371,11 @@ pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<(), String> {
         md.push('\n');
     }
     md.push_str(&report.table.markdown());
-    crate::train::run::atomic_write(&dir.join("report.md"), md.as_bytes())
-        .map_err(|e| e.to_string())?;
-    crate::train::run::atomic_write(
+    crate::io::atomic_write(&dir.join("report.md"), md.as_bytes())?;
+    crate::io::atomic_write(
         &dir.join("report.json"),
         serde_json::to_string_pretty(&report.records)
             .unwrap()
             .as_bytes(),
     )
-    .map_err(|e| e.to_string())
 }

@@ -5,6 +5,7 @@
 //! shards can write into one shared folder because every run folder belongs
 //! to exactly one shard.
 
+use crate::error::Result;
 use crate::train::run::{read_metrics, read_summary, RunOptions, RunOutcome, Summary};
 use crate::train::{self, StepRecord, TrainConfig};
 use serde::Serialize;
@@ -78,13 +79,13 @@ pub fn run_id(cfg: &TrainConfig) -> String {
 
 /// Expand a grid: keys whose value is a list are axes (cartesian product,
 /// keys in sorted order), the rest are fixed. Every point is validated.
-pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>, String> {
+pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>> {
     let mut points: Vec<Map<String, Value>> = vec![Map::new()];
     for (k, v) in grid {
         match v {
             Value::Array(vals) => {
                 if vals.is_empty() {
-                    return Err(format!("grid axis '{k}' is empty"));
+                    return Err(format!("grid axis '{k}' is empty").into());
                 }
                 let mut next = Vec::with_capacity(points.len() * vals.len());
                 for p in &points {
@@ -102,7 +103,7 @@ pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>, String> {
         }
     }
     if points.len() > 100_000 {
-        return Err(format!("grid has {} runs; at most 100000", points.len()));
+        return Err(format!("grid has {} runs; at most 100000", points.len()).into());
     }
     let mut specs = Vec::with_capacity(points.len());
     let mut seen = std::collections::HashSet::new();
@@ -118,9 +119,8 @@ pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>, String> {
 }
 
 /// Read a grid file (TOML).
-pub fn read_grid(path: &Path) -> Result<Map<String, Value>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read grid {}: {e}", path.display()))?;
+pub fn read_grid(path: &Path) -> Result<Map<String, Value>> {
+    let text = crate::io::read_to_string(path)?;
     let v: Value = toml::from_str(&text).map_err(|e| {
         format!(
             "grid {} is not valid TOML: {}",
@@ -145,7 +145,7 @@ pub struct Shard {
 
 impl Shard {
     /// Parse `I/N`.
-    pub fn parse(s: &str) -> Result<Shard, String> {
+    pub fn parse(s: &str) -> Result<Shard> {
         let (i, n) = s
             .split_once('/')
             .ok_or_else(|| format!("--shard must look like I/N (got '{s}')"))?;
@@ -158,7 +158,7 @@ impl Shard {
                 .map_err(|_| format!("bad shard count '{n}'"))?,
         );
         if count == 0 || index >= count {
-            return Err(format!("--shard needs 0 <= I < N (got {index}/{count})"));
+            return Err(format!("--shard needs 0 <= I < N (got {index}/{count})").into());
         }
         Ok(Shard { index, count })
     }
@@ -166,7 +166,7 @@ impl Shard {
     /// From the environment of a cluster scheduler: Slurm job arrays
     /// (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, minus SLURM_ARRAY_TASK_MIN)
     /// or Kubernetes indexed jobs (JOB_COMPLETION_INDEX with NORMLAB_SHARD_COUNT).
-    pub fn from_env() -> Result<Option<Shard>, String> {
+    pub fn from_env() -> Result<Option<Shard>> {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if let (Some(id), Some(count)) = (get("SLURM_ARRAY_TASK_ID"), get("SLURM_ARRAY_TASK_COUNT"))
         {
@@ -214,7 +214,7 @@ pub fn run_all(
     specs: &[RunSpec],
     opts: &SweepOptions,
     progress: &(dyn Fn(usize, usize, &str) + Sync),
-) -> Result<Vec<RunResult>, String> {
+) -> Result<Vec<RunResult>> {
     let mut sorted: Vec<&RunSpec> = specs.iter().collect();
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
     let mine: Vec<&RunSpec> = sorted
@@ -224,8 +224,7 @@ pub fn run_all(
         .map(|(_, s)| *s)
         .collect();
     if let Some(out) = &opts.out {
-        std::fs::create_dir_all(out.join("runs"))
-            .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        crate::io::create_dir_all(&out.join("runs"))?;
     }
     let total = mine.len();
     // Start the longest runs first (estimated from their matmul work), so
@@ -242,7 +241,7 @@ pub fn run_all(
     // Plain worker threads pulling runs in order (each run has its own
     // pool of `threads_per_run` threads): a rayon pool here would let a worker that waits on a
     // run's pool steal and start further runs, interleaving all of them.
-    let mut slots: Vec<Option<Result<RunResult, String>>> = (0..total).map(|_| None).collect();
+    let mut slots: Vec<Option<Result<RunResult>>> = (0..total).map(|_| None).collect();
     let slots_mx = std::sync::Mutex::new(&mut slots);
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1).min(total.max(1)) {
@@ -277,7 +276,7 @@ pub fn is_finished(out: &Path, id: &str) -> bool {
     read_summary(&run_dir(out, id)).is_some()
 }
 
-fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
+fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult> {
     let dir = opts.out.as_ref().map(|o| run_dir(o, &spec.id));
     if let Some(d) = &dir {
         if d.join("config.json").exists() {
@@ -296,7 +295,7 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
         }
     }
     if let Some(d) = &dir {
-        remove_stale_temp_files(d);
+        crate::io::remove_stale_temp_files(d);
     }
     let resume = dir.as_ref().is_some_and(|d| d.join("config.json").exists());
     let ropts = RunOptions {
@@ -319,7 +318,9 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult, String> {
     .map_err(|e| format!("run {}: {e}", spec.id))?;
     let summary = match outcome {
         RunOutcome::Finished(s) => s,
-        RunOutcome::Interrupted { .. } => return Err(format!("run {} stopped early", spec.id)),
+        RunOutcome::Interrupted { .. } => {
+            return Err(format!("run {} stopped early", spec.id).into())
+        }
     };
     if let Some(d) = &dir {
         // After a resume the in-memory metrics lack the earlier steps.
@@ -353,10 +354,9 @@ fn matmul_gflop(cfg: &TrainConfig, steps: usize) -> f64 {
 
 /// A run folder is reused or resumed only if it holds exactly this
 /// configuration (it may come from another normlab version or a hand copy).
-fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<(), String> {
+fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = crate::io::read_to_string(&path)?;
     let stored: TrainConfig = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a normlab run config: {e}", path.display()))?;
     let same = serde_json::to_value(&stored).ok() == serde_json::to_value(cfg).ok();
@@ -367,20 +367,8 @@ fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<(), String> {
             "{} holds a run with a different configuration than this sweep's run \
              (made by another normlab version?); move it away or use another --out",
             dir.display()
-        ))
-    }
-}
-
-/// Remove temp files a killed writer left behind (`.<name>.<pid>.tmp`);
-/// the files they were meant to replace are intact (writes are atomic).
-fn remove_stale_temp_files(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && name.ends_with(".tmp") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        )
+        .into())
     }
 }
 
@@ -427,6 +415,7 @@ mod tests {
         let bad = json!({"layers": [2, 0]});
         assert!(expand_grid(bad.as_object().unwrap())
             .unwrap_err()
+            .to_string()
             .contains("layers"));
     }
 
@@ -466,11 +455,15 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
         stored["lr"] = json!(0.5);
         std::fs::write(&cfg_path, stored.to_string()).unwrap();
-        let err = run_all(&specs, &opts, &|_, _, _| {}).unwrap_err();
+        let err = run_all(&specs, &opts, &|_, _, _| {})
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("different configuration"), "{err}");
         // Nor is an unfinished one resumed as this run.
         std::fs::remove_file(cfg_path.with_file_name("summary.json")).unwrap();
-        let err = run_all(&specs, &opts, &|_, _, _| {}).unwrap_err();
+        let err = run_all(&specs, &opts, &|_, _, _| {})
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("different configuration"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

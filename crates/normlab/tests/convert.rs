@@ -78,7 +78,9 @@ fn inexact_placements_are_refused_then_approximated() {
         Placement::DeepNorm,
     ] {
         let (_, model, p) = setup(ModelKind::Gpt, placement, false);
-        let err = convert::to_rmsnorm(&model.cfg, &p, false).unwrap_err();
+        let err = convert::to_rmsnorm(&model.cfg, &p, false)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("no exact conversion") && err.contains("--approximate"),
             "{err}"

@@ -199,7 +199,8 @@ fn existing_run_folder_is_left_untouched() {
         },
         &mut |_, _| {},
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("already holds a run"), "{err}");
     let after: Vec<_> = [
         "config.json",
@@ -224,7 +225,8 @@ fn existing_run_folder_is_left_untouched() {
         },
         &mut |_, _| {},
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("not a valid safetensors"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -2,6 +2,7 @@
 //! optional (None: the experiment's SPEC default); an experiment refuses a
 //! flag it does not use rather than silently ignoring it.
 
+use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::ModelKind;
 use crate::nn::Placement;
@@ -133,7 +134,7 @@ impl ExpArgs {
     }
 
     /// Error if a flag is given that experiment `id` does not use.
-    pub fn check_allowed(&self, id: &str) -> Result<(), String> {
+    pub fn check_allowed(&self, id: &str) -> Result<()> {
         let ok = ExpArgs::allowed(id);
         for g in self.given() {
             if !ok.contains(&g) {
@@ -143,7 +144,8 @@ impl ExpArgs {
                         .map(|s| format!("--{s}"))
                         .collect::<Vec<_>>()
                         .join(" ")
-                ));
+                )
+                .into());
             }
         }
         if let Some(0) = self.seeds {
@@ -162,22 +164,22 @@ impl ExpArgs {
         }
         if let Some(n) = self.sublayers {
             if n == 0 || n > 100_000 {
-                return Err(format!("--sublayers must be in 1..=100000 (got {n})"));
+                return Err(format!("--sublayers must be in 1..=100000 (got {n})").into());
             }
         }
         if let Some(g) = self.gain {
             if !(g.is_finite() && g >= 0.0) {
-                return Err(format!("--gain must be a number >= 0 (got {g})"));
+                return Err(format!("--gain must be a number >= 0 (got {g})").into());
             }
         }
         if let Some(d) = self.d_model {
             if d == 0 || d > 1 << 16 {
-                return Err(format!("--d-model must be in 1..=65536 (got {d})"));
+                return Err(format!("--d-model must be in 1..=65536 (got {d})").into());
             }
         }
         if let Some(r) = self.rows {
             if r == 0 || r > 1 << 20 {
-                return Err(format!("--rows must be in 1..=1048576 (got {r})"));
+                return Err(format!("--rows must be in 1..=1048576 (got {r})").into());
             }
         }
         Ok(())

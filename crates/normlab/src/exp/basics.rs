@@ -4,6 +4,7 @@
 use super::plot::Heatmap;
 use super::plot::{Figure, LineChart, Panel, Series};
 use super::{f, num, result, ExpArgs, ExpResult, Table};
+use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul::linear_forward;
 use crate::kernels::norm::{self, BatchNorm, NormKind};
@@ -32,7 +33,7 @@ fn normalise(kind: NormKind, d: usize, x: &[f32]) -> Vec<f32> {
 
 /// drift: the mean row norm through 20 plain linear layers, with and
 /// without a LayerNorm after each.
-pub fn drift(a: &ExpArgs) -> Result<ExpResult, String> {
+pub fn drift(a: &ExpArgs) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(64);
     let depth = a
         .layers
@@ -153,7 +154,7 @@ pub fn drift(a: &ExpArgs) -> Result<ExpResult, String> {
 
 /// batch-dependence: one token's normalised output when the rest of its
 /// batch changes.
-pub fn batch_dependence(a: &ExpArgs) -> Result<ExpResult, String> {
+pub fn batch_dependence(a: &ExpArgs) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(64);
     let seqs = a.rows.unwrap_or(8).max(2);
     let t = 16;
@@ -325,7 +326,7 @@ pub fn batch_dependence(a: &ExpArgs) -> Result<ExpResult, String> {
 }
 
 /// norm-stats: row means and stds of LayerNorm vs RMSNorm outputs.
-pub fn norm_stats(a: &ExpArgs) -> Result<ExpResult, String> {
+pub fn norm_stats(a: &ExpArgs) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(512);
     let rows = a.rows.unwrap_or(if a.quick { 256 } else { 4096 });
     let seed = a.seed.unwrap_or(0);
@@ -525,7 +526,7 @@ impl MlpStack {
 
 /// identity-path: split dL/dx of y = x + F(x) into the identity term and
 /// the term through F; compare with y = F(x); then through stacks.
-pub fn identity_path(a: &ExpArgs) -> Result<ExpResult, String> {
+pub fn identity_path(a: &ExpArgs) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(64);
     let rows = a.rows.unwrap_or(256);
     let seed = a.seed.unwrap_or(0);

@@ -14,6 +14,7 @@
 
 use super::plot::{Figure, LineChart, Panel, Series};
 use super::{f, result, ExpArgs, ExpResult, Table};
+use crate::error::Result;
 use crate::kernels::rng::Rng;
 use serde::Serialize;
 use serde_json::json;
@@ -162,18 +163,12 @@ pub fn simulate(c: &SimConfig) -> SimResult {
 }
 
 /// Check simulator settings (bounded work for the web lab too).
-pub fn validate(c: &SimConfig) -> Result<(), String> {
+pub fn validate(c: &SimConfig) -> Result<()> {
     if c.sublayers == 0 || c.sublayers > 1000 {
-        return Err(format!(
-            "sublayers must be in 1..=1000 (got {})",
-            c.sublayers
-        ));
+        return Err(format!("sublayers must be in 1..=1000 (got {})", c.sublayers).into());
     }
     if !(c.gain.is_finite() && (0.0..=100.0).contains(&c.gain)) {
-        return Err(format!(
-            "gain must be a number in [0, 100] (got {})",
-            c.gain
-        ));
+        return Err(format!("gain must be a number in [0, 100] (got {})", c.gain).into());
     }
     if c.d == 0 || c.d > 256 || c.rows == 0 || c.rows > 256 {
         return Err("d and rows must be in 1..=256".into());
@@ -202,7 +197,7 @@ fn label(c: &SimConfig) -> String {
 }
 
 /// `normlab exp depth-sim`.
-pub fn experiment(a: &ExpArgs) -> Result<ExpResult, String> {
+pub fn experiment(a: &ExpArgs) -> Result<ExpResult> {
     let base = SimConfig {
         sublayers: a.sublayers.unwrap_or(32),
         gain: a

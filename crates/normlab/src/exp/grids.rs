@@ -7,6 +7,7 @@
 use super::basics::mean_row_norm;
 use super::plot::{Figure, Heatmap, LineChart, Panel, Series};
 use super::{f, num, result, ExpArgs, ExpResult, Progress, Table};
+use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::{Model, ModelKind};
 use crate::nn::NormRole;
@@ -22,7 +23,7 @@ use std::collections::BTreeMap;
 
 /// Build a config from defaults + overrides (panics only on a bug in an
 /// experiment's own settings; user values are validated before).
-pub(crate) fn cfg(v: Value) -> Result<TrainConfig, String> {
+pub(crate) fn cfg(v: Value) -> Result<TrainConfig> {
     TrainConfig::from_overrides(v.as_object().expect("object"))
 }
 
@@ -50,7 +51,7 @@ pub(crate) fn run_specs(
     specs: Vec<RunSpec>,
     keep_params: bool,
     progress: Progress,
-) -> Result<Vec<RunResult>, String> {
+) -> Result<Vec<RunResult>> {
     let opts = SweepOptions {
         out: a.out.clone(),
         jobs: a.jobs(),
@@ -185,7 +186,7 @@ fn grid_settings(a: &ExpArgs, extra: Value) -> Value {
 
 /// collapse: toy net, depth x norm (incl. none), pre placement (x lr when
 /// several are given).
-pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let layers = a.layers.clone().unwrap_or(if a.quick {
         vec![4, 16]
     } else {
@@ -303,7 +304,7 @@ pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
 }
 
 /// lr-sensitivity: toy net, depth x placement x lr x warm-up.
-pub fn lr_sensitivity(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn lr_sensitivity(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let layers = a
         .layers
         .clone()
@@ -446,7 +447,7 @@ pub fn lr_sensitivity(a: &ExpArgs, progress: Progress) -> Result<ExpResult, Stri
 }
 
 /// warmup: GPT on text, post vs pre, peak lr x warm-up.
-pub fn warmup(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn warmup(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let base = if a.quick { tiny_gpt() } else { full_gpt() };
     let placements = a
         .placements
@@ -612,7 +613,7 @@ pub fn warmup(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
 }
 
 /// norm-kind: GPT pre placement, one run per kind and seed.
-pub fn norm_kind(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn norm_kind(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let base = if a.quick { tiny_gpt() } else { full_gpt() };
     let norms = a.norms.clone().unwrap_or(vec![
         NormKind::LayerNorm,
@@ -720,7 +721,7 @@ pub fn norm_kind(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
 
 /// Statistics of the effective norm gains of a model's block and final
 /// norms (QK-Norm excluded): gamma, 1 + w for zrmsnorm, ScaleNorm's g / sqrt(d).
-fn gain_stats(cfg: &TrainConfig, params: &[f32]) -> Result<Value, String> {
+fn gain_stats(cfg: &TrainConfig, params: &[f32]) -> Result<Value> {
     let model = Model::new(&cfg.model_config())?;
     let mut gains = Vec::new();
     for site in model.norms().filter(|s| s.role != NormRole::QkNorm) {
@@ -739,7 +740,7 @@ fn gain_stats(cfg: &TrainConfig, params: &[f32]) -> Result<Value, String> {
     Ok(json!({"mean": mean, "std": std, "min": mn, "max": mx, "count": gains.len()}))
 }
 
-fn final_params(a: &ExpArgs, r: &RunResult) -> Result<Vec<f32>, String> {
+fn final_params(a: &ExpArgs, r: &RunResult) -> Result<Vec<f32>> {
     if let Some(p) = &r.params {
         return Ok(p.clone());
     }
@@ -753,7 +754,7 @@ fn final_params(a: &ExpArgs, r: &RunResult) -> Result<Vec<f32>, String> {
 
 /// gain-decay: AdamW's decay on a plain gain vs a zero-centred (1 + w) gain,
 /// then gain statistics of rmsnorm vs zrmsnorm GPTs trained with decay on gains.
-pub fn gain_decay(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn gain_decay(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let lr = a
         .lrs
         .as_ref()
@@ -891,7 +892,7 @@ pub fn gain_decay(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> 
 }
 
 /// qk-norm: GPT at a high learning rate with and without QK-Norm.
-pub fn qk_norm(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn qk_norm(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let base = if a.quick { tiny_gpt() } else { full_gpt() };
     let lrs = a.lrs.clone().unwrap_or(if a.quick {
         vec![1e-2]
@@ -1061,7 +1062,7 @@ pub fn qk_norm(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
 
 /// placements: every preset at a low and a high learning rate, toy (depth
 /// 30) and GPT.
-pub fn placements(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn placements(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let presets = a.placements.clone().unwrap_or(Placement::ALL.to_vec());
     let lrs = a.lrs.clone().unwrap_or(vec![1e-3, 1e-2]);
     let seeds = a.seed_list(if a.quick { 1 } else { 2 });
@@ -1233,7 +1234,7 @@ pub fn placements(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> 
 
 /// Mean row norm of the stream after the embedding and after each block,
 /// on the first held-out batch.
-pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>, String> {
+pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>> {
     let model = Model::new(&cfg.model_config())?;
     let data = load_data(cfg)?;
     let batch = cfg.batch.min(16);
@@ -1258,7 +1259,7 @@ pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>, St
 /// residual-growth: per-layer mean row norm of the residual stream at init
 /// and after training, for pre-LN with and without the final norm and for
 /// post-LN.
-pub fn residual_growth(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn residual_growth(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(if a.quick { 64 } else { 128 });
     let layers = a
         .layers
@@ -1360,7 +1361,7 @@ pub fn residual_growth(a: &ExpArgs, progress: Progress) -> Result<ExpResult, Str
 }
 
 /// The run grid of an experiment, for `normlab sweep <id>`.
-pub fn experiment_specs(id: &str) -> Result<Vec<RunSpec>, String> {
+pub fn experiment_specs(id: &str) -> Result<Vec<RunSpec>> {
     let a = ExpArgs::default();
     let mut cfgs = Vec::new();
     match id {
@@ -1389,7 +1390,8 @@ pub fn experiment_specs(id: &str) -> Result<Vec<RunSpec>, String> {
         _ => {
             return Err(format!(
             "experiment {id} has no sweep grid (use collapse or lr-sensitivity, or a grid file)"
-        ))
+        )
+            .into())
         }
     }
     let _ = a;
@@ -1398,7 +1400,7 @@ pub fn experiment_specs(id: &str) -> Result<Vec<RunSpec>, String> {
 
 /// convert: train (or take) LayerNorm GPTs of several placements, convert
 /// each to RMSNorm (exactly where possible), then calibrate the inexact ones.
-pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     use crate::convert;
     let calib_steps = a.calibrate.unwrap_or(if a.quick { 100 } else { 300 });
     let steps = a.steps.unwrap_or(if a.quick { 150 } else { 1000 });

@@ -13,6 +13,7 @@ pub mod speed;
 
 pub use args::ExpArgs;
 
+use crate::error::Result;
 use plot::Figure;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -187,20 +188,16 @@ impl ExpResult {
 
 /// Write `result.json`, every figure (SVG + PNG) and `report.md` into `dir`
 /// (created if needed; files written atomically).
-pub fn write_outputs(r: &ExpResult, dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let aw = |name: &str, bytes: &[u8]| {
-        crate::train::run::atomic_write(&dir.join(name), bytes)
-            .map_err(|e| format!("cannot write {name}: {e}"))
-    };
-    aw(
-        "result.json",
+pub fn write_outputs(r: &ExpResult, dir: &Path) -> Result<()> {
+    crate::io::create_dir_all(dir)?;
+    crate::io::atomic_write(
+        &dir.join("result.json"),
         serde_json::to_string_pretty(&r.json()).unwrap().as_bytes(),
     )?;
     for f in &r.figures {
         plot::save(f, dir)?;
     }
-    aw("report.md", report_markdown(r).as_bytes())?;
+    crate::io::atomic_write(&dir.join("report.md"), report_markdown(r).as_bytes())?;
     Ok(())
 }
 
@@ -234,7 +231,7 @@ pub fn report_markdown(r: &ExpResult) -> String {
 pub type Progress<'a> = &'a (dyn Fn(usize, usize, &str) + Sync);
 
 /// Run experiment `id`.
-pub fn run(id: &str, args: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn run(id: &str, args: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let t0 = std::time::Instant::now();
     let info = info(id).ok_or_else(|| {
         let ids: Vec<&str> = EXPERIMENTS.iter().map(|e| e.id).collect();

@@ -3,6 +3,8 @@
 //! per-cell marks, arranged as panels of one figure. The font (DejaVu Sans)
 //! is embedded, so nothing has to be installed.
 
+use crate::error::{Error, Result};
+use image::ImageEncoder;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -122,40 +124,51 @@ fn register_font() {
     });
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
-    format!("cannot draw figure: {e}")
+fn err<E: std::fmt::Display>(e: E) -> Error {
+    Error::Internal(format!("cannot draw figure: {e}"))
 }
 
-/// Write `<dir>/<stem>.svg` and `<dir>/<stem>.png`; returns both paths.
-pub fn save(fig: &Figure, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    register_font();
-    let rows = fig.panels.len().div_ceil(fig.cols.max(1)).max(1);
-    let cols = fig.cols.max(1).min(fig.panels.len().max(1));
-    let size = ((cols * 520) as u32, (rows * 380) as u32);
+/// Write `<dir>/<stem>.svg` and `<dir>/<stem>.png` (each atomically);
+/// returns both paths.
+pub fn save(fig: &Figure, dir: &Path) -> Result<Vec<PathBuf>> {
     let svg = dir.join(format!("{}.svg", fig.stem));
     let png = dir.join(format!("{}.png", fig.stem));
-    {
-        let root = SVGBackend::new(&svg, size).into_drawing_area();
-        draw(fig, &root, rows, cols)?;
-        root.present().map_err(err)?;
-    }
-    {
-        let root = BitMapBackend::new(&png, size).into_drawing_area();
-        draw(fig, &root, rows, cols)?;
-        root.present().map_err(err)?;
-    }
+    crate::io::atomic_write(&svg, svg_string(fig)?.as_bytes())?;
+    crate::io::atomic_write(&png, &png_bytes(fig)?)?;
     Ok(vec![svg, png])
 }
 
-/// The figure as an SVG string (for the web lab).
-pub fn svg_string(fig: &Figure) -> Result<String, String> {
-    register_font();
+/// Pixel size and panel grid of a figure.
+fn layout(fig: &Figure) -> ((u32, u32), usize, usize) {
     let rows = fig.panels.len().div_ceil(fig.cols.max(1)).max(1);
     let cols = fig.cols.max(1).min(fig.panels.len().max(1));
+    (((cols * 520) as u32, (rows * 380) as u32), rows, cols)
+}
+
+/// The figure as PNG bytes.
+pub fn png_bytes(fig: &Figure) -> Result<Vec<u8>> {
+    register_font();
+    let (size, rows, cols) = layout(fig);
+    let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+        draw(fig, &root, rows, cols)?;
+        root.present().map_err(err)?;
+    }
+    let mut out = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut out)
+        .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
+        .map_err(err)?;
+    Ok(out)
+}
+
+/// The figure as an SVG string (for the web lab).
+pub fn svg_string(fig: &Figure) -> Result<String> {
+    register_font();
+    let (size, rows, cols) = layout(fig);
     let mut s = String::new();
     {
-        let root = SVGBackend::with_string(&mut s, ((cols * 520) as u32, (rows * 380) as u32))
-            .into_drawing_area();
+        let root = SVGBackend::with_string(&mut s, size).into_drawing_area();
         draw(fig, &root, rows, cols)?;
         root.present().map_err(err)?;
     }
@@ -167,7 +180,7 @@ fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     rows: usize,
     cols: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     root.fill(&WHITE).map_err(err)?;
     let areas = root.split_evenly((rows, cols));
     for (panel, area) in fig.panels.iter().zip(areas.iter()) {
@@ -203,10 +216,7 @@ fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
-fn draw_line<DB: DrawingBackend>(
-    c: &LineChart,
-    area: &DrawingArea<DB, Shift>,
-) -> Result<(), String> {
+fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -> Result<()> {
     let ok = |x: f64, y: f64| {
         x.is_finite() && y.is_finite() && (!c.log_y || y > 0.0) && (!c.log_x || x > 0.0)
     };
@@ -301,7 +311,7 @@ fn colour(t: f64) -> RGBColor {
     )
 }
 
-fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> Result<()> {
     let (nr, nc) = (h.y_labels.len().max(1), h.x_labels.len().max(1));
     let vals = h
         .values

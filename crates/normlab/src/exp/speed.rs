@@ -4,6 +4,7 @@
 use super::plot::{Figure, LineChart, Panel, Series};
 use super::{f, result, ExpArgs, ExpResult, Progress, Table};
 use crate::bench::{self, NormBenchConfig, Pass};
+use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::{Model, ModelConfig};
 use crate::nn::Activation;
@@ -11,7 +12,7 @@ use crate::params::ParamKind;
 use serde_json::json;
 
 /// Norm parameters and total parameters of a model config.
-fn norm_share(cfg: &ModelConfig) -> Result<(usize, usize), String> {
+fn norm_share(cfg: &ModelConfig) -> Result<(usize, usize)> {
     let m = Model::new(cfg)?;
     let norm: usize = m
         .layout
@@ -24,7 +25,7 @@ fn norm_share(cfg: &ModelConfig) -> Result<(usize, usize), String> {
 }
 
 /// `normlab exp speed`.
-pub fn experiment(a: &ExpArgs, progress: Progress) -> Result<ExpResult, String> {
+pub fn experiment(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let threads = a.threads.clone().unwrap_or(vec![1]);
     let mut nb = NormBenchConfig::standard();
     nb.kinds = vec![NormKind::LayerNorm, NormKind::RmsNorm];

@@ -1,6 +1,7 @@
 //! The one config struct that describes a model: architecture, norm kind,
 //! placement and residual options. Validated before anything is built.
 
+use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::nn::{Activation, Placement};
 use serde::{Deserialize, Serialize};
@@ -189,7 +190,7 @@ impl ModelConfig {
     }
 
     /// Check every field; the message is one line.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         let pos = |name: &str, v: usize| {
             if v == 0 {
                 Err(format!("{name} must be at least 1"))
@@ -208,7 +209,8 @@ impl ModelConfig {
                 return Err(format!(
                     "heads ({}) must divide d_model ({})",
                     self.heads, self.d_model
-                ));
+                )
+                .into());
             }
         }
         if self.model == ModelKind::Toy && self.qk_norm {
@@ -221,24 +223,24 @@ impl ModelConfig {
         }
         if let Some(e) = self.eps {
             if !(e >= 0.0 && e.is_finite()) {
-                return Err(format!("eps must be a finite number >= 0 (got {e})"));
+                return Err(format!("eps must be a finite number >= 0 (got {e})").into());
             }
         }
         if !(self.branch_scale.is_finite() && self.branch_scale > 0.0) {
             return Err(format!(
                 "branch_scale must be a positive number (got {})",
                 self.branch_scale
-            ));
+            )
+            .into());
         }
         if !(self.init_std.is_finite() && self.init_std > 0.0) {
-            return Err(format!(
-                "init_std must be a positive number (got {})",
-                self.init_std
-            ));
+            return Err(
+                format!("init_std must be a positive number (got {})", self.init_std).into(),
+            );
         }
         if let Some(s) = self.out_proj_std {
             if !(s.is_finite() && s > 0.0) {
-                return Err(format!("out_proj_std must be a positive number (got {s})"));
+                return Err(format!("out_proj_std must be a positive number (got {s})").into());
             }
         }
         if self.placement == Placement::DeepNorm && self.norm == NormKind::None {
@@ -264,10 +266,14 @@ mod tests {
         let mut c = ModelConfig::gpt();
         assert!(c.validate().is_ok());
         c.heads = 3;
-        assert!(c.validate().unwrap_err().contains("must divide"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("must divide"));
         let mut c = ModelConfig::toy(4);
         c.norm = NormKind::BatchNorm;
-        assert!(c.validate().unwrap_err().contains("batchnorm"));
+        assert!(c.validate().unwrap_err().to_string().contains("batchnorm"));
         let (a, b) = ModelConfig::toy(6).deepnorm_alpha_beta();
         assert!((a - 12f32.powf(0.25)).abs() < 1e-6 && (b - 48f32.powf(-0.25)).abs() < 1e-6);
     }

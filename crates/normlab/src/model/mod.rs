@@ -7,6 +7,7 @@ pub mod config;
 
 pub use config::{ModelConfig, ModelKind};
 
+use crate::error::Result;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
@@ -74,7 +75,7 @@ pub struct Workspace {
 
 impl Model {
     /// Build the modules and parameter layout of a (validated) config.
-    pub fn new(cfg: &ModelConfig) -> Result<Model, String> {
+    pub fn new(cfg: &ModelConfig) -> Result<Model> {
         cfg.validate()?;
         let (d, l) = (cfg.d_model, cfg.layers);
         let mut layout = ParamLayout::new();

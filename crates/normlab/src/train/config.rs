@@ -3,6 +3,7 @@
 //! built as defaults (per model family) + TOML + flags, merged as JSON
 //! values and then checked field by field.
 
+use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::config::norm_kind_serde;
 use crate::model::{ModelConfig, ModelKind};
@@ -165,7 +166,7 @@ impl TrainConfig {
     /// Defaults, then `overrides` (a JSON object of option -> value; keys
     /// may use '-' or '_'). The model family is taken from the overrides
     /// first. Unknown keys and bad values are one-line errors.
-    pub fn from_overrides(overrides: &Map<String, Value>) -> Result<TrainConfig, String> {
+    pub fn from_overrides(overrides: &Map<String, Value>) -> Result<TrainConfig> {
         let norm_key = |k: &str| k.replace('-', "_");
         let mut ov = Map::new();
         for (k, v) in overrides {
@@ -173,7 +174,7 @@ impl TrainConfig {
         }
         let kind = match ov.get("model") {
             Some(Value::String(s)) => s.parse::<ModelKind>()?,
-            Some(other) => return Err(format!("model must be a string (got {other})")),
+            Some(other) => return Err(format!("model must be a string (got {other})").into()),
             None => ModelKind::Toy,
         };
         let mut base =
@@ -182,10 +183,7 @@ impl TrainConfig {
         let fields: Vec<String> = obj.keys().cloned().collect();
         for (k, v) in ov {
             if !obj.contains_key(&k) {
-                return Err(format!(
-                    "unknown option '{k}' (known: {})",
-                    fields.join(", ")
-                ));
+                return Err(format!("unknown option '{k}' (known: {})", fields.join(", ")).into());
             }
             let v = match (k.as_str(), v) {
                 // Integers given for float options, and "invsqrt" for branch_scale.
@@ -238,7 +236,7 @@ impl TrainConfig {
     }
 
     /// Check everything; one-line messages.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         self.model_config().validate()?;
         let finite_pos = |name: &str, v: f32| {
             if v.is_finite() && v > 0.0 {
@@ -251,7 +249,7 @@ impl TrainConfig {
         finite_pos("adam_eps", self.adam_eps)?;
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
-                return Err(format!("{name} must be in [0, 1) (got {b})"));
+                return Err(format!("{name} must be in [0, 1) (got {b})").into());
             }
         }
         for (name, v) in [
@@ -260,14 +258,11 @@ impl TrainConfig {
             ("min_lr_frac", self.min_lr_frac),
         ] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{name} must be a number >= 0 (got {v})"));
+                return Err(format!("{name} must be a number >= 0 (got {v})").into());
             }
         }
         if !(0.0..=1.0).contains(&self.toy_noise) {
-            return Err(format!(
-                "toy_noise must be in [0, 1] (got {})",
-                self.toy_noise
-            ));
+            return Err(format!("toy_noise must be in [0, 1] (got {})", self.toy_noise).into());
         }
         if self.steps == 0 {
             return Err("steps must be at least 1".into());
@@ -279,7 +274,8 @@ impl TrainConfig {
             return Err(format!(
                 "batch ({}) must be divisible by shards ({})",
                 self.batch, self.shards
-            ));
+            )
+            .into());
         }
         if self.eval_every == 0 || self.log_every == 0 {
             return Err("eval_every and log_every must be at least 1".into());
@@ -352,15 +348,25 @@ mod tests {
         let c = TrainConfig::from_overrides(&ov(json!({"layers": 8, "branch_scale": "invsqrt"})))
             .unwrap();
         assert!((c.branch_scale - 0.25).abs() < 1e-7);
-        let e = TrainConfig::from_overrides(&ov(json!({"model": "gpt", "heads": 3}))).unwrap_err();
+        let e = TrainConfig::from_overrides(&ov(json!({"model": "gpt", "heads": 3})))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("heads (3) must divide"), "{e}");
-        let e = TrainConfig::from_overrides(&ov(json!({"lr": -1.0}))).unwrap_err();
+        let e = TrainConfig::from_overrides(&ov(json!({"lr": -1.0})))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lr must be a positive"), "{e}");
-        let e = TrainConfig::from_overrides(&ov(json!({"placement": "sideways"}))).unwrap_err();
+        let e = TrainConfig::from_overrides(&ov(json!({"placement": "sideways"})))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sideways"), "{e}");
-        let e = TrainConfig::from_overrides(&ov(json!({"colour": 3}))).unwrap_err();
+        let e = TrainConfig::from_overrides(&ov(json!({"colour": 3})))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown option 'colour'"), "{e}");
-        let e = TrainConfig::from_overrides(&ov(json!({"batch": 5}))).unwrap_err();
+        let e = TrainConfig::from_overrides(&ov(json!({"batch": 5})))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("divisible"), "{e}");
     }
 }

@@ -3,6 +3,7 @@
 //! (seed, step, index), so runs resume bit-identically and do not depend on
 //! how sequences are spread over threads.
 
+use crate::error::Result;
 use crate::kernels::rng::Rng;
 use crate::train::toy_task::ToyTask;
 use std::path::Path;
@@ -97,9 +98,8 @@ pub struct TextData {
 
 impl TextData {
     /// Load a text file; at least `min_len` bytes in each split.
-    pub fn load(path: &Path, seed: u64, min_len: usize) -> Result<TextData, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read data file {}: {e}", path.display()))?;
+    pub fn load(path: &Path, seed: u64, min_len: usize) -> Result<TextData> {
+        let bytes = crate::io::read(path)?;
         TextData::from_bytes(
             path.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -111,18 +111,14 @@ impl TextData {
     }
 
     /// From bytes in memory.
-    pub fn from_bytes(
-        name: String,
-        bytes: Vec<u8>,
-        seed: u64,
-        min_len: usize,
-    ) -> Result<TextData, String> {
+    pub fn from_bytes(name: String, bytes: Vec<u8>, seed: u64, min_len: usize) -> Result<TextData> {
         let train_end = bytes.len() - bytes.len() / 10;
         if bytes.len() - train_end < min_len + 1 || train_end < min_len + 1 {
             return Err(format!(
                 "data file {name} is too short ({} bytes) for sequences of {min_len}",
                 bytes.len()
-            ));
+            )
+            .into());
         }
         let mut counts = [0u64; 256];
         for &b in &bytes[..train_end] {

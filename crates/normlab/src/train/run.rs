@@ -5,15 +5,14 @@
 //! run never leaves a half-written file; a run without `summary.json` is
 //! unfinished and can be resumed from its last checkpoint, bit-identically.
 
+use crate::error::Result;
+use crate::io::{atomic_write, load_tensors, read_metadata, safetensors_bytes};
 use crate::model::Model;
-use crate::params::ParamLayout;
 use crate::train::config::TrainConfig;
 use crate::train::trainer::{StepRecord, Trainer};
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -90,99 +89,6 @@ pub fn classify(diverged: bool, final_eval: f64, unigram: f64, floor: Option<f64
     }
 }
 
-/// Write `bytes` to `path` atomically: a temp file in the same folder,
-/// fsync, rename over the target, fsync the folder.
-pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// Serialise the tensors of `layout` from `buf` (names prefixed by `prefix`).
-pub fn safetensors_bytes(
-    layout: &ParamLayout,
-    bufs: &[(&str, &[f32])],
-    metadata: HashMap<String, String>,
-) -> Result<Vec<u8>, String> {
-    let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (prefix, buf) in bufs {
-        for t in &layout.tensors {
-            owned.push((
-                format!("{prefix}{}", t.name),
-                t.shape.clone(),
-                f32_bytes(&buf[t.range.clone()]),
-            ));
-        }
-    }
-    let views: Vec<(String, TensorView)> = owned
-        .iter()
-        .map(|(n, s, b)| {
-            Ok((
-                n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), b).map_err(|e| e.to_string())?,
-            ))
-        })
-        .collect::<Result<_, String>>()?;
-    safetensors::tensor::serialize(views, Some(metadata)).map_err(|e| e.to_string())
-}
-
-/// Read tensors named `prefix + name` for every tensor of `layout` into `buf`.
-pub fn load_tensors(
-    bytes: &[u8],
-    layout: &ParamLayout,
-    prefix: &str,
-    buf: &mut [f32],
-    what: &str,
-) -> Result<(), String> {
-    let st = SafeTensors::deserialize(bytes)
-        .map_err(|e| format!("{what} is not a valid safetensors file: {e}"))?;
-    for t in &layout.tensors {
-        let name = format!("{prefix}{}", t.name);
-        let view = st.tensor(&name).map_err(|_| {
-            format!("{what} has no tensor '{name}' (is it from a different model config?)")
-        })?;
-        if view.dtype() != Dtype::F32 || view.shape() != t.shape.as_slice() {
-            return Err(format!(
-                "{what}: tensor '{name}' has {:?} {:?}, expected F32 {:?}",
-                view.dtype(),
-                view.shape(),
-                t.shape
-            ));
-        }
-        for (dst, chunk) in buf[t.range.clone()]
-            .iter_mut()
-            .zip(view.data().chunks_exact(4))
-        {
-            *dst = f32::from_le_bytes(chunk.try_into().unwrap());
-        }
-    }
-    Ok(())
-}
-
-/// Metadata of a safetensors file.
-pub fn read_metadata(bytes: &[u8], what: &str) -> Result<HashMap<String, String>, String> {
-    let (_, meta) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| format!("{what} is not a valid safetensors file: {e}"))?;
-    Ok(meta.metadata().clone().unwrap_or_default())
-}
-
 /// Running totals that must survive a resume.
 #[derive(Clone, Debug, Serialize, Deserialize, Default)]
 struct Progress {
@@ -222,7 +128,7 @@ pub enum RunOutcome {
     },
 }
 
-fn write_checkpoint(dir: &Path, tr: &Trainer, prog: &Progress) -> Result<(), String> {
+fn write_checkpoint(dir: &Path, tr: &Trainer, prog: &Progress) -> Result<()> {
     // One metadata key per file: safetensors stores metadata as a hash map,
     // and a single key keeps the bytes deterministic.
     let mut meta = HashMap::new();
@@ -240,18 +146,14 @@ fn write_checkpoint(dir: &Path, tr: &Trainer, prog: &Progress) -> Result<(), Str
         ometa,
     )?;
     // Optimizer state first: a checkpoint is only trusted with a matching one.
-    atomic_write(&dir.join("optimizer.safetensors"), &ob)
-        .map_err(|e| format!("cannot write optimizer state: {e}"))?;
-    atomic_write(&dir.join("checkpoint.safetensors"), &ck)
-        .map_err(|e| format!("cannot write checkpoint: {e}"))?;
+    atomic_write(&dir.join("optimizer.safetensors"), &ob)?;
+    atomic_write(&dir.join("checkpoint.safetensors"), &ck)?;
     Ok(())
 }
 
-fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress, String> {
-    let ck = fs::read(dir.join("checkpoint.safetensors"))
-        .map_err(|e| format!("cannot read checkpoint in {}: {e}", dir.display()))?;
-    let ob = fs::read(dir.join("optimizer.safetensors"))
-        .map_err(|e| format!("cannot read optimizer state in {}: {e}", dir.display()))?;
+fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> {
+    let ck = crate::io::read(&dir.join("checkpoint.safetensors"))?;
+    let ob = crate::io::read(&dir.join("optimizer.safetensors"))?;
     load_tensors(
         &ck,
         &tr.model.layout,
@@ -293,7 +195,7 @@ fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress, String> {
 }
 
 /// Read `config.json` of a run folder.
-pub fn read_config(dir: &Path) -> Result<TrainConfig, String> {
+pub fn read_config(dir: &Path) -> Result<TrainConfig> {
     let text = fs::read_to_string(dir.join("config.json")).map_err(|e| {
         format!(
             "{} is not a run folder (no config.json: {e})",
@@ -327,7 +229,7 @@ pub fn run(
     cfg: &TrainConfig,
     opts: &RunOptions,
     on_step: &mut dyn FnMut(&StepRecord, &Trainer),
-) -> Result<RunOutcome, String> {
+) -> Result<RunOutcome> {
     let wall = Instant::now();
     let (mut tr, mut prog, mut metrics_lines) = match (&opts.out, opts.resume) {
         (Some(dir), true) => {
@@ -356,8 +258,7 @@ pub fn run(
                 atomic_write(
                     &dir.join("config.json"),
                     serde_json::to_string_pretty(&cfg).unwrap().as_bytes(),
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
             }
             let _ = fs::remove_file(dir.join("summary.json"));
             (tr, prog, lines)
@@ -371,18 +272,17 @@ pub fn run(
                         "{} already holds a run; use --resume {} or another --out",
                         dir.display(),
                         dir.display()
-                    ));
+                    )
+                    .into());
                 }
                 if dir.exists() && !dir.is_dir() {
-                    return Err(format!("{} exists and is not a folder", dir.display()));
+                    return Err(format!("{} exists and is not a folder", dir.display()).into());
                 }
-                fs::create_dir_all(dir)
-                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                crate::io::create_dir_all(dir)?;
                 atomic_write(
                     &dir.join("config.json"),
                     serde_json::to_string_pretty(cfg).unwrap().as_bytes(),
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
             }
             (tr, Progress::default(), Vec::new())
         }
@@ -395,13 +295,12 @@ pub fn run(
     } else {
         usize::MAX
     };
-    let flush_metrics = |dir: &Path, lines: &[String]| -> Result<(), String> {
+    let flush_metrics = |dir: &Path, lines: &[String]| -> Result<()> {
         let mut text = lines.join("\n");
         if !text.is_empty() {
             text.push('\n');
         }
         atomic_write(&dir.join("metrics.jsonl"), text.as_bytes())
-            .map_err(|e| format!("cannot write metrics: {e}"))
     };
     while tr.step < cfg.steps {
         if opts.stop_after.is_some_and(|n| steps_this_run >= n) {
@@ -495,18 +394,16 @@ pub fn run(
         atomic_write(
             &dir.join("summary.json"),
             serde_json::to_string_pretty(&summary).unwrap().as_bytes(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     }
     Ok(RunOutcome::Finished(summary))
 }
 
 /// Load a model and its parameters from a run folder's checkpoint.
-pub fn load_model(dir: &Path) -> Result<(TrainConfig, Model, Vec<f32>), String> {
+pub fn load_model(dir: &Path) -> Result<(TrainConfig, Model, Vec<f32>)> {
     let cfg = read_config(dir)?;
     let model = Model::new(&cfg.model_config())?;
-    let bytes = fs::read(dir.join("checkpoint.safetensors"))
-        .map_err(|e| format!("cannot read {}/checkpoint.safetensors: {e}", dir.display()))?;
+    let bytes = crate::io::read(&dir.join("checkpoint.safetensors"))?;
     let mut params = vec![0.0; model.layout.buffer_len()];
     load_tensors(
         &bytes,

@@ -3,6 +3,7 @@
 //! divergence check -> clipping -> Adam(W); plus evaluation on the held-out
 //! split and the per-step diagnostics of SPEC section 4.
 
+use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
 use crate::model::{Model, ModelKind, Workspace};
 use crate::train::config::TrainConfig;
@@ -73,7 +74,7 @@ pub struct Trainer {
 }
 
 /// Load the data a config asks for.
-pub fn load_data(cfg: &TrainConfig) -> Result<Data, String> {
+pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
     match cfg.model {
         ModelKind::Toy => Ok(Data::Toy(ToyTask::new(cfg.seed, cfg.toy_noise))),
         ModelKind::Gpt => match &cfg.data {
@@ -90,7 +91,7 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data, String> {
 
 impl Trainer {
     /// A fresh run: initialised parameters, zero optimiser state.
-    pub fn new(cfg: &TrainConfig, threads: usize) -> Result<Trainer, String> {
+    pub fn new(cfg: &TrainConfig, threads: usize) -> Result<Trainer> {
         cfg.validate()?;
         let model = Model::new(&cfg.model_config())?;
         let data = load_data(cfg)?;
@@ -99,7 +100,8 @@ impl Trainer {
                 "data has vocabulary {} but the model {}",
                 data.vocab(),
                 cfg.vocab
-            ));
+            )
+            .into());
         }
         let params = model.init_params(cfg.seed);
         let opt = Adam::new(

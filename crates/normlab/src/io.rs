@@ -1,0 +1,205 @@
+//! Files: atomic writes (temp name, fsync, rename; no temp file left
+//! behind on failure), reads with errors that say whether the user or the
+//! machine is at fault, checkpoint tensors in safetensors (Hugging
+//! Face-style names, f32), and the text corpus normlab ships.
+
+use crate::error::{Error, Result};
+use crate::params::ParamLayout;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+/// The Shakespeare text bundled with normlab (see data/README.md).
+pub const BUNDLED_TEXT: &[u8] = include_bytes!("../../../data/shakespeare.txt");
+
+/// The temp name a write of `path` by this process uses: `.<name>.<pid>.tmp`
+/// in the same folder (so the rename is atomic).
+fn temp_name(path: &Path) -> std::path::PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.join(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Whether `name` is a temp file of [`atomic_write`] (of any process).
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// Write `bytes` to `path` atomically: a temp file in the same folder,
+/// fsync, rename over the target, fsync the folder. On failure the temp file
+/// is removed and `path` is untouched; the error names the path and the OS
+/// error.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temp_name(path);
+    let written = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io("write", path, e));
+    }
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = fs::File::open(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        }) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Create a folder and its parents.
+pub fn create_dir_all(path: &Path) -> Result<()> {
+    fs::create_dir_all(path).map_err(|e| Error::io("create", path, e))
+}
+
+/// Read a whole file (a missing file is bad input, see [`Error::read`]).
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|e| Error::read(path, e))
+}
+
+/// Read a whole UTF-8 text file.
+pub fn read_to_string(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|e| Error::read(path, e))
+}
+
+/// Remove the temp files a killed writer left in `dir` (the files they were
+/// meant to replace are intact: writes are atomic).
+pub fn remove_stale_temp_files(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if is_temp_name(&e.file_name().to_string_lossy()) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Serialise the tensors of `layout` from each buffer of `bufs` (names
+/// prefixed by the buffer's prefix), with `metadata`.
+pub fn safetensors_bytes(
+    layout: &ParamLayout,
+    bufs: &[(&str, &[f32])],
+    metadata: HashMap<String, String>,
+) -> Result<Vec<u8>> {
+    let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (prefix, buf) in bufs {
+        for t in &layout.tensors {
+            owned.push((
+                format!("{prefix}{}", t.name),
+                t.shape.clone(),
+                f32_bytes(&buf[t.range.clone()]),
+            ));
+        }
+    }
+    let views: Vec<(String, TensorView)> = owned
+        .iter()
+        .map(|(n, s, b)| {
+            Ok((
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b)
+                    .map_err(|e| Error::Internal(e.to_string()))?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    safetensors::tensor::serialize(views, Some(metadata))
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// Read tensors named `prefix + name` for every tensor of `layout` into
+/// `buf`; `what` names the file in errors.
+pub fn load_tensors(
+    bytes: &[u8],
+    layout: &ParamLayout,
+    prefix: &str,
+    buf: &mut [f32],
+    what: &str,
+) -> Result<()> {
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| format!("{what} is not a valid safetensors file: {e}"))?;
+    for t in &layout.tensors {
+        let name = format!("{prefix}{}", t.name);
+        let view = st.tensor(&name).map_err(|_| {
+            format!("{what} has no tensor '{name}' (is it from a different model config?)")
+        })?;
+        if view.dtype() != Dtype::F32 || view.shape() != t.shape.as_slice() {
+            return Err(Error::bad(format!(
+                "{what}: tensor '{name}' has {:?} {:?}, expected F32 {:?}",
+                view.dtype(),
+                view.shape(),
+                t.shape
+            )));
+        }
+        for (dst, chunk) in buf[t.range.clone()]
+            .iter_mut()
+            .zip(view.data().chunks_exact(4))
+        {
+            *dst = f32::from_le_bytes(chunk.try_into().unwrap());
+        }
+    }
+    Ok(())
+}
+
+/// Metadata of a safetensors file.
+pub fn read_metadata(bytes: &[u8], what: &str) -> Result<HashMap<String, String>> {
+    let (_, meta) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| format!("{what} is not a valid safetensors file: {e}"))?;
+    Ok(meta.metadata().clone().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_write_leaves_nothing_and_names_the_path() {
+        let dir = std::env::temp_dir().join(format!("normlab-io-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        // A file where a folder must be: the write fails with ENOTDIR.
+        let blocker = dir.join("blocker");
+        fs::write(&blocker, b"x").unwrap();
+        let e = atomic_write(&blocker.join("out.json"), b"{}").unwrap_err();
+        assert!(!e.is_bad_input(), "{e}");
+        assert!(e.to_string().contains("blocker/out.json"), "{e}");
+        // A target that is a folder: the rename fails; the temp file is gone.
+        let target = dir.join("target");
+        fs::create_dir_all(target.join("inner")).unwrap();
+        let e = atomic_write(&target, b"data").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Io {
+                    action: "write",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let left: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| is_temp_name(n))
+            .collect();
+        assert!(left.is_empty(), "temp files left: {left:?}");
+        atomic_write(&dir.join("ok.txt"), b"fine").unwrap();
+        assert_eq!(fs::read(dir.join("ok.txt")).unwrap(), b"fine");
+        assert!(read(&dir.join("missing")).unwrap_err().is_bad_input());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
