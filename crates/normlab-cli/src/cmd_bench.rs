@@ -178,7 +178,7 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
     }
     let cfgs: Vec<_> = bench::standard_train_configs()
         .into_iter()
-        .filter(|c| a.model == "both" || c.model.to_string() == a.model)
+        .filter(|c| a.model == "both" || c.model.kind.to_string() == a.model)
         .collect();
     if cfgs.is_empty() {
         return bad(format!(
@@ -190,7 +190,7 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
     let mut recs = Vec::new();
     for c in &cfgs {
         for &t in &threads {
-            pb.set_message(format!("{} t{t}", c.model));
+            pb.set_message(format!("{} t{t}", c.model.kind));
             recs.push(bench::run_train_bench(c, t, a.steps)?);
             pb.inc(1);
         }

@@ -132,7 +132,7 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
     });
     // Write the new run folder.
     normlab::io::create_dir_all(&c.output)?;
-    tc.set_model(&conv.cfg);
+    tc.model = conv.cfg.clone();
     let mut meta = HashMap::new();
     meta.insert("normlab_config".to_string(), serde_json::to_string(&tc)?);
     let bytes = safetensors_bytes(&new.layout, &[("", &final_params)], meta)

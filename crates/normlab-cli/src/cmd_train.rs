@@ -1,239 +1,207 @@
 //! `normlab train`: one training run from flags and/or a TOML config.
 
 use crate::ui::{bad, progress};
-use clap::Args;
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+use normlab::settings::{self, Flag};
 use normlab::train::{self, RunOptions, RunOutcome, TrainConfig};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
-/// Train a toy net or a GPT with any norm kind and placement.
+/// `normlab train`'s arguments: the run's options (one flag per field of
+/// `TrainConfig`, generated from its field table, help from its doc
+/// comments) and the invocation's own (not part of the run).
 ///
 /// Every option can also be given in a TOML file (`--config run.toml`, keys
-/// as below with '_' or '-': `model = "gpt"`, `d_model = 128`, ...); flags
-/// override the file.
-#[derive(Args, Debug, Default)]
+/// as the flags with '_' or '-': `model = "gpt"`, `d_model = 128`, ...);
+/// flags override the file.
+#[derive(Debug, Default)]
 pub struct TrainArgs {
+    /// The run options given as flags (key -> value).
+    pub flags: Map<String, Value>,
+    /// Flags that would change a run, by name (for refusing them on resume).
+    pub given: Vec<String>,
     /// TOML file with options.
-    #[arg(long)]
     pub config: Option<PathBuf>,
-    /// toy (synthetic task, causal-mean mixer) or gpt (attention, byte-level text).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// layernorm, rmsnorm, zrmsnorm, scalenorm, none.
-    #[arg(long)]
-    pub norm: Option<String>,
-    /// none, post, pre, sandwich, peri, olmo2, deepnorm.
-    #[arg(long)]
-    pub placement: Option<String>,
-    /// Blocks (each: mixer/attention + MLP).
-    #[arg(long)]
-    pub layers: Option<usize>,
-    /// Width d.
-    #[arg(long)]
-    pub d_model: Option<usize>,
-    /// Attention heads (gpt).
-    #[arg(long)]
-    pub heads: Option<usize>,
-    /// Sequence length.
-    #[arg(long)]
-    pub seq: Option<usize>,
-    /// MLP hidden width.
-    #[arg(long)]
-    pub hidden: Option<usize>,
-    /// gelu or swiglu.
-    #[arg(long)]
-    pub act: Option<String>,
-    /// Norm eps.
-    #[arg(long)]
-    pub eps: Option<f32>,
-    /// Turn residual connections off (x = S(...) replaces x).
-    #[arg(long)]
-    pub no_residual: bool,
-    /// Multiplier on each sublayer output: a number, or `invsqrt` for 1/sqrt(2L).
-    #[arg(long)]
-    pub branch_scale: Option<String>,
-    /// Output-projection init std (default 0.02/sqrt(2L)).
-    #[arg(long)]
-    pub out_proj_std: Option<f32>,
-    /// Init std of the other weights (default 0.02).
-    #[arg(long)]
-    pub init_std: Option<f32>,
-    /// QK-Norm in attention (gpt).
-    #[arg(long)]
-    pub qk_norm: bool,
-    /// Drop the final norm (default: on for pre/sandwich/peri/olmo2).
-    #[arg(long, conflicts_with = "final_norm")]
-    pub no_final_norm: bool,
-    /// Add a final norm even where the placement has none by default.
-    #[arg(long)]
-    pub final_norm: bool,
-    /// Tie the head to the token embedding.
-    #[arg(long)]
-    pub tie_head: bool,
-    /// Text file to train a gpt on (default: the bundled Shakespeare).
-    #[arg(long)]
-    pub data: Option<String>,
-    /// Toy task label-noise probability (default 0.1).
-    #[arg(long)]
-    pub toy_noise: Option<f32>,
-    /// adam or adamw.
-    #[arg(long)]
-    pub optimizer: Option<String>,
-    /// Peak learning rate.
-    #[arg(long, allow_hyphen_values = true)]
-    pub lr: Option<f32>,
-    /// Adam beta1.
-    #[arg(long)]
-    pub beta1: Option<f32>,
-    /// Adam beta2.
-    #[arg(long)]
-    pub beta2: Option<f32>,
-    /// Adam eps.
-    #[arg(long)]
-    pub adam_eps: Option<f32>,
-    /// Weight decay.
-    #[arg(long, allow_hyphen_values = true)]
-    pub weight_decay: Option<f32>,
-    /// Apply weight decay to norm gains too.
-    #[arg(long)]
-    pub wd_norm_gains: bool,
-    /// Linear warm-up steps.
-    #[arg(long)]
-    pub warmup: Option<usize>,
-    /// constant or cosine.
-    #[arg(long)]
-    pub schedule: Option<String>,
-    /// Cosine floor as a fraction of lr.
-    #[arg(long)]
-    pub min_lr_frac: Option<f32>,
-    /// Global grad-norm clip (0 = off).
-    #[arg(long, allow_hyphen_values = true)]
-    pub clip: Option<f32>,
-    /// Optimisation steps.
-    #[arg(long)]
-    pub steps: Option<usize>,
-    /// Sequences per step.
-    #[arg(long)]
-    pub batch: Option<usize>,
-    /// Split the batch into this many shards (results depend on shards, not on threads).
-    #[arg(long)]
-    pub shards: Option<usize>,
-    /// Seed.
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Held-out evaluation every N steps.
-    #[arg(long)]
-    pub eval_every: Option<usize>,
-    /// Held-out sequences per evaluation.
-    #[arg(long)]
-    pub eval_sequences: Option<usize>,
-    /// Record metrics every N steps.
-    #[arg(long)]
-    pub log_every: Option<usize>,
-    /// Checkpoint every N steps (0 = at the end only).
-    #[arg(long)]
-    pub checkpoint_every: Option<usize>,
-    /// Threads (default: all cores). Results do not depend on it.
-    #[arg(long)]
+    /// Threads.
     pub threads: Option<usize>,
     /// Run folder to create.
-    #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue the run in this folder (to its configured steps, or --steps).
-    #[arg(long, conflicts_with = "out")]
+    /// Continue the run in this folder.
     pub resume: Option<PathBuf>,
-    /// Stop after N steps of this invocation, leaving a resumable checkpoint.
-    #[arg(long)]
+    /// Stop after N steps of this invocation.
     pub stop_after: Option<usize>,
     /// Print the summary as JSON.
-    #[arg(long)]
     pub json: bool,
     /// No progress bar.
-    #[arg(long)]
     pub quiet: bool,
+}
+
+/// The flags of the invocation itself (not part of the run's identity).
+fn invocation_args(cmd: Command) -> Command {
+    cmd.arg(
+        Arg::new("config")
+            .long("config")
+            .value_name("FILE")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help("TOML file with options (keys as the flags below); flags override it"),
+    )
+    .arg(
+        Arg::new("threads")
+            .long("threads")
+            .value_name("N")
+            .value_parser(clap::value_parser!(usize))
+            .help("Threads (default: all cores). Results do not depend on it"),
+    )
+    .arg(
+        Arg::new("out")
+            .long("out")
+            .value_name("DIR")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help("Run folder to create"),
+    )
+    .arg(
+        Arg::new("resume")
+            .long("resume")
+            .value_name("DIR")
+            .value_parser(clap::value_parser!(PathBuf))
+            .conflicts_with("out")
+            .help("Continue the run in this folder (to its configured steps, or --steps)"),
+    )
+    .arg(
+        Arg::new("stop_after")
+            .long("stop-after")
+            .value_name("N")
+            .value_parser(clap::value_parser!(usize))
+            .help("Stop after N steps of this invocation, leaving a resumable checkpoint"),
+    )
+    .arg(
+        Arg::new("json")
+            .long("json")
+            .action(ArgAction::SetTrue)
+            .help("Print the summary as JSON"),
+    )
+    .arg(
+        Arg::new("quiet")
+            .long("quiet")
+            .action(ArgAction::SetTrue)
+            .help("No progress bar"),
+    )
+}
+
+/// The id of the flag that sets `key` to `on` (for on/off flags).
+fn switch_id(key: &str, on: bool) -> String {
+    if on {
+        key.to_string()
+    } else {
+        format!("no_{key}")
+    }
+}
+
+impl Args for TrainArgs {
+    fn augment_args(cmd: Command) -> Command {
+        let mut cmd = invocation_args(cmd);
+        for f in TrainConfig::fields() {
+            let (name, help) = (f.flag_name(), f.help());
+            let switch = |on: bool, help: String| {
+                let id = switch_id(f.key, on);
+                Arg::new(id)
+                    .long(if on {
+                        name.clone()
+                    } else {
+                        format!("no-{name}")
+                    })
+                    .action(ArgAction::SetTrue)
+                    .help(help)
+            };
+            cmd = match f.flag {
+                Flag::Hidden => cmd,
+                Flag::Num | Flag::NumOr(_) | Flag::Text | Flag::Choice(_) => cmd.arg(
+                    Arg::new(f.key)
+                        .long(name.clone())
+                        .value_name(match f.flag {
+                            Flag::Num | Flag::NumOr(_) => "N",
+                            _ => "NAME",
+                        })
+                        .allow_hyphen_values(true)
+                        .help(help),
+                ),
+                Flag::On => cmd.arg(switch(true, help)),
+                Flag::Off => cmd.arg(switch(false, format!("Off (on by default): {help}"))),
+                Flag::OnOff => cmd
+                    .arg(
+                        switch(true, format!("On: {help}")).conflicts_with(switch_id(f.key, false)),
+                    )
+                    .arg(switch(false, format!("Off: {help}"))),
+            };
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        TrainArgs::augment_args(cmd)
+    }
+}
+
+impl FromArgMatches for TrainArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut a = TrainArgs {
+            config: m.get_one::<PathBuf>("config").cloned(),
+            threads: m.get_one::<usize>("threads").copied(),
+            out: m.get_one::<PathBuf>("out").cloned(),
+            resume: m.get_one::<PathBuf>("resume").cloned(),
+            stop_after: m.get_one::<usize>("stop_after").copied(),
+            json: m.get_flag("json"),
+            quiet: m.get_flag("quiet"),
+            ..TrainArgs::default()
+        };
+        for f in TrainConfig::fields() {
+            match f.flag {
+                Flag::Hidden => {}
+                Flag::Num | Flag::NumOr(_) | Flag::Text | Flag::Choice(_) => {
+                    if let Some(v) = m.get_one::<String>(f.key) {
+                        // Parsed (and refused with the flag's name) in `overrides`.
+                        a.flags.insert(f.key.to_string(), Value::from(v.clone()));
+                        a.given.push(format!("--{}", f.flag_name()));
+                    }
+                }
+                Flag::On | Flag::Off | Flag::OnOff => {
+                    for on in [true, false] {
+                        let id = switch_id(f.key, on);
+                        if m.try_get_one::<bool>(&id).ok().flatten() == Some(&true) {
+                            a.flags.insert(f.key.to_string(), Value::from(on));
+                            let prefix = if on { "" } else { "no-" };
+                            a.given.push(format!("--{prefix}{}", f.flag_name()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(a)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = TrainArgs::from_arg_matches(m)?;
+        Ok(())
+    }
 }
 
 /// The options given (file, then flags) as a JSON object of overrides.
 pub fn overrides(a: &TrainArgs) -> anyhow::Result<Map<String, Value>> {
     let mut m = Map::new();
     if let Some(path) = &a.config {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) => return bad(format!("cannot read config {}: {e}", path.display())),
-        };
-        let v: Value = match toml::from_str(&text) {
-            Ok(v) => v,
-            Err(e) => {
-                return bad(format!(
-                    "config {} is not valid TOML: {}",
-                    path.display(),
-                    e.to_string().lines().next().unwrap_or("")
-                ))
-            }
-        };
-        match v {
-            Value::Object(o) => m.extend(o),
-            _ => return bad("config must be a TOML table"),
-        }
+        let text = normlab::io::read_to_string(path)?;
+        m.extend(settings::toml_overrides(
+            &text,
+            &format!("config {}", path.display()),
+        )?);
     }
-    macro_rules! put {
-        ($($field:ident),*) => {$(
-            if let Some(v) = &a.$field {
-                m.insert(stringify!($field).to_string(), serde_json::to_value(v)?);
-            }
-        )*};
-    }
-    put!(
-        model,
-        norm,
-        placement,
-        layers,
-        d_model,
-        heads,
-        seq,
-        hidden,
-        act,
-        eps,
-        out_proj_std,
-        init_std,
-        data,
-        toy_noise,
-        optimizer,
-        lr
-    );
-    put!(
-        beta1,
-        beta2,
-        adam_eps,
-        weight_decay,
-        warmup,
-        schedule,
-        min_lr_frac,
-        clip,
-        steps,
-        batch,
-        shards,
-        seed,
-        eval_every
-    );
-    put!(eval_sequences, log_every, checkpoint_every);
-    if let Some(b) = &a.branch_scale {
-        let v = match b.parse::<f64>() {
-            Ok(x) => Value::from(x),
-            Err(_) => Value::from(b.clone()),
-        };
-        m.insert("branch_scale".into(), v);
-    }
-    for (flag, key, val) in [
-        (a.no_residual, "residual", false),
-        (a.qk_norm, "qk_norm", true),
-        (a.tie_head, "tie_head", true),
-        (a.wd_norm_gains, "wd_norm_gains", true),
-        (a.no_final_norm, "final_norm", false),
-        (a.final_norm, "final_norm", true),
-    ] {
-        if flag {
-            m.insert(key.into(), Value::from(val));
+    for f in TrainConfig::fields() {
+        if let Some(v) = a.flags.get(f.key) {
+            let v = match v {
+                Value::String(text) => settings::flag_value(f, text)?,
+                other => other.clone(),
+            };
+            m.insert(f.key.to_string(), v);
         }
     }
     Ok(m)
@@ -251,6 +219,23 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
         return bad("--threads must be between 1 and 1024");
     }
     let (cfg, opts) = if let Some(dir) = &a.resume {
+        // A resumed run continues as configured: only the number of steps to
+        // reach (and how this invocation runs) may be given.
+        if let Some(flag) = a.given.iter().find(|g| *g != "--steps") {
+            return bad(format!(
+                "{flag} would change the run being resumed; with --resume only --steps (more steps), --threads, --stop-after, --json and --quiet are accepted"
+            ));
+        }
+        if a.config.is_some() {
+            return bad("--config would change the run being resumed; with --resume only --steps, --threads, --stop-after, --json and --quiet are accepted");
+        }
+        let steps = match a.flags.get("steps") {
+            Some(Value::String(t)) => match t.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => return bad(format!("--steps: '{t}' is not a positive whole number")),
+            },
+            _ => None,
+        };
         let cfg = train::run::read_config(dir)?;
         (
             cfg,
@@ -259,7 +244,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 resume: true,
                 threads,
                 stop_after: a.stop_after,
-                steps_override: a.steps,
+                steps_override: steps,
             },
         )
     } else {
@@ -319,11 +304,11 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
             let f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into());
             println!(
                 "{} {} {} L{} d{}: {}{}",
-                cfg.model,
-                cfg.norm,
-                cfg.placement,
-                cfg.layers,
-                cfg.d_model,
+                cfg.model.kind,
+                cfg.model.norm,
+                cfg.model.placement,
+                cfg.model.layers,
+                cfg.model.d_model,
                 s.status.name(),
                 s.diverged_at_step
                     .map(|k| format!(" at step {k}"))

@@ -28,6 +28,9 @@ enum Command {
     /// Normalise a vector with any norm kind and show its invariances.
     Calc(cmd_calc::CalcArgs),
     /// Train a toy net or a GPT with any norm kind, placement and residual setting.
+    ///
+    /// Every option can also be given in a TOML file (`--config run.toml`,
+    /// keys as the flags with '_' or '-'); flags override the file.
     Train(Box<cmd_train::TrainArgs>),
     /// The headline results in about two minutes, written to normlab-demo/report.md.
     Demo(cmd_exp::DemoCmd),

@@ -4,7 +4,14 @@ fn main() {
     let which = std::env::args().nth(1).unwrap_or_default();
     for (name, cfg, batch) in [
         ("toy L20", ModelConfig::toy(20), 32usize),
-        ("gpt", ModelConfig::gpt(), 16),
+        (
+            "gpt L8",
+            ModelConfig {
+                layers: 8,
+                ..ModelConfig::gpt()
+            },
+            16,
+        ),
     ] {
         if !which.is_empty() && !name.starts_with(&which) {
             continue;

@@ -303,7 +303,7 @@ pub fn forward_gflop(cfg: &crate::model::ModelConfig, batch: usize) -> f64 {
         crate::nn::Activation::Gelu => 2.0 * t * d * h * 2.0,
         crate::nn::Activation::Swiglu => 2.0 * t * d * 2.0 * h + 2.0 * t * h * d,
     };
-    let mix = match cfg.model {
+    let mix = match cfg.kind {
         crate::model::ModelKind::Toy => 2.0 * t * d * d,
         crate::model::ModelKind::Gpt => {
             let attn = 2.0 * 2.0 * t * cfg.seq as f64 * d; // q k^T and P v over all heads
@@ -360,25 +360,25 @@ pub fn run_train_bench(
         }
     }
     let t = median(&mut times);
-    let gflop = 3.0 * forward_gflop(&cfg.model_config(), cfg.batch);
+    let gflop = 3.0 * forward_gflop(&cfg.model, cfg.batch);
     let peak = matmul_peak_gflops(threads, 0.3);
     let gflops = gflop / t;
     Ok(TrainBenchRecord {
-        model: cfg.model.to_string(),
+        model: cfg.model.kind.to_string(),
         config: format!(
             "L{} d{} {} seq{} batch{} {} {} {}",
-            cfg.layers,
-            cfg.d_model,
-            if cfg.model == crate::model::ModelKind::Gpt {
-                format!("heads{}", cfg.heads)
+            cfg.model.layers,
+            cfg.model.d_model,
+            if cfg.model.kind == crate::model::ModelKind::Gpt {
+                format!("heads{}", cfg.model.heads)
             } else {
                 "mean-mixer".into()
             },
-            cfg.seq,
+            cfg.model.seq,
             cfg.batch,
-            cfg.norm,
-            cfg.placement,
-            match cfg.act {
+            cfg.model.norm,
+            cfg.model.placement,
+            match cfg.model.act {
                 crate::nn::Activation::Gelu => "gelu",
                 crate::nn::Activation::Swiglu => "swiglu",
             }
@@ -386,7 +386,7 @@ pub fn run_train_bench(
         threads,
         ms_per_step: t * 1e3,
         steps_per_sec: 1.0 / t,
-        tokens_per_sec: (cfg.batch * cfg.seq) as f64 / t,
+        tokens_per_sec: (cfg.batch * cfg.model.seq) as f64 / t,
         gflop_per_step: gflop,
         gflops,
         matmul_peak_gflops: peak,

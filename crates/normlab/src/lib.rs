@@ -21,5 +21,6 @@ pub mod model;
 pub mod nn;
 pub mod params;
 pub mod report;
+pub mod settings;
 pub mod sweep;
 pub mod train;

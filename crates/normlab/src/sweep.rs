@@ -56,7 +56,8 @@ fn fnv64(bytes: &[u8]) -> u64 {
 /// folder's config against the run's before reusing it.
 pub fn run_id(cfg: &TrainConfig) -> String {
     let full = serde_json::to_value(cfg).expect("config serialises");
-    let base = serde_json::to_value(TrainConfig::defaults(cfg.model)).expect("config serialises");
+    let base =
+        serde_json::to_value(TrainConfig::defaults(cfg.model.kind)).expect("config serialises");
     let changed: Map<String, Value> = full
         .as_object()
         .expect("config is an object")
@@ -64,13 +65,13 @@ pub fn run_id(cfg: &TrainConfig) -> String {
         .filter(|(k, v)| base.get(k.as_str()) != Some(*v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let json = format!("{}:{}", cfg.model, Value::Object(changed));
+    let json = format!("{}:{}", cfg.model.kind, Value::Object(changed));
     format!(
         "{}-L{}-{}-{}-lr{}-s{}-{:012x}",
-        cfg.model,
-        cfg.layers,
-        cfg.norm,
-        cfg.placement,
+        cfg.model.kind,
+        cfg.model.layers,
+        cfg.model.norm,
+        cfg.model.placement,
         cfg.lr,
         cfg.seed,
         fnv64(json.as_bytes()) & 0xffff_ffff_ffff
@@ -349,7 +350,7 @@ pub fn trained_matmul_gflop(results: &[RunResult]) -> f64 {
 
 /// Matmul work of `steps` training steps of `cfg` (backward = 2x forward).
 fn matmul_gflop(cfg: &TrainConfig, steps: usize) -> f64 {
-    3.0 * crate::bench::forward_gflop(&cfg.model_config(), cfg.batch) * steps as f64
+    3.0 * crate::bench::forward_gflop(&cfg.model, cfg.batch) * steps as f64
 }
 
 /// A run folder is reused or resumed only if it holds exactly this
@@ -433,7 +434,7 @@ mod tests {
         assert_eq!(run_id(&parsed), specs[0].id);
         // Any non-default setting changes the id.
         let mut other = specs[0].cfg.clone();
-        other.head_bias = true;
+        other.model.head_bias = true;
         assert_ne!(run_id(&other), specs[0].id);
 
         let dir = std::env::temp_dir().join(format!("normlab-sweep-ids-{}", std::process::id()));

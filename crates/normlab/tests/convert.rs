@@ -26,7 +26,7 @@ fn setup(kind: ModelKind, placement: Placement, tie: bool) -> (TrainConfig, Mode
     m.tie_head = tie;
     m.init_std = 0.2;
     m.out_proj_std = Some(0.2);
-    tc.set_model(&m);
+    tc.model = m.clone();
     let model = Model::new(&m).unwrap();
     let mut p = model.init_params(3).to_vec();
     // Non-trivial gains and biases, as after training.

@@ -48,7 +48,7 @@ fn run_check(cfg: &ModelConfig, seed: u64) {
     assert!(
         bad.is_empty(),
         "{:?} {} {}: {bad:#?}",
-        cfg.model,
+        cfg.kind,
         cfg.norm,
         cfg.placement
     );

@@ -57,7 +57,7 @@ fn same_config_same_losses_for_1_and_2_threads() {
             bits(&two.0),
             "{:?} {:?}",
             c.model,
-            c.placement
+            c.model.placement
         );
         let e = |r: &[StepRecord]| {
             r.iter()

@@ -85,8 +85,8 @@ fn specs(cfgs: Vec<TrainConfig>) -> Vec<RunSpec> {
 fn record(r: &RunResult) -> Value {
     let c = &r.cfg;
     json!({
-        "id": r.id, "model": c.model.to_string(), "layers": c.layers, "d_model": c.d_model, "norm": c.norm.name(),
-        "placement": c.placement.name(), "lr": num(c.lr), "warmup": c.warmup, "qk_norm": c.qk_norm, "seed": c.seed, "steps": c.steps,
+        "id": r.id, "model": c.model.kind.to_string(), "layers": c.model.layers, "d_model": c.model.d_model, "norm": c.model.norm.name(),
+        "placement": c.model.placement.name(), "lr": num(c.lr), "warmup": c.warmup, "qk_norm": c.model.qk_norm, "seed": c.seed, "steps": c.steps,
         "status": r.summary.status.name(), "final_eval_loss": r.summary.final_eval_loss, "best_eval_loss": r.summary.best_eval_loss,
         "diverged_at_step": r.summary.diverged_at_step, "final_loss": r.summary.final_loss, "steps_per_sec": r.summary.steps_per_sec,
     })
@@ -216,7 +216,9 @@ pub fn collapse(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         &["layers", "lr", "norm", "status", "final eval loss", "best eval loss", "diverged at step"],
     );
     let mut panels = Vec::new();
-    let groups = group(&rs, |c| format!("{}|{}|{}", c.layers, c.lr, c.norm));
+    let groups = group(&rs, |c| {
+        format!("{}|{}|{}", c.model.layers, c.lr, c.model.norm)
+    });
     for &l in &layers {
         for &lr in &lrs {
             let mut series = Vec::new();
@@ -360,9 +362,9 @@ pub fn lr_sensitivity(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     let g: Vec<&RunResult> = rs
                         .iter()
                         .filter(|r| {
-                            r.cfg.layers == l
+                            r.cfg.model.layers == l
                                 && r.cfg.warmup == w
-                                && r.cfg.placement == p
+                                && r.cfg.model.placement == p
                                 && r.cfg.lr == lr
                         })
                         .collect();
@@ -508,7 +510,7 @@ pub fn warmup(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             for &w in &warmups {
                 let g: Vec<&RunResult> = rs
                     .iter()
-                    .filter(|r| r.cfg.lr == lr && r.cfg.placement == p && r.cfg.warmup == w)
+                    .filter(|r| r.cfg.lr == lr && r.cfg.model.placement == p && r.cfg.warmup == w)
                     .collect();
                 let (status, mean, _, div) = seed_stats(&g);
                 let early = (steps / 10).max(1);
@@ -649,7 +651,7 @@ pub fn norm_kind(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     );
     let mut series = Vec::new();
     let mut summary = Map::new();
-    for (k, g) in group(&rs, |c| c.norm.name().to_string()) {
+    for (k, g) in group(&rs, |c| c.model.norm.name().to_string()) {
         let (status, mean, std, _) = seed_stats(&g);
         let best = g
             .iter()
@@ -722,7 +724,7 @@ pub fn norm_kind(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 /// Statistics of the effective norm gains of a model's block and final
 /// norms (QK-Norm excluded): gamma, 1 + w for zrmsnorm, ScaleNorm's g / sqrt(d).
 fn gain_stats(cfg: &TrainConfig, params: &[f32]) -> Result<Value> {
-    let model = Model::new(&cfg.model_config())?;
+    let model = Model::new(&cfg.model)?;
     let mut gains = Vec::new();
     for site in model.norms().filter(|s| s.role != NormRole::QkNorm) {
         let n = site.norm;
@@ -833,7 +835,7 @@ pub fn gain_decay(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     for r in &rs {
         let st = gain_stats(&r.cfg, &final_params(a, r)?)?;
         t2.row(vec![
-            r.cfg.norm.name().into(),
+            r.cfg.model.norm.name().into(),
             r.cfg.seed.to_string(),
             opt(r.summary.final_eval_loss, 4),
             f(st["mean"].as_f64().unwrap(), 4),
@@ -925,7 +927,7 @@ pub fn qk_norm(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut logit_series = Vec::new();
     let mut ent_series = Vec::new();
     let mut records = Vec::new();
-    for (k, g) in group(&rs, |c| format!("{}|{}", c.lr, c.qk_norm)) {
+    for (k, g) in group(&rs, |c| format!("{}|{}", c.lr, c.model.qk_norm)) {
         let (status, mean, _, _) = seed_stats(&g);
         let per_step_max = |r: &RunResult| -> Vec<(f64, f64)> {
             r.metrics
@@ -1013,7 +1015,7 @@ pub fn qk_norm(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     );
     out.data.insert(
         "per_layer".into(),
-        json!(rs.iter().map(|r| json!({"id": r.id, "qk_norm": r.cfg.qk_norm, "lr": r.cfg.lr, "steps": r.metrics.iter().filter(|m| !m.attn_max_logit.is_empty()).map(|m| json!({"step": m.step, "max_logit": m.attn_max_logit, "entropy": m.attn_entropy})).collect::<Vec<_>>()})).collect::<Vec<_>>()),
+        json!(rs.iter().map(|r| json!({"id": r.id, "qk_norm": r.cfg.model.qk_norm, "lr": r.cfg.lr, "steps": r.metrics.iter().filter(|m| !m.attn_max_logit.is_empty()).map(|m| json!({"step": m.step, "max_logit": m.attn_max_logit, "entropy": m.attn_entropy})).collect::<Vec<_>>()})).collect::<Vec<_>>()),
     );
     out.figures.push(Figure {
         stem: "qk_norm".into(),
@@ -1124,7 +1126,9 @@ pub fn placements(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             for &lr in &lrs {
                 let g: Vec<&RunResult> = rs
                     .iter()
-                    .filter(|r| r.cfg.model == m && r.cfg.placement == p && r.cfg.lr == lr)
+                    .filter(|r| {
+                        r.cfg.model.kind == m && r.cfg.model.placement == p && r.cfg.lr == lr
+                    })
                     .collect();
                 let (status, mean, _, _) = seed_stats(&g);
                 let init = g
@@ -1235,22 +1239,29 @@ pub fn placements(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 /// Mean row norm of the stream after the embedding and after each block,
 /// on the first held-out batch.
 pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>> {
-    let model = Model::new(&cfg.model_config())?;
+    let model = Model::new(&cfg.model)?;
     let data = load_data(cfg)?;
     let batch = cfg.batch.min(16);
-    let mut ws = model.workspace(batch, cfg.seq);
+    let mut ws = model.workspace(batch, cfg.model.seq);
     for i in 0..batch {
-        let r = i * cfg.seq..(i + 1) * cfg.seq;
-        data.eval_sequence(i, cfg.seq, &mut ws.tokens[r.clone()], &mut ws.targets[r]);
+        let r = i * cfg.model.seq..(i + 1) * cfg.model.seq;
+        data.eval_sequence(
+            i,
+            cfg.model.seq,
+            &mut ws.tokens[r.clone()],
+            &mut ws.targets[r],
+        );
     }
     model.forward(params, &mut ws);
-    let d = cfg.d_model;
-    let mut out = Vec::with_capacity(cfg.layers + 1);
+    let d = cfg.model.d_model;
+    let mut out = Vec::with_capacity(cfg.model.layers + 1);
     // The embedding output is the input of sublayer 0: recompute it.
-    let mut x0 = vec![0.0; batch * cfg.seq * d];
-    model.emb.forward(params, &ws.tokens, cfg.seq, &mut x0);
+    let mut x0 = vec![0.0; batch * cfg.model.seq * d];
+    model
+        .emb
+        .forward(params, &ws.tokens, cfg.model.seq, &mut x0);
     out.push(mean_row_norm(&x0, d));
-    for b in 0..cfg.layers {
+    for b in 0..cfg.model.layers {
         out.push(mean_row_norm(ws.blocks[b].output(), d));
     }
     Ok(out)
@@ -1300,7 +1311,7 @@ pub fn residual_growth(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut panels = Vec::new();
     let mut data = Map::new();
     for ((name, _, _), r) in variants.iter().zip(rs.iter()) {
-        let model = Model::new(&r.cfg.model_config())?;
+        let model = Model::new(&r.cfg.model)?;
         let init = block_row_norms(&r.cfg, &model.init_params(r.cfg.seed))?;
         let trained = block_row_norms(&r.cfg, &final_params(a, r)?)?;
         for (when, v) in [("init", &init), ("trained", &trained)] {
@@ -1434,9 +1445,9 @@ pub fn convert_exp(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
             for r in run_specs(a, specs(cfgs), true, progress)? {
                 let p = final_params(a, &r)?;
-                let m = Model::new(&r.cfg.model_config())?;
+                let m = Model::new(&r.cfg.model)?;
                 models.push((
-                    format!("{} (trained {} steps)", r.cfg.placement, r.cfg.steps),
+                    format!("{} (trained {} steps)", r.cfg.model.placement, r.cfg.steps),
                     r.cfg.clone(),
                     m,
                     p,

@@ -4,6 +4,7 @@
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::nn::{Activation, Placement};
+use crate::settings::Flag;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -54,116 +55,107 @@ pub mod norm_kind_serde {
     }
 }
 
-/// Everything that defines a model's shape and initialisation.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelConfig {
-    /// toy or gpt.
-    pub model: ModelKind,
-    /// Vocabulary (toy 64, gpt 256 bytes).
-    pub vocab: usize,
-    /// Sequence length (context).
-    pub seq: usize,
-    /// Width d.
-    pub d_model: usize,
-    /// Attention heads (gpt).
-    pub heads: usize,
-    /// Blocks L (each: mixer/attention sublayer + MLP sublayer).
-    pub layers: usize,
-    /// MLP hidden width.
-    pub hidden: usize,
-    /// MLP nonlinearity.
-    pub act: Activation,
-    /// Norm kind of every norm in the blocks and the final norm.
-    #[serde(with = "norm_kind_serde")]
-    pub norm: NormKind,
-    /// eps (default: the kind's).
-    pub eps: Option<f32>,
-    /// Where the norms sit.
-    pub placement: Placement,
-    /// Residual connections on.
-    pub residual: bool,
-    /// Multiplier on each sublayer's output before the add (1; e.g. 1/sqrt(2L)).
-    pub branch_scale: f32,
-    /// Init std of the output projections (default 0.02/sqrt(2L), GPT-2).
-    pub out_proj_std: Option<f32>,
-    /// Init std of the other weights and embeddings.
-    pub init_std: f32,
-    /// QK-Norm in attention.
-    pub qk_norm: bool,
-    /// Final norm before the head (default: on for pre/sandwich/peri/olmo2).
-    pub final_norm: Option<bool>,
-    /// Tie the head to the token embedding (gpt).
-    pub tie_head: bool,
-    /// A bias on the head (set by checkpoint conversion to fold the final
-    /// norm's beta; off for trained models).
-    #[serde(default)]
-    pub head_bias: bool,
-    /// A bias added after each output norm (set by conversion: an exactly
-    /// converted LayerNorm on a branch output keeps its beta here).
-    #[serde(default)]
-    pub out_norm_bias: bool,
+crate::settings! {
+    /// Everything that defines a model's shape and initialisation. Declared
+    /// once: `normlab train`'s flags, TOML keys and sweep-grid keys are these
+    /// fields (and the training ones of `TrainConfig`); the defaults of each
+    /// model family are in [`ModelConfig::defaults`]. The field order is the
+    /// order of `config.json` and of checkpoint metadata: append new fields
+    /// at the end, with `#[serde(default)]`, so older run folders still read.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct ModelConfig {
+        /// toy (synthetic task, causal-mean mixer) or gpt (attention, byte-level text).
+        #[serde(rename = "model")]
+        pub kind: ModelKind as "model" => Flag::Text,
+        /// Blocks L (each: mixer/attention sublayer + MLP sublayer).
+        pub layers: usize => Flag::Num,
+        /// Width d.
+        pub d_model: usize => Flag::Num,
+        /// Attention heads (gpt).
+        pub heads: usize => Flag::Num,
+        /// Sequence length (context).
+        pub seq: usize => Flag::Num,
+        /// MLP hidden width.
+        pub hidden: usize => Flag::Num,
+        /// Vocabulary (toy 64; gpt 256 bytes).
+        pub vocab: usize => Flag::Num,
+        /// MLP nonlinearity: gelu or swiglu.
+        pub act: Activation => Flag::Text,
+        /// Norm kind of every norm in the blocks and of the final norm.
+        #[serde(with = "norm_kind_serde")]
+        pub norm: NormKind => Flag::Choice(|| NormKind::row_wise().map(NormKind::name).collect()),
+        /// Norm eps (default: the kind's).
+        pub eps: Option<f32> => Flag::Num,
+        /// Where the norms sit.
+        pub placement: Placement => Flag::Choice(|| Placement::ALL.iter().map(|p| p.name()).collect()),
+        /// Residual connections (without them x = S(...) replaces x).
+        pub residual: bool => Flag::Off,
+        /// Multiplier on each sublayer's output before the add: a number, or
+        /// invsqrt for 1/sqrt(2L).
+        pub branch_scale: f32 => Flag::NumOr("invsqrt"),
+        /// Init std of the output projections (default 0.02/sqrt(2L), GPT-2).
+        pub out_proj_std: Option<f32> => Flag::Num,
+        /// Init std of the other weights and the embeddings.
+        pub init_std: f32 => Flag::Num,
+        /// QK-Norm in attention (gpt): an RMSNorm over head_dim on q and k.
+        pub qk_norm: bool => Flag::On,
+        /// Final norm before the head (default: on for pre, sandwich, peri, olmo2).
+        pub final_norm: Option<bool> => Flag::OnOff,
+        /// Tie the head to the token embedding (gpt).
+        pub tie_head: bool => Flag::On,
+        /// A bias on the head (set by checkpoint conversion to fold the final
+        /// norm's beta; off for trained models).
+        #[serde(default)]
+        pub head_bias: bool => Flag::Hidden,
+        /// A bias added after each output norm (set by conversion: an exactly
+        /// converted LayerNorm on a branch output keeps its beta here).
+        #[serde(default)]
+        pub out_norm_bias: bool => Flag::Hidden,
+    }
 }
 
 impl ModelConfig {
+    /// The defaults of a model family: the toy net of SPEC section 3 (6
+    /// blocks, d 64, pre-LN) or a small byte-level GPT (4 blocks, d 128, 4
+    /// heads, seq 128, MLP 4d). Run ids hash the settings that differ from
+    /// these, so changing a default changes ids.
+    pub fn defaults(kind: ModelKind) -> ModelConfig {
+        let toy = kind == ModelKind::Toy;
+        ModelConfig {
+            kind,
+            layers: if toy { 6 } else { 4 },
+            d_model: if toy { 64 } else { 128 },
+            heads: if toy { 1 } else { 4 },
+            seq: if toy { 16 } else { 128 },
+            hidden: if toy { 128 } else { 512 },
+            vocab: if toy { 64 } else { 256 },
+            act: Activation::Gelu,
+            norm: NormKind::LayerNorm,
+            eps: None,
+            placement: Placement::Pre,
+            residual: true,
+            branch_scale: 1.0,
+            out_proj_std: None,
+            init_std: 0.02,
+            qk_norm: false,
+            final_norm: None,
+            tie_head: false,
+            head_bias: false,
+            out_norm_bias: false,
+        }
+    }
+
     /// SPEC section 3's toy net with `layers` blocks, pre-LN.
     pub fn toy(layers: usize) -> ModelConfig {
         ModelConfig {
-            model: ModelKind::Toy,
-            vocab: 64,
-            seq: 16,
-            d_model: 64,
-            heads: 1,
             layers,
-            hidden: 128,
-            act: Activation::Gelu,
-            norm: NormKind::LayerNorm,
-            eps: None,
-            placement: Placement::Pre,
-            residual: true,
-            branch_scale: 1.0,
-            out_proj_std: None,
-            init_std: 0.02,
-            qk_norm: false,
-            final_norm: None,
-            tie_head: false,
-            head_bias: false,
-            out_norm_bias: false,
+            ..ModelConfig::defaults(ModelKind::Toy)
         }
     }
 
-    /// A small byte-level GPT (d 128, 4 heads, 8 layers, seq 128, MLP 4d).
+    /// The default GPT.
     pub fn gpt() -> ModelConfig {
-        ModelConfig {
-            model: ModelKind::Gpt,
-            vocab: 256,
-            seq: 128,
-            d_model: 128,
-            heads: 4,
-            layers: 8,
-            hidden: 512,
-            act: Activation::Gelu,
-            norm: NormKind::LayerNorm,
-            eps: None,
-            placement: Placement::Pre,
-            residual: true,
-            branch_scale: 1.0,
-            out_proj_std: None,
-            init_std: 0.02,
-            qk_norm: false,
-            final_norm: None,
-            tie_head: false,
-            head_bias: false,
-            out_norm_bias: false,
-        }
-    }
-
-    /// The defaults of a model family.
-    pub fn defaults(kind: ModelKind) -> ModelConfig {
-        match kind {
-            ModelKind::Toy => ModelConfig::toy(6),
-            ModelKind::Gpt => ModelConfig::gpt(),
-        }
+        ModelConfig::defaults(ModelKind::Gpt)
     }
 
     /// eps actually used.
@@ -203,7 +195,7 @@ impl ModelConfig {
         pos("d_model", self.d_model)?;
         pos("layers", self.layers)?;
         pos("hidden", self.hidden)?;
-        if self.model == ModelKind::Gpt {
+        if self.kind == ModelKind::Gpt {
             pos("heads", self.heads)?;
             if self.d_model % self.heads != 0 {
                 return Err(format!(
@@ -213,7 +205,7 @@ impl ModelConfig {
                 .into());
             }
         }
-        if self.model == ModelKind::Toy && self.qk_norm {
+        if self.kind == ModelKind::Toy && self.qk_norm {
             return Err(
                 "--qk-norm needs attention (model gpt); the toy net has no attention".into(),
             );

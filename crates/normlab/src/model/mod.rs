@@ -109,7 +109,7 @@ impl Model {
             for (j, op_name) in [
                 (
                     0,
-                    if cfg.model == ModelKind::Toy {
+                    if cfg.kind == ModelKind::Toy {
                         "mix"
                     } else {
                         "attn"
@@ -128,7 +128,7 @@ impl Model {
                         blk,
                     )
                 });
-                let op = match (j, cfg.model) {
+                let op = match (j, cfg.kind) {
                     (0, ModelKind::Toy) => Op::Mixer(ToyMixer::new(
                         &mut layout,
                         &format!("{base}.mix"),

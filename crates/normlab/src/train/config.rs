@@ -4,133 +4,74 @@
 //! values and then checked field by field.
 
 use crate::error::Result;
-use crate::kernels::norm::NormKind;
-use crate::model::config::norm_kind_serde;
 use crate::model::{ModelConfig, ModelKind};
-use crate::nn::{Activation, Placement};
+use crate::settings::{Field, Flag};
 use crate::train::optim::{OptimizerKind, ScheduleKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// All settings of one training run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrainConfig {
-    /// toy or gpt.
-    pub model: ModelKind,
-    /// Blocks.
-    pub layers: usize,
-    /// Width.
-    pub d_model: usize,
-    /// Attention heads (gpt).
-    pub heads: usize,
-    /// Sequence length.
-    pub seq: usize,
-    /// MLP hidden width.
-    pub hidden: usize,
-    /// Vocabulary (toy 64; gpt 256 bytes).
-    pub vocab: usize,
-    /// gelu or swiglu.
-    pub act: Activation,
-    /// Norm kind.
-    #[serde(with = "norm_kind_serde")]
-    pub norm: NormKind,
-    /// eps (default: the kind's).
-    pub eps: Option<f32>,
-    /// Placement preset.
-    pub placement: Placement,
-    /// Residual connections.
-    pub residual: bool,
-    /// Multiplier on each sublayer output (1; `invsqrt` on the command line = 1/sqrt(2L)).
-    pub branch_scale: f32,
-    /// Output-projection init std (default 0.02/sqrt(2L)).
-    pub out_proj_std: Option<f32>,
-    /// Init std of other weights.
-    pub init_std: f32,
-    /// QK-Norm (gpt).
-    pub qk_norm: bool,
-    /// Final norm before the head (default by placement).
-    pub final_norm: Option<bool>,
-    /// Tie head and token embedding.
-    pub tie_head: bool,
-    /// Bias on the head (conversion only).
-    #[serde(default)]
-    pub head_bias: bool,
-    /// Bias after each output norm (conversion only).
-    #[serde(default)]
-    pub out_norm_bias: bool,
-    /// Text file for gpt (default: the bundled Shakespeare).
-    pub data: Option<String>,
-    /// Toy task label noise: probability that a target is replaced by a uniform token.
-    pub toy_noise: f32,
-    /// adam or adamw.
-    pub optimizer: OptimizerKind,
-    /// Peak learning rate.
-    pub lr: f32,
-    /// Adam beta1.
-    pub beta1: f32,
-    /// Adam beta2.
-    pub beta2: f32,
-    /// Adam eps.
-    pub adam_eps: f32,
-    /// Weight decay.
-    pub weight_decay: f32,
-    /// Apply weight decay to norm gains too.
-    pub wd_norm_gains: bool,
-    /// Linear warm-up steps.
-    pub warmup: usize,
-    /// constant or cosine after warm-up.
-    pub schedule: ScheduleKind,
-    /// Cosine floor as a fraction of lr.
-    pub min_lr_frac: f32,
-    /// Global grad-norm clip (0 = off).
-    pub clip: f32,
-    /// Optimisation steps.
-    pub steps: usize,
-    /// Sequences per step.
-    pub batch: usize,
-    /// The batch is split into this many equal shards, processed in
-    /// parallel and summed in order: results depend on `shards`, never on
-    /// the number of threads.
-    pub shards: usize,
-    /// Seed of initialisation and data.
-    pub seed: u64,
-    /// Evaluate the held-out loss every this many steps (and at the end).
-    pub eval_every: usize,
-    /// Held-out sequences per evaluation (rounded up to a multiple of batch).
-    pub eval_sequences: usize,
-    /// Record metrics every this many steps.
-    pub log_every: usize,
-    /// Write a checkpoint every this many steps (0 = only at the end).
-    pub checkpoint_every: usize,
+crate::settings! {
+    /// All settings of one training run: the model's ([`ModelConfig`], whose
+    /// keys appear at the top level in files, flags and grids) and the
+    /// training ones below.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct TrainConfig {
+        /// The model.
+        #[serde(flatten)]
+        pub model: ModelConfig => Flag::Hidden,
+        /// Text file to train a gpt on (default: the bundled Shakespeare).
+        pub data: Option<String> => Flag::Text,
+        /// Toy task label noise: the probability that a target is replaced by a uniform token.
+        pub toy_noise: f32 => Flag::Num,
+        /// adam or adamw.
+        pub optimizer: OptimizerKind => Flag::Text,
+        /// Peak learning rate.
+        pub lr: f32 => Flag::Num,
+        /// Adam beta1.
+        pub beta1: f32 => Flag::Num,
+        /// Adam beta2.
+        pub beta2: f32 => Flag::Num,
+        /// Adam eps.
+        pub adam_eps: f32 => Flag::Num,
+        /// Weight decay.
+        pub weight_decay: f32 => Flag::Num,
+        /// Apply weight decay to norm gains too.
+        pub wd_norm_gains: bool => Flag::On,
+        /// Linear warm-up steps.
+        pub warmup: usize => Flag::Num,
+        /// constant or cosine after warm-up.
+        pub schedule: ScheduleKind => Flag::Text,
+        /// Cosine floor as a fraction of lr.
+        pub min_lr_frac: f32 => Flag::Num,
+        /// Global grad-norm clip (0 = off).
+        pub clip: f32 => Flag::Num,
+        /// Optimisation steps.
+        pub steps: usize => Flag::Num,
+        /// Sequences per step.
+        pub batch: usize => Flag::Num,
+        /// The batch is split into this many equal shards, processed in
+        /// parallel and summed in order: results depend on shards, never on the
+        /// number of threads.
+        pub shards: usize => Flag::Num,
+        /// Seed of initialisation and data.
+        pub seed: u64 => Flag::Num,
+        /// Evaluate the held-out loss every this many steps (and at the end).
+        pub eval_every: usize => Flag::Num,
+        /// Held-out sequences per evaluation (rounded up to a multiple of batch).
+        pub eval_sequences: usize => Flag::Num,
+        /// Record metrics every this many steps.
+        pub log_every: usize => Flag::Num,
+        /// Write a checkpoint every this many steps (0 = only at the end).
+        pub checkpoint_every: usize => Flag::Num,
+    }
 }
 
 impl TrainConfig {
     /// Defaults for a model family.
     pub fn defaults(model: ModelKind) -> TrainConfig {
-        let m = ModelConfig::defaults(model);
         let toy = model == ModelKind::Toy;
         TrainConfig {
-            model,
-            layers: if toy { 6 } else { 4 },
-            d_model: m.d_model,
-            heads: m.heads,
-            seq: m.seq,
-            hidden: m.hidden,
-            vocab: m.vocab,
-            act: m.act,
-            norm: m.norm,
-            eps: None,
-            placement: m.placement,
-            residual: true,
-            branch_scale: 1.0,
-            out_proj_std: None,
-            init_std: 0.02,
-            qk_norm: false,
-            final_norm: None,
-            tie_head: false,
-            head_bias: false,
-            out_norm_bias: false,
+            model: ModelConfig::defaults(model),
             data: None,
             toy_noise: 0.1,
             optimizer: if toy {
@@ -163,32 +104,54 @@ impl TrainConfig {
         }
     }
 
+    /// Every option's field description: the model's, then the training ones.
+    pub fn fields() -> impl Iterator<Item = &'static Field> {
+        ModelConfig::FIELDS
+            .iter()
+            .chain(TrainConfig::FIELDS.iter().filter(|f| f.key != "model"))
+    }
+
     /// Defaults, then `overrides` (a JSON object of option -> value; keys
     /// may use '-' or '_'). The model family is taken from the overrides
-    /// first. Unknown keys and bad values are one-line errors.
+    /// first. Unknown keys and bad values are one-line errors that name the
+    /// option and the value.
     pub fn from_overrides(overrides: &Map<String, Value>) -> Result<TrainConfig> {
-        let norm_key = |k: &str| k.replace('-', "_");
         let mut ov = Map::new();
         for (k, v) in overrides {
-            ov.insert(norm_key(k), v.clone());
+            ov.insert(k.replace('-', "_"), v.clone());
         }
         let kind = match ov.get("model") {
             Some(Value::String(s)) => s.parse::<ModelKind>()?,
             Some(other) => return Err(format!("model must be a string (got {other})").into()),
             None => ModelKind::Toy,
         };
-        let mut base =
-            serde_json::to_value(TrainConfig::defaults(kind)).map_err(|e| e.to_string())?;
-        let obj = base.as_object_mut().unwrap();
-        let fields: Vec<String> = obj.keys().cloned().collect();
+        let base = serde_json::to_value(TrainConfig::defaults(kind)).expect("config serialises");
+        let mut obj = base.as_object().expect("an object").clone();
         for (k, v) in ov {
             if !obj.contains_key(&k) {
-                return Err(format!("unknown option '{k}' (known: {})", fields.join(", ")).into());
+                let known: Vec<&str> = TrainConfig::fields().map(|f| f.key).collect();
+                return Err(format!("unknown option '{k}' (known: {})", known.join(", ")).into());
             }
             let v = match (k.as_str(), v) {
-                // Integers given for float options, and "invsqrt" for branch_scale.
+                // 1/sqrt(2L), once the layers are known.
                 ("branch_scale", Value::String(s)) if s == "invsqrt" => Value::Null,
-                (_, v) => v,
+                (_, Value::Null) => {
+                    return Err(format!("option {k} has no value (null)").into());
+                }
+                (_, v) => {
+                    // Check the value alone, so that the error names it.
+                    let mut one = base.as_object().expect("an object").clone();
+                    one.insert(k.clone(), v.clone());
+                    if let Err(e) = serde_json::from_value::<TrainConfig>(Value::Object(one)) {
+                        let e = e.to_string();
+                        return Err(format!(
+                            "bad value for {k}: {v} ({})",
+                            e.split(" at line").next().unwrap_or(&e)
+                        )
+                        .into());
+                    }
+                    v
+                }
             };
             obj.insert(k, v);
         }
@@ -203,41 +166,27 @@ impl TrainConfig {
                 Value::from(1.0 / ((2 * layers) as f64).sqrt()),
             );
         }
-        let cfg: TrainConfig =
-            serde_json::from_value(base).map_err(|e| format!("bad option value: {e}"))?;
+        let cfg: TrainConfig = serde_json::from_value(Value::Object(obj))
+            .map_err(|e| format!("bad option value: {e}"))?;
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// The model part.
-    pub fn model_config(&self) -> ModelConfig {
-        ModelConfig {
-            model: self.model,
-            vocab: self.vocab,
-            seq: self.seq,
-            d_model: self.d_model,
-            heads: self.heads,
-            layers: self.layers,
-            hidden: self.hidden,
-            act: self.act,
-            norm: self.norm,
-            eps: self.eps,
-            placement: self.placement,
-            residual: self.residual,
-            branch_scale: self.branch_scale,
-            out_proj_std: self.out_proj_std,
-            init_std: self.init_std,
-            qk_norm: self.qk_norm,
-            final_norm: self.final_norm,
-            tie_head: self.tie_head,
-            head_bias: self.head_bias,
-            out_norm_bias: self.out_norm_bias,
+    /// Check that a stored config (`config.json`) has only known keys:
+    /// serde cannot deny unknown fields of a flattened struct.
+    pub fn check_keys(v: &Value) -> Result<()> {
+        let known: Vec<&str> = TrainConfig::fields().map(|f| f.key).collect();
+        if let Some(o) = v.as_object() {
+            if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
+                return Err(format!("unknown option '{k}'").into());
+            }
         }
+        Ok(())
     }
 
     /// Check everything; one-line messages.
     pub fn validate(&self) -> Result<()> {
-        self.model_config().validate()?;
+        self.model.validate()?;
         let finite_pos = |name: &str, v: f32| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
@@ -280,40 +229,16 @@ impl TrainConfig {
         if self.eval_every == 0 || self.log_every == 0 {
             return Err("eval_every and log_every must be at least 1".into());
         }
-        if self.model == ModelKind::Toy && self.vocab != 64 {
+        if self.model.kind == ModelKind::Toy && self.model.vocab != 64 {
             return Err("the toy task has a vocabulary of 64".into());
         }
-        if self.model == ModelKind::Gpt && self.vocab != 256 {
+        if self.model.kind == ModelKind::Gpt && self.model.vocab != 256 {
             return Err("gpt models are byte-level: vocab must be 256".into());
         }
-        if self.model == ModelKind::Toy && self.data.is_some() {
+        if self.model.kind == ModelKind::Toy && self.data.is_some() {
             return Err("--data applies to gpt models (the toy task is generated)".into());
         }
         Ok(())
-    }
-
-    /// Set the model fields from a model config (the training fields stay).
-    pub fn set_model(&mut self, m: &ModelConfig) {
-        self.model = m.model;
-        self.vocab = m.vocab;
-        self.seq = m.seq;
-        self.d_model = m.d_model;
-        self.heads = m.heads;
-        self.layers = m.layers;
-        self.hidden = m.hidden;
-        self.act = m.act;
-        self.norm = m.norm;
-        self.eps = m.eps;
-        self.placement = m.placement;
-        self.residual = m.residual;
-        self.branch_scale = m.branch_scale;
-        self.out_proj_std = m.out_proj_std;
-        self.init_std = m.init_std;
-        self.qk_norm = m.qk_norm;
-        self.final_norm = m.final_norm;
-        self.tie_head = m.tie_head;
-        self.head_bias = m.head_bias;
-        self.out_norm_bias = m.out_norm_bias;
     }
 
     /// The config as a JSON value whose numbers keep their f32 decimal form
@@ -344,10 +269,13 @@ mod tests {
             json!({"model": "gpt", "d-model": 64, "heads": 4, "lr": 0.003}),
         ))
         .unwrap();
-        assert_eq!((c.model, c.d_model, c.lr), (ModelKind::Gpt, 64, 0.003));
+        assert_eq!(
+            (c.model.kind, c.model.d_model, c.lr),
+            (ModelKind::Gpt, 64, 0.003)
+        );
         let c = TrainConfig::from_overrides(&ov(json!({"layers": 8, "branch_scale": "invsqrt"})))
             .unwrap();
-        assert!((c.branch_scale - 0.25).abs() < 1e-7);
+        assert!((c.model.branch_scale - 0.25).abs() < 1e-7);
         let e = TrainConfig::from_overrides(&ov(json!({"model": "gpt", "heads": 3})))
             .unwrap_err()
             .to_string();

@@ -196,15 +196,19 @@ fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> {
 
 /// Read `config.json` of a run folder.
 pub fn read_config(dir: &Path) -> Result<TrainConfig> {
-    let text = fs::read_to_string(dir.join("config.json")).map_err(|e| {
-        format!(
-            "{} is not a run folder (no config.json: {e})",
-            dir.display()
-        )
-    })?;
-    let cfg: TrainConfig = serde_json::from_str(&text)
-        .map_err(|e| format!("{}/config.json is invalid: {e}", dir.display()))?;
-    cfg.validate()?;
+    let path = dir.join("config.json");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("{} is not a run folder (no config.json)", dir.display()).into())
+        }
+        Err(e) => return Err(crate::Error::read(&path, e)),
+    };
+    let invalid = |e: &dyn std::fmt::Display| format!("{} is invalid: {e}", path.display());
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
+    TrainConfig::check_keys(&v).map_err(|e| invalid(&e))?;
+    let cfg: TrainConfig = serde_json::from_value(v).map_err(|e| invalid(&e))?;
+    cfg.validate().map_err(|e| invalid(&e))?;
     Ok(cfg)
 }
 
@@ -402,7 +406,7 @@ pub fn run(
 /// Load a model and its parameters from a run folder's checkpoint.
 pub fn load_model(dir: &Path) -> Result<(TrainConfig, Model, Vec<f32>)> {
     let cfg = read_config(dir)?;
-    let model = Model::new(&cfg.model_config())?;
+    let model = Model::new(&cfg.model)?;
     let bytes = crate::io::read(&dir.join("checkpoint.safetensors"))?;
     let mut params = vec![0.0; model.layout.buffer_len()];
     load_tensors(

@@ -75,15 +75,19 @@ pub struct Trainer {
 
 /// Load the data a config asks for.
 pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
-    match cfg.model {
+    match cfg.model.kind {
         ModelKind::Toy => Ok(Data::Toy(ToyTask::new(cfg.seed, cfg.toy_noise))),
         ModelKind::Gpt => match &cfg.data {
-            Some(p) => Ok(Data::Text(TextData::load(Path::new(p), cfg.seed, cfg.seq)?)),
+            Some(p) => Ok(Data::Text(TextData::load(
+                Path::new(p),
+                cfg.seed,
+                cfg.model.seq,
+            )?)),
             None => Ok(Data::Text(TextData::from_bytes(
                 "shakespeare.txt (bundled)".into(),
                 BUNDLED_TEXT.to_vec(),
                 cfg.seed,
-                cfg.seq,
+                cfg.model.seq,
             )?)),
         },
     }
@@ -93,13 +97,13 @@ impl Trainer {
     /// A fresh run: initialised parameters, zero optimiser state.
     pub fn new(cfg: &TrainConfig, threads: usize) -> Result<Trainer> {
         cfg.validate()?;
-        let model = Model::new(&cfg.model_config())?;
+        let model = Model::new(&cfg.model)?;
         let data = load_data(cfg)?;
-        if data.vocab() != cfg.vocab {
+        if data.vocab() != cfg.model.vocab {
             return Err(format!(
                 "data has vocabulary {} but the model {}",
                 data.vocab(),
-                cfg.vocab
+                cfg.model.vocab
             )
             .into());
         }
@@ -122,7 +126,7 @@ impl Trainer {
         };
         let per = cfg.batch / cfg.shards;
         let shards = (0..cfg.shards)
-            .map(|_| model.workspace(per, cfg.seq))
+            .map(|_| model.workspace(per, cfg.model.seq))
             .collect();
         let threads = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
@@ -154,12 +158,12 @@ impl Trainer {
 
     /// Loss above which (or non-finite) a run counts as diverged: 2 ln(vocab).
     pub fn divergence_bound(&self) -> f64 {
-        2.0 * (self.cfg.vocab as f64).ln()
+        2.0 * (self.cfg.model.vocab as f64).ln()
     }
 
     /// Tokens per optimisation step.
     pub fn tokens_per_step(&self) -> usize {
-        self.cfg.batch * self.cfg.seq
+        self.cfg.batch * self.cfg.model.seq
     }
 
     /// One optimisation step. Returns the record and whether the run
@@ -174,7 +178,7 @@ impl Trainer {
     fn step_in_pool(&mut self, want_stats: bool) -> (StepRecord, bool) {
         let step = self.step;
         let lr = self.sched.lr_at(step);
-        let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.seq);
+        let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.model.seq);
         let total_tokens = (self.cfg.batch * t) as f32;
         let (model, params, data) = (&self.model, &self.params, &self.data);
         let track = want_stats;
@@ -218,8 +222,8 @@ impl Trainer {
                     }
                 });
         }
-        let nb = self.cfg.layers;
-        let d = self.cfg.d_model as f64;
+        let nb = self.cfg.model.layers;
+        let d = self.cfg.model.d_model as f64;
         let residual_rms: Vec<f64> = (0..nb)
             .map(|b| {
                 (self.shards.iter().map(|w| w.residual_sumsq[b]).sum::<f64>()
@@ -246,7 +250,7 @@ impl Trainer {
             attn_max_logit: Vec::new(),
             attn_entropy: Vec::new(),
         };
-        if want_stats && self.cfg.model == crate::model::ModelKind::Gpt {
+        if want_stats && self.cfg.model.kind == crate::model::ModelKind::Gpt {
             for b in 0..nb {
                 let caches: Vec<_> = self
                     .shards
@@ -283,7 +287,7 @@ impl Trainer {
     /// Mean loss on the held-out split.
     pub fn evaluate(&mut self) -> f64 {
         let n = self.cfg.eval_sequences_rounded();
-        let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.seq);
+        let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.model.seq);
         let rounds = n / self.cfg.batch;
         let (model, params, data) = (&self.model, &self.params, &self.data);
         let mut total = 0f64;
