@@ -13,16 +13,17 @@ pub struct CalcArgs {
     /// The vector, comma-separated (e.g. 1,2,3,6). Use --x=-1,2 for a leading minus.
     #[arg(long, allow_hyphen_values = true)]
     x: String,
-    /// Norm kind: layernorm, rmsnorm, zrmsnorm, scalenorm, batchnorm, none.
-    #[arg(long, default_value = "layernorm")]
+    /// Norm kind (default layernorm). The kinds and their default eps:
+    #[arg(long, default_value = "layernorm", long_help = format!("Norm kind. The kinds, with their default eps and formula: {}", NormKind::describe_all()))]
     norm: String,
-    /// eps (default: 1e-5 for layernorm/scalenorm/batchnorm, 1e-6 for rmsnorm/zrmsnorm).
+    /// eps (default: the kind's, listed under --norm).
     #[arg(long, allow_hyphen_values = true)]
     eps: Option<f32>,
-    /// Gain: one value (broadcast) or d values. For zrmsnorm this is w (gain 1 + w); for scalenorm the scalar g.
+    /// Gain: one value (broadcast) or d values; the kind's gain tensor as
+    /// stored (for zrmsnorm w, the gain being 1 + w; for scalenorm the scalar g).
     #[arg(long, allow_hyphen_values = true)]
     gamma: Option<String>,
-    /// Bias (layernorm, batchnorm): one value or d values.
+    /// Bias, for kinds with one: one value or d values.
     #[arg(long, allow_hyphen_values = true)]
     beta: Option<String>,
     /// Also normalise scale * x (+ shift) and say whether the output changed.

@@ -155,10 +155,19 @@ impl ExpCmd {
 pub fn run(c: ExpCmd) -> anyhow::Result<()> {
     if c.id == "list" {
         if c.json {
-            println!("{}", serde_json::to_string_pretty(EXPERIMENTS)?);
+            let infos: Vec<_> = EXPERIMENTS.iter().map(|e| e.info()).collect();
+            println!("{}", serde_json::to_string_pretty(&infos)?);
         } else {
             for e in EXPERIMENTS {
-                println!("{:<17} {}", e.id, e.question);
+                let flags: Vec<String> =
+                    e.flags.iter().map(|f| format!("--{}", f.name())).collect();
+                println!(
+                    "{:<17} {}\n{:<17} flags: {}",
+                    e.id,
+                    e.question,
+                    "",
+                    flags.join(" ")
+                );
             }
         }
         return Ok(());

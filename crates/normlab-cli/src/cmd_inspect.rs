@@ -4,7 +4,7 @@
 
 use crate::ui::{bad, Table};
 use clap::Args;
-use normlab::bert::{self, Bert};
+use normlab::model::bert::{self, Bert};
 use std::path::PathBuf;
 
 /// Inspect a pretrained BERT-style model (folder with config.json, model.safetensors, tokenizer.json).

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct SweepCmd {
     /// A grid TOML file (top-level keys are `normlab train` options; a list
-    /// is an axis), or an experiment id whose grid to run (collapse,
-    /// lr-sensitivity).
+    /// is an axis), or the id of a training experiment whose full grid to run
+    /// (`normlab exp list`).
     grid: String,
     /// Folder for the runs (`<out>/runs/<id>`), shared by all shards.
     #[arg(long)]
@@ -52,12 +52,20 @@ pub struct ReportCmd {
 }
 
 fn grid_specs(grid: &str) -> anyhow::Result<Vec<RunSpec>> {
-    if normlab::exp::info(grid).is_some() {
-        return Ok(normlab::exp::grids::experiment_specs(grid)?);
+    if let Some(e) = normlab::exp::find(grid) {
+        return Ok(e.sweep_specs()?);
     }
     let path = PathBuf::from(grid);
     if !path.exists() {
-        return bad(format!("'{grid}' is neither a grid file nor an experiment with a grid (collapse, lr-sensitivity)"));
+        let ids: Vec<&str> = normlab::exp::EXPERIMENTS
+            .iter()
+            .filter(|e| e.grid.is_some())
+            .map(|e| e.id)
+            .collect();
+        return bad(format!(
+            "'{grid}' is neither a grid file nor an experiment with a grid ({})",
+            ids.join(", ")
+        ));
     }
     let g = sweep::read_grid(&path)?;
     Ok(sweep::expand_grid(&g)?)

@@ -63,28 +63,99 @@ fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
-#[test]
-fn list_names_every_experiment() {
-    let o = normlab(&["exp", "list"]);
-    let text = String::from_utf8(o.stdout).unwrap();
-    for id in [
-        "drift",
-        "batch-dependence",
-        "norm-stats",
-        "identity-path",
-        "residual-growth",
-        "depth-sim",
-        "collapse",
-        "lr-sensitivity",
-        "warmup",
-        "speed",
-        "norm-kind",
-        "gain-decay",
-        "qk-norm",
-        "placements",
-    ] {
-        assert!(text.contains(id), "{id} missing from exp list");
+/// The MiniLM model folder, if fetched (scripts/fetch_minilm.sh).
+fn minilm() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").exists() {
+        return Some(dir);
     }
+    assert!(
+        std::env::var_os("NORMLAB_REQUIRE_MODEL").is_none(),
+        "NORMLAB_REQUIRE_MODEL is set but {} is missing",
+        dir.display()
+    );
+    eprintln!("skipping --bert: models/all-MiniLM-L6-v2 is absent (scripts/fetch_minilm.sh)");
+    None
+}
+
+#[test]
+fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
+    use normlab::exp::{ExpFlag, EXPERIMENTS};
+    let dir = tmp("flags");
+    // A run folder for --runs: a tiny LayerNorm GPT.
+    let run = dir.join("tiny-run");
+    let o = normlab(&[
+        "train",
+        "--model",
+        "gpt",
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq",
+        "16",
+        "--hidden",
+        "32",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--eval-sequences",
+        "2",
+        "--quiet",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bert = minilm();
+    let listed: Value =
+        serde_json::from_slice(&normlab(&["exp", "list", "--json"]).stdout).unwrap();
+    let listed: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    for e in EXPERIMENTS {
+        assert!(listed.contains(&e.id), "{} missing from exp list", e.id);
+        // Every documented flag, with a small value; --runs (which replaces
+        // training) in a second invocation of its own.
+        let mut with_all: Vec<String> = vec!["exp".into(), e.id.into(), "--quick".into()];
+        let mut with_runs: Option<Vec<String>> = None;
+        for &flag in e.flags {
+            let name = format!("--{}", flag.name());
+            match (flag, flag.example()) {
+                (ExpFlag::Runs, _) => {
+                    with_runs = Some(vec![
+                        "exp".into(),
+                        e.id.into(),
+                        "--quick".into(),
+                        name,
+                        run.display().to_string(),
+                    ]);
+                }
+                (ExpFlag::Bert, _) => {
+                    if let Some(b) = &bert {
+                        with_all.extend([name, b.display().to_string()]);
+                    }
+                }
+                (_, Some(v)) => with_all.extend([name, v.to_string()]),
+                (_, None) => with_all.push(name),
+            }
+        }
+        for args in std::iter::once(with_all).chain(with_runs) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = normlab(&args);
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

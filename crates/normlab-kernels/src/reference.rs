@@ -16,7 +16,7 @@ fn rstd_of(denom: f64) -> f64 {
 }
 
 fn gain(kind: NormKind, params: &[f32], d: usize, j: usize) -> f64 {
-    kind.gain_multiplier(params, d, j) as f64
+    kind.gain_multiplier(params, d, j)
 }
 
 /// Per-row normalised values `xhat` (before gain and bias) and the row's

@@ -90,7 +90,7 @@ fn check(kind: NormKind, d: usize, eps: f32, name: &str, x: &[f32], rng: &mut Rn
     // Scale of y: |gain| * |xhat| + |bias| <= (|gain|+|bias|) * max|xhat|.
     let xhat = reference::forward(kind, d, eps, x, &unit_params(kind, d));
     let pmax = (0..d)
-        .map(|j| kind.gain_multiplier(&p, d, j).abs() as f64)
+        .map(|j| kind.gain_multiplier(&p, d, j).abs())
         .chain(p.iter().map(|v| v.abs() as f64))
         .fold(1f64, f64::max);
     for r in 0..rows {

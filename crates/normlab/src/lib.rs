@@ -10,7 +10,6 @@ pub use error::{Error, Result};
 pub use normlab_kernels as kernels;
 
 pub mod bench;
-pub mod bert;
 pub mod calc;
 pub mod convert;
 pub mod error;
@@ -20,6 +19,7 @@ pub mod io;
 pub mod model;
 pub mod nn;
 pub mod params;
+pub mod present;
 pub mod report;
 pub mod settings;
 pub mod sweep;

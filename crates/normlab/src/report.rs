@@ -6,9 +6,9 @@
 //! stalled cells marked.
 
 use crate::error::{Error, Result};
-use crate::exp::plot::{Figure, Heatmap, LineChart, Panel, Series};
-use crate::exp::{f, Table};
-use crate::train::run::{read_config, read_metrics, read_summary, Status, Summary};
+use crate::present::{f, grid, plot, Figure, LineChart, Panel, Series, Table};
+use crate::sweep::SeedGroup;
+use crate::train::run::{read_config, read_metrics, read_summary, Summary};
 use crate::train::{StepRecord, TrainConfig};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -263,9 +263,8 @@ pub fn build(runs: &[FoundRun]) -> Report {
 }
 
 /// The lr-sensitivity heat map: rows = combinations of the other varying
-/// keys (seeds merged), columns = learning rates; value = mean final eval
-/// loss over seeds that did not diverge; marks D / S where most seeds
-/// diverged / stalled.
+/// keys (seeds merged), columns = learning rates; each cell the seed group
+/// of the finished runs there (see [`crate::present::grid`]).
 fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
     let mut lrs: Vec<f32> = runs.iter().map(|r| r.cfg.lr).collect();
     lrs.sort_by(f32::total_cmp);
@@ -290,69 +289,42 @@ fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
             rows.push(k);
         }
     }
-    let mut header = vec!["setting".to_string()];
-    header.extend(lrs.iter().map(|l| format!("lr {l}")));
-    let mut t = Table {
-        title: "Final held-out loss by learning rate (mean over seeds; D = diverged, S = stalled)"
-            .into(),
-        header,
-        rows: Vec::new(),
-    };
-    let (mut values, mut marks) = (Vec::new(), Vec::new());
-    for row in &rows {
-        let (mut vr, mut mr, mut cells) = (Vec::new(), Vec::new(), vec![row.clone()]);
-        for &lr in &lrs {
-            let g: Vec<&FoundRun> = runs
-                .iter()
-                .filter(|r| r.cfg.lr == lr && &row_of(r) == row && r.summary.is_some())
-                .collect();
-            let n = g.len();
-            let count = |s: Status| {
-                g.iter()
-                    .filter(|r| r.summary.as_ref().unwrap().status == s)
-                    .count()
-            };
-            let losses: Vec<f64> = g
-                .iter()
-                .filter_map(|r| r.summary.as_ref().unwrap().final_eval_loss)
-                .filter(|v| v.is_finite())
-                .collect();
-            let mean =
-                (!losses.is_empty()).then(|| losses.iter().sum::<f64>() / losses.len() as f64);
-            let mark = if n == 0 {
-                ""
-            } else if count(Status::Diverged) * 2 > n {
-                "D"
-            } else if count(Status::Stalled) * 2 > n {
-                "S"
-            } else {
-                ""
-            };
-            vr.push(if mark == "D" { None } else { mean });
-            mr.push(mark.to_string());
-            cells.push(match (mean, mark) {
-                (_, "D") => "D".into(),
-                (Some(m), "S") => format!("{} S", f(m, 3)),
-                (Some(m), _) => f(m, 3),
-                (None, _) => "-".into(),
-            });
-        }
-        values.push(vr);
-        marks.push(mr);
-        t.rows.push(cells);
-    }
-    let fig = Figure {
-        stem: "report_lr_grid".into(),
-        panels: vec![Panel::Heat(Heatmap {
-            title: "learning-rate sensitivity".into(),
-            x_labels: lrs.iter().map(|l| format!("{l}")).collect(),
-            y_labels: rows.clone(),
-            values,
-            marks,
-            value_label: "final eval loss".into(),
-        })],
-        cols: 1,
-    };
+    let cells: Vec<Vec<Option<SeedGroup>>> = rows
+        .iter()
+        .map(|row| {
+            lrs.iter()
+                .map(|&lr| {
+                    let done: Vec<&Summary> = runs
+                        .iter()
+                        .filter(|r| r.cfg.lr == lr && &row_of(r) == row)
+                        .filter_map(|r| r.summary.as_ref())
+                        .collect();
+                    (!done.is_empty()).then(|| SeedGroup::of(done))
+                })
+                .collect()
+        })
+        .collect();
+    let x_labels: Vec<String> = lrs.iter().map(|l| format!("{l}")).collect();
+    let t = grid::table(
+        "Final held-out loss by learning rate (mean over seeds; D = diverged, S = stalled)",
+        "setting",
+        &x_labels
+            .iter()
+            .map(|l| format!("lr {l}"))
+            .collect::<Vec<_>>(),
+        &rows,
+        &cells,
+    );
+    let fig = Figure::new(
+        "report_lr_grid",
+        vec![grid::heat_panel(
+            "learning-rate sensitivity",
+            x_labels,
+            rows.clone(),
+            &cells,
+        )],
+        1,
+    );
     (fig, t)
 }
 
@@ -360,7 +332,7 @@ fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
 pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<()> {
     crate::io::create_dir_all(dir)?;
     for fig in &report.figures {
-        crate::exp::plot::save(fig, dir)?;
+        plot::save(fig, dir)?;
     }
     let mut md = format!("# Report: {}\n\n", root.display());
     for fig in &report.figures {

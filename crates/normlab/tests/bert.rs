@@ -4,7 +4,7 @@
 //! Chinese. The 90 MB model is not committed: scripts/fetch_minilm.sh
 //! fetches it (`.ci/run` does, and sets NORMLAB_REQUIRE_MODEL=1).
 
-use normlab::bert::{self, Bert};
+use normlab::model::bert::{self, Bert};
 use serde::Deserialize;
 use std::path::PathBuf;
 

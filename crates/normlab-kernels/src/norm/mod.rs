@@ -33,12 +33,14 @@ pub mod batchnorm;
 pub mod layernorm;
 pub mod rmsnorm;
 pub mod scalenorm;
+pub mod spec;
 
 use rayon::prelude::*;
 use std::fmt;
 use std::str::FromStr;
 
 pub use batchnorm::BatchNorm;
+pub use spec::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, BETA, GAMMA};
 
 /// Floats of per-row statistics cached by forward for backward.
 pub const STATS: usize = 3;
@@ -70,116 +72,7 @@ pub enum NormKind {
     None,
 }
 
-/// What a norm's parameter tensor is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamRole {
-    /// Multiplies the normalised value (gamma, w of `1 + w`, ScaleNorm's g).
-    Gain,
-    /// Added after the gain (beta).
-    Bias,
-}
-
-/// How many values a parameter tensor holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamLen {
-    /// One per feature (d).
-    PerFeature,
-    /// One scalar.
-    Scalar,
-}
-
-/// Initial value of a parameter tensor.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ParamInit {
-    /// Every element equal to this.
-    Const(f32),
-    /// sqrt(d) (ScaleNorm's g).
-    SqrtD,
-}
-
-/// One parameter tensor of a norm, in the order of the flat parameter slice.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ParamSpec {
-    /// Tensor name suffix (`weight`, `bias`), as in PyTorch state dicts.
-    pub suffix: &'static str,
-    /// Gain or bias.
-    pub role: ParamRole,
-    /// Its length.
-    pub len: ParamLen,
-    /// Its initial value.
-    pub init: ParamInit,
-}
-
-impl ParamSpec {
-    /// Number of values for feature size `d`.
-    pub fn len(&self, d: usize) -> usize {
-        match self.len {
-            ParamLen::PerFeature => d,
-            ParamLen::Scalar => 1,
-        }
-    }
-
-    /// Its initial value for feature size `d`.
-    pub fn init_value(&self, d: usize) -> f32 {
-        match self.init {
-            ParamInit::Const(v) => v,
-            ParamInit::SqrtD => (d as f32).sqrt(),
-        }
-    }
-}
-
-/// How the gain tensor multiplies the normalised value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum GainForm {
-    /// `offset + w[j]` per feature (offset 0: gamma; 1: zero-centred `1 + w`).
-    PerFeature {
-        /// Added to the stored value.
-        offset: f32,
-    },
-    /// One scalar g multiplying `x / ‖x‖` (ScaleNorm): relative to a unit-RMS
-    /// output that is a gain of g / sqrt(d).
-    ScalarOnL2,
-    /// No gain (the output is the normalised value itself).
-    Unit,
-}
-
-/// Everything a norm kind says about itself.
-#[derive(Clone, Copy, Debug)]
-pub struct KindSpec {
-    /// The name used on the command line and in files.
-    pub name: &'static str,
-    /// Other accepted spellings.
-    pub aliases: &'static [&'static str],
-    /// One-line formula (help texts, `normlab calc`).
-    pub formula: &'static str,
-    /// Default eps (SPEC section 1).
-    pub default_eps: f32,
-    /// Parameter tensors, in flat-slice order.
-    pub params: &'static [ParamSpec],
-    /// How the gain tensor (the first with [`ParamRole::Gain`]) acts.
-    pub gain: GainForm,
-    /// Statistics per row (false only for BatchNorm).
-    pub row_wise: bool,
-    /// Output j depends on x_j alone (no statistics over the row): a NaN
-    /// stays in its element and a zero row maps to the bias, not to zeros.
-    pub elementwise: bool,
-}
-
-/// `gamma` (init 1) per feature.
-pub const GAMMA: ParamSpec = ParamSpec {
-    suffix: "weight",
-    role: ParamRole::Gain,
-    len: ParamLen::PerFeature,
-    init: ParamInit::Const(1.0),
-};
-/// `beta` (init 0) per feature.
-pub const BETA: ParamSpec = ParamSpec {
-    suffix: "bias",
-    role: ParamRole::Bias,
-    len: ParamLen::PerFeature,
-    init: ParamInit::Const(0.0),
-};
-
+/// The identity's description: no parameters.
 const NONE_SPEC: KindSpec = KindSpec {
     name: "none",
     aliases: &["identity"],
@@ -269,11 +162,14 @@ impl NormKind {
 
     /// The multiplier of feature `j`'s normalised value as the kernels
     /// define it (`gamma[j]`, `1 + w[j]`, ScaleNorm's `g` on `x / ‖x‖`, 1).
-    pub fn gain_multiplier(self, params: &[f32], d: usize, j: usize) -> f32 {
+    /// Computed in f64 (no rounding of `1 + w`).
+    pub fn gain_multiplier(self, params: &[f32], d: usize, j: usize) -> f64 {
         let g = self.param_range(ParamRole::Gain, d);
         match (self.spec().gain, g) {
-            (GainForm::PerFeature { offset }, Some(r)) => offset + params[r.start + j],
-            (GainForm::ScalarOnL2, Some(r)) => params[r.start],
+            (GainForm::PerFeature { offset }, Some(r)) => {
+                offset as f64 + params[r.start + j] as f64
+            }
+            (GainForm::ScalarOnL2, Some(r)) => params[r.start] as f64,
             _ => 1.0,
         }
     }
@@ -282,7 +178,7 @@ impl NormKind {
     /// weight decay acts on, comparable across kinds: ScaleNorm's g is
     /// divided by sqrt(d)).
     pub fn effective_gain(self, params: &[f32], d: usize, j: usize) -> f64 {
-        let m = self.gain_multiplier(params, d, j) as f64;
+        let m = self.gain_multiplier(params, d, j);
         match self.spec().gain {
             GainForm::ScalarOnL2 => m / (d as f64).sqrt(),
             _ => m,
@@ -292,6 +188,23 @@ impl NormKind {
     /// Whether the statistics are per row (everything except BatchNorm).
     pub fn is_row_wise(self) -> bool {
         self.spec().row_wise
+    }
+
+    /// One line per kind, `name (eps E): formula`, for help texts.
+    pub fn describe_all() -> String {
+        NormKind::ALL
+            .iter()
+            .map(|k| {
+                let s = k.spec();
+                let eps = if s.default_eps > 0.0 {
+                    format!(" (eps {:e})", s.default_eps)
+                } else {
+                    String::new()
+                };
+                format!("{}{eps}: {}", s.name, s.formula)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// Whether the kind has a bias tensor.

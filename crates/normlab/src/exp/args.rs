@@ -62,86 +62,186 @@ pub struct ExpArgs {
     pub bert: Option<PathBuf>,
 }
 
+/// A flag an experiment may take (besides --quick, --out and --json).
+/// Each experiment lists the flags it takes in its registry row; any other
+/// flag is refused, never silently ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpFlag {
+    /// --seeds N
+    Seeds,
+    /// --seed S
+    Seed,
+    /// --steps N
+    Steps,
+    /// --jobs N
+    Jobs,
+    /// --threads T,T
+    Threads,
+    /// --layers L,L
+    Layers,
+    /// --norms K,K
+    Norms,
+    /// --placements P,P
+    Placements,
+    /// --lrs LR,LR
+    Lrs,
+    /// --warmups W,W
+    Warmups,
+    /// --scales S,S
+    Scales,
+    /// --d-model D
+    DModel,
+    /// --rows R
+    Rows,
+    /// --sublayers N
+    Sublayers,
+    /// --gain G
+    Gain,
+    /// --residual / --no-residual
+    Residual,
+    /// --pre-norm
+    PreNorm,
+    /// --scale-writeback
+    ScaleWriteback,
+    /// --model toy|gpt
+    Model,
+    /// --runs DIR,DIR
+    Runs,
+    /// --calibrate STEPS
+    Calibrate,
+    /// --bert DIR
+    Bert,
+}
+
+impl ExpFlag {
+    /// Every flag.
+    pub const ALL: [ExpFlag; 22] = [
+        ExpFlag::Seeds,
+        ExpFlag::Seed,
+        ExpFlag::Steps,
+        ExpFlag::Jobs,
+        ExpFlag::Threads,
+        ExpFlag::Layers,
+        ExpFlag::Norms,
+        ExpFlag::Placements,
+        ExpFlag::Lrs,
+        ExpFlag::Warmups,
+        ExpFlag::Scales,
+        ExpFlag::DModel,
+        ExpFlag::Rows,
+        ExpFlag::Sublayers,
+        ExpFlag::Gain,
+        ExpFlag::Residual,
+        ExpFlag::PreNorm,
+        ExpFlag::ScaleWriteback,
+        ExpFlag::Model,
+        ExpFlag::Runs,
+        ExpFlag::Calibrate,
+        ExpFlag::Bert,
+    ];
+
+    /// The flag's name (without `--`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpFlag::Seeds => "seeds",
+            ExpFlag::Seed => "seed",
+            ExpFlag::Steps => "steps",
+            ExpFlag::Jobs => "jobs",
+            ExpFlag::Threads => "threads",
+            ExpFlag::Layers => "layers",
+            ExpFlag::Norms => "norms",
+            ExpFlag::Placements => "placements",
+            ExpFlag::Lrs => "lrs",
+            ExpFlag::Warmups => "warmups",
+            ExpFlag::Scales => "scales",
+            ExpFlag::DModel => "d-model",
+            ExpFlag::Rows => "rows",
+            ExpFlag::Sublayers => "sublayers",
+            ExpFlag::Gain => "gain",
+            ExpFlag::Residual => "residual",
+            ExpFlag::PreNorm => "pre-norm",
+            ExpFlag::ScaleWriteback => "scale-writeback",
+            ExpFlag::Model => "model",
+            ExpFlag::Runs => "runs",
+            ExpFlag::Calibrate => "calibrate",
+            ExpFlag::Bert => "bert",
+        }
+    }
+
+    /// A small example value (None for switches and for paths, which a
+    /// caller must supply): what the tests pass to check that every
+    /// documented flag is accepted.
+    pub fn example(self) -> Option<&'static str> {
+        match self {
+            ExpFlag::Seeds => Some("1"),
+            ExpFlag::Seed => Some("0"),
+            ExpFlag::Steps => Some("10"),
+            ExpFlag::Jobs => Some("1"),
+            ExpFlag::Threads => Some("1"),
+            ExpFlag::Layers => Some("2"),
+            ExpFlag::Norms => Some("layernorm"),
+            ExpFlag::Placements => Some("pre"),
+            ExpFlag::Lrs => Some("0.001"),
+            ExpFlag::Warmups => Some("0"),
+            ExpFlag::Scales => Some("0.3"),
+            ExpFlag::DModel => Some("16"),
+            ExpFlag::Rows => Some("8"),
+            ExpFlag::Sublayers => Some("4"),
+            ExpFlag::Gain => Some("1"),
+            ExpFlag::Model => Some("toy"),
+            ExpFlag::Calibrate => Some("5"),
+            ExpFlag::Residual
+            | ExpFlag::PreNorm
+            | ExpFlag::ScaleWriteback
+            | ExpFlag::Runs
+            | ExpFlag::Bert => None,
+        }
+    }
+
+    /// Whether `a` sets this flag.
+    pub fn is_set(self, a: &ExpArgs) -> bool {
+        match self {
+            ExpFlag::Seeds => a.seeds.is_some(),
+            ExpFlag::Seed => a.seed.is_some(),
+            ExpFlag::Steps => a.steps.is_some(),
+            ExpFlag::Jobs => a.jobs.is_some(),
+            ExpFlag::Threads => a.threads.is_some(),
+            ExpFlag::Layers => a.layers.is_some(),
+            ExpFlag::Norms => a.norms.is_some(),
+            ExpFlag::Placements => a.placements.is_some(),
+            ExpFlag::Lrs => a.lrs.is_some(),
+            ExpFlag::Warmups => a.warmups.is_some(),
+            ExpFlag::Scales => a.scales.is_some(),
+            ExpFlag::DModel => a.d_model.is_some(),
+            ExpFlag::Rows => a.rows.is_some(),
+            ExpFlag::Sublayers => a.sublayers.is_some(),
+            ExpFlag::Gain => a.gain.is_some(),
+            ExpFlag::Residual => a.residual.is_some(),
+            ExpFlag::PreNorm => a.pre_norm.is_some(),
+            ExpFlag::ScaleWriteback => a.scale_writeback.is_some(),
+            ExpFlag::Model => a.model.is_some(),
+            ExpFlag::Runs => a.runs.is_some(),
+            ExpFlag::Calibrate => a.calibrate.is_some(),
+            ExpFlag::Bert => a.bert.is_some(),
+        }
+    }
+}
+
+/// The flags every training experiment takes (its grid and how it runs).
+pub const GRID_FLAGS: [ExpFlag; 4] = [ExpFlag::Steps, ExpFlag::Seeds, ExpFlag::Seed, ExpFlag::Jobs];
+
 impl ExpArgs {
-    /// Names of the flags that are set.
-    pub fn given(&self) -> Vec<&'static str> {
-        let mut g = Vec::new();
-        macro_rules! chk {
-            ($($f:ident => $name:expr),*) => {$(if self.$f.is_some() { g.push($name); })*};
-        }
-        chk!(seeds => "seeds", seed => "seed", steps => "steps", jobs => "jobs", threads => "threads", layers => "layers",
-             norms => "norms", placements => "placements", lrs => "lrs", warmups => "warmups", scales => "scales",
-             d_model => "d-model", rows => "rows", sublayers => "sublayers", gain => "gain", residual => "residual",
-             pre_norm => "pre-norm", scale_writeback => "scale-writeback", model => "model", runs => "runs", calibrate => "calibrate", bert => "bert");
-        g
-    }
-
-    /// The flags each experiment takes (besides --quick, --out, --json).
-    pub fn allowed(id: &str) -> &'static [&'static str] {
-        match id {
-            "drift" => &["layers", "d-model", "scales", "rows", "seed"],
-            "batch-dependence" | "norm-stats" => &["d-model", "rows", "seed"],
-            "identity-path" => &["d-model", "rows", "seed", "layers"],
-            "depth-sim" => &[
-                "sublayers",
-                "gain",
-                "residual",
-                "pre-norm",
-                "scale-writeback",
-                "d-model",
-                "rows",
-                "seed",
-            ],
-            "residual-growth" => &["d-model", "layers", "steps", "seeds", "seed", "jobs", "lrs"],
-            "collapse" => &["layers", "norms", "lrs", "steps", "seeds", "seed", "jobs"],
-            "lr-sensitivity" => &[
-                "layers",
-                "placements",
-                "lrs",
-                "warmups",
-                "steps",
-                "seeds",
-                "seed",
-                "jobs",
-                "norms",
-            ],
-            "warmup" => &[
-                "placements",
-                "lrs",
-                "warmups",
-                "steps",
-                "seeds",
-                "seed",
-                "jobs",
-                "layers",
-            ],
-            "speed" => &["threads", "d-model", "layers", "rows"],
-            "norm-kind" => &["norms", "steps", "seeds", "seed", "jobs", "layers", "lrs"],
-            "gain-decay" => &["steps", "lrs", "seeds", "seed", "jobs"],
-            "qk-norm" => &["lrs", "steps", "seeds", "seed", "jobs", "layers"],
-            "placements" => &[
-                "placements",
-                "lrs",
-                "layers",
-                "steps",
-                "seeds",
-                "seed",
-                "jobs",
-                "model",
-            ],
-            _ => &[],
-        }
-    }
-
-    /// Error if a flag is given that experiment `id` does not use.
-    pub fn check_allowed(&self, id: &str) -> Result<()> {
-        let ok = ExpArgs::allowed(id);
-        for g in self.given() {
-            if !ok.contains(&g) {
+    /// Error if a flag is given that experiment `id` (taking `allowed`)
+    /// does not use, or a value is out of range.
+    pub fn check(&self, id: &str, allowed: &[ExpFlag]) -> Result<()> {
+        for flag in ExpFlag::ALL {
+            if flag.is_set(self) && !allowed.contains(&flag) {
                 return Err(format!(
-                    "exp {id} does not take --{g} (it takes: {})",
-                    ok.iter()
-                        .map(|s| format!("--{s}"))
+                    "exp {id} does not take --{} (it takes: {})",
+                    flag.name(),
+                    allowed
+                        .iter()
+                        .map(|f| format!("--{}", f.name()))
                         .collect::<Vec<_>>()
                         .join(" ")
                 )

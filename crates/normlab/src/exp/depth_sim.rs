@@ -12,10 +12,10 @@
 //! propagated down exactly. Computed in f64; values that overflow even f64
 //! are reported as null.
 
-use super::plot::{Figure, LineChart, Panel, Series};
-use super::{f, result, ExpArgs, ExpResult, Table};
+use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::rng::Rng;
+use crate::present::{f, Figure, LineChart, Panel, Series, Table};
 use serde::Serialize;
 use serde_json::json;
 
@@ -196,8 +196,26 @@ fn label(c: &SimConfig) -> String {
     parts.join(" + ")
 }
 
+/// The experiment's registry row.
+pub const EXPERIMENT: Experiment = Experiment {
+    id: "depth-sim",
+    question: "Random-init depth simulator: how do residuals, pre-norm and write-back scaling shape signal and gradient?",
+    flags: &[
+        ExpFlag::Sublayers,
+        ExpFlag::Gain,
+        ExpFlag::Residual,
+        ExpFlag::PreNorm,
+        ExpFlag::ScaleWriteback,
+        ExpFlag::DModel,
+        ExpFlag::Rows,
+        ExpFlag::Seed,
+    ],
+    run,
+    grid: None,
+};
+
 /// `normlab exp depth-sim`.
-pub fn experiment(a: &ExpArgs) -> Result<ExpResult> {
+fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let base = SimConfig {
         sublayers: a.sublayers.unwrap_or(32),
         gain: a

@@ -1,132 +1,133 @@
 //! The built-in experiments of SPEC section 5. Each answers one question
-//! with numbers it measures: it returns an [`ExpResult`] (tables, figures,
-//! JSON data, and a conclusion derived from what was measured), which
-//! [`write_outputs`] turns into `result.json`, `<figure>.svg/.png` and
-//! `report.md`. `--quick` runs a reduced setting (for tests and CI).
+//! with numbers it measures and lives in its own file, which defines its
+//! [`Experiment`] (id, question, the flags it takes, how it runs and, for
+//! training experiments, the grid of runs that `normlab sweep <id>` runs
+//! too); [`EXPERIMENTS`] lists them, and dispatch, flag checking, `exp list`
+//! and the tests iterate that list. An experiment returns an [`ExpResult`]
+//! (tables, figures, JSON data, and a conclusion derived from what was
+//! measured), which [`write_outputs`] turns into `result.json`,
+//! `<figure>.svg/.png` and `report.md`. `--quick` runs a reduced setting.
 
 pub mod args;
-pub mod basics;
+pub mod batch_dependence;
+pub mod collapse;
+pub mod convert;
 pub mod depth_sim;
-pub mod grids;
-pub mod plot;
+pub mod drift;
+pub mod gain_decay;
+pub mod identity_path;
+pub mod lr_sensitivity;
+pub mod norm_kind;
+pub mod norm_stats;
+pub mod placements;
+pub mod qk_norm;
+pub mod residual_growth;
+pub mod runs;
 pub mod speed;
+pub mod warmup;
 
-pub use args::ExpArgs;
+pub use args::{ExpArgs, ExpFlag};
 
-use crate::error::Result;
-use plot::Figure;
+use crate::error::{Error, Result};
+use crate::present::{plot, Figure, Table};
+use crate::sweep::RunSpec;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::path::Path;
 
-/// An experiment's id and question.
-#[derive(Clone, Copy, Debug, Serialize)]
+/// The runs a training experiment trains for its arguments.
+pub type GridFn = fn(&ExpArgs) -> Result<Vec<RunSpec>>;
+
+/// One experiment: what it asks, which flags it takes, how it runs, and
+/// (for training experiments) the grid of runs it trains, which `normlab
+/// sweep <id>` runs as well.
+pub struct Experiment {
+    /// Command-line id.
+    pub id: &'static str,
+    /// The question it answers.
+    pub question: &'static str,
+    /// The flags it takes besides --quick, --out and --json.
+    pub flags: &'static [ExpFlag],
+    /// Run it.
+    pub run: fn(&ExpArgs, Progress) -> Result<ExpResult>,
+    /// The runs it trains (None: it trains nothing).
+    pub grid: Option<GridFn>,
+}
+
+/// An experiment's description for `exp list --json`.
+#[derive(Clone, Debug, Serialize)]
 pub struct ExpInfo {
     /// Command-line id.
     pub id: &'static str,
     /// The question it answers.
     pub question: &'static str,
+    /// Flags it takes.
+    pub flags: Vec<&'static str>,
+    /// Whether `normlab sweep <id>` runs its grid.
+    pub has_grid: bool,
 }
 
 /// Every experiment, in SPEC order.
-pub const EXPERIMENTS: &[ExpInfo] = &[
-    ExpInfo { id: "drift", question: "What happens to the signal through 20 plain linear layers?" },
-    ExpInfo { id: "batch-dependence", question: "Why not BatchNorm in language models?" },
-    ExpInfo { id: "norm-stats", question: "How do LayerNorm and RMSNorm outputs differ?" },
-    ExpInfo { id: "identity-path", question: "How much gradient takes the identity path?" },
-    ExpInfo { id: "residual-growth", question: "How does the residual stream grow?" },
-    ExpInfo { id: "depth-sim", question: "Random-init depth simulator: how do residuals, pre-norm and write-back scaling shape signal and gradient?" },
-    ExpInfo { id: "collapse", question: "Does a deep net train without normalization?" },
-    ExpInfo { id: "lr-sensitivity", question: "Pre-LN vs Post-LN: how sensitive is each to the learning rate (and warm-up)?" },
-    ExpInfo { id: "warmup", question: "Does warm-up rescue Post-LN?" },
-    ExpInfo { id: "speed", question: "Is RMSNorm faster than LayerNorm, and how many parameters do norms hold?" },
-    ExpInfo { id: "norm-kind", question: "Does the norm kind change quality?" },
-    ExpInfo { id: "gain-decay", question: "Why zero-centred RMSNorm (1 + w)?" },
-    ExpInfo { id: "qk-norm", question: "What does QK-Norm hold down?" },
-    ExpInfo { id: "placements", question: "All placements side by side: which train, at which learning rates?" },
-    ExpInfo { id: "convert", question: "Can a LayerNorm checkpoint become RMSNorm (exactly, or after calibration)?" },
+pub static EXPERIMENTS: &[&Experiment] = &[
+    &drift::EXPERIMENT,
+    &batch_dependence::EXPERIMENT,
+    &norm_stats::EXPERIMENT,
+    &identity_path::EXPERIMENT,
+    &residual_growth::EXPERIMENT,
+    &depth_sim::EXPERIMENT,
+    &collapse::EXPERIMENT,
+    &lr_sensitivity::EXPERIMENT,
+    &warmup::EXPERIMENT,
+    &speed::EXPERIMENT,
+    &norm_kind::EXPERIMENT,
+    &gain_decay::EXPERIMENT,
+    &qk_norm::EXPERIMENT,
+    &placements::EXPERIMENT,
+    &convert::EXPERIMENT,
 ];
 
 /// Look an experiment up.
-pub fn info(id: &str) -> Option<ExpInfo> {
+pub fn find(id: &str) -> Option<&'static Experiment> {
     EXPERIMENTS.iter().copied().find(|e| e.id == id)
 }
 
-/// A plain table (rendered as text on the terminal and markdown in reports).
-#[derive(Clone, Debug, Serialize)]
-pub struct Table {
-    /// Title above the table.
-    pub title: String,
-    /// Column names.
-    pub header: Vec<String>,
-    /// Rows of cells.
-    pub rows: Vec<Vec<String>>,
+/// Look an experiment up, or say which exist.
+pub fn get(id: &str) -> Result<&'static Experiment> {
+    find(id).ok_or_else(|| {
+        let ids: Vec<&str> = EXPERIMENTS.iter().map(|e| e.id).collect();
+        Error::bad(format!(
+            "unknown experiment '{id}' (expected one of: {})",
+            ids.join(", ")
+        ))
+    })
 }
 
-impl Table {
-    /// An empty table.
-    pub fn new(title: impl Into<String>, header: &[&str]) -> Table {
-        Table {
-            title: title.into(),
-            header: header.iter().map(|s| s.to_string()).collect(),
-            rows: Vec::new(),
+impl Experiment {
+    /// Its description.
+    pub fn info(&self) -> ExpInfo {
+        ExpInfo {
+            id: self.id,
+            question: self.question,
+            flags: self.flags.iter().map(|f| f.name()).collect(),
+            has_grid: self.grid.is_some(),
         }
     }
 
-    /// Append a row.
-    pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    /// Aligned plain text.
-    pub fn text(&self) -> String {
-        let n = self.header.len();
-        let mut w = vec![0; n];
-        for r in std::iter::once(&self.header).chain(&self.rows) {
-            for (i, c) in r.iter().enumerate().take(n) {
-                w[i] = w[i].max(c.chars().count());
-            }
+    /// The runs `normlab sweep <id>` trains: the full setting's grid.
+    pub fn sweep_specs(&self) -> Result<Vec<RunSpec>> {
+        match self.grid {
+            Some(g) => g(&ExpArgs::default()),
+            None => Err(Error::bad(format!(
+                "experiment {} trains no runs (experiments with a grid: {})",
+                self.id,
+                EXPERIMENTS
+                    .iter()
+                    .filter(|e| e.grid.is_some())
+                    .map(|e| e.id)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
         }
-        let line = |r: &Vec<String>| {
-            let cells: Vec<String> = (0..n)
-                .map(|i| {
-                    format!(
-                        "{:<width$}",
-                        r.get(i).map(String::as_str).unwrap_or(""),
-                        width = w[i]
-                    )
-                })
-                .collect();
-            cells.join("  ").trim_end().to_string()
-        };
-        let mut s = format!(
-            "{}\n{}\n{}\n",
-            self.title,
-            line(&self.header),
-            w.iter()
-                .map(|&k| "-".repeat(k))
-                .collect::<Vec<_>>()
-                .join("  ")
-        );
-        for r in &self.rows {
-            s.push_str(&line(r));
-            s.push('\n');
-        }
-        s
-    }
-
-    /// GitHub markdown.
-    pub fn markdown(&self) -> String {
-        let mut s = format!(
-            "**{}**\n\n| {} |\n|{}|\n",
-            self.title,
-            self.header.join(" | "),
-            vec!["---"; self.header.len()].join("|")
-        );
-        for r in &self.rows {
-            s.push_str(&format!("| {} |\n", r.join(" | ")));
-        }
-        s
     }
 }
 
@@ -233,34 +234,11 @@ pub type Progress<'a> = &'a (dyn Fn(usize, usize, &str) + Sync);
 /// Run experiment `id`.
 pub fn run(id: &str, args: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let t0 = std::time::Instant::now();
-    let info = info(id).ok_or_else(|| {
-        let ids: Vec<&str> = EXPERIMENTS.iter().map(|e| e.id).collect();
-        format!(
-            "unknown experiment '{id}' (expected one of: {})",
-            ids.join(", ")
-        )
-    })?;
-    args.check_allowed(id)?;
-    let mut r = match id {
-        "drift" => basics::drift(args)?,
-        "batch-dependence" => basics::batch_dependence(args)?,
-        "norm-stats" => basics::norm_stats(args)?,
-        "identity-path" => basics::identity_path(args)?,
-        "depth-sim" => depth_sim::experiment(args)?,
-        "speed" => speed::experiment(args, progress)?,
-        "gain-decay" => grids::gain_decay(args, progress)?,
-        "residual-growth" => grids::residual_growth(args, progress)?,
-        "collapse" => grids::collapse(args, progress)?,
-        "lr-sensitivity" => grids::lr_sensitivity(args, progress)?,
-        "warmup" => grids::warmup(args, progress)?,
-        "norm-kind" => grids::norm_kind(args, progress)?,
-        "qk-norm" => grids::qk_norm(args, progress)?,
-        "placements" => grids::placements(args, progress)?,
-        "convert" => grids::convert_exp(args, progress)?,
-        _ => unreachable!(),
-    };
-    r.id = info.id.to_string();
-    r.question = info.question.to_string();
+    let e = get(id)?;
+    args.check(id, e.flags)?;
+    let mut r = (e.run)(args, progress)?;
+    r.id = e.id.to_string();
+    r.question = e.question.to_string();
     r.quick = args.quick;
     r.elapsed_seconds = t0.elapsed().as_secs_f64();
     Ok(r)
@@ -289,19 +267,4 @@ pub fn num(v: f32) -> Value {
         .parse::<f64>()
         .map(Value::from)
         .unwrap_or(Value::Null)
-}
-
-/// Format a float for tables.
-pub(crate) fn f(v: f64, digits: usize) -> String {
-    if v.is_nan() {
-        "nan".into()
-    } else if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
-        format!("{v:.2e}")
-    } else if v.abs() >= 1000.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 100.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.digits$}")
-    }
 }

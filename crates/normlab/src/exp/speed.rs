@@ -1,14 +1,14 @@
 //! speed: LayerNorm vs RMSNorm kernel time over a shape sweep, whole-model
 //! step time with each, and the norms' share of a large model's parameters.
 
-use super::plot::{Figure, LineChart, Panel, Series};
-use super::{f, result, ExpArgs, ExpResult, Progress, Table};
+use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::bench::{self, NormBenchConfig, Pass};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::{Model, ModelConfig};
 use crate::nn::Activation;
 use crate::params::ParamKind;
+use crate::present::{f, Figure, LineChart, Panel, Series, Table};
 use serde_json::json;
 
 /// Norm parameters and total parameters of a model config.
@@ -24,8 +24,17 @@ fn norm_share(cfg: &ModelConfig) -> Result<(usize, usize)> {
     Ok((norm, m.num_params()))
 }
 
+/// The experiment's registry row.
+pub const EXPERIMENT: Experiment = Experiment {
+    id: "speed",
+    question: "Is RMSNorm faster than LayerNorm, and how many parameters do norms hold?",
+    flags: &[ExpFlag::Threads, ExpFlag::DModel, ExpFlag::Rows],
+    run,
+    grid: None,
+};
+
 /// `normlab exp speed`.
-pub fn experiment(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
+fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let threads = a.threads.clone().unwrap_or(vec![1]);
     let mut nb = NormBenchConfig::standard();
     nb.kinds = vec![NormKind::LayerNorm, NormKind::RmsNorm];
@@ -110,7 +119,7 @@ pub fn experiment(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     for (i, n) in [NormKind::LayerNorm, NormKind::RmsNorm].iter().enumerate() {
         let mut v = model_cfg.clone();
         v["norm"] = json!(n.name());
-        let c = super::grids::cfg(v)?;
+        let c = super::runs::cfg(v)?;
         let r = bench::run_train_bench(&c, 1, if a.quick { 3 } else { 10 })?;
         progress(total + i + 1, total + 2, &format!("model step {n}"));
         t2.row(vec![n.name().into(), f(r.ms_per_step, 2), f(r.gflops, 1)]);

@@ -3,6 +3,7 @@
 //! embedding and a head; and the per-shard [`Workspace`] holding every
 //! activation and gradient buffer, allocated once.
 
+pub mod bert;
 pub mod config;
 
 pub use config::{ModelConfig, ModelKind};

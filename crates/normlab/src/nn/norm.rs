@@ -130,3 +130,23 @@ pub fn rms(v: &[f32]) -> f64 {
 pub fn buf(n: usize) -> AlignedBuf {
     AlignedBuf::zeros(n)
 }
+
+/// Mean L2 norm of the rows of a `[rows, d]` matrix.
+pub fn mean_row_norm(x: &[f32], d: usize) -> f64 {
+    let rows = x.len() / d;
+    x.chunks_exact(d)
+        .map(|r| crate::params::sum_squares(r).sqrt())
+        .sum::<f64>()
+        / rows.max(1) as f64
+}
+
+/// The rows of `x` normalised by `kind` with its initial parameters and
+/// default eps (an allocating convenience for experiments).
+pub fn normalise_rows(kind: NormKind, d: usize, x: &[f32]) -> Vec<f32> {
+    let mut p = vec![0.0; kind.num_params(d)];
+    kind.init_params(d, &mut p);
+    let mut y = vec![0.0; x.len()];
+    let mut st = vec![0.0; norm::stats_len(x.len() / d)];
+    norm::forward(kind, d, kind.default_eps(), x, &p, &mut y, &mut st);
+    y
+}

@@ -14,9 +14,6 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The Shakespeare text bundled with normlab (see data/README.md).
-pub const BUNDLED_TEXT: &[u8] = include_bytes!("../../../../data/shakespeare.txt");
-
 /// Metrics of one step (SPEC section 4).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct StepRecord {
@@ -85,7 +82,7 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
             )?)),
             None => Ok(Data::Text(TextData::from_bytes(
                 "shakespeare.txt (bundled)".into(),
-                BUNDLED_TEXT.to_vec(),
+                crate::io::BUNDLED_TEXT.to_vec(),
                 cfg.seed,
                 cfg.model.seq,
             )?)),

@@ -61,6 +61,42 @@ pub struct LineChart {
     pub log_x: bool,
 }
 
+impl LineChart {
+    /// A chart with linear axes.
+    pub fn new(
+        title: impl Into<String>,
+        x_label: impl Into<String>,
+        y_label: impl Into<String>,
+        series: Vec<Series>,
+    ) -> LineChart {
+        LineChart {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            series,
+            log_y: false,
+            log_x: false,
+        }
+    }
+
+    /// With a logarithmic y axis.
+    pub fn log_y(mut self) -> LineChart {
+        self.log_y = true;
+        self
+    }
+
+    /// With a logarithmic x axis.
+    pub fn log_x(mut self) -> LineChart {
+        self.log_x = true;
+        self
+    }
+
+    /// As a panel.
+    pub fn panel(self) -> Panel {
+        Panel::Line(self)
+    }
+}
+
 /// A heat-map panel: `values[row][col]`, with optional marks (e.g. "div").
 #[derive(Clone, Debug, Serialize)]
 pub struct Heatmap {
@@ -112,6 +148,17 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 static FONT: Once = Once::new();
+
+impl Figure {
+    /// A figure of panels in `cols` columns, saved as `<stem>.svg/.png`.
+    pub fn new(stem: impl Into<String>, panels: Vec<Panel>, cols: usize) -> Figure {
+        Figure {
+            stem: stem.into(),
+            panels,
+            cols,
+        }
+    }
+}
 
 fn register_font() {
     FONT.call_once(|| {

@@ -5,6 +5,10 @@
 //! shards can write into one shared folder because every run folder belongs
 //! to exactly one shard.
 
+mod groups;
+
+pub use groups::{group_by, mean_std, SeedGroup};
+
 use crate::error::Result;
 use crate::train::run::{read_metrics, read_summary, RunOptions, RunOutcome, Summary};
 use crate::train::{self, StepRecord, TrainConfig};

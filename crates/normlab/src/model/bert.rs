@@ -440,7 +440,7 @@ pub fn calibrate_rms(bert: &Bert, sentences: &[Vec<u32>]) -> Vec<NormParams> {
 /// Sentences for calibration and held-out checks: lines of the bundled
 /// Shakespeare with 6 to 40 words (`skip` lines first, every `step`-th).
 pub fn sample_sentences(count: usize, skip: usize, step: usize) -> Vec<String> {
-    let text = String::from_utf8_lossy(crate::train::trainer::BUNDLED_TEXT);
+    let text = String::from_utf8_lossy(crate::io::BUNDLED_TEXT);
     text.lines()
         .map(str::trim)
         .filter(|l| {

@@ -1,0 +1,166 @@
+//! norm-kind (claims C10, C15): does the norm kind change quality? The GPT
+//! on text with pre placement and each norm kind, several seeds: held-out
+//! loss curves and final loss against the seed-to-seed spread, and the step
+//! time of each.
+
+use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, mean_curve, merge};
+use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
+use crate::error::Result;
+use crate::kernels::norm::NormKind;
+use crate::present::{f, opt, Figure, LineChart, Series, Table};
+use crate::sweep::{group_by, RunSpec, SeedGroup};
+use serde::Serialize;
+use serde_json::{json, Map};
+
+/// The experiment's registry row.
+pub const EXPERIMENT: Experiment = Experiment {
+    id: "norm-kind",
+    question: "Does the norm kind change quality?",
+    flags: &[
+        ExpFlag::Norms,
+        ExpFlag::Steps,
+        ExpFlag::Seeds,
+        ExpFlag::Seed,
+        ExpFlag::Jobs,
+        ExpFlag::Layers,
+        ExpFlag::Lrs,
+    ],
+    run,
+    grid: Some(grid),
+};
+
+/// The grid's axes.
+struct Settings {
+    norms: Vec<NormKind>,
+    steps: usize,
+    seeds: Vec<u64>,
+    lr: f32,
+}
+
+fn settings(a: &ExpArgs) -> Settings {
+    Settings {
+        norms: a.norms.clone().unwrap_or(vec![
+            NormKind::LayerNorm,
+            NormKind::RmsNorm,
+            NormKind::ZRmsNorm,
+            NormKind::ScaleNorm,
+        ]),
+        steps: a.steps.unwrap_or(if a.quick { 150 } else { 1000 }),
+        seeds: a.seed_list(2),
+        lr: a
+            .lrs
+            .as_ref()
+            .and_then(|l| l.first().copied())
+            .unwrap_or(1e-3),
+    }
+}
+
+/// GPT, pre placement: norm kind x seed.
+fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
+    let s = settings(a);
+    let base = gpt_base(a);
+    let mut cfgs = Vec::new();
+    for &n in &s.norms {
+        for &seed in &s.seeds {
+            cfgs.push(cfg(merge(
+                &base,
+                json!({"norm": n.name(), "placement": "pre", "steps": s.steps, "seed": seed, "lr": s.lr, "shards": 1}),
+            ))?);
+        }
+    }
+    Ok(runs::specs(cfgs))
+}
+
+/// One norm kind's result.
+#[derive(Serialize)]
+struct ByNorm {
+    final_eval_loss_mean: Option<f64>,
+    final_eval_loss_std: Option<f64>,
+    best_eval_loss: Option<f64>,
+    ms_per_step: f64,
+}
+
+fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
+    let s = settings(a);
+    let base = gpt_base(a);
+    let rs = runs::run_grid(a, grid(a)?, false, progress)?;
+    let (steps, lr) = (s.steps, s.lr);
+    let timed_steps = if a.quick { 5 } else { 10 };
+    let mut table = Table::new(
+        format!("GPT on text, pre placement, lr {lr}, {steps} steps, {} seeds; step time measured alone afterwards (1 thread, median of {timed_steps} steps)", s.seeds.len()),
+        &["norm", "status", "final eval loss (mean ± std)", "best eval loss", "ms/step"],
+    );
+    let mut series = Vec::new();
+    let mut by_norm: Vec<(NormKind, ByNorm)> = Vec::new();
+    for (norm, g) in group_by(&rs, |r| r.cfg.model.norm) {
+        let sg = SeedGroup::of_runs(g.iter().copied());
+        // Timed alone: parallel runs in the grid share the machine.
+        let ms = crate::bench::run_train_bench(&g[0].cfg, 1, timed_steps)?.ms_per_step;
+        table.row(vec![
+            norm.name().into(),
+            sg.label(),
+            format!("{} ± {}", opt(sg.mean, 4), opt(sg.std, 4)),
+            opt(sg.best, 4),
+            f(ms, 2),
+        ]);
+        series.push(Series::new(norm.name(), mean_curve(&g, &eval_curve)));
+        by_norm.push((
+            norm,
+            ByNorm {
+                final_eval_loss_mean: sg.mean,
+                final_eval_loss_std: sg.std,
+                best_eval_loss: sg.best,
+                ms_per_step: ms,
+            },
+        ));
+    }
+    let mut out = result(
+        grid_settings(
+            a,
+            json!({"model": "gpt", "base": base, "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lr": num(lr), "steps": steps}),
+        ),
+        s.seeds.clone(),
+    );
+    let mut summary = Map::new();
+    for (n, b) in &by_norm {
+        summary.insert(n.name().into(), json!(b));
+    }
+    out.data
+        .insert("by_norm".into(), serde_json::Value::Object(summary));
+    out.data.insert("runs".into(), runs::records(&rs));
+    out.figures.push(Figure::new(
+        "norm_kind",
+        vec![LineChart::new(
+            "held-out loss (mean over seeds)",
+            "step",
+            "eval loss",
+            series,
+        )
+        .panel()],
+        1,
+    ));
+    let mut ranked: Vec<(&str, f64, f64, f64)> = by_norm
+        .iter()
+        .filter_map(|(n, b)| {
+            Some((
+                n.name(),
+                b.final_eval_loss_mean?,
+                b.final_eval_loss_std.unwrap_or(0.0),
+                b.ms_per_step,
+            ))
+        })
+        .collect();
+    ranked.sort_by(|x, y| x.1.total_cmp(&y.1));
+    let spread =
+        ranked.last().map(|l| l.1).unwrap_or(0.0) - ranked.first().map(|l| l.1).unwrap_or(0.0);
+    let max_std = ranked.iter().map(|r| r.2).fold(0.0, f64::max);
+    out.conclusion = format!(
+        "Final held-out loss, best first: {}. The spread between kinds is {} nats against a seed-to-seed std of up to {}{}.",
+        ranked.iter().map(|r| format!("{} {} ({} ms/step)", r.0, f(r.1, 4), f(r.3, 2))).collect::<Vec<_>>().join(", "),
+        f(spread, 4),
+        f(max_std, 4),
+        if spread <= 2.0 * max_std { ": within seed noise at this budget" } else { "" }
+    );
+    out.tables.push(table);
+    Ok(out)
+}

@@ -1,0 +1,219 @@
+//! placements (claims C19, C22): every placement preset side by side, on the
+//! toy net (depth 30) and the GPT, at a low and a high learning rate: status,
+//! final held-out loss, and the spread of per-block gradient norms at
+//! initialisation and at the end.
+
+use super::runs::{self, cfg, full_gpt, grid_settings, merge, tiny_gpt};
+use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
+use crate::error::Result;
+use crate::model::ModelKind;
+use crate::nn::Placement;
+use crate::present::{f, grid as heat, opt, Figure, Table};
+use crate::sweep::{RunResult, RunSpec, SeedGroup};
+use crate::train::run::Status;
+use serde::Serialize;
+use serde_json::json;
+
+/// The experiment's registry row.
+pub const EXPERIMENT: Experiment = Experiment {
+    id: "placements",
+    question: "All placements side by side: which train, at which learning rates?",
+    flags: &[
+        ExpFlag::Placements,
+        ExpFlag::Lrs,
+        ExpFlag::Layers,
+        ExpFlag::Steps,
+        ExpFlag::Seeds,
+        ExpFlag::Seed,
+        ExpFlag::Jobs,
+        ExpFlag::Model,
+    ],
+    run,
+    grid: Some(grid),
+};
+
+/// The grid's axes.
+struct Settings {
+    presets: Vec<Placement>,
+    lrs: Vec<f32>,
+    seeds: Vec<u64>,
+    models: Vec<ModelKind>,
+}
+
+fn settings(a: &ExpArgs) -> Settings {
+    Settings {
+        presets: a.placements.clone().unwrap_or(Placement::ALL.to_vec()),
+        lrs: a.lrs.clone().unwrap_or(vec![1e-3, 1e-2]),
+        seeds: a.seed_list(if a.quick { 1 } else { 2 }),
+        models: match a.model {
+            Some(m) => vec![m],
+            None => vec![ModelKind::Toy, ModelKind::Gpt],
+        },
+    }
+}
+
+/// Model x preset x lr x seed (the `none` preset keeps the default norm
+/// kind in its config, though it has no norms).
+fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
+    let s = settings(a);
+    let mut cfgs = Vec::new();
+    for &m in &s.models {
+        let (base, steps) = match (m, a.quick) {
+            (ModelKind::Toy, true) => (
+                json!({"model": "toy", "layers": 6, "eval_sequences": 64}),
+                200,
+            ),
+            (ModelKind::Toy, false) => (json!({"model": "toy", "layers": 30}), 3000),
+            (ModelKind::Gpt, true) => (tiny_gpt(), 100),
+            (ModelKind::Gpt, false) => (full_gpt(), 1000),
+        };
+        let steps = a.steps.unwrap_or(steps);
+        for &p in &s.presets {
+            for &lr in &s.lrs {
+                for &seed in &s.seeds {
+                    let mut v = merge(
+                        &base,
+                        json!({"placement": p.name(), "lr": lr, "steps": steps, "seed": seed, "shards": 1, "eval_every": (steps / 5).max(1)}),
+                    );
+                    if let Some(l) = a.layers.as_ref().and_then(|l| l.first().copied()) {
+                        v = merge(&v, json!({ "layers": l }));
+                    }
+                    if p == Placement::None {
+                        v = merge(&v, json!({"norm": "layernorm"}));
+                    }
+                    cfgs.push(cfg(v)?);
+                }
+            }
+        }
+    }
+    Ok(runs::specs(cfgs))
+}
+
+/// max / min over blocks of the per-block gradient norm (NaN when a block's
+/// norm is zero or not finite).
+fn spread(v: &[f64]) -> f64 {
+    let (mn, mx) = v
+        .iter()
+        .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    if mn > 0.0 && v.iter().all(|x| x.is_finite()) {
+        mx / mn
+    } else {
+        f64::NAN
+    }
+}
+
+/// One (model, preset, lr) cell.
+#[derive(Serialize)]
+struct Cell {
+    model: String,
+    placement: &'static str,
+    lr: serde_json::Value,
+    status: &'static str,
+    final_eval_loss: Option<f64>,
+    grad_spread_init: f64,
+    grad_spread_end: f64,
+}
+
+fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
+    let s = settings(a);
+    let rs = runs::run_grid(a, grid(a)?, false, progress)?;
+    let mut table = Table::new(
+        format!("Every placement preset, {} seed(s); grad-norm spread = max / min over blocks of the per-block gradient norm", s.seeds.len()),
+        &["model", "placement", "lr", "status", "final eval loss", "spread at init", "spread at end"],
+    );
+    let mut cells = Vec::new();
+    let mut heat_panels = Vec::new();
+    for &m in &s.models {
+        let mut grid_cells = Vec::new();
+        for &p in &s.presets {
+            let mut row = Vec::new();
+            for &lr in &s.lrs {
+                let g: Vec<&RunResult> = rs
+                    .iter()
+                    .filter(|r| {
+                        r.cfg.model.kind == m && r.cfg.model.placement == p && r.cfg.lr == lr
+                    })
+                    .collect();
+                let sg = SeedGroup::of_runs(g.iter().copied());
+                let init = g
+                    .iter()
+                    .filter_map(|r| r.metrics.first().map(|x| spread(&x.grad_norm_per_block)))
+                    .sum::<f64>()
+                    / g.len() as f64;
+                let end = g
+                    .iter()
+                    .filter_map(|r| {
+                        r.metrics
+                            .iter()
+                            .rev()
+                            .find(|x| !x.grad_norm_per_block.is_empty())
+                            .map(|x| spread(&x.grad_norm_per_block))
+                    })
+                    .sum::<f64>()
+                    / g.len() as f64;
+                table.row(vec![
+                    m.to_string(),
+                    p.name().into(),
+                    format!("{lr}"),
+                    sg.label(),
+                    opt(sg.mean, 3),
+                    f(init, 2),
+                    f(end, 2),
+                ]);
+                cells.push(Cell {
+                    model: m.to_string(),
+                    placement: p.name(),
+                    lr: num(lr),
+                    status: sg.status.name(),
+                    final_eval_loss: sg.mean,
+                    grad_spread_init: init,
+                    grad_spread_end: end,
+                });
+                row.push(Some(sg));
+            }
+            grid_cells.push(row);
+        }
+        heat_panels.push(heat::heat_panel(
+            format!("{m}"),
+            s.lrs.iter().map(|v| format!("lr {v}")).collect(),
+            s.presets.iter().map(|p| p.name().to_string()).collect(),
+            &grid_cells,
+        ));
+    }
+    let mut out = result(
+        grid_settings(
+            a,
+            json!({"models": s.models.iter().map(|m| m.to_string()).collect::<Vec<_>>(), "placements": s.presets.iter().map(|p| p.name()).collect::<Vec<_>>(), "lrs": s.lrs}),
+        ),
+        s.seeds.clone(),
+    );
+    let converged = Status::Converged.name();
+    let trained: Vec<String> = cells
+        .iter()
+        .filter(|c| c.status == converged)
+        .map(|c| format!("{} {} lr {}", c.model, c.placement, c.lr))
+        .collect();
+    let failed: Vec<String> = cells
+        .iter()
+        .filter(|c| c.status != converged)
+        .map(|c| format!("{} {} lr {} ({})", c.model, c.placement, c.lr, c.status))
+        .collect();
+    let none_if_empty = |v: Vec<String>| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    out.conclusion = format!(
+        "Converged: {}. Did not: {}.",
+        none_if_empty(trained),
+        none_if_empty(failed)
+    );
+    out.data.insert("configs".into(), json!(cells));
+    out.data.insert("runs".into(), runs::records(&rs));
+    out.figures
+        .push(Figure::new("placements", heat_panels, s.models.len()));
+    out.tables.push(table);
+    Ok(out)
+}

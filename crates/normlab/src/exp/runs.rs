@@ -1,0 +1,173 @@
+//! What the training experiments share: building configs from defaults +
+//! overrides, the small and full GPT settings, running a grid through the
+//! sweep engine (parallel; with `--out`, resumable under `<out>/runs`), one
+//! JSON record per run, loss curves, and a run's final parameters.
+
+use super::{num, ExpArgs, Progress};
+use crate::error::Result;
+use crate::nn::norm::mean_row_norm;
+use crate::sweep::{self, RunResult, RunSpec, SweepOptions};
+use crate::train::TrainConfig;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// A config from defaults + overrides (a JSON object).
+pub fn cfg(v: Value) -> Result<TrainConfig> {
+    TrainConfig::from_overrides(v.as_object().expect("overrides are an object"))
+}
+
+/// `base` with the keys of `extra` replaced.
+pub fn merge(base: &Value, extra: Value) -> Value {
+    let mut m = base.as_object().expect("an object").clone();
+    for (k, v) in extra.as_object().expect("an object") {
+        m.insert(k.clone(), v.clone());
+    }
+    Value::Object(m)
+}
+
+/// A small GPT for quick runs.
+pub fn tiny_gpt() -> Value {
+    json!({"model": "gpt", "layers": 2, "d_model": 64, "heads": 2, "seq": 64, "hidden": 256, "batch": 8, "eval_sequences": 16, "eval_every": 25, "warmup": 10})
+}
+
+/// The GPT of the full experiments (the defaults of `normlab train --model gpt`).
+pub fn full_gpt() -> Value {
+    json!({"model": "gpt"})
+}
+
+/// The GPT base of an experiment: tiny with `--quick`, else full; with
+/// `--layers L`, L blocks.
+pub fn gpt_base(a: &ExpArgs) -> Value {
+    let base = if a.quick { tiny_gpt() } else { full_gpt() };
+    match a.layers.as_ref().and_then(|l| l.first().copied()) {
+        Some(l) => merge(&base, json!({ "layers": l })),
+        None => base,
+    }
+}
+
+/// Run specs of configs (duplicates removed, first kept).
+pub fn specs(cfgs: Vec<TrainConfig>) -> Vec<RunSpec> {
+    let mut seen = std::collections::HashSet::new();
+    cfgs.into_iter()
+        .map(|c| RunSpec {
+            id: sweep::run_id(&c),
+            cfg: c,
+        })
+        .filter(|s| seen.insert(s.id.clone()))
+        .collect()
+}
+
+/// Run `specs` through the sweep engine with the experiment's options; the
+/// results come back in the order of `specs`.
+pub fn run_grid(
+    a: &ExpArgs,
+    specs: Vec<RunSpec>,
+    keep_params: bool,
+    progress: Progress,
+) -> Result<Vec<RunResult>> {
+    let opts = SweepOptions {
+        out: a.out.clone(),
+        jobs: a.jobs(),
+        threads_per_run: 1,
+        shard: None,
+        keep_params,
+    };
+    let mut results = sweep::run_all(&specs, &opts, &|d, t, id| progress(d, t, id))?;
+    let order: BTreeMap<&str, usize> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    results.sort_by_key(|r| order[r.id.as_str()]);
+    Ok(results)
+}
+
+/// One JSON record per run (for result.json).
+pub fn record(r: &RunResult) -> Value {
+    let c = &r.cfg;
+    let m = &c.model;
+    json!({
+        "id": r.id, "model": m.kind.to_string(), "layers": m.layers, "d_model": m.d_model, "norm": m.norm.name(),
+        "placement": m.placement.name(), "lr": num(c.lr), "warmup": c.warmup, "qk_norm": m.qk_norm, "seed": c.seed, "steps": c.steps,
+        "status": r.summary.status.name(), "final_eval_loss": r.summary.final_eval_loss, "best_eval_loss": r.summary.best_eval_loss,
+        "diverged_at_step": r.summary.diverged_at_step, "final_loss": r.summary.final_loss, "steps_per_sec": r.summary.steps_per_sec,
+    })
+}
+
+/// Records of all runs.
+pub fn records(rs: &[RunResult]) -> Value {
+    json!(rs.iter().map(record).collect::<Vec<_>>())
+}
+
+/// Eval-loss curve of a run: (step, held-out loss) at evaluation steps.
+pub fn eval_curve(r: &RunResult) -> Vec<(f64, f64)> {
+    r.metrics
+        .iter()
+        .filter_map(|m| m.eval_loss.map(|e| (m.step as f64, e)))
+        .collect()
+}
+
+/// Training-loss curve of a run (logged steps).
+pub fn train_curve(r: &RunResult) -> Vec<(f64, f64)> {
+    r.metrics.iter().map(|m| (m.step as f64, m.loss)).collect()
+}
+
+/// The mean over runs of a curve (points present in all).
+pub fn mean_curve(
+    g: &[&RunResult],
+    sel: &dyn Fn(&RunResult) -> Vec<(f64, f64)>,
+) -> Vec<(f64, f64)> {
+    let curves: Vec<Vec<(f64, f64)>> = g.iter().map(|r| sel(r)).collect();
+    let n = curves.iter().map(Vec::len).min().unwrap_or(0);
+    (0..n)
+        .map(|i| {
+            (
+                curves[0][i].0,
+                curves.iter().map(|c| c[i].1).sum::<f64>() / curves.len() as f64,
+            )
+        })
+        .collect()
+}
+
+/// A run's final parameters: kept in memory, or read from its checkpoint.
+pub fn final_params(a: &ExpArgs, r: &RunResult) -> Result<Vec<f32>> {
+    if let Some(p) = &r.params {
+        return Ok(p.clone());
+    }
+    let dir = a
+        .out
+        .as_ref()
+        .map(|o| o.join("runs").join(&r.id))
+        .ok_or_else(|| crate::Error::Internal("run parameters unavailable".into()))?;
+    Ok(crate::train::run::load_model(&dir)?.2)
+}
+
+/// The settings block of a training experiment: `quick`, `jobs` and `extra`.
+pub fn grid_settings(a: &ExpArgs, extra: Value) -> Value {
+    merge(&json!({"quick": a.quick, "jobs": a.jobs()}), extra)
+}
+
+/// Learning rates as JSON numbers in their shortest decimal form.
+pub fn lrs_json(lrs: &[f32]) -> Value {
+    json!(lrs.iter().map(|&v| num(v)).collect::<Vec<_>>())
+}
+
+/// Mean row norm of the residual stream after the embedding (index 0) and
+/// after each block, on the first held-out batch (at most 16 sequences).
+pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>> {
+    let model = crate::model::Model::new(&cfg.model)?;
+    let data = crate::train::trainer::load_data(cfg)?;
+    let (batch, t, d) = (cfg.batch.min(16), cfg.model.seq, cfg.model.d_model);
+    let mut ws = model.workspace(batch, t);
+    for i in 0..batch {
+        let r = i * t..(i + 1) * t;
+        data.eval_sequence(i, t, &mut ws.tokens[r.clone()], &mut ws.targets[r]);
+    }
+    model.forward(params, &mut ws);
+    // The embedding output is the first block's input: recompute it.
+    let mut x0 = vec![0.0; batch * t * d];
+    model.emb.forward(params, &ws.tokens, t, &mut x0);
+    let mut out = vec![mean_row_norm(&x0, d)];
+    out.extend(ws.blocks.iter().map(|b| mean_row_norm(b.output(), d)));
+    Ok(out)
+}
