@@ -74,6 +74,25 @@ fn make_runs(dir: &Path) {
     }
 }
 
+/// Click the element `sel`.
+async fn click(c: &Client, sel: &str) {
+    c.find(Locator::Css(sel))
+        .await
+        .unwrap_or_else(|e| panic!("{sel}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {sel}: {e}"));
+}
+
+/// Click a calculator operation and wait until the log has `rows` entries.
+async fn click_and_log(c: &Client, sel: &str, rows_wanted: usize) {
+    click(c, sel).await;
+    wait_for(sel, || async {
+        (rows(c, "#calc-log tbody tr").await >= rows_wanted).then_some(())
+    })
+    .await;
+}
+
 async fn text(c: &Client, css: &str) -> String {
     c.find(Locator::Css(css))
         .await
@@ -229,16 +248,7 @@ async fn web_lab_in_headless_chromium() {
     let ln0 = text(&c, "#layernorm-out").await;
     let rms0 = text(&c, "#rmsnorm-out").await;
     assert_eq!(ln0, "[-1.0690, -0.5345, 0.0000, 1.6036]");
-    c.find(Locator::Css("#calc-x3"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    wait_for("x3 logged", || async {
-        (rows(&c, "#calc-log tbody tr").await >= 2).then_some(())
-    })
-    .await;
+    click_and_log(&c, "#calc-x3", 2).await;
     assert_eq!(
         text(&c, "#layernorm-out").await,
         ln0,
@@ -249,16 +259,7 @@ async fn web_lab_in_headless_chromium() {
         rms0,
         "x3 changes nothing (RMSNorm)"
     );
-    c.find(Locator::Css("#calc-plus2"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    wait_for("+2 logged", || async {
-        (rows(&c, "#calc-log tbody tr").await >= 3).then_some(())
-    })
-    .await;
+    click_and_log(&c, "#calc-plus2", 3).await;
     assert_eq!(
         text(&c, "#layernorm-out").await,
         ln0,
@@ -292,24 +293,14 @@ async fn web_lab_in_headless_chromium() {
         ratio_res > 100.0 && rms_res > 100.0,
         "residuals alone at N = 32 grow signal and gradient: {ratio_res} {rms_res}"
     );
-    c.find(Locator::Css("#sim-prenorm"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#sim-prenorm").await;
     last = next_sim(&c, last).await;
     let (ratio_pre, rms_pre) = read().await;
     assert!(
         ratio_pre < ratio_res / 10.0 && rms_pre < rms_res / 10.0,
         "pre-norm tames both: {ratio_pre} {rms_pre}"
     );
-    c.find(Locator::Css("#sim-writeback"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#sim-writeback").await;
     last = next_sim(&c, last).await;
     let (_, rms_wb) = read().await;
     assert!(
@@ -319,12 +310,7 @@ async fn web_lab_in_headless_chromium() {
     let n = c.find(Locator::Css("#sim-n")).await.unwrap();
     n.clear().await.unwrap();
     n.send_keys("128\n").await.unwrap();
-    c.find(Locator::Css("#sim-run"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#sim-run").await;
     next_sim(&c, last).await;
     let (_, rms_128) = read().await;
     assert!(
@@ -342,12 +328,7 @@ async fn web_lab_in_headless_chromium() {
     for cb in c.find_all(Locator::Css(".run-select")).await.unwrap() {
         cb.click().await.unwrap();
     }
-    c.find(Locator::Css("#runs-plot"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#runs-plot").await;
     wait_for("overlay charts", || async {
         (rows(&c, "#runs-charts svg").await == 4).then_some(())
     })

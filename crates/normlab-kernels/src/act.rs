@@ -142,19 +142,6 @@ fn max_of(x: &[f32]) -> f32 {
     m[0]
 }
 
-/// Fixed-order pairwise sum of `LANES` f32 accumulators.
-#[inline(always)]
-fn lanes_sum(mut s: [f32; LANES]) -> f32 {
-    let mut w = LANES;
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            s[i] += s[i + w];
-        }
-    }
-    s[0]
-}
-
 /// In-place softmax of one row (subtracting the max), with the sum taken in
 /// a fixed order and the ragged tail handled as a padded block (so every
 /// element goes through the vectorised exp). Returns `(max, sum of exp)`;
@@ -182,7 +169,7 @@ pub fn softmax_row(row: &mut [f32]) -> (f32, f32) {
         }
         row[full..].copy_from_slice(&t[..n - full]);
     }
-    let total = lanes_sum(s);
+    let total = crate::simd::tree_sum(&s);
     let inv = 1.0 / total;
     for v in row.iter_mut() {
         *v *= inv;

@@ -262,9 +262,9 @@ macro_rules! write_row {
     }};
 }
 
-/// Sum accumulators in a fixed pairwise tree.
+/// Sum accumulators (f64 or f32) in a fixed pairwise tree.
 #[inline(always)]
-pub fn tree_sum(acc: &[f64; LANES]) -> f64 {
+pub fn tree_sum<T: Copy + std::ops::AddAssign>(acc: &[T; LANES]) -> T {
     let mut a = *acc;
     let mut n = LANES;
     while n > 1 {
@@ -277,27 +277,31 @@ pub fn tree_sum(acc: &[f64; LANES]) -> f64 {
 }
 
 /// Run `$body` for each `LANES`-block of the equally long slices `$x...`,
-/// binding each block as `&[f32; LANES]`; a last partial block is copied
-/// into zero-padded (`$pad` for the first slice, 0 for the others) arrays.
-/// Element `j` always lands in lane `j % LANES`, so the accumulation order is
-/// the same for every length and instruction set, and the body sees only
-/// fixed-size arrays, which LLVM keeps in vector registers. Each full block
-/// also prefetches the block at the same offset of every `ahead` slice
-/// (see [`ahead`]). A macro rather than a closure so the body is always
-/// inlined into the multiversioned caller.
+/// binding each block as `&[f32; LANES]` (and each block of the slices
+/// after `; mut` as `&mut [f32; LANES]`); a last partial block is copied
+/// into zero-padded (`$pad` for the first slice, 0 for the others) arrays,
+/// and the `mut` ones are copied back after the body. Element `j` always
+/// lands in lane `j % LANES`, so the accumulation order is the same for
+/// every length and instruction set, and the body sees only fixed-size
+/// arrays, which LLVM keeps in vector registers. Each full block also
+/// prefetches the block at the same offset of every `ahead` slice (see
+/// [`ahead`]). A macro rather than a closure so the body is always inlined
+/// into the multiversioned caller.
 #[macro_export]
 macro_rules! for_blocks {
-    (pad: $pad:expr, ahead: [$($ahead:expr),*], $($x:ident in $src:expr),+ => $body:block) => {{
+    (pad: $pad:expr, ahead: [$($ahead:expr),*], $($x:ident in $src:expr),+ $(; mut $($y:ident in $dst:expr),+)? => $body:block) => {{
         let n = $crate::__first_len!($($src),+);
         let full = n - n % $crate::simd::LANES;
         let mut j0 = 0;
         while j0 < full {
             $($crate::simd::prefetch_block($ahead, j0);)*
             $(let $x: &[f32; $crate::simd::LANES] = $src[j0..j0 + $crate::simd::LANES].try_into().unwrap();)+
+            $($(let $y: &mut [f32; $crate::simd::LANES] = (&mut $dst[j0..j0 + $crate::simd::LANES]).try_into().unwrap();)+)?
             $body
             j0 += $crate::simd::LANES;
         }
         if full < n {
+            let t = n - full;
             let mut first = true;
             $(
                 let mut pad_block = [if first { $pad } else { 0.0 }; $crate::simd::LANES];
@@ -305,11 +309,19 @@ macro_rules! for_blocks {
                 {
                     first = false;
                 }
-                pad_block[..n - full].copy_from_slice(&$src[full..n]);
+                pad_block[..t].copy_from_slice(&$src[full..n]);
                 let $x: &[f32; $crate::simd::LANES] = &pad_block;
             )+
             let _ = first;
-            $body
+            $($(
+                let mut $y = [0f32; $crate::simd::LANES];
+                $y[..t].copy_from_slice(&$dst[full..n]);
+            )+)?
+            {
+                $($(let $y: &mut [f32; $crate::simd::LANES] = &mut $y;)+)?
+                $body
+            }
+            $($($dst[full..n].copy_from_slice(&$y[..t]);)+)?
         }
     }};
 }

@@ -25,6 +25,19 @@ fn bits(recs: &[StepRecord]) -> Vec<u64> {
     recs.iter().map(|r| r.loss.to_bits()).collect()
 }
 
+/// The bytes of a finished run folder's files.
+fn run_files(d: &std::path::Path) -> Vec<Vec<u8>> {
+    [
+        "config.json",
+        "summary.json",
+        "metrics.jsonl",
+        "checkpoint.safetensors",
+    ]
+    .iter()
+    .map(|f| std::fs::read(d.join(f)).unwrap())
+    .collect()
+}
+
 #[test]
 fn same_config_same_losses_for_1_and_2_threads() {
     for c in [
@@ -181,15 +194,7 @@ fn existing_run_folder_is_left_untouched() {
             ..Default::default()
         },
     );
-    let before: Vec<_> = [
-        "config.json",
-        "summary.json",
-        "metrics.jsonl",
-        "checkpoint.safetensors",
-    ]
-    .iter()
-    .map(|f| std::fs::read(d.join(f)).unwrap())
-    .collect();
+    let before = run_files(&d);
     let err = train::run(
         &c,
         &RunOptions {
@@ -202,15 +207,7 @@ fn existing_run_folder_is_left_untouched() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("already holds a run"), "{err}");
-    let after: Vec<_> = [
-        "config.json",
-        "summary.json",
-        "metrics.jsonl",
-        "checkpoint.safetensors",
-    ]
-    .iter()
-    .map(|f| std::fs::read(d.join(f)).unwrap())
-    .collect();
+    let after = run_files(&d);
     assert_eq!(before, after);
     // A corrupt checkpoint is a clear error, not a panic.
     std::fs::write(d.join("checkpoint.safetensors"), b"not a checkpoint").unwrap();

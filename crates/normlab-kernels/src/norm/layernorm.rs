@@ -27,7 +27,7 @@
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, BETA, GAMMA};
-use crate::simd::{ahead, prefetch_block, shifted_sums, stream_fence, tree_sum, LANES};
+use crate::simd::{ahead, shifted_sums, stream_fence, tree_sum, LANES};
 
 /// LayerNorm's description: gamma and beta per feature, eps 1e-5.
 pub const SPEC: KindSpec = KindSpec {
@@ -112,43 +112,16 @@ crate::multiversion! {
         let pg = &mut pg[..d];
         let pb = &mut pb[..d];
         let n = d as f64;
-        let full = d - d % LANES;
         for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
             let s = (st[0], st[1], st[2]);
             let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
-            // Sweep 1: sum(g), sum(g * xhat), partial parameter gradients.
+            // Sweep 1: sum(g), sum(g * xhat), partial parameter gradients
+            // (a zero-padded tail block has dy = 0 and adds nothing).
             let mut sg = [0f64; LANES];
             let mut sgx = [0f64; LANES];
-            let mut j0 = 0;
-            while j0 < full {
-                prefetch_block(ax, j0);
-                prefetch_block(ady, j0);
-                let b = j0..j0 + LANES;
-                bwd_block(
-                    xr[b.clone()].try_into().unwrap(),
-                    dyr[b.clone()].try_into().unwrap(),
-                    gamma[b.clone()].try_into().unwrap(),
-                    s,
-                    &mut sg,
-                    &mut sgx,
-                    (&mut pg[b.clone()]).try_into().unwrap(),
-                    (&mut pb[b]).try_into().unwrap(),
-                );
-                j0 += LANES;
-            }
-            if full < d {
-                // Zero-padded tail block: dy = 0 adds nothing.
-                let t = d - full;
-                let (mut xb, mut dyb, mut gb, mut pgb, mut pbb) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
-                xb[..t].copy_from_slice(&xr[full..]);
-                dyb[..t].copy_from_slice(&dyr[full..]);
-                gb[..t].copy_from_slice(&gamma[full..]);
-                pgb[..t].copy_from_slice(&pg[full..]);
-                pbb[..t].copy_from_slice(&pb[full..]);
-                bwd_block(&xb, &dyb, &gb, s, &mut sg, &mut sgx, &mut pgb, &mut pbb);
-                pg[full..].copy_from_slice(&pgb[..t]);
-                pb[full..].copy_from_slice(&pbb[..t]);
-            }
+            crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, gb in gamma; mut pgb in pg, pbb in pb => {
+                bwd_block(xb, dyb, gb, s, &mut sg, &mut sgx, pgb, pbb);
+            });
             let mg = (tree_sum(&sg) / n) as f32;
             let mgx = (tree_sum(&sgx) / n) as f32;
             // Sweep 2: dx.

@@ -95,6 +95,19 @@ impl NormKind {
         NormKind::None,
     ];
 
+    /// The kind's position in [`NormKind::ALL`] (an exhaustive match, so a
+    /// new variant must be placed; a test checks ALL against it).
+    pub fn position(self) -> usize {
+        match self {
+            NormKind::LayerNorm => 0,
+            NormKind::RmsNorm => 1,
+            NormKind::ZRmsNorm => 2,
+            NormKind::ScaleNorm => 3,
+            NormKind::BatchNorm => 4,
+            NormKind::None => 5,
+        }
+    }
+
     /// The kinds usable inside a model (statistics per row).
     pub fn row_wise() -> impl Iterator<Item = NormKind> {
         NormKind::ALL.into_iter().filter(|k| k.is_row_wise())
@@ -413,32 +426,42 @@ pub fn forward(
 ) {
     check_shapes(kind, d, x, params, y, stats);
     let stream = crate::simd::should_stream(y, d);
+    let mut chunks = |rows: &ForwardRows| for_chunks(d, x, y, stats, rows);
     match kind {
         NormKind::LayerNorm => {
             let (gamma, beta) = params.split_at(d);
-            for_chunks(d, x, y, stats, |x, y, s| {
-                layernorm::forward_rows(d, eps, stream, x, gamma, beta, y, s)
-            });
+            chunks(&|x, y, s| layernorm::forward_rows(d, eps, stream, x, gamma, beta, y, s))
         }
-        NormKind::RmsNorm => for_chunks(d, x, y, stats, |x, y, s| {
-            rmsnorm::forward_rows(d, eps, 0.0, stream, x, params, y, s)
-        }),
-        NormKind::ZRmsNorm => for_chunks(d, x, y, stats, |x, y, s| {
-            rmsnorm::forward_rows(d, eps, 1.0, stream, x, params, y, s)
-        }),
+        NormKind::RmsNorm | NormKind::ZRmsNorm => {
+            let offset = zero_centred_offset(kind);
+            chunks(&|x, y, s| rmsnorm::forward_rows(d, eps, offset, stream, x, params, y, s))
+        }
         NormKind::ScaleNorm => {
             let g = params[0];
-            for_chunks(d, x, y, stats, |x, y, s| {
-                scalenorm::forward_rows(d, eps, g, x, y, s)
-            });
+            chunks(&|x, y, s| scalenorm::forward_rows(d, eps, g, x, y, s))
         }
-        NormKind::None => {
+        NormKind::None => chunks(&|x, y, s| {
             y.copy_from_slice(x);
-            for s in stats.chunks_exact_mut(STATS) {
-                s.copy_from_slice(&[0.0, 0.0, 1.0]);
+            for st in s.chunks_exact_mut(STATS) {
+                st.copy_from_slice(&[0.0, 0.0, 1.0]);
             }
-        }
+        }),
         NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),
+    }
+}
+
+/// A kind's forward over one chunk of rows: `(x, y, stats)`.
+type ForwardRows<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+
+/// A kind's backward over one chunk of rows: `(x, dy, stats, dx, partial
+/// parameter gradients)`.
+type BackwardRows<'a> = dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+
+/// The gain offset of the RMSNorm kernels: 1 for zero-centred (gain 1 + w).
+fn zero_centred_offset(kind: NormKind) -> f32 {
+    match kind.spec().gain {
+        GainForm::PerFeature { offset } => offset,
+        _ => 0.0,
     }
 }
 
@@ -461,55 +484,27 @@ pub fn backward(
     let stream = crate::simd::should_stream(dx, d);
     assert_eq!(dy.len(), x.len(), "dy length");
     let np = kind.num_params(d);
+    let mut chunks =
+        |rows: &BackwardRows| for_chunks_backward(d, np, x, dy, stats, dx, dparams, scratch, rows);
     match kind {
         NormKind::LayerNorm => {
             let gamma = &params[..d];
-            for_chunks_backward(
-                d,
-                np,
-                x,
-                dy,
-                stats,
-                dx,
-                dparams,
-                scratch,
-                |x, dy, s, dx, p| {
-                    let (pg, pb) = p.split_at_mut(d);
-                    layernorm::backward_rows(d, stream, x, dy, gamma, s, dx, pg, pb)
-                },
-            );
+            chunks(&|x, dy, s, dx, p| {
+                let (pg, pb) = p.split_at_mut(d);
+                layernorm::backward_rows(d, stream, x, dy, gamma, s, dx, pg, pb)
+            })
         }
         NormKind::RmsNorm | NormKind::ZRmsNorm => {
-            let offset = if kind == NormKind::ZRmsNorm { 1.0 } else { 0.0 };
-            for_chunks_backward(
-                d,
-                np,
-                x,
-                dy,
-                stats,
-                dx,
-                dparams,
-                scratch,
-                |x, dy, s, dx, p| {
-                    rmsnorm::backward_rows(d, offset, stream, x, dy, params, s, dx, p)
-                },
-            );
+            let offset = zero_centred_offset(kind);
+            chunks(&|x, dy, s, dx, p| {
+                rmsnorm::backward_rows(d, offset, stream, x, dy, params, s, dx, p)
+            })
         }
         NormKind::ScaleNorm => {
             let g = params[0];
-            for_chunks_backward(
-                d,
-                np,
-                x,
-                dy,
-                stats,
-                dx,
-                dparams,
-                scratch,
-                |x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p),
-            );
+            chunks(&|x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p))
         }
-        NormKind::None => dx.copy_from_slice(dy),
+        NormKind::None => chunks(&|_, dy, _, dx, _| dx.copy_from_slice(dy)),
         NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),
     }
 }
@@ -528,6 +523,16 @@ mod tests {
             e.contains("unknown norm kind 'foo'") && e.contains("rmsnorm"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn all_lists_every_kind_once_with_a_distinct_name() {
+        for (i, k) in NormKind::ALL.iter().enumerate() {
+            assert_eq!(k.position(), i, "{k} is not at its position in ALL");
+        }
+        let names: std::collections::HashSet<&str> =
+            NormKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), NormKind::ALL.len());
     }
 
     #[test]

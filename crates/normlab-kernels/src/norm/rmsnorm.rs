@@ -17,7 +17,7 @@
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, GAMMA};
-use crate::simd::{ahead, prefetch_block, stream_fence, sum_squares, tree_sum, LANES};
+use crate::simd::{ahead, stream_fence, sum_squares, tree_sum, LANES};
 
 /// RMSNorm's description: gamma per feature, eps 1e-6.
 pub const SPEC: KindSpec = KindSpec {
@@ -92,37 +92,13 @@ crate::multiversion! {
         let w = &w[..d];
         let pw = &mut pw[..d];
         let n = d as f64;
-        let full = d - d % LANES;
         for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
             let rstd = st[2];
             let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
             let mut sgx = [0f64; LANES];
-            let mut j0 = 0;
-            while j0 < full {
-                prefetch_block(ax, j0);
-                prefetch_block(ady, j0);
-                let b = j0..j0 + LANES;
-                bwd_block(
-                    xr[b.clone()].try_into().unwrap(),
-                    dyr[b.clone()].try_into().unwrap(),
-                    w[b.clone()].try_into().unwrap(),
-                    offset,
-                    rstd,
-                    &mut sgx,
-                    (&mut pw[b]).try_into().unwrap(),
-                );
-                j0 += LANES;
-            }
-            if full < d {
-                let t = d - full;
-                let (mut xb, mut dyb, mut wb, mut pwb) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
-                xb[..t].copy_from_slice(&xr[full..]);
-                dyb[..t].copy_from_slice(&dyr[full..]);
-                wb[..t].copy_from_slice(&w[full..]);
-                pwb[..t].copy_from_slice(&pw[full..]);
-                bwd_block(&xb, &dyb, &wb, offset, rstd, &mut sgx, &mut pwb);
-                pw[full..].copy_from_slice(&pwb[..t]);
-            }
+            crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, wb in w; mut pwb in pw => {
+                bwd_block(xb, dyb, wb, offset, rstd, &mut sgx, pwb);
+            });
             let mgx = (tree_sum(&sgx) / n) as f32;
             crate::write_row!(dxr, stream, (xr, dyr, w) => rstd * (dyr * (offset + w) - xr * rstd * mgx));
         }

@@ -285,6 +285,30 @@ impl ExpArgs {
         Ok(())
     }
 
+    /// `--steps`, or the quick or full default.
+    pub fn steps_or(&self, quick: usize, full: usize) -> usize {
+        self.steps.unwrap_or(if self.quick { quick } else { full })
+    }
+
+    /// The seeds: `--seeds` of them from `--seed`, or the quick or full
+    /// default count from seed 0.
+    pub fn seeds_or(&self, quick: usize, full: usize) -> Vec<u64> {
+        self.seed_list(if self.quick { quick } else { full })
+    }
+
+    /// The first of `--lrs`, or `default` (experiments with one learning rate).
+    pub fn lr_or(&self, default: f32) -> f32 {
+        self.lrs
+            .as_ref()
+            .and_then(|l| l.first().copied())
+            .unwrap_or(default)
+    }
+
+    /// The first of `--layers`, if given (experiments with one depth).
+    pub fn first_layers(&self) -> Option<usize> {
+        self.layers.as_ref().and_then(|l| l.first().copied())
+    }
+
     /// `seeds` seeds starting at `seed`, with defaults.
     pub fn seed_list(&self, default_count: usize) -> Vec<u64> {
         let n = self.seeds.unwrap_or(default_count);

@@ -51,8 +51,8 @@ fn settings(a: &ExpArgs) -> Settings {
             NormKind::RmsNorm,
         ]),
         lrs: a.lrs.clone().unwrap_or(vec![1e-3]),
-        steps: a.steps.unwrap_or(if a.quick { 400 } else { 3000 }),
-        seeds: a.seed_list(if a.quick { 1 } else { 3 }),
+        steps: a.steps_or(400, 3000),
+        seeds: a.seeds_or(1, 3),
         eval_sequences: if a.quick { 64 } else { 512 },
     }
 }

@@ -48,7 +48,7 @@ fn settings(a: &ExpArgs) -> Settings {
             Placement::Post,
             Placement::Sandwich,
         ]),
-        steps: a.steps.unwrap_or(if a.quick { 150 } else { 1000 }),
+        steps: a.steps_or(150, 1000),
         seed: a.seed.unwrap_or(0),
     }
 }

@@ -30,11 +30,7 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// without a LayerNorm after each.
 fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(64);
-    let depth = a
-        .layers
-        .as_ref()
-        .and_then(|l| l.first().copied())
-        .unwrap_or(20);
+    let depth = a.first_layers().unwrap_or(20);
     let rows = a.rows.unwrap_or(if a.quick { 64 } else { 256 });
     let scales = a.scales.clone().unwrap_or(vec![0.3, 1.2]);
     let seed = a.seed.unwrap_or(0);

@@ -46,13 +46,9 @@ struct Settings {
 
 fn settings(a: &ExpArgs) -> Settings {
     Settings {
-        lr: a
-            .lrs
-            .as_ref()
-            .and_then(|l| l.first().copied())
-            .unwrap_or(3e-3),
-        steps: a.steps.unwrap_or(if a.quick { 150 } else { 1000 }),
-        seeds: a.seed_list(if a.quick { 1 } else { 2 }),
+        lr: a.lr_or(3e-3),
+        steps: a.steps_or(150, 1000),
+        seeds: a.seeds_or(1, 2),
     }
 }
 

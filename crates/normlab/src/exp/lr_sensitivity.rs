@@ -63,8 +63,8 @@ fn settings(a: &ExpArgs) -> Settings {
             .warmups
             .clone()
             .unwrap_or(if a.quick { vec![0] } else { vec![0, 1000] }),
-        steps: a.steps.unwrap_or(if a.quick { 300 } else { 3000 }),
-        seeds: a.seed_list(if a.quick { 1 } else { 3 }),
+        steps: a.steps_or(300, 3000),
+        seeds: a.seeds_or(1, 3),
         norm: a
             .norms
             .as_ref()

@@ -45,13 +45,9 @@ fn settings(a: &ExpArgs) -> Settings {
             NormKind::ZRmsNorm,
             NormKind::ScaleNorm,
         ]),
-        steps: a.steps.unwrap_or(if a.quick { 150 } else { 1000 }),
+        steps: a.steps_or(150, 1000),
         seeds: a.seed_list(2),
-        lr: a
-            .lrs
-            .as_ref()
-            .and_then(|l| l.first().copied())
-            .unwrap_or(1e-3),
+        lr: a.lr_or(1e-3),
     }
 }
 

@@ -44,7 +44,7 @@ fn settings(a: &ExpArgs) -> Settings {
     Settings {
         presets: a.placements.clone().unwrap_or(Placement::ALL.to_vec()),
         lrs: a.lrs.clone().unwrap_or(vec![1e-3, 1e-2]),
-        seeds: a.seed_list(if a.quick { 1 } else { 2 }),
+        seeds: a.seeds_or(1, 2),
         models: match a.model {
             Some(m) => vec![m],
             None => vec![ModelKind::Toy, ModelKind::Gpt],
@@ -75,7 +75,7 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
                         &base,
                         json!({"placement": p.name(), "lr": lr, "steps": steps, "seed": seed, "shards": 1, "eval_every": (steps / 5).max(1)}),
                     );
-                    if let Some(l) = a.layers.as_ref().and_then(|l| l.first().copied()) {
+                    if let Some(l) = a.first_layers() {
                         v = merge(&v, json!({ "layers": l }));
                     }
                     if p == Placement::None {

@@ -48,18 +48,10 @@ struct Settings {
 fn settings(a: &ExpArgs) -> Settings {
     Settings {
         d: a.d_model.unwrap_or(if a.quick { 64 } else { 128 }),
-        layers: a
-            .layers
-            .as_ref()
-            .and_then(|l| l.first().copied())
-            .unwrap_or(if a.quick { 4 } else { 12 }),
-        steps: a.steps.unwrap_or(if a.quick { 100 } else { 1000 }),
+        layers: a.first_layers().unwrap_or(if a.quick { 4 } else { 12 }),
+        steps: a.steps_or(100, 1000),
         seeds: a.seed_list(1),
-        lr: a
-            .lrs
-            .as_ref()
-            .and_then(|l| l.first().copied())
-            .unwrap_or(1e-3),
+        lr: a.lr_or(1e-3),
     }
 }
 

@@ -39,7 +39,7 @@ pub fn full_gpt() -> Value {
 /// `--layers L`, L blocks.
 pub fn gpt_base(a: &ExpArgs) -> Value {
     let base = if a.quick { tiny_gpt() } else { full_gpt() };
-    match a.layers.as_ref().and_then(|l| l.first().copied()) {
+    match a.first_layers() {
         Some(l) => merge(&base, json!({ "layers": l })),
         None => base,
     }

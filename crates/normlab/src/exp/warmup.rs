@@ -54,8 +54,8 @@ fn settings(a: &ExpArgs) -> Settings {
             .warmups
             .clone()
             .unwrap_or(if a.quick { vec![0, 30] } else { vec![0, 100] }),
-        steps: a.steps.unwrap_or(if a.quick { 150 } else { 1000 }),
-        seeds: a.seed_list(if a.quick { 1 } else { 2 }),
+        steps: a.steps_or(150, 1000),
+        seeds: a.seeds_or(1, 2),
     }
 }
 
