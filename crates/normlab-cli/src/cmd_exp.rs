@@ -148,6 +148,7 @@ impl ExpCmd {
             runs: list::<PathBuf>("runs", &self.runs)?,
             calibrate: self.calibrate,
             bert: self.bert.clone(),
+            stop: Some(crate::ui::stop_flag()),
         })
     }
 }

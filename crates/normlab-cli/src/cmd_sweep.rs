@@ -118,6 +118,8 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         threads_per_run: c.threads,
         shard,
         keep_params: false,
+        wait_for_held: false,
+        stop: Some(crate::ui::stop_flag()),
     };
     // The sgemm peak for the closing line: measured before the runs (on the
     // idle machine) and again after, the better one reported; one taken right
@@ -135,12 +137,21 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let t0 = std::time::Instant::now();
-    let results = sweep::run_all(&specs, &opts, &|d, t, id| {
+    let outcome = sweep::run_all(&specs, &opts, &|d, t, id| {
         pb.set_length(t as u64);
         pb.set_position(d as u64);
         pb.set_message(id.to_string());
     })?;
     pb.finish_and_clear();
+    if !outcome.held.is_empty() {
+        eprintln!(
+            "{} run(s) are being written by another process (their .lock is held) and were left to it: {}",
+            outcome.held.len(),
+            outcome.held.join(", ")
+        );
+    }
+    let interrupted = !outcome.stopped.is_empty() || outcome.not_started > 0;
+    let results = &outcome.results;
     if c.json {
         let recs: Vec<_> = results.iter().map(|r| serde_json::json!({"id": r.id, "status": r.summary.status.name(), "final_eval_loss": r.summary.final_eval_loss, "reused": r.reused})).collect();
         println!("{}", serde_json::to_string_pretty(&recs)?);
@@ -157,7 +168,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
             results.len() - reused,
             c.out.display()
         );
-        let gflop = sweep::trained_matmul_gflop(&results);
+        let gflop = sweep::trained_matmul_gflop(results);
         let secs = t0.elapsed().as_secs_f64();
         if gflop > 0.0 && secs > 1.0 {
             // The share of this machine's sgemm peak on the threads the
@@ -172,6 +183,15 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
             );
         }
         println!("tables and figures: normlab report {}", c.out.display());
+    }
+    if interrupted {
+        return Err(normlab::Error::Interrupted(format!(
+            "interrupted by a signal: {} runs finished, {} stopped at a checkpoint, {} not started; run the same command again to resume",
+            results.len(),
+            outcome.stopped.len(),
+            outcome.not_started
+        ))
+        .into());
     }
     Ok(())
 }

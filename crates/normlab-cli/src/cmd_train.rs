@@ -245,6 +245,8 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 threads,
                 stop_after: a.stop_after,
                 steps_override: steps,
+                stop: Some(crate::ui::stop_flag()),
+                lock_held: false,
             },
         )
     } else {
@@ -257,6 +259,8 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 threads,
                 stop_after: a.stop_after,
                 steps_override: None,
+                stop: Some(crate::ui::stop_flag()),
+                lock_held: false,
             },
         )
     };
@@ -281,19 +285,30 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     })?;
     pb.finish_and_clear();
     match outcome {
-        RunOutcome::Interrupted { step } => {
+        RunOutcome::Interrupted { step, by_signal } => {
+            let dir = opts
+                .out
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default();
+            let saved = if opts.out.is_some() {
+                format!("checkpoint written; continue with: normlab train --resume {dir}")
+            } else {
+                "nothing saved (no --out)".to_string()
+            };
+            if by_signal {
+                return Err(normlab::Error::Interrupted(format!(
+                    "interrupted by a signal after step {step}: {saved}"
+                ))
+                .into());
+            }
             if a.json {
                 println!(
                     "{}",
                     serde_json::json!({"status": "interrupted", "steps": step})
                 );
             } else {
-                let dir = opts
-                    .out
-                    .as_ref()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default();
-                println!("stopped after step {step}; continue with: normlab train --resume {dir}");
+                println!("stopped after step {step}; {saved}");
             }
         }
         RunOutcome::Finished(s) => {

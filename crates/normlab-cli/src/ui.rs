@@ -4,6 +4,8 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 /// An error caused by the user's input: reported on one line, exit code 2.
 #[derive(Debug)]
@@ -22,11 +24,44 @@ pub fn bad<T>(msg: impl Into<String>) -> anyhow::Result<T> {
     Err(BadInput(msg.into()).into())
 }
 
+/// Exit code of a run stopped by SIGINT/SIGTERM after saving its state
+/// (128 + SIGINT, as shells report it).
+pub const INTERRUPTED: u8 = 130;
+
+/// A flag that SIGINT and SIGTERM set: long work checks it between steps,
+/// saves a checkpoint and stops. A second signal while the flag is set
+/// exits at once (code 130). Registered once per process.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            // The order matters: the conditional exit sees the flag as it
+            // was before this signal sets it.
+            let _ = signal_hook::flag::register_conditional_shutdown(
+                sig,
+                INTERRUPTED as i32,
+                Arc::clone(&flag),
+            );
+            let _ = signal_hook::flag::register(sig, Arc::clone(&flag));
+        }
+        flag
+    })
+    .clone()
+}
+
 /// Print `error: ...` on one line to stderr and pick the exit code: 2 for
-/// input the user can fix, 1 for I/O and internal failures.
+/// input the user can fix, 130 for a run stopped by a signal (its state
+/// saved), 1 for I/O and internal failures.
 pub fn fail(e: &anyhow::Error) -> ExitCode {
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("error: {msg}");
+    if matches!(
+        e.downcast_ref::<normlab::Error>(),
+        Some(normlab::Error::Interrupted(_))
+    ) {
+        return ExitCode::from(INTERRUPTED);
+    }
     let bad_input = e.downcast_ref::<BadInput>().is_some()
         || e.downcast_ref::<normlab::Error>()
             .is_some_and(normlab::Error::is_bad_input);

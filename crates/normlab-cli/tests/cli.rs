@@ -235,11 +235,11 @@ fn train_bad_config_exits_2_and_leaves_runs_alone() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
     assert_eq!(std::fs::read(out.join("summary.json")).unwrap(), before);
-    std::fs::write(out.join("checkpoint.safetensors"), b"garbage").unwrap();
+    std::fs::write(out.join("resume.safetensors"), b"garbage").unwrap();
     let r = normlab(&["train", "--resume", o, "--steps", "4"]);
     assert_eq!(r.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&r.stderr).contains("checkpoint"),
+        String::from_utf8_lossy(&r.stderr).contains("resume.safetensors"),
         "{}",
         String::from_utf8_lossy(&r.stderr)
     );

@@ -184,8 +184,8 @@ pub const STREAM_MIN_BYTES: usize = 16 << 20;
 pub fn should_stream(out: &[f32], d: usize) -> bool {
     cfg!(target_arch = "x86_64")
         && out.len() * 4 >= STREAM_MIN_BYTES
-        && d % LANES == 0
-        && out.as_ptr() as usize % 64 == 0
+        && d.is_multiple_of(LANES)
+        && (out.as_ptr() as usize).is_multiple_of(64)
 }
 
 /// Store one block with non-temporal stores. `dst` must start 16-byte
@@ -197,7 +197,7 @@ pub fn stream_block(dst: &mut [f32], b: &[f32; LANES]) {
     {
         use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
         assert!(
-            dst.as_ptr() as usize % 16 == 0,
+            (dst.as_ptr() as usize).is_multiple_of(16),
             "stream_block needs 16-byte alignment"
         );
         let p = dst.as_mut_ptr();

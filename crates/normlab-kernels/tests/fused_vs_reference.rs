@@ -382,7 +382,7 @@ fn streaming_stores_give_the_same_bits() {
         assert!(
             !simd::should_stream(y2, d)
                 || !simd::should_stream(dx2, d)
-                || y2.as_ptr() as usize % 64 == 0
+                || (y2.as_ptr() as usize).is_multiple_of(64)
         );
         let mut dp2 = vec![0.0; p.len()];
         norm::forward(kind, d, kind.default_eps(), &x, &p, y2, &mut st);

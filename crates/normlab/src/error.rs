@@ -25,6 +25,9 @@ pub enum Error {
     /// A failure that is normlab's fault, not the input's.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Stopped on request (SIGINT/SIGTERM) after saving what resumes it.
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 /// `Result` with [`Error`].
@@ -55,6 +58,16 @@ impl Error {
                 Error::BadInput(format!("cannot read {}: {source}", path.display()))
             }
             _ => Error::io("read", path, source),
+        }
+    }
+
+    /// The same error with `what: ` before its message (an I/O error keeps
+    /// its path and OS error, and stays an I/O error).
+    pub fn within(self, what: &str) -> Error {
+        match self {
+            Error::BadInput(m) => Error::BadInput(format!("{what}: {m}")),
+            Error::Internal(m) => Error::Internal(format!("{what}: {m}")),
+            other => other,
         }
     }
 

@@ -8,7 +8,8 @@
 use crate::error::{Error, Result};
 use crate::present::{f, grid, plot, Figure, LineChart, Panel, Series, Table};
 use crate::sweep::SeedGroup;
-use crate::train::run::{read_config, read_metrics, read_summary, Summary};
+use crate::train::run::{read_config, read_metrics, read_summary};
+use crate::train::Summary;
 use crate::train::{StepRecord, TrainConfig};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};

@@ -117,7 +117,7 @@ fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {
             ..Default::default()
         },
     );
-    assert!(matches!(out, RunOutcome::Interrupted { step: 7 }));
+    assert!(matches!(out, RunOutcome::Interrupted { step: 7, .. }));
     assert!(!b.join("summary.json").exists());
     let (_, out) = run_collect(
         &c,
@@ -135,10 +135,10 @@ fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {
             "{f} differs after resume"
         );
     }
-    // The optimizer file's metadata holds wall-clock seconds; compare its tensors.
+    // The snapshot's metadata holds wall-clock seconds; compare its tensors.
     let (ta, tb) = (
-        std::fs::read(a.join("optimizer.safetensors")).unwrap(),
-        std::fs::read(b.join("optimizer.safetensors")).unwrap(),
+        std::fs::read(a.join("resume.safetensors")).unwrap(),
+        std::fs::read(b.join("resume.safetensors")).unwrap(),
     );
     let (sa, sb) = (
         safetensors::SafeTensors::deserialize(&ta).unwrap(),
@@ -147,7 +147,7 @@ fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {
     for (name, view) in sa.tensors() {
         assert!(
             view.data() == sb.tensor(&name).unwrap().data(),
-            "optimizer tensor {name} differs after resume"
+            "snapshot tensor {name} differs after resume"
         );
     }
     let sa = train::run::read_summary(&a).unwrap();
@@ -209,8 +209,8 @@ fn existing_run_folder_is_left_untouched() {
     assert!(err.contains("already holds a run"), "{err}");
     let after = run_files(&d);
     assert_eq!(before, after);
-    // A corrupt checkpoint is a clear error, not a panic.
-    std::fs::write(d.join("checkpoint.safetensors"), b"not a checkpoint").unwrap();
+    // A corrupt resume snapshot is a clear error, not a panic.
+    std::fs::write(d.join("resume.safetensors"), b"not a snapshot").unwrap();
     let err = train::run(
         &c,
         &RunOptions {
@@ -225,5 +225,110 @@ fn existing_run_folder_is_left_untouched() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("not a valid safetensors"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A folder written before the resume snapshot (weights in
+/// checkpoint.safetensors, Adam moments and progress in
+/// optimizer.safetensors) still resumes, bit-identically.
+#[test]
+fn legacy_run_folders_resume() {
+    use safetensors::tensor::{serialize, Dtype, TensorView};
+    let c = cfg(
+        json!({"model": "toy", "layers": 1, "steps": 12, "batch": 4, "eval_sequences": 4, "eval_every": 4, "log_every": 2}),
+    );
+    let (a, b) = (tmpdir("legacy-a"), tmpdir("legacy-b"));
+    run_collect(
+        &c,
+        &RunOptions {
+            out: Some(a.clone()),
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    let (_, out) = run_collect(
+        &c,
+        &RunOptions {
+            out: Some(b.clone()),
+            threads: 1,
+            stop_after: Some(5),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(out, RunOutcome::Interrupted { step: 5, .. }));
+    // Rewrite b's snapshot as the old pair of files.
+    let snap = std::fs::read(b.join("resume.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&snap).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&snap).unwrap();
+    let state: serde_json::Value =
+        serde_json::from_str(&meta.metadata().as_ref().unwrap()["normlab_resume"]).unwrap();
+    let moments: Vec<(String, TensorView)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("m.") || n.starts_with("v."))
+        .map(|(n, v)| {
+            (
+                n,
+                TensorView::new(Dtype::F32, v.shape().to_vec(), v.data()).unwrap(),
+            )
+        })
+        .collect();
+    let mut m = std::collections::HashMap::new();
+    m.insert(
+        "normlab_optimizer".to_string(),
+        json!({"adam_t": state["adam_t"], "progress": state["progress"]}).to_string(),
+    );
+    std::fs::write(
+        b.join("optimizer.safetensors"),
+        serialize(moments, Some(m)).unwrap(),
+    )
+    .unwrap();
+    std::fs::remove_file(b.join("resume.safetensors")).unwrap();
+    let (_, out) = run_collect(
+        &c,
+        &RunOptions {
+            out: Some(b.clone()),
+            resume: true,
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    assert!(matches!(out, RunOutcome::Finished(_)));
+    for f in ["metrics.jsonl", "checkpoint.safetensors"] {
+        assert!(
+            std::fs::read(a.join(f)).unwrap() == std::fs::read(b.join(f)).unwrap(),
+            "{f} differs after resuming a legacy folder"
+        );
+    }
+    assert!(
+        !b.join("optimizer.safetensors").exists(),
+        "the snapshot replaces the legacy file"
+    );
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
+
+/// A second writer on a run folder is refused while the first holds it.
+#[test]
+fn one_writer_per_run_folder() {
+    let d = tmpdir("locked");
+    let held = train::RunLock::acquire(&d).unwrap();
+    assert!(train::RunLock::try_acquire(&d).unwrap().is_none());
+    let c = cfg(json!({"model": "toy", "layers": 1, "steps": 2, "batch": 2, "eval_sequences": 2}));
+    let err = train::run(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            threads: 1,
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("another normlab process is writing"), "{err}");
+    assert!(!d.join("config.json").exists());
+    drop(held);
+    assert!(train::RunLock::try_acquire(&d).unwrap().is_some());
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -71,7 +71,7 @@ impl BatchNorm {
     fn rows(&self, x: &[f32], params: &[f32], out: &[f32]) -> usize {
         let d = self.d;
         assert!(
-            d > 0 && x.len() % d == 0,
+            d > 0 && x.len().is_multiple_of(d),
             "x length {} is not a multiple of d = {}",
             x.len(),
             d

@@ -60,6 +60,9 @@ pub struct ExpArgs {
     pub calibrate: Option<usize>,
     /// A pretrained BERT folder to convert too (convert).
     pub bert: Option<PathBuf>,
+    /// Set by a signal handler: training stops after the current step of
+    /// every run, with a checkpoint (not a flag).
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A flag an experiment may take (besides --quick, --out and --json).

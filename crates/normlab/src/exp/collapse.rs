@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::present::{f, opt, opt_step, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunSpec, SeedGroup};
-use crate::train::run::Status;
+use crate::train::Status;
 use serde_json::json;
 
 /// The experiment's registry row.

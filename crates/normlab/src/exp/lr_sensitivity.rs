@@ -10,7 +10,7 @@ use crate::kernels::norm::NormKind;
 use crate::nn::Placement;
 use crate::present::{grid as heat, opt, opt_step, Figure, Table};
 use crate::sweep::{RunSpec, SeedGroup};
-use crate::train::run::Status;
+use crate::train::Status;
 use serde_json::{json, Map, Value};
 
 /// The experiment's registry row.

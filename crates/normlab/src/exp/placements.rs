@@ -10,7 +10,7 @@ use crate::model::ModelKind;
 use crate::nn::Placement;
 use crate::present::{f, grid as heat, opt, Figure, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
-use crate::train::run::Status;
+use crate::train::Status;
 use serde::Serialize;
 use serde_json::json;
 

@@ -71,8 +71,10 @@ pub fn run_grid(
         threads_per_run: 1,
         shard: None,
         keep_params,
+        wait_for_held: true,
+        stop: a.stop.clone(),
     };
-    let mut results = sweep::run_all(&specs, &opts, &|d, t, id| progress(d, t, id))?;
+    let mut results = sweep::run_all(&specs, &opts, &|d, t, id| progress(d, t, id))?.complete()?;
     let order: BTreeMap<&str, usize> = specs
         .iter()
         .enumerate()

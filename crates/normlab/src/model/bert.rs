@@ -153,7 +153,8 @@ impl Bert {
             )
             .into());
         }
-        if cfg.num_attention_heads == 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
+        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
+        {
             return Err("num_attention_heads must divide hidden_size".into());
         }
         let bytes = read("model.safetensors")?;

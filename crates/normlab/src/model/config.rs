@@ -197,7 +197,7 @@ impl ModelConfig {
         pos("hidden", self.hidden)?;
         if self.kind == ModelKind::Gpt {
             pos("heads", self.heads)?;
-            if self.d_model % self.heads != 0 {
+            if !self.d_model.is_multiple_of(self.heads) {
                 return Err(format!(
                     "heads ({}) must divide d_model ({})",
                     self.heads, self.d_model

@@ -98,7 +98,7 @@ impl Attention {
         qkv_init: Init,
         proj_init: Init,
     ) -> Attention {
-        assert!(heads > 0 && d % heads == 0, "heads must divide d");
+        assert!(heads > 0 && d.is_multiple_of(heads), "heads must divide d");
         let qkv = Linear::new(
             layout,
             &format!("{name}.c_attn"),

@@ -4,7 +4,7 @@
 //! Experiments and `normlab report` tabulate grids of these.
 
 use super::RunResult;
-use crate::train::run::{Status, Summary};
+use crate::train::{Status, Summary};
 use serde::Serialize;
 
 /// What the seeds of one setting did: how many runs ended in each status,

@@ -9,13 +9,15 @@ mod groups;
 
 pub use groups::{group_by, mean_std, SeedGroup};
 
-use crate::error::Result;
-use crate::train::run::{read_metrics, read_summary, RunOptions, RunOutcome, Summary};
+use crate::error::{Error, Result};
+use crate::train::run::{read_metrics, read_summary, RunOptions, RunOutcome};
 use crate::train::{self, StepRecord, TrainConfig};
+use crate::train::{RunLock, Summary};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// One run of a sweep.
 #[derive(Clone, Debug)]
@@ -211,6 +213,54 @@ pub struct SweepOptions {
     pub shard: Option<Shard>,
     /// Keep final parameters in the results (in-process runs only).
     pub keep_params: bool,
+    /// A run another process is writing: wait for it (true; an experiment
+    /// needs every result) or leave it to that process (false; a sweep).
+    pub wait_for_held: bool,
+    /// When set (by a signal handler): start no new run, and stop the
+    /// running ones after their current step with a checkpoint.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// What a sweep did.
+#[derive(Debug, Default)]
+pub struct SweepOutcome {
+    /// The finished runs (trained now or reused), in id order.
+    pub results: Vec<RunResult>,
+    /// Runs left to another process that holds their lock.
+    pub held: Vec<String>,
+    /// Runs stopped by a signal, with the step of their checkpoint.
+    pub stopped: Vec<(String, usize)>,
+    /// Runs not started because of a signal.
+    pub not_started: usize,
+}
+
+impl SweepOutcome {
+    /// Whether every run of the shard finished.
+    pub fn is_complete(&self) -> bool {
+        self.held.is_empty() && self.stopped.is_empty() && self.not_started == 0
+    }
+
+    /// Every result, or an error saying what is missing.
+    pub fn complete(self) -> Result<Vec<RunResult>> {
+        if self.is_complete() {
+            Ok(self.results)
+        } else {
+            Err(Error::Interrupted(format!(
+                "interrupted: {} runs finished, {} stopped at a checkpoint, {} not started, {} held by another process; run the same command again to resume",
+                self.results.len(),
+                self.stopped.len(),
+                self.not_started,
+                self.held.len()
+            )))
+        }
+    }
+}
+
+/// What happened to one run.
+enum RunState {
+    Done(Box<RunResult>),
+    Held,
+    Stopped(usize),
 }
 
 /// Run `specs` (sorted by id first; the shard picks by position in that
@@ -219,7 +269,7 @@ pub fn run_all(
     specs: &[RunSpec],
     opts: &SweepOptions,
     progress: &(dyn Fn(usize, usize, &str) + Sync),
-) -> Result<Vec<RunResult>> {
+) -> Result<SweepOutcome> {
     let mut sorted: Vec<&RunSpec> = specs.iter().collect();
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
     let mine: Vec<&RunSpec> = sorted
@@ -243,14 +293,22 @@ pub fn run_all(
     order.sort_by(|&a, &b| cost[b].total_cmp(&cost[a]));
     let done = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
+    let stopping = || {
+        opts.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    };
     // Plain worker threads pulling runs in order (each run has its own
     // pool of `threads_per_run` threads): a rayon pool here would let a worker that waits on a
     // run's pool steal and start further runs, interleaving all of them.
-    let mut slots: Vec<Option<Result<RunResult>>> = (0..total).map(|_| None).collect();
+    let mut slots: Vec<Option<Result<RunState>>> = (0..total).map(|_| None).collect();
     let slots_mx = std::sync::Mutex::new(&mut slots);
     std::thread::scope(|scope| {
         for _ in 0..opts.jobs.max(1).min(total.max(1)) {
             scope.spawn(|| loop {
+                if stopping() {
+                    break;
+                }
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= total {
                     break;
@@ -263,9 +321,16 @@ pub fn run_all(
             });
         }
     });
-    let mut out = Vec::with_capacity(total);
-    for r in slots {
-        out.push(r.expect("every run finished")?);
+    let mut out = SweepOutcome::default();
+    for (spec, r) in mine.iter().zip(slots) {
+        match r {
+            None => out.not_started += 1,
+            Some(r) => match r? {
+                RunState::Done(res) => out.results.push(*res),
+                RunState::Held => out.held.push(spec.id.clone()),
+                RunState::Stopped(step) => out.stopped.push((spec.id.clone(), step)),
+            },
+        }
     }
     Ok(out)
 }
@@ -281,26 +346,56 @@ pub fn is_finished(out: &Path, id: &str) -> bool {
     read_summary(&run_dir(out, id)).is_some()
 }
 
-fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult> {
+/// A finished run folder as a result (after checking it holds this run).
+fn reuse(spec: &RunSpec, dir: &Path) -> Result<Option<RunResult>> {
+    let Some(summary) = read_summary(dir) else {
+        return Ok(None);
+    };
+    check_same_config(dir, &spec.cfg)?;
+    Ok(Some(RunResult {
+        id: spec.id.clone(),
+        cfg: spec.cfg.clone(),
+        summary,
+        metrics: read_metrics(dir),
+        params: None,
+        reused: true,
+    }))
+}
+
+fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunState> {
     let dir = opts.out.as_ref().map(|o| run_dir(o, &spec.id));
+    // Only the holder of a run folder's lock writes it; a finished folder
+    // (summary.json is written last, atomically) is read without it.
+    let mut _lock = None;
     if let Some(d) = &dir {
+        if let Some(r) = reuse(spec, d)? {
+            return Ok(RunState::Done(Box::new(r)));
+        }
+        let lock = loop {
+            if let Some(l) = RunLock::try_acquire(d)? {
+                break l;
+            }
+            if !opts.wait_for_held {
+                return Ok(RunState::Held);
+            }
+            if opts
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+            {
+                return Ok(RunState::Held);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        };
+        _lock = Some(lock);
+        // Another process may have finished it while we waited.
+        if let Some(r) = reuse(spec, d)? {
+            return Ok(RunState::Done(Box::new(r)));
+        }
         if d.join("config.json").exists() {
-            // Finished or to be resumed: either way it must be this run.
+            // To be resumed: it must be this run.
             check_same_config(d, &spec.cfg)?;
         }
-        if let Some(summary) = read_summary(d) {
-            return Ok(RunResult {
-                id: spec.id.clone(),
-                cfg: spec.cfg.clone(),
-                summary,
-                metrics: read_metrics(d),
-                params: None,
-                reused: true,
-            });
-        }
-    }
-    if let Some(d) = &dir {
-        crate::io::remove_stale_temp_files(d);
     }
     let resume = dir.as_ref().is_some_and(|d| d.join("config.json").exists());
     let ropts = RunOptions {
@@ -309,6 +404,8 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult> {
         threads: opts.threads_per_run.max(1),
         stop_after: None,
         steps_override: None,
+        stop: opts.stop.clone(),
+        lock_held: true,
     };
     let mut metrics = Vec::new();
     let mut params = None;
@@ -320,25 +417,23 @@ fn run_one(spec: &RunSpec, opts: &SweepOptions) -> Result<RunResult> {
             params = Some(tr.params.to_vec());
         }
     })
-    .map_err(|e| format!("run {}: {e}", spec.id))?;
+    .map_err(|e| e.within(&format!("run {}", spec.id)))?;
     let summary = match outcome {
         RunOutcome::Finished(s) => s,
-        RunOutcome::Interrupted { .. } => {
-            return Err(format!("run {} stopped early", spec.id).into())
-        }
+        RunOutcome::Interrupted { step, .. } => return Ok(RunState::Stopped(step)),
     };
     if let Some(d) = &dir {
         // After a resume the in-memory metrics lack the earlier steps.
         metrics = read_metrics(d);
     }
-    Ok(RunResult {
+    Ok(RunState::Done(Box::new(RunResult {
         id: spec.id.clone(),
         cfg: spec.cfg.clone(),
         summary,
         metrics,
         params,
         reused: false,
-    })
+    })))
 }
 
 /// Matmul GFLOP of the training steps of the runs trained now (not those
@@ -449,10 +544,17 @@ mod tests {
             threads_per_run: 2,
             shard: None,
             keep_params: false,
+            ..Default::default()
         };
-        let first = run_all(&specs, &opts, &|_, _, _| {}).unwrap();
+        let first = run_all(&specs, &opts, &|_, _, _| {})
+            .unwrap()
+            .complete()
+            .unwrap();
         assert!(first.iter().all(|r| !r.reused));
-        let again = run_all(&specs, &opts, &|_, _, _| {}).unwrap();
+        let again = run_all(&specs, &opts, &|_, _, _| {})
+            .unwrap()
+            .complete()
+            .unwrap();
         assert!(again.iter().all(|r| r.reused));
         // A finished folder whose config differs is not taken for this run.
         let cfg_path = dir.join("runs").join(&specs[1].id).join("config.json");

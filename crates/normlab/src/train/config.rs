@@ -219,7 +219,7 @@ impl TrainConfig {
         if self.batch == 0 || self.shards == 0 {
             return Err("batch and shards must be at least 1".into());
         }
-        if self.batch % self.shards != 0 {
+        if !self.batch.is_multiple_of(self.shards) {
             return Err(format!(
                 "batch ({}) must be divisible by shards ({})",
                 self.batch, self.shards

@@ -2,11 +2,13 @@
 
 pub mod config;
 pub mod data;
+pub mod folder;
 pub mod optim;
 pub mod run;
 pub mod toy_task;
 pub mod trainer;
 
 pub use config::TrainConfig;
-pub use run::{run, RunOptions, RunOutcome, Status, Summary};
+pub use folder::{RunLock, Status, Summary};
+pub use run::{run, RunOptions, RunOutcome};
 pub use trainer::{StepRecord, Trainer};

@@ -1,0 +1,375 @@
+//! The run-folder format, and the guarantees it gives.
+//!
+//! ```text
+//! config.json             the run's settings (written first)
+//! metrics.jsonl           one StepRecord per logged or evaluated step
+//! resume.safetensors      the resume snapshot: weights, Adam moments (m., v.)
+//!                         and, in its metadata, the step, Adam's t, the
+//!                         running totals and the config: one atomic file,
+//!                         so weights, optimizer state and data position
+//!                         always belong to the same step
+//! checkpoint.safetensors  the weights alone (Hugging Face-style names, the
+//!                         config in the metadata), for users and `convert`
+//! summary.json            written last: its presence marks a finished run
+//! .lock                   the writer's advisory lock (see RunLock)
+//! ```
+//!
+//! Every file is written atomically (temp name, fsync, rename; a failed
+//! write removes its temp file). A checkpoint writes `metrics.jsonl`, then
+//! `resume.safetensors`, then `checkpoint.safetensors`; a resume trusts only
+//! the snapshot and drops metric lines after its step, so a kill at any
+//! moment leaves a folder that resumes bit-identically from the last
+//! complete snapshot. Folders of normlab before the snapshot (weights in
+//! `checkpoint.safetensors`, moments in `optimizer.safetensors`) still read
+//! and resume.
+
+use crate::error::{Error, Result};
+use crate::io::{atomic_write, load_tensors, read_metadata, safetensors_bytes};
+use crate::model::Model;
+use crate::train::config::TrainConfig;
+use crate::train::trainer::{StepRecord, Trainer};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+/// The resume snapshot's file name.
+pub const SNAPSHOT: &str = "resume.safetensors";
+/// The weights' file name.
+pub const CHECKPOINT: &str = "checkpoint.safetensors";
+/// The optimizer-state file of folders written before the snapshot.
+const LEGACY_OPTIMIZER: &str = "optimizer.safetensors";
+/// The snapshot format this version writes.
+const SNAPSHOT_FORMAT: u64 = 1;
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Learned: the held-out loss moved well below the unigram entropy.
+    Converged,
+    /// Stayed near the unigram entropy (within 10% of the way to the floor).
+    Stalled,
+    /// The loss became non-finite, or stayed above the divergence bound.
+    Diverged,
+}
+
+impl Status {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Converged => "converged",
+            Status::Stalled => "stalled",
+            Status::Diverged => "diverged",
+        }
+    }
+}
+
+/// A float that JSON wrote as null (NaN or infinite) reads back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// `summary.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    /// converged / stalled / diverged.
+    pub status: Status,
+    /// Training loss of the last step (NaN, written null, after a NaN).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub final_loss: f64,
+    /// Lowest training loss of any step.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub best_loss: f64,
+    /// Held-out loss at the end (null if diverged).
+    pub eval_loss: Option<f64>,
+    /// Same as eval_loss (name used by experiment tables).
+    pub final_eval_loss: Option<f64>,
+    /// Lowest held-out loss of any evaluation.
+    pub best_eval_loss: Option<f64>,
+    /// Step at which the run diverged.
+    pub diverged_at_step: Option<usize>,
+    /// Steps completed.
+    pub steps: usize,
+    /// Optimisation steps per second (training steps only, no evaluation).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub steps_per_sec: f64,
+    /// Training tokens per second.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub tokens_per_sec: f64,
+    /// Wall time of the whole run (s).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub wall_seconds: f64,
+    /// Learnable parameters.
+    pub params: usize,
+    /// Threads used.
+    pub threads: usize,
+    /// Unigram entropy of the targets (nats).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub unigram_entropy: f64,
+    /// Lowest achievable loss, where known.
+    pub loss_floor: Option<f64>,
+    /// First step's training loss.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub first_loss: f64,
+}
+
+/// Running totals that must survive a resume.
+#[derive(Clone, Debug, Serialize, Deserialize, Default)]
+pub(crate) struct Progress {
+    pub step: usize,
+    pub first_loss: Option<f64>,
+    pub best_loss: Option<f64>,
+    pub best_eval_loss: Option<f64>,
+    pub last_loss: Option<f64>,
+    pub last_eval_loss: Option<f64>,
+    pub train_seconds: f64,
+}
+
+/// One writer per run folder: an exclusive advisory lock (`flock`) on
+/// `<dir>/.lock`, held while a process trains the run and released by the
+/// OS when the process ends, however it ends. On a local disk this is
+/// exact. On network file systems it is as good as their lock service:
+/// Linux maps `flock` on NFS (v3 with lockd, v4) to byte-range locks that
+/// the server enforces across clients; Lustre and GPFS need the `flock`
+/// mount option (without it `flock` fails or is local to a node — check
+/// your cluster's mounts before sharing a sweep folder between nodes).
+#[derive(Debug)]
+pub struct RunLock {
+    _file: fs::File,
+}
+
+impl RunLock {
+    /// Take the lock of run folder `dir` (created if needed); `Ok(None)`
+    /// when another process holds it.
+    pub fn try_acquire(dir: &Path) -> Result<Option<RunLock>> {
+        crate::io::create_dir_all(dir)?;
+        let path = dir.join(".lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(RunLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(Error::io("lock", &path, e)),
+        }
+    }
+
+    /// Take the lock, or fail saying another process writes `dir`.
+    pub fn acquire(dir: &Path) -> Result<RunLock> {
+        RunLock::try_acquire(dir)?.ok_or_else(|| {
+            Error::bad(format!(
+                "another normlab process is writing {} (its .lock is held); wait for it or use another folder",
+                dir.display()
+            ))
+        })
+    }
+}
+
+/// Read `config.json` of a run folder.
+pub fn read_config(dir: &Path) -> Result<TrainConfig> {
+    let path = dir.join("config.json");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("{} is not a run folder (no config.json)", dir.display()).into())
+        }
+        Err(e) => return Err(Error::read(&path, e)),
+    };
+    let invalid = |e: &dyn std::fmt::Display| format!("{} is invalid: {e}", path.display());
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
+    TrainConfig::check_keys(&v).map_err(|e| invalid(&e))?;
+    let cfg: TrainConfig = serde_json::from_value(v).map_err(|e| invalid(&e))?;
+    cfg.validate().map_err(|e| invalid(&e))?;
+    Ok(cfg)
+}
+
+/// Write `config.json`.
+pub(crate) fn write_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
+    atomic_write(
+        &dir.join("config.json"),
+        serde_json::to_string_pretty(cfg)
+            .expect("config serialises")
+            .as_bytes(),
+    )
+}
+
+/// Read `summary.json` of a run folder, if finished.
+pub fn read_summary(dir: &Path) -> Option<Summary> {
+    serde_json::from_str(&fs::read_to_string(dir.join("summary.json")).ok()?).ok()
+}
+
+/// Write `summary.json` (last: it marks the run finished).
+pub(crate) fn write_summary(dir: &Path, s: &Summary) -> Result<()> {
+    atomic_write(
+        &dir.join("summary.json"),
+        serde_json::to_string_pretty(s)
+            .expect("summary serialises")
+            .as_bytes(),
+    )
+}
+
+/// Read `metrics.jsonl` (lines that do not parse are skipped).
+pub fn read_metrics(dir: &Path) -> Vec<StepRecord> {
+    fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The metric lines of `dir` up to and including `step` (later ones belong
+/// to steps that a resume redoes).
+pub(crate) fn metric_lines_up_to(dir: &Path, step: usize) -> Vec<String> {
+    fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| serde_json::from_str::<StepRecord>(l).is_ok_and(|r| r.step <= step))
+        .map(String::from)
+        .collect()
+}
+
+/// Write `metrics.jsonl` with these lines.
+pub(crate) fn write_metrics(dir: &Path, lines: &[String]) -> Result<()> {
+    let mut text = lines.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    atomic_write(&dir.join("metrics.jsonl"), text.as_bytes())
+}
+
+/// The weights as `checkpoint.safetensors` bytes.
+fn weights_bytes(tr: &Trainer) -> Result<Vec<u8>> {
+    // One metadata key per file: safetensors stores metadata as a hash map,
+    // and a single key keeps the bytes deterministic.
+    let mut meta = HashMap::new();
+    meta.insert(
+        "normlab_config".to_string(),
+        serde_json::to_string(&tr.cfg).expect("config serialises"),
+    );
+    safetensors_bytes(&tr.model.layout, &[("", &tr.params)], meta)
+}
+
+/// Write a checkpoint: the resume snapshot, then the weights.
+pub(crate) fn write_checkpoint(dir: &Path, tr: &Trainer, prog: &Progress) -> Result<()> {
+    let state = serde_json::json!({
+        "format": SNAPSHOT_FORMAT,
+        "step": prog.step,
+        "adam_t": tr.opt.t,
+        "progress": prog,
+        "config": tr.cfg,
+    });
+    let mut meta = HashMap::new();
+    meta.insert("normlab_resume".to_string(), state.to_string());
+    let snap = safetensors_bytes(
+        &tr.model.layout,
+        &[("", &tr.params), ("m.", &tr.opt.m), ("v.", &tr.opt.v)],
+        meta,
+    )?;
+    atomic_write(&dir.join(SNAPSHOT), &snap)?;
+    // The snapshot is the only resume state from now on.
+    let _ = fs::remove_file(dir.join(LEGACY_OPTIMIZER));
+    atomic_write(&dir.join(CHECKPOINT), &weights_bytes(tr)?)
+}
+
+/// Whether `dir` holds a resume state (a snapshot, or a legacy pair).
+pub(crate) fn has_checkpoint(dir: &Path) -> bool {
+    dir.join(SNAPSHOT).exists()
+        || (dir.join(CHECKPOINT).exists() && dir.join(LEGACY_OPTIMIZER).exists())
+}
+
+/// Load the resume state of `dir` into `tr`: the snapshot, checked against
+/// the config (all but `steps`, which a resume may raise), or a legacy pair.
+pub(crate) fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> {
+    let corrupt = |what: &str| {
+        Error::bad(format!(
+            "{}/{SNAPSHOT} {what} (corrupt run folder?)",
+            dir.display()
+        ))
+    };
+    if !dir.join(SNAPSHOT).exists() {
+        return load_legacy(dir, tr);
+    }
+    let bytes = crate::io::read(&dir.join(SNAPSHOT))?;
+    let meta = read_metadata(&bytes, SNAPSHOT)?;
+    let state: serde_json::Value = meta
+        .get("normlab_resume")
+        .and_then(|p| serde_json::from_str(p).ok())
+        .ok_or_else(|| corrupt("lacks its normlab_resume record"))?;
+    let format = state["format"].as_u64().unwrap_or(0);
+    if format != SNAPSHOT_FORMAT {
+        return Err(Error::bad(format!(
+            "{}/{SNAPSHOT} has snapshot format {format}; this normlab reads format {SNAPSHOT_FORMAT}",
+            dir.display()
+        )));
+    }
+    let mut stored: TrainConfig = serde_json::from_value(state["config"].clone())
+        .map_err(|_| corrupt("has a bad config record"))?;
+    stored.steps = tr.cfg.steps;
+    if stored != tr.cfg {
+        return Err(Error::bad(format!(
+            "{}/{SNAPSHOT} was written for a different configuration than config.json",
+            dir.display()
+        )));
+    }
+    let prog: Progress = serde_json::from_value(state["progress"].clone())
+        .map_err(|_| corrupt("has a bad progress record"))?;
+    let t = state["adam_t"]
+        .as_u64()
+        .ok_or_else(|| corrupt("lacks adam_t"))?;
+    if t as usize != prog.step || state["step"].as_u64() != Some(prog.step as u64) {
+        return Err(corrupt("disagrees with itself on the step"));
+    }
+    load_tensors(&bytes, &tr.model.layout, "", &mut tr.params, SNAPSHOT)?;
+    load_tensors(&bytes, &tr.model.layout, "m.", &mut tr.opt.m, SNAPSHOT)?;
+    load_tensors(&bytes, &tr.model.layout, "v.", &mut tr.opt.v, SNAPSHOT)?;
+    tr.opt.t = t;
+    tr.step = prog.step;
+    Ok(prog)
+}
+
+/// Resume state of a folder written before the snapshot: weights in
+/// `checkpoint.safetensors`, moments and progress in `optimizer.safetensors`.
+fn load_legacy(dir: &Path, tr: &mut Trainer) -> Result<Progress> {
+    let ck = crate::io::read(&dir.join(CHECKPOINT))?;
+    let ob = crate::io::read(&dir.join(LEGACY_OPTIMIZER))?;
+    load_tensors(&ck, &tr.model.layout, "", &mut tr.params, CHECKPOINT)?;
+    load_tensors(&ob, &tr.model.layout, "m.", &mut tr.opt.m, LEGACY_OPTIMIZER)?;
+    load_tensors(&ob, &tr.model.layout, "v.", &mut tr.opt.v, LEGACY_OPTIMIZER)?;
+    let meta = read_metadata(&ob, LEGACY_OPTIMIZER)?;
+    let state: serde_json::Value = meta
+        .get("normlab_optimizer")
+        .and_then(|p| serde_json::from_str(p).ok())
+        .ok_or("optimizer.safetensors lacks its normlab_optimizer record (corrupt?)")?;
+    let prog: Progress = serde_json::from_value(state["progress"].clone())
+        .map_err(|_| "optimizer.safetensors has a bad progress record (corrupt?)")?;
+    tr.opt.t = state["adam_t"]
+        .as_u64()
+        .ok_or("optimizer.safetensors lacks adam_t (corrupt?)")?;
+    if tr.opt.t as usize != prog.step {
+        return Err(
+            "checkpoint and optimizer state disagree on the step (corrupt run folder?)".into(),
+        );
+    }
+    tr.step = prog.step;
+    Ok(prog)
+}
+
+/// Remove what a finished or resumed run rewrites: the summary (a resume
+/// that extends a finished run makes a new one).
+pub(crate) fn clear_summary(dir: &Path) {
+    let _ = fs::remove_file(dir.join("summary.json"));
+}
+
+/// Load a model and its parameters from a run folder's checkpoint.
+pub fn load_model(dir: &Path) -> Result<(TrainConfig, Model, Vec<f32>)> {
+    let cfg = read_config(dir)?;
+    let model = Model::new(&cfg.model)?;
+    let bytes = crate::io::read(&dir.join(CHECKPOINT))?;
+    let mut params = vec![0.0; model.layout.buffer_len()];
+    load_tensors(&bytes, &model.layout, "", &mut params, CHECKPOINT)?;
+    Ok((cfg, model, params))
+}
