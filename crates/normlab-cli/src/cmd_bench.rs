@@ -99,6 +99,7 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         return bad(format!("--seconds must be in (0, 60] (got {})", a.seconds));
     }
     cfg.target_seconds = a.seconds;
+    cfg.check()?;
     let total = (cfg.threads.len() * cfg.shapes.len() * cfg.kinds.len() * 2) as u64;
     let pb = progress(total, "bench norms");
     let recs = bench::run_norm_bench(&cfg, |r| {

@@ -79,6 +79,17 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
         &data,
         c.check_sequences,
     );
+    let finite = |a: &Agreement| {
+        [a.max_abs_logit_diff, a.eval_loss_a, a.eval_loss_b]
+            .iter()
+            .all(|v| v.is_finite())
+    };
+    if !finite(&check) {
+        return bad(format!(
+            "verification gave non-finite logits or losses (eval loss {} -> {}); nothing written",
+            check.eval_loss_a, check.eval_loss_b
+        ));
+    }
     let verified = convert::is_float_exact(&check);
     let exact = if to == NormKind::LayerNorm {
         verified

@@ -107,9 +107,11 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if c.threads == 0 || c.jobs == Some(0) {
-        return bad("--jobs and --threads must be at least 1");
+    normlab::limits::check_threads("--threads", c.threads)?;
+    if let Some(j) = c.jobs {
+        normlab::limits::check_threads("--jobs", j)?;
     }
+    normlab::limits::check_threads("--jobs x --threads", c.jobs.unwrap_or(1) * c.threads)?;
     let cores = crate::cmd_train::default_threads();
     let jobs = c.jobs.unwrap_or((cores / c.threads).max(1));
     let opts = SweepOptions {

@@ -215,9 +215,7 @@ pub fn default_threads() -> usize {
 
 pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     let threads = a.threads.unwrap_or_else(default_threads);
-    if threads == 0 || threads > 1024 {
-        return bad("--threads must be between 1 and 1024");
-    }
+    normlab::limits::check_threads("--threads", threads)?;
     let (cfg, opts) = if let Some(dir) = &a.resume {
         // A resumed run continues as configured: only the number of steps to
         // reach (and how this invocation runs) may be given.

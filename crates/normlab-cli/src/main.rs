@@ -52,6 +52,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let serving = std::env::args().nth(1).as_deref() == Some("serve");
+    if !serving {
+        // Output piped into `head` and closed early ends normlab quietly,
+        // as it ends other Unix tools (Rust ignores SIGPIPE by default, and
+        // println! then panics on the broken pipe). The web server keeps the
+        // default: a client that goes away must not end it.
+        // SAFETY: restoring the default disposition of a signal, before any
+        // thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

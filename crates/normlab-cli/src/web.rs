@@ -1,19 +1,24 @@
 //! `normlab serve`: the web lab. An axum server (loopback by default)
 //! serving one page (no front-end build step: `web/index.html` is compiled
 //! in) and a JSON API that the page calls; every number and chart is
-//! computed by the Rust engine. Every parameter is validated and every
-//! request's work is bounded; bad input gets a 4xx with `{"error": ...}`.
+//! computed by the Rust engine. Every parameter is validated (unknown or
+//! repeated parameters included) and every error, 404s too, is JSON
+//! `{"error": ...}`. Work and memory are bounded: per request (vector and
+//! depth limits, metrics read as a stream and sampled) and in total (at
+//! most HEAVY_CONCURRENCY simulations or plots at a time; others wait).
 //!
 //! API:
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
-//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=` —
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&seed=` —
 //!   the depth simulator, with an SVG chart.
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
-//! - `GET /api/runs/{id}` — one run: config, summary, metrics.
+//! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
+//!   metrics sampled to at most N records (default 2000, at most 20000;
+//!   evaluations always kept), with `metrics_total`.
 //! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms` —
 //!   an SVG overlaying those runs.
 
-use axum::extract::{Path as AxPath, Query, State};
+use axum::extract::{Path as AxPath, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -24,7 +29,6 @@ use normlab::exp::depth_sim::{self, SimConfig};
 use normlab::kernels::norm::NormKind;
 use normlab::present::plot::{self, Figure, LineChart, Panel, Series};
 use normlab::report;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -38,6 +42,10 @@ pub const MAX_CALC_LEN: usize = 4096;
 pub const MAX_SUBLAYERS: usize = 1000;
 /// Most runs one plot overlays.
 pub const MAX_PLOT_RUNS: usize = 20;
+/// Simulations and plots computed at the same time; more requests wait.
+pub const HEAVY_CONCURRENCY: usize = 2;
+/// Default and largest number of metric records one answer carries.
+pub const METRIC_POINTS: (usize, usize) = (2000, 20_000);
 
 /// Serve the web lab.
 #[derive(Args, Debug)]
@@ -52,6 +60,8 @@ pub struct ServeCmd {
 
 struct Lab {
     runs: Option<PathBuf>,
+    /// Permits for the heavy requests.
+    heavy: tokio::sync::Semaphore,
 }
 
 type Shared = Arc<Lab>;
@@ -65,9 +75,40 @@ fn bad(msg: impl Into<String>) -> Response {
     err(StatusCode::BAD_REQUEST, msg)
 }
 
+/// The query string as key -> value; a parameter outside `allowed`, or one
+/// given twice, is a 400.
+fn query(raw: Option<String>, allowed: &[&str]) -> Result<HashMap<String, String>, Box<Response>> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.as_deref().unwrap_or(""))
+        .map_err(|e| Box::new(bad(format!("malformed query string: {e}"))))?;
+    let mut out = HashMap::new();
+    for (k, v) in pairs {
+        if !allowed.contains(&k.as_str()) {
+            return Err(Box::new(bad(format!(
+                "unknown parameter '{k}' (expected: {})",
+                allowed.join(", ")
+            ))));
+        }
+        if out.insert(k.clone(), v).is_some() {
+            return Err(Box::new(bad(format!("parameter '{k}' is given twice"))));
+        }
+    }
+    Ok(out)
+}
+
+/// Any route that does not exist: a JSON 404.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    err(
+        StatusCode::NOT_FOUND,
+        format!("no such route: {}", uri.path()),
+    )
+}
+
 /// The router (also used by tests).
 pub fn router(runs: Option<PathBuf>) -> Router {
-    let state = Arc::new(Lab { runs });
+    let state = Arc::new(Lab {
+        runs,
+        heavy: tokio::sync::Semaphore::new(HEAVY_CONCURRENCY),
+    });
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/calc", get(api_calc))
@@ -75,6 +116,7 @@ pub fn router(runs: Option<PathBuf>) -> Router {
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{*id}", get(api_run))
         .route("/api/plot", get(api_plot))
+        .fallback(not_found)
         .with_state(state)
 }
 
@@ -111,17 +153,8 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
     })
 }
 
-#[derive(Deserialize)]
-struct CalcQuery {
-    norm: Option<String>,
-    x: Option<String>,
-    eps: Option<String>,
-    scale: Option<String>,
-    shift: Option<String>,
-}
-
-fn parse_f32(name: &str, v: &Option<String>) -> Result<Option<f32>, String> {
-    match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+fn parse_f32(name: &str, v: Option<&String>) -> Result<Option<f32>, String> {
+    match v.map(|s| s.trim()).filter(|s| !s.is_empty()) {
         None => Ok(None),
         Some(s) => s
             .parse::<f32>()
@@ -130,12 +163,16 @@ fn parse_f32(name: &str, v: &Option<String>) -> Result<Option<f32>, String> {
     }
 }
 
-async fn api_calc(Query(q): Query<CalcQuery>) -> Response {
-    let kind: NormKind = match q.norm.as_deref().unwrap_or("layernorm").parse() {
+async fn api_calc(RawQuery(raw): RawQuery) -> Response {
+    let q = match query(raw, &["norm", "x", "eps", "scale", "shift"]) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let kind: NormKind = match q.get("norm").map_or("layernorm", String::as_str).parse() {
         Ok(k) => k,
         Err(e) => return bad(e.to_string()),
     };
-    let Some(xs) = q.x.as_deref() else {
+    let Some(xs) = q.get("x") else {
         return bad("missing parameter x (comma-separated numbers)");
     };
     if xs.len() > MAX_CALC_LEN * 32 {
@@ -153,9 +190,9 @@ async fn api_calc(Query(q): Query<CalcQuery>) -> Response {
     }
     let mut req = CalcRequest::new(kind, x);
     match (
-        parse_f32("eps", &q.eps),
-        parse_f32("scale", &q.scale),
-        parse_f32("shift", &q.shift),
+        parse_f32("eps", q.get("eps")),
+        parse_f32("scale", q.get("scale")),
+        parse_f32("shift", q.get("shift")),
     ) {
         (Ok(e), Ok(a), Ok(c)) => {
             req.eps = e;
@@ -179,21 +216,19 @@ fn parse_bool(name: &str, v: Option<&String>, default: bool) -> Result<bool, Str
     }
 }
 
-async fn api_simulate(Query(q): Query<HashMap<String, String>>) -> Response {
-    for k in q.keys() {
-        if ![
-            "sublayers",
-            "gain",
-            "residual",
-            "pre_norm",
-            "scale_writeback",
-            "seed",
-        ]
-        .contains(&k.as_str())
-        {
-            return bad(format!("unknown parameter '{k}'"));
-        }
-    }
+async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    let allowed = [
+        "sublayers",
+        "gain",
+        "residual",
+        "pre_norm",
+        "scale_writeback",
+        "seed",
+    ];
+    let q = match query(raw, &allowed) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
     let sublayers = match q.get("sublayers").map(|s| s.trim().parse::<usize>()) {
         None => 32,
         Some(Ok(n)) if (1..=MAX_SUBLAYERS).contains(&n) => n,
@@ -234,6 +269,9 @@ async fn api_simulate(Query(q): Query<HashMap<String, String>>) -> Response {
     if let Err(e) = depth_sim::validate(&cfg) {
         return bad(e.to_string());
     }
+    let Ok(_permit) = lab.heavy.acquire().await else {
+        return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    };
     let res = match tokio::task::spawn_blocking(move || depth_sim::simulate(&cfg)).await {
         Ok(r) => r,
         Err(_) => return err(StatusCode::INTERNAL_SERVER_ERROR, "simulation failed"),
@@ -272,14 +310,18 @@ async fn api_simulate(Query(q): Query<HashMap<String, String>>) -> Response {
     Json(v).into_response()
 }
 
+/// The runs under the runs folder, without their metrics.
 fn scan(lab: &Lab) -> normlab::Result<Vec<report::FoundRun>> {
     match &lab.runs {
         None => Ok(Vec::new()),
-        Some(dir) => report::scan(dir),
+        Some(dir) => report::scan_headers(dir),
     }
 }
 
-async fn api_runs(State(lab): State<Shared>) -> Response {
+async fn api_runs(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    if let Err(r) = query(raw, &[]) {
+        return *r;
+    }
     let runs = match scan(&lab) {
         Ok(r) => r,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -296,7 +338,7 @@ async fn api_runs(State(lab): State<Shared>) -> Response {
                 "varying": varying,
                 "status": r.summary.as_ref().map(|s| s.status.name()).unwrap_or("unfinished"),
                 "final_eval_loss": r.summary.as_ref().and_then(|s| s.final_eval_loss),
-                "steps": r.metrics.last().map(|m| m.step).unwrap_or(0),
+                "steps": r.summary.as_ref().map_or_else(|| normlab::train::run::last_logged_step(&r.dir), |s| s.steps),
             })
         })
         .collect();
@@ -304,7 +346,25 @@ async fn api_runs(State(lab): State<Shared>) -> Response {
         .into_response()
 }
 
-async fn api_run(State(lab): State<Shared>, AxPath(id): AxPath<String>) -> Response {
+async fn api_run(
+    State(lab): State<Shared>,
+    AxPath(id): AxPath<String>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let q = match query(raw, &["max_points"]) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let max_points = match q.get("max_points").map(|v| v.trim().parse::<usize>()) {
+        None => METRIC_POINTS.0,
+        Some(Ok(n)) if (1..=METRIC_POINTS.1).contains(&n) => n,
+        Some(_) => {
+            return bad(format!(
+                "max_points must be an integer in 1..={}",
+                METRIC_POINTS.1
+            ))
+        }
+    };
     let runs = match scan(&lab) {
         Ok(r) => r,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -312,12 +372,23 @@ async fn api_run(State(lab): State<Shared>, AxPath(id): AxPath<String>) -> Respo
     // Ids are matched against the runs found under the folder, never joined
     // to a path: nothing outside the runs folder can be reached.
     match runs.iter().find(|r| r.name == id) {
-        Some(r) => Json(json!({"id": r.name, "config": r.cfg.to_json_value(), "summary": r.summary, "metrics": r.metrics})).into_response(),
-        None => err(StatusCode::NOT_FOUND, format!("no run '{id}' under the runs folder")),
+        Some(r) => {
+            let (metrics, total) = normlab::train::run::read_metrics_sampled(&r.dir, max_points);
+            let status = r.summary.as_ref().map_or("unfinished", |s| s.status.name());
+            Json(json!({"id": r.name, "config": r.cfg.to_json_value(), "status": status, "summary": r.summary, "metrics": metrics, "metrics_total": total})).into_response()
+        }
+        None => err(
+            StatusCode::NOT_FOUND,
+            format!("no run '{id}' under the runs folder"),
+        ),
     }
 }
 
-async fn api_plot(State(lab): State<Shared>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    let q = match query(raw, &["ids", "metric"]) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
     let metric = q.get("metric").map(String::as_str).unwrap_or("loss");
     if !["loss", "eval_loss", "grad_norm", "residual_rms"].contains(&metric) {
         return bad(format!(
@@ -335,13 +406,21 @@ async fn api_plot(State(lab): State<Shared>, Query(q): Query<HashMap<String, Str
         Ok(r) => r,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
+    let Ok(_permit) = lab.heavy.acquire().await else {
+        return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    };
     let mut series = Vec::new();
     for id in &ids {
-        let Some(r) = runs.iter().find(|r| r.name == *id) else {
+        let Some(found) = runs.iter().find(|r| r.name == *id) else {
             return err(
                 StatusCode::NOT_FOUND,
                 format!("no run '{id}' under the runs folder"),
             );
+        };
+        let (metrics, _) = normlab::train::run::read_metrics_sampled(&found.dir, METRIC_POINTS.0);
+        let r = report::FoundRun {
+            metrics,
+            ..found.clone()
         };
         let pts: Vec<(f64, f64)> = match metric {
             "loss" => r.metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),

@@ -2,11 +2,15 @@
 
 use std::process::{Command, Output};
 
+/// Run normlab; whatever the input, it must never panic.
 fn normlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_normlab"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args(args)
         .output()
-        .expect("run normlab")
+        .expect("run normlab");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    o
 }
 
 fn json(args: &[&str]) -> serde_json::Value {

@@ -6,11 +6,15 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Run normlab; whatever the input, it must never panic.
 fn normlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_normlab"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args(args)
         .output()
-        .expect("run normlab")
+        .expect("run normlab");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    o
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -163,28 +167,43 @@ fn signal_and_norm_experiments_show_the_known_effects() {
     let dir = tmp("basic");
     // drift: plain stack vanishes at 0.3, explodes at 1.2; LayerNorm holds sqrt(d).
     let r = run_exp("drift", &[], &dir);
-    let curve = |s: &str, k: &str| -> Vec<f64> {
-        r["mean_row_norm"][s][k]
+    let curve = |reading: &str, s: f64, k: &str| -> Vec<f64> {
+        r["curves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["reading"] == reading && c["scale"].as_f64() == Some(s) && c["setting"] == k
+            })
+            .unwrap_or_else(|| panic!("no curve {reading} {s} {k}"))["mean_row_norm"]
             .as_array()
             .unwrap()
             .iter()
             .map(num)
             .collect()
     };
-    let (p03, p12, l03, l12) = (
-        curve("0.3", "plain"),
-        curve("1.2", "plain"),
-        curve("0.3", "layernorm"),
-        curve("1.2", "layernorm"),
+    let scaled = "N(0, s^2/d)";
+    let (p03, p12, l03, l12, raw12) = (
+        curve(scaled, 0.3, "plain"),
+        curve(scaled, 1.2, "plain"),
+        curve(scaled, 0.3, "layernorm"),
+        curve(scaled, 1.2, "layernorm"),
+        curve("s * randn", 1.2, "plain"),
     );
     assert!(p03[20] < p03[0] * 1e-6, "s=0.3 should vanish: {:?}", p03);
-    assert!(p12[20] > p12[0] * 10.0, "s=1.2 should explode: {:?}", p12);
+    assert!(p12[20] > p12[0] * 10.0, "s=1.2 should grow: {:?}", p12);
+    assert!(
+        raw12[4] > raw12[0] * 100.0,
+        "1.2 * randn explodes: {:?}",
+        raw12
+    );
     for v in l03[1..].iter().chain(&l12[1..]) {
         assert!(
             (v - 8.0).abs() < 0.01,
             "LayerNorm should hold sqrt(64) = 8: {v}"
         );
     }
+    assert_eq!(r["claims"][0]["claim"], "C1");
     // norm-stats: RMSNorm keeps a non-zero row mean; LayerNorm centres.
     let r = run_exp("norm-stats", &[], &dir);
     assert!(num(&r["rmsnorm"]["row_mean_mean"]) > 0.3);

@@ -11,8 +11,15 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_normlab"))
 }
 
+/// Run normlab; whatever the input, it must never panic.
 fn normlab(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run normlab")
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(args)
+        .output()
+        .expect("run normlab");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    o
 }
 
 fn tmp(name: &str) -> PathBuf {

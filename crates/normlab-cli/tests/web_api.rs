@@ -136,10 +136,206 @@ fn api_answers_and_validates() {
         ("/api/runs/../../etc/passwd".into(), 404, ""),
         ("/api/plot?ids=a&metric=bogus".into(), 400, "metric"),
         ("/api/plot?ids=nope&metric=loss".into(), 404, "no run"),
+        ("/api/calc?x=1,2&x=3".into(), 400, "given twice"),
+        ("/api/simulate?gain=1&gain=2".into(), 400, "given twice"),
+        (
+            "/api/calc?x=1,2&colour=red".into(),
+            400,
+            "unknown parameter",
+        ),
+        ("/api/calc?x=1,,2".into(), 400, "empty"),
+        ("/api/runs?x=1".into(), 400, "unknown parameter"),
+        ("/api/runs/a?max_points=0".into(), 400, "max_points"),
+        ("/api/nothing-here".into(), 404, "no such route"),
+        ("/api/runs/a/b/c".into(), 404, "no run"),
+        (
+            "/api/calc?norm=rmsnorm&x=1e-40,3e-40&eps=0".into(),
+            200,
+            "0.44",
+        ),
     ] {
         let (code, body) = get(&s, &path);
         assert_eq!(code, want, "{path}: {body}");
         assert!(body.contains(msg), "{path}: {body}");
+        // Every answer of the API is JSON, errors included.
+        let _ = json_body(&body);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run that diverged with a NaN loss is `diverged` in the listing and in
+/// its own record (its summary has null losses, which must still read).
+#[test]
+fn nan_diverged_runs_show_as_diverged() {
+    let dir = std::env::temp_dir().join(format!("normlab-web-nan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args([
+            "train",
+            "--layers",
+            "1",
+            "--steps",
+            "5",
+            "--batch",
+            "4",
+            "--eval-sequences",
+            "4",
+            "--quiet",
+            "--out",
+        ])
+        .arg(dir.join("a"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    // Make its summary what a NaN divergence writes: null losses.
+    let p = dir.join("a/summary.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    v["status"] = "diverged".into();
+    for k in [
+        "final_loss",
+        "best_loss",
+        "eval_loss",
+        "final_eval_loss",
+        "first_loss",
+    ] {
+        v[k] = serde_json::Value::Null;
+    }
+    v["diverged_at_step"] = 3.into();
+    std::fs::write(&p, v.to_string()).unwrap();
+    let s = serve(Some(&dir));
+    let (code, body) = get(&s, "/api/runs");
+    assert_eq!(code, 200);
+    assert_eq!(json_body(&body)["runs"][0]["status"], "diverged", "{body}");
+    let (code, body) = get(&s, "/api/runs/a");
+    assert_eq!(code, 200);
+    let v = json_body(&body);
+    assert_eq!(v["status"], "diverged");
+    assert_eq!(v["summary"]["diverged_at_step"], 3);
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["report", "--json"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let recs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(recs[0]["status"], "diverged");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Resident memory of a process (VmRSS), in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    kib / 1024.0
+}
+
+/// 60 of the heaviest documented simulations, 20 at a time, and a long
+/// run's metrics: the server stays under 200 MiB resident.
+#[test]
+fn server_memory_is_bounded() {
+    let dir = std::env::temp_dir().join(format!("normlab-web-mem-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A run with a long metrics file (about 40 MB).
+    let run = dir.join("long");
+    std::fs::create_dir_all(&run).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args([
+            "train",
+            "--layers",
+            "1",
+            "--steps",
+            "5",
+            "--batch",
+            "4",
+            "--eval-sequences",
+            "4",
+            "--log-every",
+            "1",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let line = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let mut text = String::new();
+    let mut rec: serde_json::Value = serde_json::from_str(&line).unwrap();
+    for step in 1..=120_000 {
+        rec["step"] = step.into();
+        text.push_str(&rec.to_string());
+        text.push('\n');
+    }
+    std::fs::write(run.join("metrics.jsonl"), text).unwrap();
+    let s = serve(Some(&dir));
+    let pid = s.child.id();
+    for round in 0..3 {
+        let handles: Vec<_> = (0..20)
+            .map(|i| {
+                let addr = s.addr.clone();
+                std::thread::spawn(move || {
+                    let sv = Server2 { addr };
+                    let (code, body) = get2(
+                        &sv,
+                        &format!(
+                            "/api/simulate?sublayers=1000&pre_norm=true&seed={}",
+                            round * 20 + i
+                        ),
+                    );
+                    assert_eq!(code, 200, "{body}");
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+    let (code, body) = get(&s, "/api/runs/long");
+    assert_eq!(code, 200);
+    let v = json_body(&body);
+    assert_eq!(v["metrics_total"], 120_000);
+    assert!(v["metrics"].as_array().unwrap().len() <= 2100);
+    let (code, _) = get(&s, "/api/plot?ids=long&metric=loss");
+    assert_eq!(code, 200);
+    let rss = rss_mib(pid);
+    eprintln!("server resident memory after the heavy requests: {rss:.0} MiB");
+    assert!(
+        rss < 200.0,
+        "server resident memory {rss:.0} MiB after the heavy requests"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An address only (for client threads).
+struct Server2 {
+    addr: String,
+}
+
+fn get2(s: &Server2, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(&s.addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        s.addr
+    )
+    .unwrap();
+    let mut resp = Vec::new();
+    stream.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, text)
 }

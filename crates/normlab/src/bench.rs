@@ -180,6 +180,23 @@ pub fn copy_roofline_gbps(n: usize, target_seconds: f64, min_reps: usize) -> f64
     (2 * n * 4) as f64 / t_memcpy.min(t_stream) / 1e9
 }
 
+impl NormBenchConfig {
+    /// Refuse shapes this machine cannot hold (x, y, dy, dx, the copy
+    /// buffers: about 6 floats per element) and bad thread counts.
+    pub fn check(&self) -> crate::Result<()> {
+        for &(rows, d) in &self.shapes {
+            crate::limits::check_memory(
+                crate::limits::f32_bytes(6.0 * rows as f64 * d as f64),
+                &format!("bench shape {rows}x{d}"),
+            )?;
+        }
+        for &t in &self.threads {
+            crate::limits::check_threads("--threads", t)?;
+        }
+        Ok(())
+    }
+}
+
 /// Run the benchmark; `progress` is called after each record.
 pub fn run_norm_bench(
     cfg: &NormBenchConfig,

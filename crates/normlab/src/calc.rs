@@ -230,9 +230,26 @@ fn params_for(req: &CalcRequest, d: usize) -> Result<Vec<f32>, CalcError> {
 /// Normalise one row. BatchNorm treats the vector as a batch of `d` rows of
 /// one feature (its statistics are over the batch), so on a single vector it
 /// computes what LayerNorm computes, with its gamma/beta taken as scalars.
+///
+/// With eps = 0 every normalizing kind is invariant to x -> 2^k x, which
+/// is exact in floating point; a row far from unit scale (subnormal values
+/// such as 1e-40, whose 1/rms overflows f32, or values near f32's maximum)
+/// is first brought near 1 that way, so the output is finite and correct.
 fn normalise(kind: NormKind, eps: f32, x: &[f32], params: &[f32]) -> Vec<f32> {
     let d = x.len();
     let mut y = vec![0.0; d];
+    let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let far = !(2f32.powi(-60)..=2f32.powi(60)).contains(&max);
+    let rescaled: Vec<f32>;
+    let x = if eps == 0.0 && !kind.spec().elementwise && max > 0.0 && far {
+        let k = -(max as f64).log2().floor() as i32;
+        // Two steps: 2^k alone may not be representable in f32.
+        let (a, b) = (2f32.powi(k / 2), 2f32.powi(k - k / 2));
+        rescaled = x.iter().map(|v| v * a * b).collect();
+        &rescaled[..]
+    } else {
+        x
+    };
     if kind == NormKind::BatchNorm {
         let mut bn = BatchNorm::new(1, eps);
         bn.forward_train(x, &[params[0], params[d]], &mut y);
@@ -305,12 +322,23 @@ pub fn calc(req: &CalcRequest) -> Result<CalcResult, CalcError> {
 /// Parse a comma- (or space-) separated list of numbers; `what` names it in
 /// errors.
 pub fn parse_vector(what: &str, s: &str) -> std::result::Result<Vec<f32>, String> {
-    let parts: Vec<&str> = s
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|p| !p.is_empty())
-        .collect();
-    if parts.is_empty() {
+    // Commas separate values (spaces around them are fine); without
+    // commas, whitespace does. An empty field (`1,,2`) is an error, not a
+    // value silently dropped.
+    let parts: Vec<&str> = if s.contains(',') {
+        s.split(',').map(str::trim).collect()
+    } else {
+        s.split_whitespace().collect()
+    };
+    if parts.is_empty() || parts.iter().all(|p| p.is_empty()) {
         return Err(format!("{what} is empty"));
+    }
+    if let Some(i) = parts.iter().position(|p| p.is_empty()) {
+        return Err(format!(
+            "{what}: value {} of {} is empty (two commas in a row?)",
+            i + 1,
+            parts.len()
+        ));
     }
     parts
         .iter()
@@ -357,6 +385,39 @@ mod tests {
     }
 
     #[test]
+    fn subnormal_and_huge_rows_with_eps_0_are_finite_and_right() {
+        for kind in NormKind::ALL.into_iter().filter(|k| !k.spec().elementwise) {
+            for (x, scale) in [
+                (vec![1e-40f32, 3e-40], 1e40f64),
+                (vec![1e-44f32, -3e-44, 2e-44], 1e44),
+                (vec![3e38f32, -1e38, 2e38], 1e-38),
+            ] {
+                let mut r = CalcRequest::new(kind, x.clone());
+                r.eps = Some(0.0);
+                let got = calc(&r).unwrap().output;
+                let unit: Vec<f32> = x.iter().map(|&v| (v as f64 * scale) as f32).collect();
+                let mut r1 = CalcRequest::new(kind, unit);
+                r1.eps = Some(0.0);
+                let want = calc(&r1).unwrap().output;
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        g.is_finite() && (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+                        "{kind}: {got:?} vs {want:?}"
+                    );
+                }
+            }
+        }
+        // RMSNorm of [1e-40, 3e-40]: ~[0.447, 1.342].
+        let mut r = CalcRequest::new(NormKind::RmsNorm, vec![1e-40, 3e-40]);
+        r.eps = Some(0.0);
+        let y = calc(&r).unwrap().output;
+        assert!(
+            (y[0] - 0.4472).abs() < 1e-3 && (y[1] - 1.3416).abs() < 1e-3,
+            "{y:?}"
+        );
+    }
+
+    #[test]
     fn bad_input_is_rejected() {
         assert_eq!(
             calc(&CalcRequest::new(NormKind::LayerNorm, vec![])).unwrap_err(),
@@ -381,7 +442,11 @@ mod tests {
             calc(&r),
             Err(CalcError::BadLength { got: 2, d: 3, .. })
         ));
-        assert!(parse_vector("--x", "1,2,,3").unwrap() == vec![1.0, 2.0, 3.0]);
+        assert!(parse_vector("--x", "1,2,,3")
+            .unwrap_err()
+            .contains("value 3 of 4 is empty"));
+        assert!(parse_vector("--x", "1, 2,3").unwrap() == vec![1.0, 2.0, 3.0]);
+        assert!(parse_vector("--x", "1 2 3").unwrap() == vec![1.0, 2.0, 3.0]);
         assert!(parse_vector("--x", "1,a").is_err());
         assert!(parse_vector("--x", " ").is_err());
     }

@@ -145,6 +145,22 @@ fn fold_bias(w: &[f32], beta: &[f32], bias: &mut [f32]) {
     }
 }
 
+/// Refuse weights that are not all finite, naming the first bad tensor: a
+/// conversion of NaN weights could only produce NaN.
+pub fn check_finite(model: &Model, params: &[f32]) -> Result<()> {
+    for t in &model.layout.tensors {
+        if let Some(i) = params[t.range.clone()].iter().position(|v| !v.is_finite()) {
+            return Err(format!(
+                "the checkpoint's tensor {} holds a non-finite value ({} at index {i}); nothing converted",
+                t.name,
+                params[t.range.start + i]
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Convert a LayerNorm model to RMSNorm. Without `approximate`, refuses
 /// when some norm has no exact conversion (the error lists them).
 pub fn to_rmsnorm(cfg: &ModelConfig, params: &[f32], approximate: bool) -> Result<Converted> {
@@ -152,6 +168,7 @@ pub fn to_rmsnorm(cfg: &ModelConfig, params: &[f32], approximate: bool) -> Resul
         return Err(format!("the checkpoint's norms are {}, not layernorm", cfg.norm).into());
     }
     let old = Model::new(cfg)?;
+    check_finite(&old, params)?;
     let norms = classify(&old);
     let inexact: Vec<&NormInfo> = norms.iter().filter(|n| !n.exact).collect();
     if !inexact.is_empty() && !approximate {
@@ -281,6 +298,7 @@ pub fn to_layernorm(cfg: &ModelConfig, params: &[f32]) -> Result<Converted> {
         );
     }
     let old = Model::new(cfg)?;
+    check_finite(&old, params)?;
     let mut new_cfg = cfg.clone();
     new_cfg.norm = NormKind::LayerNorm;
     new_cfg.eps = Some(cfg.eps());

@@ -16,6 +16,7 @@ pub mod error;
 pub mod exp;
 pub mod gradcheck;
 pub mod io;
+pub mod limits;
 pub mod model;
 pub mod nn;
 pub mod params;

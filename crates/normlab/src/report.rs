@@ -29,16 +29,35 @@ pub struct FoundRun {
     pub metrics: Vec<StepRecord>,
 }
 
-/// Find every run folder (one with a valid `config.json`) under `root`.
+/// Find every run folder (one with a valid `config.json`) under `root`,
+/// with its metrics.
 pub fn scan(root: &Path) -> Result<Vec<FoundRun>> {
+    scan_with(root, true)
+}
+
+/// [`scan`] without reading the metrics (`metrics` stays empty): what a
+/// listing needs, at a cost that does not grow with the runs' length.
+pub fn scan_headers(root: &Path) -> Result<Vec<FoundRun>> {
+    scan_with(root, false)
+}
+
+fn scan_with(root: &Path, metrics: bool) -> Result<Vec<FoundRun>> {
     if !root.is_dir() {
         return Err(format!("{} is not a folder", root.display()).into());
     }
     let mut out = Vec::new();
+    let mut invalid: Vec<String> = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         if dir.join("config.json").exists() {
-            if let Ok(cfg) = read_config(&dir) {
+            let cfg = match read_config(&dir) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    invalid.push(e.to_string());
+                    None
+                }
+            };
+            if let Some(cfg) = cfg {
                 let name = dir
                     .strip_prefix(root)
                     .map(|p| p.display().to_string())
@@ -47,7 +66,11 @@ pub fn scan(root: &Path) -> Result<Vec<FoundRun>> {
                     name: if name.is_empty() { ".".into() } else { name },
                     cfg,
                     summary: read_summary(&dir),
-                    metrics: read_metrics(&dir),
+                    metrics: if metrics {
+                        read_metrics(&dir)
+                    } else {
+                        Vec::new()
+                    },
                     dir: dir.clone(),
                 });
             }
@@ -63,6 +86,15 @@ pub fn scan(root: &Path) -> Result<Vec<FoundRun>> {
         stack.extend(entries.into_iter().rev());
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
+    if out.is_empty() && !invalid.is_empty() {
+        return Err(format!(
+            "{} folder(s) under {} have a config.json but none is a valid run (first: {})",
+            invalid.len(),
+            root.display(),
+            invalid[0]
+        )
+        .into());
+    }
     Ok(out)
 }
 

@@ -257,8 +257,25 @@ impl ExpArgs {
         if let Some(0) = self.steps {
             return Err("--steps must be at least 1".into());
         }
-        if let Some(0) = self.jobs {
-            return Err("--jobs must be at least 1".into());
+        if let Some(j) = self.jobs {
+            crate::limits::check_threads("--jobs", j)?;
+        }
+        for &t in self.threads.iter().flatten() {
+            crate::limits::check_threads("--threads", t)?;
+        }
+        if let Some(&l) = self
+            .layers
+            .iter()
+            .flatten()
+            .find(|&&l| l == 0 || l > 10_000)
+        {
+            return Err(format!("--layers must be in 1..=10000 (got {l})").into());
+        }
+        if let Some(n) = self.seeds.filter(|&n| n > 1000) {
+            return Err(format!("--seeds must be at most 1000 (got {n})").into());
+        }
+        if let Some(n) = self.calibrate.filter(|&n| n > 1_000_000) {
+            return Err(format!("--calibrate must be at most 1000000 steps (got {n})").into());
         }
         if let Some(l) = &self.lrs {
             if l.iter().any(|v| !(v.is_finite() && *v > 0.0)) {

@@ -28,6 +28,10 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let seqs = a.rows.unwrap_or(8).max(2);
     let t = 16;
     let seed = a.seed.unwrap_or(0);
+    crate::limits::check_memory(
+        crate::limits::f32_bytes(16.0 * (seqs * t * d) as f64),
+        &format!("batch-dependence ({seqs} sequences of {t} x {d})"),
+    )?;
     let mut rng = Rng::derive(seed, "batch-dependence");
     // Each sequence has its own feature offsets (sequences differ, as texts do).
     let make_seq = |rng: &mut Rng| -> Vec<f32> {

@@ -74,16 +74,18 @@ fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
-/// Run the simulator. Work is O(N * rows * d^2).
+/// Run the simulator. Work is O(N * rows * d^2); memory O(d^2 + rows * d),
+/// plus O(N * rows * d) with pre-norm (its backward reads each layer's
+/// input): a layer's weights are drawn again for the backward pass from the
+/// generator state saved before them, not kept.
 pub fn simulate(c: &SimConfig) -> SimResult {
     let (n, d, rows) = (c.sublayers, c.d, c.rows);
     let mut rng = Rng::derive(c.seed, "depth-sim");
     let mut x: Vec<f64> = (0..rows * d).map(|_| rng.normal()).collect();
     let r: Vec<f64> = (0..rows * d).map(|_| rng.normal()).collect();
     let std = c.gain / (d as f64).sqrt();
-    let ws: Vec<Vec<f64>> = (0..n)
-        .map(|_| (0..d * d).map(|_| std * rng.normal()).collect())
-        .collect();
+    let draw = |state: &mut Rng| -> Vec<f64> { (0..d * d).map(|_| std * state.normal()).collect() };
+    let mut states = Vec::with_capacity(n);
     let skip = if c.residual { 1.0 } else { 0.0 };
     let branch = if c.scale_writeback {
         1.0 / (n as f64).sqrt()
@@ -91,9 +93,13 @@ pub fn simulate(c: &SimConfig) -> SimResult {
         1.0
     };
     let rms = |v: &[f64]| (v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64).sqrt();
-    let mut xs = vec![x.clone()];
+    let mut residual = vec![rms(&x)];
+    // Layer inputs, kept only for pre-norm's backward.
+    let mut xs = Vec::new();
     let mut inv_rms = Vec::with_capacity(n); // per layer, per row (pre-norm)
-    for w in &ws {
+    for _ in 0..n {
+        states.push(rng.clone());
+        let w = draw(&mut rng);
         let mut a = x.clone();
         let mut ir = vec![1.0; rows];
         if c.pre_norm {
@@ -112,14 +118,18 @@ pub fn simulate(c: &SimConfig) -> SimResult {
             }
         }
         inv_rms.push(ir);
-        x = next;
-        xs.push(x.clone());
+        residual.push(rms(&next));
+        if c.pre_norm {
+            xs.push(std::mem::replace(&mut x, next));
+        } else {
+            x = next;
+        }
     }
     // Backward: g_l = skip * g_{l+1} + In^T(W^T (branch * g_{l+1})).
     let mut g = r.clone();
     let mut grads = vec![(g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt()];
     for l in (0..n).rev() {
-        let w = &ws[l];
+        let w = draw(&mut states[l].clone());
         let mut next = vec![0.0; rows * d];
         for i in 0..rows {
             let grow = &g[i * d..(i + 1) * d];
@@ -147,7 +157,7 @@ pub fn simulate(c: &SimConfig) -> SimResult {
         grads.push((g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt());
     }
     grads.reverse();
-    let residual_rms: Vec<Option<f64>> = xs.iter().map(|v| finite(rms(v))).collect();
+    let residual_rms: Vec<Option<f64>> = residual.into_iter().map(finite).collect();
     let grad_norm: Vec<Option<f64>> = grads.iter().map(|&v| finite(v)).collect();
     let ratio = match (grad_norm[0], grad_norm[n]) {
         (Some(b), Some(t)) if t > 0.0 => finite(b / t),

@@ -130,6 +130,12 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     } else {
         vec![1, 2, 4, 8, 16, 32, 64]
     });
+    let deepest = depths.iter().copied().max().unwrap_or(1) as f64;
+    let (df, rf) = (d as f64, rows as f64);
+    crate::limits::check_memory(
+        crate::limits::f32_bytes(deepest * (8.0 * df * df + 20.0 * rf * df)),
+        &format!("identity-path ({deepest} blocks, d {d}, {rows} rows)"),
+    )?;
     let mut rng = Rng::derive(seed, "identity-path");
     let x = rng.normal_vec(rows * d, 0.0, 1.0);
     let r = rng.normal_vec(rows * d, 0.0, 1.0);

@@ -10,6 +10,7 @@
 
 pub mod args;
 pub mod batch_dependence;
+pub mod claims;
 pub mod collapse;
 pub mod convert;
 pub mod depth_sim;
@@ -27,6 +28,7 @@ pub mod speed;
 pub mod warmup;
 
 pub use args::{ExpArgs, ExpFlag};
+pub use claims::{ClaimCheck, Verdict};
 
 use crate::error::{Error, Result};
 use crate::present::{plot, Figure, Table};
@@ -154,6 +156,8 @@ pub struct ExpResult {
     pub figures: Vec<Figure>,
     /// The conclusion, derived from the measurements.
     pub conclusion: String,
+    /// Verdicts on the lesson's claims, computed from the measurements.
+    pub checks: Vec<ClaimCheck>,
     /// Wall time (s).
     pub elapsed_seconds: f64,
 }
@@ -171,6 +175,10 @@ impl ExpResult {
             m.insert(k.clone(), v.clone());
         }
         m.insert("conclusion".into(), Value::from(self.conclusion.clone()));
+        m.insert(
+            "claims".into(),
+            serde_json::to_value(&self.checks).expect("checks serialise"),
+        );
         m.insert("elapsed_seconds".into(), Value::from(self.elapsed_seconds));
         Value::Object(m)
     }
@@ -183,6 +191,15 @@ impl ExpResult {
             s.push('\n');
         }
         s.push_str(&format!("Conclusion: {}\n", self.conclusion));
+        for c in &self.checks {
+            s.push_str(&format!(
+                "Claim {} ({}): {}. {}\n",
+                c.claim,
+                claims::claim(c.claim).map_or("", |x| x.title),
+                c.verdict.label(),
+                c.evidence
+            ));
+        }
         s
     }
 }
@@ -225,6 +242,18 @@ pub fn report_markdown(r: &ExpResult) -> String {
         "**Conclusion (from the numbers above):** {}\n",
         r.conclusion
     ));
+    if !r.checks.is_empty() {
+        s.push_str("\n| claim | verdict | evidence |\n|---|---|---|\n");
+        for c in &r.checks {
+            s.push_str(&format!(
+                "| {} {} | {} | {} |\n",
+                c.claim,
+                claims::claim(c.claim).map_or("", |x| x.title),
+                c.verdict.label(),
+                c.evidence.replace('|', "/")
+            ));
+        }
+    }
     s
 }
 
@@ -256,6 +285,7 @@ pub(crate) fn result(settings: Value, seeds: Vec<u64>) -> ExpResult {
         tables: Vec::new(),
         figures: Vec::new(),
         conclusion: String::new(),
+        checks: Vec::new(),
         elapsed_seconds: 0.0,
     }
 }

@@ -24,6 +24,10 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(512);
     let rows = a.rows.unwrap_or(if a.quick { 256 } else { 4096 });
     let seed = a.seed.unwrap_or(0);
+    crate::limits::check_memory(
+        crate::limits::f32_bytes(4.0 * rows as f64 * d as f64),
+        &format!("norm-stats ({rows} rows of d {d})"),
+    )?;
     let x = Rng::derive(seed, "norm-stats").normal_vec(rows * d, 1.5, 3.0);
     let mut table = Table::new(
         "Statistics of the output rows (inputs N(1.5, 3^2))",

@@ -48,6 +48,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         nb.target_seconds = 0.03;
         nb.min_reps = 5;
     }
+    nb.check()?;
     let total = nb.shapes.len() * threads.len() * 4;
     let mut done = 0;
     let recs = bench::run_norm_bench(&nb, |r| {

@@ -125,20 +125,10 @@ pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>> {
     Ok(specs)
 }
 
-/// Read a grid file (TOML).
+/// Read a grid file (TOML; NaN and infinities refused with the key's name).
 pub fn read_grid(path: &Path) -> Result<Map<String, Value>> {
     let text = crate::io::read_to_string(path)?;
-    let v: Value = toml::from_str(&text).map_err(|e| {
-        format!(
-            "grid {} is not valid TOML: {}",
-            path.display(),
-            e.to_string().lines().next().unwrap_or("")
-        )
-    })?;
-    match v {
-        Value::Object(m) => Ok(m),
-        _ => Err("a grid must be a TOML table".into()),
-    }
+    crate::settings::toml_overrides(&text, &format!("grid {}", path.display()))
 }
 
 /// Which share of a sweep this process runs.

@@ -229,6 +229,17 @@ impl TrainConfig {
         if self.eval_every == 0 || self.log_every == 0 {
             return Err("eval_every and log_every must be at least 1".into());
         }
+        if self.eval_sequences == 0 {
+            return Err("eval_sequences must be at least 1".into());
+        }
+        if self.model.kind == ModelKind::Toy && self.model.heads != 1 {
+            return Err(format!(
+                "heads applies to gpt models (the toy net's mixer has no heads; got {})",
+                self.model.heads
+            )
+            .into());
+        }
+
         if self.model.kind == ModelKind::Toy && self.model.vocab != 64 {
             return Err("the toy task has a vocabulary of 64".into());
         }
@@ -246,6 +257,64 @@ impl TrainConfig {
     pub fn to_json_value(&self) -> serde_json::Value {
         serde_json::from_str(&serde_json::to_string(self).expect("config serialises"))
             .expect("valid JSON")
+    }
+
+    /// Whether this machine can run the config: its memory estimate against
+    /// the memory available, and evaluations that do not dwarf the training.
+    /// Checked before anything is allocated (not by `validate`: a run folder
+    /// made on a larger machine stays readable here).
+    pub fn check_resources(&self) -> Result<()> {
+        // Work: the evaluations may not dwarf the training itself.
+        let evals = self.steps.div_ceil(self.eval_every) as f64 + 1.0;
+        let eval_total = evals * self.eval_sequences_rounded() as f64;
+        let train_total = self.steps as f64 * self.batch as f64;
+        if eval_total > 1e6 && eval_total > 100.0 * train_total {
+            return Err(format!(
+                "evaluation would process {eval_total:.0} sequences ({} every {} steps), over 100 times the {train_total:.0} training sequences; lower eval_sequences or raise eval_every",
+                self.eval_sequences, self.eval_every
+            )
+            .into());
+        }
+        crate::limits::check_memory(
+            crate::limits::f32_bytes(self.memory_floats()),
+            &format!(
+                "training (batch {}, seq {}, d_model {}, {} layers, hidden {})",
+                self.batch,
+                self.model.seq,
+                self.model.d_model,
+                self.model.layers,
+                self.model.hidden
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// An estimate of the floats a run of this config holds: parameters,
+    /// their gradients (one set per shard and the sum), Adam's two moments,
+    /// and every shard's activations.
+    pub fn memory_floats(&self) -> f64 {
+        let m = &self.model;
+        let (d, h, l, v, t) = (
+            m.d_model as f64,
+            m.hidden as f64,
+            m.layers as f64,
+            m.vocab as f64,
+            m.seq as f64,
+        );
+        let fc = if m.act == crate::nn::Activation::Swiglu {
+            2.0 * h
+        } else {
+            h
+        };
+        let params = l * (4.0 * d * d + d * fc + h * d + 12.0 * d) + 2.0 * v * d + t * d;
+        let rows = self.batch as f64 * t;
+        let attention_rows = if m.kind == ModelKind::Gpt {
+            10.0 * d + m.heads as f64 * t
+        } else {
+            2.0 * d
+        };
+        let per_row = l * (12.0 * d + 3.0 * fc + attention_rows) + 2.0 * v + 8.0 * d;
+        (4.0 + self.shards as f64) * params + rows * per_row
     }
 
     /// Held-out sequences actually evaluated (a multiple of batch).

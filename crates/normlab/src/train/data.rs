@@ -114,9 +114,13 @@ impl TextData {
     pub fn from_bytes(name: String, bytes: Vec<u8>, seed: u64, min_len: usize) -> Result<TextData> {
         let train_end = bytes.len() - bytes.len() / 10;
         if bytes.len() - train_end < min_len + 1 || train_end < min_len + 1 {
+            // 90% trains, 10% is held out, and each part needs one sequence
+            // of min_len bytes plus its next-byte target.
+            let needed = 10 * (min_len + 1);
             return Err(format!(
-                "data file {name} is too short ({} bytes) for sequences of {min_len}",
-                bytes.len()
+                "data file {name} is too short: {} bytes, and sequences of {min_len} need at least {needed} (90% to train, 10% held out, each at least {} bytes)",
+                bytes.len(),
+                min_len + 1
             )
             .into());
         }

@@ -221,6 +221,56 @@ pub fn read_metrics(dir: &Path) -> Vec<StepRecord> {
         .collect()
 }
 
+/// At most about `max` records of `metrics.jsonl`, read as a stream (a long
+/// run's file is never held whole): every k-th line, the last one, and every
+/// evaluation. Returns them with the file's number of records.
+pub fn read_metrics_sampled(dir: &Path, max: usize) -> (Vec<StepRecord>, usize) {
+    use std::io::BufRead;
+    let path = dir.join("metrics.jsonl");
+    let open = || fs::File::open(&path).ok().map(std::io::BufReader::new);
+    let Some(f) = open() else {
+        return (Vec::new(), 0);
+    };
+    let total = f
+        .lines()
+        .map_while(|l| l.ok())
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    let stride = total.div_ceil(max.max(1)).max(1);
+    let mut out = Vec::new();
+    if let Some(f) = open() {
+        let lines = f
+            .lines()
+            .map_while(|l| l.ok())
+            .filter(|l| !l.trim().is_empty());
+        for (i, line) in lines.enumerate() {
+            let eval = !line.contains("\"eval_loss\":null");
+            if i % stride == 0 || i + 1 == total || eval {
+                if let Ok(r) = serde_json::from_str(&line) {
+                    out.push(r);
+                }
+            }
+        }
+    }
+    (out, total)
+}
+
+/// The step of the last record of `metrics.jsonl`, reading only its end.
+pub fn last_logged_step(dir: &Path) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = fs::File::open(dir.join("metrics.jsonl")) else {
+        return 0;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    let mut tail = String::new();
+    let _ = f.read_to_string(&mut tail);
+    tail.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<StepRecord>(l).ok())
+        .map_or(0, |r| r.step)
+}
+
 /// The metric lines of `dir` up to and including `step` (later ones belong
 /// to steps that a resume redoes).
 pub(crate) fn metric_lines_up_to(dir: &Path, step: usize) -> Vec<String> {

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::train::folder::{load_model, read_config, read_metrics, read_summary};
+pub use crate::train::folder::{
+    last_logged_step, load_model, read_config, read_metrics, read_metrics_sampled, read_summary,
+};
 
 /// Classify a finished run (SPEC section 4).
 pub fn classify(diverged: bool, final_eval: f64, unigram: f64, floor: Option<f64>) -> Status {

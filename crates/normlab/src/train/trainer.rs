@@ -94,6 +94,7 @@ impl Trainer {
     /// A fresh run: initialised parameters, zero optimiser state.
     pub fn new(cfg: &TrainConfig, threads: usize) -> Result<Trainer> {
         cfg.validate()?;
+        cfg.check_resources()?;
         let model = Model::new(&cfg.model)?;
         let data = load_data(cfg)?;
         if data.vocab() != cfg.model.vocab {

@@ -1,0 +1,227 @@
+//! The lesson's checkable claims (C1-C23), restated in normlab's words with
+//! the lesson's own numbers and settings, and the experiments that check
+//! each. The IDs are stable: experiments, reports and `docs/findings.md`
+//! cite them. An experiment reports a [`ClaimCheck`] per claim it speaks
+//! to, with a verdict computed from what it measured.
+
+use serde::Serialize;
+
+/// What an experiment concluded about a claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Verdict {
+    /// The measurement agrees with the claim.
+    #[serde(rename = "holds")]
+    Holds,
+    /// Part of the claim holds (the rest does not, or not on this setting).
+    #[serde(rename = "holds partly")]
+    Partly,
+    /// The measurement contradicts the claim.
+    #[serde(rename = "does not hold")]
+    DoesNotHold,
+    /// Too little signal to decide (too short, within noise).
+    #[serde(rename = "inconclusive")]
+    Inconclusive,
+}
+
+impl Verdict {
+    /// As written in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::Partly => "holds partly",
+            Verdict::DoesNotHold => "does not hold",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+/// An experiment's verdict on one claim, with the numbers behind it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClaimCheck {
+    /// Claim id (`C1`).
+    pub claim: &'static str,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// The measured numbers beside the lesson's, in one or two sentences.
+    pub evidence: String,
+}
+
+impl ClaimCheck {
+    /// A check of `claim`.
+    pub fn new(claim: &'static str, verdict: Verdict, evidence: impl Into<String>) -> ClaimCheck {
+        ClaimCheck {
+            claim,
+            verdict,
+            evidence: evidence.into(),
+        }
+    }
+}
+
+/// How a claim is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Coverage {
+    /// By these registered experiments.
+    Experiments(&'static [&'static str]),
+    /// By none: the reason.
+    Uncheckable(&'static str),
+}
+
+/// One claim of the lesson.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim {
+    /// Stable id (`C1` .. `C23`).
+    pub id: &'static str,
+    /// Short name.
+    pub title: &'static str,
+    /// The claim in normlab's words, with the lesson's numbers and setting.
+    pub statement: &'static str,
+    /// What checks it.
+    pub coverage: Coverage,
+}
+
+/// Every claim, in order.
+pub static CLAIMS: &[Claim] = &[
+    Claim {
+        id: "C1",
+        title: "signal drift through plain layers",
+        statement: "Through 20 random linear layers (d 64, x of shape (4, 16, 64), no norm, no residual) the mean row norm starts at 8 and vanishes within a few layers (x0.3 per layer: 8.0, 2.45, 0.77, 0.25, ...); with weights '1.2x' it explodes to ~1e4 within 4 layers; a LayerNorm after every layer holds it at sqrt(d) = 8. The lesson's code (W = randn * 0.3) and its printed numbers (W ~ N(0, 0.3^2/d)) disagree; both readings are checked.",
+        coverage: Coverage::Experiments(&["drift"]),
+    },
+    Claim {
+        id: "C2",
+        title: "the identity path carries the gradient",
+        statement: "In one block y = F(x) + x (F = Linear(64,64)-GELU-Linear(64,64), PyTorch default init, x ~ N(0,1) of shape (1, 64), loss sum(y^2), seed 3) the input gradient is 13.79 with an identity term of 12.15 (ratio 0.881); without the residual it is 6.19. Without residuals the gradient shrinks exponentially with depth; with them the identity term keeps it.",
+        coverage: Coverage::Experiments(&["identity-path"]),
+    },
+    Claim {
+        id: "C3",
+        title: "the Pre-LN residual stream grows",
+        statement: "At initialisation 12 Pre-LN blocks (d 128, MLP 4d, x ~ N(0,1) of shape (2, 16, 128)) grow the mean row norm steadily from 11.25 to 13.66 (x1.21, 1.6% per layer); the final LayerNorm brings it back to sqrt(128) = 11.31. The growth amplifies during training; a Post-LN stream stays at sqrt(d).",
+        coverage: Coverage::Experiments(&["residual-growth"]),
+    },
+    Claim {
+        id: "C4",
+        title: "depth simulator",
+        statement: "With N = 32 sublayers and gain 1: residuals alone give a bottom/top gradient ratio of 20.4 and a final residual RMS of 6.3; adding pre-norm gives 3.5 and 4.3; adding 1/sqrt(N) write-back scaling gives 0.97 and 1.1. (The widget's sublayer model is not given: only the directions are comparable.)",
+        coverage: Coverage::Experiments(&["depth-sim"]),
+    },
+    Claim {
+        id: "C5",
+        title: "invariances",
+        statement: "LayerNorm's output is unchanged by x -> a x + c (a > 0); RMSNorm's by x -> a x but not by x -> x + c; an RMSNorm output with unit gain has L2 norm sqrt(d).",
+        coverage: Coverage::Experiments(&["norm-stats"]),
+    },
+    Claim {
+        id: "C6",
+        title: "RMSNorm output statistics",
+        statement: "On inputs ~ N(1.5, 3^2) RMSNorm's output rows have mean ~0.4475 and std ~0.8944 (not 0 and 1, as LayerNorm's): RMSNorm is not a drop-in replacement for LayerNorm.",
+        coverage: Coverage::Experiments(&["norm-stats"]),
+    },
+    Claim {
+        id: "C7",
+        title: "BatchNorm fails in language models",
+        statement: "BatchNorm fails three ways: a token's output depends on the other sequences of the batch and on padding; a batch of one generated token has no batch statistics; training and inference behave differently.",
+        coverage: Coverage::Experiments(&["batch-dependence"]),
+    },
+    Claim {
+        id: "C8",
+        title: "eps and low precision",
+        statement: "In fp16/bf16 a row's variance (mean square) can underflow, so eps must be chosen per precision (RMSNorm 1e-6, LayerNorm 1e-5 commonly); eps matters only when the mean square is comparable to it; in fp16 RMSNorm's output range is wider than LayerNorm's; SwiGLU's output is unbounded (SiLU(10) * 10 = 99.995) and overflows low precision.",
+        coverage: Coverage::Uncheckable("needs bf16/f16 storage: waits for the precision issue (exp precision); the eps part on a real model waits for the SmolLM2 issue"),
+    },
+    Claim {
+        id: "C9",
+        title: "norm parameter counts",
+        statement: "At d 4096 with 32 layers and 2 norms per layer (no final norm counted) LayerNorm holds 8192 * 2 * 32 = 524,288 parameters and RMSNorm half (262,144); the course's reference model holds 660,480 norm parameters = 0.0024% of all (which implies ~2.75e10 parameters: not the course's small GPT).",
+        coverage: Coverage::Experiments(&["speed"]),
+    },
+    Claim {
+        id: "C10",
+        title: "RMSNorm is somewhat faster",
+        statement: "RMSNorm's paper: equal quality, whole-model run time -7% to -64%, Transformers gaining least (7-9%: 248 -> ~230 s per 1000 steps). At operator level (CPU, 1 thread, median of 2000 calls) RMSNorm is ~14-15% faster than LayerNorm, steady across shapes; the model-level gain is the operator gain scaled by the norms' share of the step.",
+        coverage: Coverage::Experiments(&["speed", "norm-kind"]),
+    },
+    Claim {
+        id: "C11",
+        title: "RMSNorm is not always faster",
+        statement: "'RMSNorm is always faster' is false: on the course's Apple GPU (32x256x256, fwd+bwd, median of 200) PyTorch's fused LayerNorm took 0.667 ms against 0.792 ms (PyTorch RMSNorm) and 0.799 ms (hand-written): speed depends on whether a fused kernel exists.",
+        coverage: Coverage::Experiments(&["speed"]),
+    },
+    Claim {
+        id: "C12",
+        title: "deep nets collapse without normalization",
+        statement: "Toy net, 20 layers, Pre, Adam lr 1e-3, 3000 steps: without normalization the loss hits NaN around step 300 and never recovers (some layer's input norm jumps to ~1e3, GELU saturates, gradients amplify); lr 1e-4 only delays it (~step 900). At 6 layers no-norm converges but clearly worse (3.1 vs ~2.4 normalised); it degrades clearly at 12 layers and cannot train at 20; LayerNorm and RMSNorm end within 0.03 of each other; the normalised loss falls slightly with depth (2.28 at 20 layers).",
+        coverage: Coverage::Experiments(&["collapse"]),
+    },
+    Claim {
+        id: "C13",
+        title: "Pre-LN tolerates larger learning rates than Post-LN",
+        statement: "Toy net, 12 and 30 layers, lr 1e-4 .. 1e-2, 3000 steps: Post-LN at 12 layers diverges at lr >= 1e-3 (safe window 1e-4..3e-4); Pre-LN converges over the whole range, best near 3e-3, an order of magnitude above Post-LN's best; at 30 layers Post-LN already degrades at 3e-4 (3.87 vs 3.41 at 1e-4) while Pre-LN improves.",
+        coverage: Coverage::Experiments(&["lr-sensitivity"]),
+    },
+    Claim {
+        id: "C14",
+        title: "warm-up rescues Post-LN",
+        statement: "Post-LN without warm-up diverges to NaN (12 layers); with 1000 warm-up steps Post-LN at 12 layers and lr 1e-3 reaches 2.44, close to Pre-LN's 2.38: warm-up rescues Post-LN at the cost of one more sensitive hyper-parameter; Pre-LN descends smoothly from step 1.",
+        coverage: Coverage::Experiments(&["lr-sensitivity", "warmup"]),
+    },
+    Claim {
+        id: "C15",
+        title: "the norm kind does not change quality",
+        statement: "On the course's small GPT LayerNorm and RMSNorm end at 4.6266 vs 4.6263: no difference beyond noise.",
+        coverage: Coverage::Experiments(&["norm-kind"]),
+    },
+    Claim {
+        id: "C16",
+        title: "Post-LN stalls at the unigram entropy",
+        statement: "On the course's GPT at lr 3e-3 with warm-up, Post-LN reaches its best (6.612) at step 40 and stays at 6.627, the unigram entropy (it learns only token frequencies); at initialisation each Post-LN block's gradient is ~0.017, ~1% of Pre-LN's (~1.6); at the end the bottom block's gradient is 6e-9 of the top's. Without warm-up at lr 1e-2: Pre-LN 5.680, Post-LN 6.626 (stalled). At lr 1e-3 without warm-up Post-LN still sticks at 6.63; 100 warm-up steps take it to 4.87: the stall is the start at peak learning rate.",
+        coverage: Coverage::Experiments(&["warmup"]),
+    },
+    Claim {
+        id: "C17",
+        title: "(1 + w) gains under weight decay",
+        statement: "Weight decay pulls a plain gain toward 0 (shrinking the norm's output) but a zero-centred (1 + w) gain toward 1.",
+        coverage: Coverage::Experiments(&["gain-decay"]),
+    },
+    Claim {
+        id: "C18",
+        title: "QK-Norm bounds attention logits",
+        statement: "An RMSNorm on q and k per head (over d_k) bounds the attention logits, keeps attention entropy from collapsing and reduces late loss spikes in deep models, for ~2 d_k parameters per layer.",
+        coverage: Coverage::Experiments(&["qk-norm"]),
+    },
+    Claim {
+        id: "C19",
+        title: "DeepNorm and Sandwich stabilise deep Post-LN",
+        statement: "DeepNorm, x = LN(alpha x + G(x)) with alpha = (2N)^(1/4) and init scaled by beta = (8N)^(-1/4), makes deep Post-LN trainable (1000 layers); Sandwich normalises the branch output too.",
+        coverage: Coverage::Experiments(&["placements"]),
+    },
+    Claim {
+        id: "C20",
+        title: "Pre-LN needs its final norm",
+        statement: "A Pre-LN model needs a final norm before the head (GPT-2 ln_f, LLaMA norm); leaving it out is a common bug.",
+        coverage: Coverage::Experiments(&["residual-growth"]),
+    },
+    Claim {
+        id: "C21",
+        title: "checkpoint conversion is approximate",
+        statement: "LayerNorm weights cannot be loaded into an RMSNorm model as they are; the lesson treats conversion as approximate (drop beta, keep gamma, then fine-tune).",
+        coverage: Coverage::Experiments(&["convert"]),
+    },
+    Claim {
+        id: "C22",
+        title: "stability vs quality",
+        statement: "A well-tuned Post-LN can match (sometimes slightly beat) Pre-LN at the end; Pre-LN's growing stream makes later layers' relative contribution shrink; stability pays early in training, quality differences show late.",
+        coverage: Coverage::Experiments(&["placements", "lr-sensitivity"]),
+    },
+    Claim {
+        id: "C23",
+        title: "normalization is not a cure-all",
+        statement: "Noise, bad labels, a bad schedule or too little capacity are not fixed by a norm: diagnose first.",
+        coverage: Coverage::Experiments(&["collapse"]),
+    },
+];
+
+/// Look a claim up.
+pub fn claim(id: &str) -> Option<&'static Claim> {
+    CLAIMS.iter().find(|c| c.id == id)
+}

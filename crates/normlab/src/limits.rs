@@ -1,0 +1,83 @@
+//! Up-front bounds on what one command may ask of the machine: memory
+//! (estimated from the sizes asked for, against what the OS says is
+//! available) and thread counts. A request beyond them is refused with one
+//! line that names the sizes, before anything is allocated or started.
+
+use crate::error::{Error, Result};
+
+/// Most threads a run or a sweep worker pool may start.
+pub const MAX_THREADS: usize = 1024;
+
+/// Memory the OS reports as available (`MemAvailable` of /proc/meminfo),
+/// if it says.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuse `bytes` of memory for `what` when it exceeds what is available
+/// (or 1 TiB when the OS does not say).
+pub fn check_memory(bytes: f64, what: &str) -> Result<()> {
+    let avail = available_memory().map_or(1u64 << 40, |a| a) as f64;
+    if bytes > avail || !bytes.is_finite() {
+        return Err(Error::bad(format!(
+            "{what} needs about {} of memory, more than the {} available",
+            human_bytes(bytes),
+            human_bytes(avail)
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse a thread count outside 1..=MAX_THREADS.
+pub fn check_threads(flag: &str, n: usize) -> Result<()> {
+    if n == 0 || n > MAX_THREADS {
+        return Err(Error::bad(format!(
+            "{flag} must be between 1 and {MAX_THREADS} (got {n})"
+        )));
+    }
+    Ok(())
+}
+
+/// `12.3 GiB`, `456 MiB`.
+pub fn human_bytes(b: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.is_finite() {
+        format!("{v:.1} {}", UNITS[u])
+    } else {
+        "an unbounded amount".into()
+    }
+}
+
+/// Bytes of `floats` f32 values.
+pub fn f32_bytes(floats: f64) -> f64 {
+    4.0 * floats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_sizes_are_refused_with_the_sizes() {
+        let e = check_memory(1e18, "a batch of 1e9")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a batch of 1e9 needs about") && e.contains("PiB"),
+            "{e}"
+        );
+        assert!(check_memory(1e6, "a little").is_ok());
+        assert!(check_threads("--threads", 0).is_err());
+        assert!(check_threads("--threads", 100_000).is_err());
+        assert!(check_threads("--threads", 2).is_ok());
+    }
+}
