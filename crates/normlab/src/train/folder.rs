@@ -112,6 +112,21 @@ pub struct Summary {
     /// First step's training loss.
     #[serde(deserialize_with = "nan_if_null")]
     pub first_loss: f64,
+    /// Loss spikes: excursions above the divergence bound that came back
+    /// below it within the divergence window.
+    #[serde(default)]
+    pub spikes: Vec<Spike>,
+}
+
+/// An excursion of the training loss above the divergence bound.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Spike {
+    /// First step above the bound.
+    pub step: usize,
+    /// Highest loss during it.
+    pub peak_loss: f64,
+    /// Steps it lasted.
+    pub steps: usize,
 }
 
 /// Running totals that must survive a resume.
@@ -124,6 +139,12 @@ pub(crate) struct Progress {
     pub last_loss: Option<f64>,
     pub last_eval_loss: Option<f64>,
     pub train_seconds: f64,
+    /// Finished excursions above the divergence bound.
+    #[serde(default)]
+    pub spikes: Vec<Spike>,
+    /// The excursion in progress, if the last step was above the bound.
+    #[serde(default)]
+    pub excursion: Option<Spike>,
 }
 
 /// One writer per run folder: an exclusive advisory lock (`flock`) on

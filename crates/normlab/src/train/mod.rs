@@ -9,6 +9,6 @@ pub mod toy_task;
 pub mod trainer;
 
 pub use config::TrainConfig;
-pub use folder::{RunLock, Status, Summary};
+pub use folder::{RunLock, Spike, Status, Summary};
 pub use run::{run, RunOptions, RunOutcome};
 pub use trainer::{StepRecord, Trainer};

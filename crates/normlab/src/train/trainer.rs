@@ -267,7 +267,7 @@ impl Trainer {
                 );
             }
         }
-        if !loss.is_finite() || loss > self.divergence_bound() || !grad_norm.is_finite() {
+        if !loss.is_finite() || !grad_norm.is_finite() {
             return (rec, true);
         }
         if let Some(st) = self
