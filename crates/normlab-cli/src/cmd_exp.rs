@@ -4,7 +4,7 @@ use crate::ui::{bad, progress};
 use clap::Args;
 use normlab::exp::{self, ExpArgs, EXPERIMENTS};
 use normlab::kernels::norm::NormKind;
-use normlab::model::ModelKind;
+use normlab::model::{InitScheme, ModelKind};
 use normlab::nn::Placement;
 use std::path::PathBuf;
 
@@ -92,6 +92,9 @@ pub struct ExpCmd {
     /// convert: a pretrained BERT folder to convert too (default: models/all-MiniLM-L6-v2 if present).
     #[arg(long)]
     bert: Option<PathBuf>,
+    /// Weight initialisations, comma-separated: gpt2, torch (collapse).
+    #[arg(long)]
+    inits: Option<String>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, s: &Option<String>) -> anyhow::Result<Option<Vec<T>>>
@@ -148,6 +151,7 @@ impl ExpCmd {
             runs: list::<PathBuf>("runs", &self.runs)?,
             calibrate: self.calibrate,
             bert: self.bert.clone(),
+            inits: list::<InitScheme>("inits", &self.inits)?,
             stop: Some(crate::ui::stop_flag()),
         })
     }
@@ -288,5 +292,146 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
         c.out.display(),
         t0.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Run every experiment at its full setting and write findings.md: the
+/// lesson's claims C1-C23, each with its statement, normlab's setting, the
+/// measured figure and the verdict. Resumable: run it again after an
+/// interruption and finished runs are reused.
+#[derive(Args, Debug)]
+pub struct BookCmd {
+    /// Output folder (findings.md, findings.json, one folder per experiment).
+    #[arg(long, default_value = "normlab-book")]
+    out: PathBuf,
+    /// The reduced settings (minutes): for tests, and a first look.
+    #[arg(long)]
+    quick: bool,
+    /// Runs in parallel (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Only these experiments, comma-separated.
+    #[arg(long)]
+    only: Option<String>,
+    /// Print what would run (runs per experiment, finished ones, estimated
+    /// time) and stop.
+    #[arg(long)]
+    dry_run: bool,
+    /// After the book, publish it into this folder: findings.md and
+    /// findings/<id>/ (reports, result.json, figures; no training runs).
+    #[arg(long)]
+    publish: Option<PathBuf>,
+}
+
+pub fn book(c: BookCmd) -> anyhow::Result<()> {
+    use normlab::exp::book::{self, BookOptions};
+    if c.out.exists() && !c.out.is_dir() {
+        return bad(format!("{} exists and is not a folder", c.out.display()));
+    }
+    if let Some(j) = c.jobs {
+        normlab::limits::check_threads("--jobs", j)?;
+    }
+    let only = match &c.only {
+        Some(s) => {
+            let ids: Vec<String> = s
+                .split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect();
+            for id in &ids {
+                normlab::exp::get(id)?;
+            }
+            Some(ids)
+        }
+        None => None,
+    };
+    let opts = BookOptions {
+        out: c.out.clone(),
+        quick: c.quick,
+        jobs: c.jobs,
+        only,
+        stop: Some(crate::ui::stop_flag()),
+    };
+    if let Some(p) = &c.publish {
+        if p.exists() && !p.is_dir() {
+            return bad(format!(
+                "--publish: {} exists and is not a folder",
+                p.display()
+            ));
+        }
+    }
+    if c.dry_run {
+        let rows = book::plan(&opts)?;
+        let jobs = c
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        let mut t = crate::ui::Table::new(&[
+            "experiment",
+            "runs",
+            "finished",
+            "estimated core-minutes left",
+        ]);
+        let mut total = 0.0;
+        for r in &rows {
+            total += r.core_seconds_left;
+            t.row(vec![
+                r.id.into(),
+                r.runs.to_string(),
+                r.finished.to_string(),
+                format!("{:.1}", r.core_seconds_left / 60.0),
+            ]);
+        }
+        print!("{t}");
+        println!(
+            "\nestimated {:.1} core-hours left, about {:.1} h with {jobs} job(s) (estimate: matmul work at 100 GFLOP/s per core)",
+            total / 3600.0,
+            total / 3600.0 / jobs as f64
+        );
+        return Ok(());
+    }
+    // Units of the bar: tenths of an estimated core-second.
+    let pb = progress(1, "book");
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {msg:40} [{bar:30}] {percent}% {elapsed_precise} (eta {eta})",
+        )
+        .unwrap()
+        .progress_chars("=> "),
+    );
+    let started = std::sync::Mutex::new(false);
+    let b = book::run(&opts, &|done, total, msg| {
+        pb.set_length((total * 10.0).max(1.0) as u64);
+        pb.set_position((done * 10.0) as u64);
+        let mut s = started.lock().unwrap();
+        if !*s {
+            // Work found done at the start is not speed: restart the ETA.
+            pb.reset_eta();
+            *s = true;
+        }
+        pb.set_message(msg.chars().take(40).collect::<String>());
+    })?;
+    pb.finish_and_clear();
+    let list = book::findings(&book::recorded(&c.out, c.quick)?);
+    let mut t = crate::ui::Table::new(&["claim", "experiment", "verdict"]);
+    for f in &list {
+        t.row(vec![
+            f.claim.into(),
+            f.experiment.clone(),
+            f.verdict.label().into(),
+        ]);
+    }
+    print!("{t}");
+    println!(
+        "\n{} experiments in {:.1} min ({:.1} min over every session of this book); findings: {}/findings.md",
+        b.results.len(),
+        b.seconds / 60.0,
+        b.total_seconds / 60.0,
+        c.out.display()
+    );
+    if let Some(p) = &c.publish {
+        book::publish(&c.out, p)?;
+        println!("published: {}/findings.md", p.display());
+    }
     Ok(())
 }

@@ -36,6 +36,8 @@ enum Command {
     Demo(cmd_exp::DemoCmd),
     /// Run a built-in experiment (`normlab exp list` names them).
     Exp(Box<cmd_exp::ExpCmd>),
+    /// Every experiment at its full setting, then findings.md: the lesson's claims, checked.
+    Book(cmd_exp::BookCmd),
     /// Run a grid of training runs in parallel: resumable, shardable (Slurm, Kubernetes).
     Sweep(cmd_sweep::SweepCmd),
     /// Tables and figures from a folder of runs.
@@ -90,6 +92,7 @@ fn main() -> ExitCode {
         Command::Train(a) => cmd_train::run(*a),
         Command::Exp(c) => cmd_exp::run(*c),
         Command::Demo(c) => cmd_exp::demo(c),
+        Command::Book(c) => cmd_exp::book(c),
         Command::Serve(c) => web::run(c),
         Command::Convert(c) => cmd_convert::run(c),
         Command::Inspect(c) => cmd_inspect::run(c),

@@ -102,8 +102,9 @@ pub struct Converted {
     pub notes: Vec<String>,
 }
 
-/// Copy every tensor the two models share (same name and shape).
-fn copy_common(old: &Model, p: &[f32], new: &Model, q: &mut [f32]) {
+/// Copy every tensor the two models share (same name and shape): models
+/// built by `Model::new` from configs that differ in a norm or a bias.
+pub fn copy_common(old: &Model, p: &[f32], new: &Model, q: &mut [f32]) {
     for t in &new.layout.tensors {
         if let Some(src) = old.layout.find(&t.name).filter(|s| s.shape == t.shape) {
             q[t.range.clone()].copy_from_slice(&p[src.range.clone()]);

@@ -37,6 +37,9 @@ pub enum Init {
     XavierBlocks(Vec<f32>),
     /// Every element equal to the value.
     Const(f32),
+    /// Uniform in [-bound, bound) (PyTorch's default Linear init uses
+    /// bound = 1/sqrt(fan_in) for weights and biases).
+    Uniform(f32),
 }
 
 /// One tensor in the flat buffer.
@@ -179,6 +182,12 @@ impl ParamLayout {
             match &t.init {
                 Init::Const(v) => dst.fill(*v),
                 Init::Normal(std) => Rng::derive(seed, &t.name).fill_normal(dst, 0.0, *std),
+                Init::Uniform(b) => {
+                    let mut rng = Rng::derive(seed, &t.name);
+                    for v in dst.iter_mut() {
+                        *v = (*b as f64 * (2.0 * rng.uniform() - 1.0)) as f32;
+                    }
+                }
                 Init::XavierBlocks(gains) => {
                     let [o, i] = t.shape[..] else {
                         panic!("xavier init needs a matrix: {}", t.name)
@@ -200,6 +209,14 @@ impl ParamLayout {
                     Rng::derive(seed, &t.name).fill_normal(dst, 0.0, std);
                 }
             }
+        }
+    }
+
+    /// Change the initialisation of the tensor at `r` (an init scheme
+    /// applied after the modules registered their defaults).
+    pub fn set_init(&mut self, r: &ParamRef, init: Init) {
+        if let Some(t) = self.tensors.iter_mut().find(|t| t.range == r.0) {
+            t.init = init;
         }
     }
 

@@ -60,6 +60,8 @@ pub struct ExpArgs {
     pub calibrate: Option<usize>,
     /// A pretrained BERT folder to convert too (convert).
     pub bert: Option<PathBuf>,
+    /// Weight initialisations (collapse).
+    pub inits: Option<Vec<crate::model::InitScheme>>,
     /// Set by a signal handler: training stops after the current step of
     /// every run, with a checkpoint (not a flag).
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
@@ -114,11 +116,13 @@ pub enum ExpFlag {
     Calibrate,
     /// --bert DIR
     Bert,
+    /// --inits gpt2,torch
+    Inits,
 }
 
 impl ExpFlag {
     /// Every flag.
-    pub const ALL: [ExpFlag; 22] = [
+    pub const ALL: [ExpFlag; 23] = [
         ExpFlag::Seeds,
         ExpFlag::Seed,
         ExpFlag::Steps,
@@ -141,6 +145,7 @@ impl ExpFlag {
         ExpFlag::Runs,
         ExpFlag::Calibrate,
         ExpFlag::Bert,
+        ExpFlag::Inits,
     ];
 
     /// The flag's name (without `--`).
@@ -168,6 +173,7 @@ impl ExpFlag {
             ExpFlag::Runs => "runs",
             ExpFlag::Calibrate => "calibrate",
             ExpFlag::Bert => "bert",
+            ExpFlag::Inits => "inits",
         }
     }
 
@@ -193,6 +199,7 @@ impl ExpFlag {
             ExpFlag::Gain => Some("1"),
             ExpFlag::Model => Some("toy"),
             ExpFlag::Calibrate => Some("5"),
+            ExpFlag::Inits => Some("torch"),
             ExpFlag::Residual
             | ExpFlag::PreNorm
             | ExpFlag::ScaleWriteback
@@ -226,6 +233,7 @@ impl ExpFlag {
             ExpFlag::Runs => a.runs.is_some(),
             ExpFlag::Calibrate => a.calibrate.is_some(),
             ExpFlag::Bert => a.bert.is_some(),
+            ExpFlag::Inits => a.inits.is_some(),
         }
     }
 }

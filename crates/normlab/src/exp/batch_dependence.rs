@@ -3,6 +3,7 @@
 //! when padding is added and when the batch is a single generated token;
 //! BatchNorm's training and evaluation modes; LayerNorm and RMSNorm beside.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::norm::{BatchNorm, NormKind};
@@ -19,6 +20,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[ExpFlag::DModel, ExpFlag::Rows, ExpFlag::Seed],
     run,
     grid: None,
+    quick_decides: true,
 };
 
 /// batch-dependence: one token's normalised output when the rest of its
@@ -194,6 +196,24 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         f(mrel, 3),
         if ln_max == 0.0 { "exactly 0".to_string() } else { format!("at most {}", f(ln_max, 3)) }
     );
+    // C7: all three failure modes, and none for the row-wise norms.
+    let (others, padding) = (
+        get("batchnorm (train mode)", "other sequences replaced"),
+        get("batchnorm (train mode)", "padding added"),
+    );
+    let c7 = others > 1e-3 && padding > 1e-3 && single_zero && mrel > 1e-3 && ln_max == 0.0;
+    out.checks.push(ClaimCheck::new(
+        "C7",
+        if c7 { Verdict::Holds } else { Verdict::Partly },
+        format!(
+            "in training mode a token's BatchNorm output moved by {} of its size when the other sequences changed and by {} with padding; a batch of one token {}; training and evaluation modes differ by {} on the same batch; LayerNorm and RMSNorm outputs changed by {} in every case.",
+            f(others, 3),
+            f(padding, 3),
+            if single_zero { "normalises to exactly 0 (no statistics)" } else { "does not normalise to 0" },
+            f(mrel, 3),
+            if ln_max == 0.0 { "exactly 0".to_string() } else { f(ln_max, 3) }
+        ),
+    ));
     out.tables.push(table);
     Ok(out)
 }

@@ -24,6 +24,18 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict a label names.
+    pub fn from_label(s: &str) -> Option<Verdict> {
+        [
+            Verdict::Holds,
+            Verdict::Partly,
+            Verdict::DoesNotHold,
+            Verdict::Inconclusive,
+        ]
+        .into_iter()
+        .find(|v| v.label() == s)
+    }
+
     /// As written in tables.
     pub fn label(self) -> &'static str {
         match self {
@@ -217,7 +229,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C23",
         title: "normalization is not a cure-all",
         statement: "Noise, bad labels, a bad schedule or too little capacity are not fixed by a norm: diagnose first.",
-        coverage: Coverage::Experiments(&["collapse"]),
+        coverage: Coverage::Experiments(&["cure-all"]),
     },
 ];
 

@@ -1,13 +1,17 @@
 //! collapse (claim C12): does a deep net train without normalization? The
 //! toy net at several depths with no norm, LayerNorm and RMSNorm (pre
-//! placement, Adam), several seeds: held-out loss and divergence.
+//! placement, Adam, lr 1e-3), several seeds, under PyTorch's default init
+//! (the lesson's) and GPT-2's (normlab's default); and the deepest no-norm
+//! net at a sweep of learning rates, to find where it does diverge.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, eval_curve, grid_settings, lrs_json, mean_curve};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
+use crate::model::InitScheme;
 use crate::present::{f, opt, opt_step, Figure, LineChart, Series, Table};
-use crate::sweep::{group_by, RunSpec, SeedGroup};
+use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use crate::train::Status;
 use serde_json::json;
 
@@ -19,6 +23,7 @@ pub const EXPERIMENT: Experiment = Experiment {
         ExpFlag::Layers,
         ExpFlag::Norms,
         ExpFlag::Lrs,
+        ExpFlag::Inits,
         ExpFlag::Steps,
         ExpFlag::Seeds,
         ExpFlag::Seed,
@@ -26,6 +31,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: false,
 };
 
 /// The grid's axes.
@@ -33,44 +39,95 @@ struct Settings {
     layers: Vec<usize>,
     norms: Vec<NormKind>,
     lrs: Vec<f32>,
+    inits: Vec<InitScheme>,
+    /// Extra learning rates for the deepest no-norm net (first init).
+    sweep_lrs: Vec<f32>,
     steps: usize,
     seeds: Vec<u64>,
     eval_sequences: usize,
 }
 
 fn settings(a: &ExpArgs) -> Settings {
+    let layers = a.layers.clone().unwrap_or(if a.quick {
+        vec![4, 16]
+    } else {
+        vec![6, 12, 20]
+    });
+    let lrs = a.lrs.clone().unwrap_or(vec![1e-3]);
+    let sweep_lrs: Vec<f32> = if a.lrs.is_some() {
+        Vec::new()
+    } else if a.quick {
+        vec![1e-2]
+    } else {
+        vec![1e-4, 3e-3, 1e-2]
+    };
     Settings {
-        layers: a.layers.clone().unwrap_or(if a.quick {
-            vec![4, 16]
-        } else {
-            vec![6, 12, 20]
-        }),
+        layers,
         norms: a.norms.clone().unwrap_or(vec![
             NormKind::None,
             NormKind::LayerNorm,
             NormKind::RmsNorm,
         ]),
-        lrs: a.lrs.clone().unwrap_or(vec![1e-3]),
+        lrs,
+        inits: a.inits.clone().unwrap_or(if a.quick {
+            vec![InitScheme::Torch]
+        } else {
+            vec![InitScheme::Torch, InitScheme::Gpt2]
+        }),
+        sweep_lrs,
         steps: a.steps_or(400, 3000),
         seeds: a.seeds_or(1, 3),
         eval_sequences: if a.quick { 64 } else { 512 },
     }
 }
 
-/// Toy net, depth x lr x norm x seed, pre placement.
+fn toy(
+    s: &Settings,
+    l: usize,
+    n: NormKind,
+    lr: f32,
+    init: InitScheme,
+    seed: u64,
+) -> Result<crate::train::TrainConfig> {
+    let mut v = json!({"model": "toy", "layers": l, "norm": n.name(), "placement": "pre", "lr": lr, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": s.eval_sequences, "eval_every": (s.steps / 10).max(1)});
+    if init != InitScheme::Gpt2 {
+        v["init"] = json!(init.name());
+    }
+    cfg(v)
+}
+
+/// Toy net: init x depth x lr x norm x seed, pre placement; plus the
+/// deepest no-norm net at the sweep's learning rates.
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let s = settings(a);
     let mut cfgs = Vec::new();
-    for &l in &s.layers {
-        for &lr in &s.lrs {
-            for &n in &s.norms {
-                for &seed in &s.seeds {
-                    cfgs.push(cfg(json!({"model": "toy", "layers": l, "norm": n.name(), "placement": "pre", "lr": lr, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": s.eval_sequences, "eval_every": (s.steps / 10).max(1)}))?);
+    for &init in &s.inits {
+        for &l in &s.layers {
+            for &lr in &s.lrs {
+                for &n in &s.norms {
+                    for &seed in &s.seeds {
+                        cfgs.push(toy(&s, l, n, lr, init, seed)?);
+                    }
                 }
             }
         }
     }
+    if let (Some(&deepest), Some(&init)) = (s.layers.iter().max(), s.inits.first()) {
+        for &lr in &s.sweep_lrs {
+            for &seed in &s.seeds {
+                cfgs.push(toy(&s, deepest, NormKind::None, lr, init, seed)?);
+            }
+        }
+    }
     Ok(runs::specs(cfgs))
+}
+
+/// Key of a seed group.
+type Key = (InitScheme, usize, f32, NormKind);
+
+fn key(r: &RunResult) -> Key {
+    let m = &r.cfg.model;
+    (m.init, m.layers, r.cfg.lr, m.norm)
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
@@ -79,56 +136,77 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let steps = s.steps;
     let mut table = Table::new(
         format!("Toy net, pre placement, Adam, {steps} steps, {} seed(s): held-out loss (mean ± std over seeds that did not diverge)", s.seeds.len()),
-        &["layers", "lr", "norm", "status", "final eval loss", "best eval loss", "diverged at step"],
+        &["init", "layers", "lr", "norm", "status", "final eval loss", "best eval loss", "diverged at step", "loss spikes (steps above 2 ln V)"],
     );
-    let groups = group_by(&rs, |r| (r.cfg.model.layers, r.cfg.lr, r.cfg.model.norm));
+    let groups: Vec<(Key, SeedGroup, Vec<&RunResult>)> = group_by(&rs, key)
+        .into_iter()
+        .map(|(k, g)| (k, SeedGroup::of_runs(g.iter().copied()), g))
+        .collect();
     let mut panels = Vec::new();
-    let mut parts = Vec::new();
-    for &l in &s.layers {
-        for &lr in &s.lrs {
-            let mut series = Vec::new();
-            for ((_, _, norm), g) in groups
-                .iter()
-                .filter(|((gl, glr, _), _)| *gl == l && *glr == lr)
-            {
-                let sg = SeedGroup::of_runs(g.iter().copied());
-                table.row(vec![
-                    l.to_string(),
-                    format!("{lr}"),
-                    norm.name().into(),
-                    sg.label(),
-                    format!("{} ± {}", opt(sg.mean, 3), opt(sg.std, 3)),
-                    opt(sg.best, 3),
-                    opt_step(sg.diverged_at),
-                ]);
-                let name = match sg.diverged_at {
-                    Some(d) if sg.status == Status::Diverged => {
-                        format!("{norm} (diverged at step {d})")
-                    }
-                    _ => norm.name().to_string(),
-                };
-                series.push(Series::new(name, mean_curve(g, &eval_curve)));
+    for &(init, l, lr) in &groups
+        .iter()
+        .map(|((i, l, lr, _), _, _)| (*i, *l, *lr))
+        .fold(Vec::new(), |mut v: Vec<(InitScheme, usize, f32)>, k| {
+            if !v.contains(&k) {
+                v.push(k);
             }
-            panels.push(
-                LineChart::new(
-                    format!("{l} layers, lr {lr}"),
-                    "step",
-                    "held-out loss",
-                    series,
-                )
-                .panel(),
-            );
+            v
+        })
+    {
+        let mut series = Vec::new();
+        for ((_, _, _, norm), sg, g) in groups
+            .iter()
+            .filter(|((gi, gl, glr, _), _, _)| *gi == init && *gl == l && *glr == lr)
+        {
+            let spikes: usize = g.iter().map(|r| r.summary.spikes.len()).sum();
+            table.row(vec![
+                init.name().into(),
+                l.to_string(),
+                format!("{lr}"),
+                norm.name().into(),
+                sg.label(),
+                format!("{} ± {}", opt(sg.mean, 3), opt(sg.std, 3)),
+                opt(sg.best, 3),
+                opt_step(sg.diverged_at),
+                spikes.to_string(),
+            ]);
+            let name = match sg.diverged_at {
+                Some(d) if sg.status == Status::Diverged => {
+                    format!("{norm} (diverged at step {d})")
+                }
+                _ => norm.name().to_string(),
+            };
+            series.push(Series::new(name, mean_curve(g, &eval_curve)));
         }
+        panels.push(
+            LineChart::new(
+                format!("{l} layers, lr {lr}, {} init", init.name()),
+                "step",
+                "held-out loss",
+                series,
+            )
+            .panel(),
+        );
     }
-    for ((l, lr, n), g) in &groups {
-        let sg = SeedGroup::of_runs(g.iter().copied());
-        let lr_part = if s.lrs.len() > 1 {
-            format!(", lr {lr}")
-        } else {
-            String::new()
-        };
+    let mut out = result(
+        grid_settings(
+            a,
+            json!({"model": "toy", "layers": s.layers, "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lrs": lrs_json(&s.lrs), "inits": s.inits.iter().map(|i| i.name()).collect::<Vec<_>>(), "no_norm_lr_sweep": lrs_json(&s.sweep_lrs), "optimizer": "adam", "steps": steps}),
+        ),
+        s.seeds.clone(),
+    );
+    out.data.insert("runs".into(), runs::records(&rs));
+    let cols = panels.len().clamp(1, 3);
+    out.figures.push(Figure::new("collapse", panels, cols));
+    let find = |k: Key| groups.iter().find(|(g, _, _)| *g == k).map(|(_, sg, _)| sg);
+    let mut parts = Vec::new();
+    for (k, sg, _) in &groups {
         parts.push(format!(
-            "{n} at {l} layers{lr_part} {}{}",
+            "{} {} layers lr {} {}: {}{}",
+            k.0.name(),
+            k.1,
+            k.2,
+            k.3,
             sg.status.name(),
             match (sg.status, sg.mean, sg.diverged_at) {
                 (Status::Diverged, _, Some(d)) => format!(" (step {d})"),
@@ -137,20 +215,104 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
         ));
     }
-    let mut out = result(
-        grid_settings(
-            a,
-            json!({"model": "toy", "layers": s.layers, "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lrs": lrs_json(&s.lrs), "optimizer": "adam", "steps": steps}),
-        ),
-        s.seeds.clone(),
-    );
-    out.data.insert("runs".into(), runs::records(&rs));
-    out.figures.push(Figure::new(
-        "collapse",
-        panels,
-        (s.layers.len() * s.lrs.len()).min(3),
-    ));
     out.conclusion = format!("Held-out loss after {steps} steps: {}.", parts.join("; "));
+    out.checks.push(check_c12(&s, &find, a.quick));
     out.tables.push(table);
     Ok(out)
+}
+
+/// C12 under the lesson's init (the first of the settings' inits) at lr
+/// 1e-3: does the no-norm net diverge at depth, how far behind the norms is
+/// it at each depth, are LayerNorm and RMSNorm within 0.03 (or the seed
+/// spread), and at which learning rate does the deepest no-norm net diverge.
+fn check_c12<'a>(
+    s: &Settings,
+    find: &dyn Fn(Key) -> Option<&'a SeedGroup>,
+    quick: bool,
+) -> ClaimCheck {
+    let (Some(&init), Some(&deepest)) = (s.inits.first(), s.layers.iter().max()) else {
+        return ClaimCheck::new("C12", Verdict::Inconclusive, "no runs");
+    };
+    let lr = 1e-3f32;
+    let at = |l: usize, n: NormKind| find((init, l, lr, n));
+    let mut gaps = Vec::new();
+    let mut ln_rms = Vec::new();
+    for &l in &s.layers {
+        if let (Some(none), Some(ln), Some(rms)) = (
+            at(l, NormKind::None),
+            at(l, NormKind::LayerNorm),
+            at(l, NormKind::RmsNorm),
+        ) {
+            let normed = ln.mean.zip(rms.mean).map(|(a, b)| a.min(b));
+            gaps.push((l, none.status, none.mean, normed, none.diverged_at));
+            if let (Some(a), Some(b)) = (ln.mean, rms.mean) {
+                let spread = ln.std.unwrap_or(0.0).max(rms.std.unwrap_or(0.0));
+                ln_rms.push((l, (a - b).abs(), spread));
+            }
+        }
+    }
+    if gaps.is_empty() {
+        return ClaimCheck::new(
+            "C12",
+            Verdict::Inconclusive,
+            "needs none, layernorm and rmsnorm at lr 1e-3",
+        );
+    }
+    let deep_fails = gaps
+        .iter()
+        .find(|g| g.0 == deepest)
+        .is_some_and(|g| g.1 != Status::Converged);
+    // No-norm behind the norms beyond the seed spread, and more so with depth.
+    let gap_of = |g: &(usize, Status, Option<f64>, Option<f64>, Option<usize>)| match (g.2, g.3) {
+        (Some(a), Some(b)) => a - b,
+        _ => f64::INFINITY,
+    };
+    let behind = gaps.iter().all(|g| gap_of(g) > 0.0);
+    let grows = gaps
+        .windows(2)
+        .all(|w| gap_of(&w[1]) >= gap_of(&w[0]) - 0.02);
+    let close = ln_rms
+        .iter()
+        .all(|(_, d, spread)| *d <= 0.03_f64.max(2.0 * spread));
+    let sweep: Vec<String> = s
+        .sweep_lrs
+        .iter()
+        .chain(std::iter::once(&lr))
+        .filter_map(|&x| find((init, deepest, x, NormKind::None)).map(|g| (x, g)))
+        .map(|(x, g)| match (g.status, g.diverged_at) {
+            (Status::Diverged, Some(d)) => format!("lr {x}: diverged at step {d}"),
+            (st, _) => format!("lr {x}: {} ({})", st.name(), opt(g.mean, 3)),
+        })
+        .collect();
+    let verdict = if quick && !deep_fails {
+        Verdict::Inconclusive
+    } else if deep_fails && behind && close {
+        Verdict::Holds
+    } else if behind || close {
+        Verdict::Partly
+    } else {
+        Verdict::DoesNotHold
+    };
+    ClaimCheck::new(
+        "C12",
+        verdict,
+        format!(
+            "{} init, lr 1e-3, {} steps: no-norm ends {} (held-out loss; gap to the better norm {}); {} at {deepest} layers (lesson: NaN around step 300, never recovering){}. LayerNorm vs RMSNorm differ by {} (lesson within 0.03). The deepest no-norm net by learning rate: {}.",
+            init.name(),
+            s.steps,
+            gaps.iter()
+                .map(|g| format!("{} at {} layers", opt(g.2, 3), g.0))
+                .collect::<Vec<_>>()
+                .join(", "),
+            gaps.iter().map(|g| f(gap_of(g), 3)).collect::<Vec<_>>().join(", "),
+            if deep_fails { "it fails" } else { "it still trains" },
+            if grows { ", the gap growing with depth" } else { "" },
+            ln_rms
+                .iter()
+                .map(|(l, d, sp)| format!("{} at {l} layers (seed std {})", f(*d, 3), f(*sp, 3)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if sweep.is_empty() { "-".into() } else { sweep.join("; ") }
+        ),
+    )
 }

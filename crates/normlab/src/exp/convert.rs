@@ -5,6 +5,7 @@
 //! approximately elsewhere, then calibrated by distillation; plus the
 //! pretrained Post-LN encoder all-MiniLM-L6-v2 when it is available.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, final_params, gpt_base, grid_settings, merge};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
@@ -32,6 +33,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: true,
 };
 
 /// The grid's settings.
@@ -113,7 +115,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let n_check = if a.quick { 32 } else { 128 };
     let mut table = Table::new(
         format!("LayerNorm -> RMSNorm on {n_check} held-out sequences; calibration: {calib_steps} distillation steps (Adam 1e-3)"),
-        &["model", "exact norms", "conversion", "max |logit diff|", "mean |logit diff|", "eval loss original", "eval loss converted", "after calibration: mean |diff|", "eval loss"],
+        &["model", "naive swap: mean |logit diff|", "naive swap: eval loss", "exact norms", "conversion", "max |logit diff|", "mean |logit diff|", "eval loss original", "eval loss converted", "after calibration: mean |diff|", "eval loss"],
     );
     let mut records = Vec::new();
     let mut panels = Vec::new();
@@ -123,6 +125,16 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         let new = Model::new(&c.cfg)?;
         let before = convert::compare((model, params), (&new, &c.params), &data, n_check);
         let exact_norms = c.norms.iter().filter(|n| n.exact).count();
+        // The naive swap: the same weights loaded into an RMSNorm model
+        // (gammas kept, betas dropped, nothing else changed).
+        let naive_cfg = crate::model::ModelConfig {
+            norm: crate::kernels::norm::NormKind::RmsNorm,
+            ..model.cfg.clone()
+        };
+        let naive_model = Model::new(&naive_cfg)?;
+        let mut naive_p = naive_model.layout.zeros();
+        convert::copy_common(model, params, &naive_model, &mut naive_p);
+        let naive = convert::compare((model, params), (&naive_model, &naive_p), &data, n_check);
         let mut curve = vec![(0.0, before.mean_abs_logit_diff)];
         let after = if c.exact {
             None
@@ -155,6 +167,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         };
         table.row(vec![
             name.clone(),
+            f(naive.mean_abs_logit_diff, 3),
+            f(naive.eval_loss_b, 4),
             format!("{exact_norms} of {}", c.norms.len()),
             if c.exact {
                 "exact".into()
@@ -176,6 +190,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ]);
         records.push(json!({
             "model": name, "placement": model.cfg.placement.name(), "exact": c.exact, "exact_norms": exact_norms, "norms": c.norms.len(),
+            "naive_swap": {"max_abs_logit_diff": naive.max_abs_logit_diff, "mean_abs_logit_diff": naive.mean_abs_logit_diff, "eval_loss": naive.eval_loss_b},
             "max_abs_logit_diff": before.max_abs_logit_diff, "mean_abs_logit_diff": before.mean_abs_logit_diff, "max_abs_logit": before.max_abs_logit,
             "eval_loss_original": before.eval_loss_a, "eval_loss_converted": before.eval_loss_b,
             "calibrated": after.as_ref().map(|x| json!({"steps": calib_steps, "max_abs_logit_diff": x.max_abs_logit_diff, "mean_abs_logit_diff": x.mean_abs_logit_diff, "eval_loss": x.eval_loss_b})),
@@ -208,8 +223,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .iter()
         .map(|r| {
             let base = format!(
-                "{}: {} ({} of {} norms exact), mean |logit diff| {}, eval loss {} -> {}",
+                "{}: the naive swap moves logits by {} on average (eval loss {}); the conversion is {} ({} of {} norms exact), mean |logit diff| {}, eval loss {} -> {}",
                 r["placement"].as_str().unwrap(),
+                f(r["naive_swap"]["mean_abs_logit_diff"].as_f64().unwrap(), 3),
+                f(r["naive_swap"]["eval_loss"].as_f64().unwrap(), 4),
                 if r["exact"] == true {
                     "exact"
                 } else {
@@ -232,6 +249,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         })
         .collect();
     out.conclusion = format!("{}.", parts.join("; "));
+    out.checks.push(check_c21(&records));
     out.tables.push(table);
     // A real pretrained Post-LN model, when available.
     let bert_dir = a.bert.clone().or_else(|| {
@@ -291,4 +309,64 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         out.tables.push(t2);
     }
     Ok(out)
+}
+
+/// C21: the naive swap (same weights in an RMSNorm model) changes the
+/// model's outputs; whether the conversion is approximate depends on the
+/// placement (exact for Pre-LN, where the mean can be folded into the
+/// writers to the stream).
+fn check_c21(records: &[serde_json::Value]) -> ClaimCheck {
+    if records.is_empty() {
+        return ClaimCheck::new("C21", Verdict::Inconclusive, "no models converted");
+    }
+    let num = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let naive_breaks = records.iter().all(|r| {
+        num(&r["naive_swap"]["mean_abs_logit_diff"]) > 1e-3
+            && num(&r["naive_swap"]["eval_loss"]) > num(&r["eval_loss_original"])
+    });
+    let exact: Vec<&str> = records
+        .iter()
+        .filter(|r| r["exact"] == true)
+        .map(|r| r["placement"].as_str().unwrap_or("?"))
+        .collect();
+    let approx: Vec<&str> = records
+        .iter()
+        .filter(|r| r["exact"] != true)
+        .map(|r| r["placement"].as_str().unwrap_or("?"))
+        .collect();
+    let verdict = match (naive_breaks, exact.is_empty()) {
+        (true, true) => Verdict::Holds,
+        (true, false) => Verdict::Partly,
+        (false, _) => Verdict::DoesNotHold,
+    };
+    let each = records
+        .iter()
+        .map(|r| {
+            format!(
+                "{} mean |logit diff| {} (eval loss {} -> {})",
+                r["placement"].as_str().unwrap_or("?"),
+                f(num(&r["naive_swap"]["mean_abs_logit_diff"]), 3),
+                f(num(&r["eval_loss_original"]), 3),
+                f(num(&r["naive_swap"]["eval_loss"]), 3)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    ClaimCheck::new(
+        "C21",
+        verdict,
+        format!(
+            "Loading the LayerNorm weights into an RMSNorm model as they are changes the outputs: {each}. {}{}",
+            if exact.is_empty() {
+                String::new()
+            } else {
+                format!("But the conversion is exact, not approximate, for {} (the mean LayerNorm removes can be removed once, from every writer to the residual stream, so RMSNorm then sees zero-mean rows and beta folds into the next Linear's bias). ", exact.join(", "))
+            },
+            if approx.is_empty() {
+                String::new()
+            } else {
+                format!("For {} it is approximate, as the lesson says, and distillation recovers most of the gap (table).", approx.join(", "))
+            }
+        ),
+    )
 }

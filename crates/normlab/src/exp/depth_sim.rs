@@ -12,6 +12,7 @@
 //! propagated down exactly. Computed in f64; values that overflow even f64
 //! are reported as null.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::rng::Rng;
@@ -222,6 +223,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: None,
+    quick_decides: true,
 };
 
 /// `normlab exp depth-sim`.
@@ -339,6 +341,43 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         opt(v(3).final_residual_rms),
         opt(v(3).grad_ratio_bottom_top),
     );
+    out.checks.push(check_c4(&base, &results));
     out.tables.push(table);
     Ok(out)
+}
+
+/// C4: residual alone > + pre-norm > + 1/sqrt(N) write-back, in both the
+/// bottom/top gradient ratio and the final residual RMS, the last near 1.
+/// The widget's sublayer model is unknown, so only directions count.
+fn check_c4(base: &SimConfig, results: &[SimResult]) -> ClaimCheck {
+    let pair = |r: &SimResult| r.grad_ratio_bottom_top.zip(r.final_residual_rms);
+    let (Some(res), Some(pre), Some(scaled)) =
+        (pair(&results[1]), pair(&results[2]), pair(&results[3]))
+    else {
+        return ClaimCheck::new("C4", Verdict::Inconclusive, "a setting overflowed f64");
+    };
+    let ordered = res.0 > pre.0 && pre.0 > scaled.0 && res.1 > pre.1 && pre.1 > scaled.1;
+    let near_one = [scaled.0, scaled.1].iter().all(|v| (0.5..=2.0).contains(v));
+    let verdict = match (ordered, near_one) {
+        (true, true) => Verdict::Holds,
+        (true, false) => Verdict::Partly,
+        _ => Verdict::DoesNotHold,
+    };
+    ClaimCheck::new(
+        "C4",
+        verdict,
+        format!(
+            "N = {}, gain {}, d {}: bottom/top gradient ratio and final residual RMS are {} and {} with residuals alone (lesson 20.4 and 6.3), {} and {} with pre-norm (3.5, 4.3), {} and {} with 1/sqrt(N) write-back (0.97, 1.1). {} The sizes differ from the widget's because its sublayer model is not given (normlab's sublayer is a random linear map W ~ N(0, g^2/d), so residuals alone grow the stream by about sqrt(1 + g^2) per sublayer).",
+            base.sublayers,
+            base.gain,
+            base.d,
+            f(res.0, 1),
+            f(res.1, 1),
+            f(pre.0, 2),
+            f(pre.1, 2),
+            f(scaled.0, 2),
+            f(scaled.1, 2),
+            if ordered { "The ordering is the lesson's." } else { "The ordering differs from the lesson's." }
+        ),
+    )
 }

@@ -29,6 +29,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: None,
+    quick_decides: true,
 };
 
 /// How the weights are drawn from a scale s.

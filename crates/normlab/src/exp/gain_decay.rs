@@ -3,6 +3,7 @@
 //! training pushed to 1.5; then the gains of RMSNorm and zero-centred
 //! RMSNorm GPTs trained with weight decay on their gains.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, final_params, gpt_base, grid_settings, merge};
 use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
@@ -30,6 +31,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: true,
 };
 
 /// Weight decay of the experiment (AdamW).
@@ -237,6 +239,26 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         f(mean_of(NormKind::ZRmsNorm, |s| s.mean), 3),
         f(mean_of(NormKind::ZRmsNorm, |s| s.min), 3)
     );
+    // C17: decay pulls a plain gain toward 0, a (1 + w) gain toward 1.
+    // The plain gain lost over half its way to 0; the zero-centred one
+    // ended within a quarter of 1 from above.
+    let toward_zero = end_plain < 0.75;
+    let toward_one = (1.0..1.25).contains(&end_zero);
+    let (rms_min, z_min) = (
+        mean_of(NormKind::RmsNorm, |s| s.min),
+        mean_of(NormKind::ZRmsNorm, |s| s.min),
+    );
+    out.checks.push(ClaimCheck::new(
+        "C17",
+        if toward_zero && toward_one { Verdict::Holds } else { Verdict::DoesNotHold },
+        format!(
+            "AdamW (lr {lr}, weight decay {wd}) with no gradient took a plain gain from 1.5 to {} in {SIM_STEPS} steps (toward 0) and a zero-centred gain 1 + w from 1.5 to {} (toward 1). In GPTs trained with decay on the gains the smallest effective gain averaged {} (rmsnorm) and {} (zrmsnorm).",
+            f(end_plain, 3),
+            f(end_zero, 3),
+            f(rms_min, 3),
+            f(z_min, 3)
+        ),
+    ));
     out.tables.push(t1);
     out.tables.push(t2);
     Ok(out)

@@ -10,9 +10,11 @@
 
 pub mod args;
 pub mod batch_dependence;
+pub mod book;
 pub mod claims;
 pub mod collapse;
 pub mod convert;
+pub mod cure_all;
 pub mod depth_sim;
 pub mod drift;
 pub mod gain_decay;
@@ -54,6 +56,10 @@ pub struct Experiment {
     pub run: fn(&ExpArgs, Progress) -> Result<ExpResult>,
     /// The runs it trains (None: it trains nothing).
     pub grid: Option<GridFn>,
+    /// Whether its `--quick` setting is meant to decide its claims (the
+    /// computations that train nothing); otherwise a quick run's verdicts
+    /// are reported as inconclusive, with the numbers it measured.
+    pub quick_decides: bool,
 }
 
 /// An experiment's description for `exp list --json`.
@@ -86,6 +92,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &qk_norm::EXPERIMENT,
     &placements::EXPERIMENT,
     &convert::EXPERIMENT,
+    &cure_all::EXPERIMENT,
 ];
 
 /// Look an experiment up.
@@ -179,6 +186,15 @@ impl ExpResult {
             "claims".into(),
             serde_json::to_value(&self.checks).expect("checks serialise"),
         );
+        m.insert(
+            "figures".into(),
+            Value::from(
+                self.figures
+                    .iter()
+                    .map(|f| f.stem.clone())
+                    .collect::<Vec<_>>(),
+            ),
+        );
         m.insert("elapsed_seconds".into(), Value::from(self.elapsed_seconds));
         Value::Object(m)
     }
@@ -266,6 +282,18 @@ pub fn run(id: &str, args: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let e = get(id)?;
     args.check(id, e.flags)?;
     let mut r = (e.run)(args, progress)?;
+    if args.quick && !e.quick_decides {
+        for c in &mut r.checks {
+            if c.verdict != Verdict::Inconclusive {
+                c.evidence = format!(
+                    "too short to decide at the --quick setting (it measured: {}; it would say: {})",
+                    c.evidence.trim_end_matches('.'),
+                    c.verdict.label()
+                );
+                c.verdict = Verdict::Inconclusive;
+            }
+        }
+    }
     r.id = e.id.to_string();
     r.question = e.question.to_string();
     r.quick = args.quick;

@@ -3,8 +3,10 @@
 //! loss curves and final loss against the seed-to-seed spread, and the step
 //! time of each.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, mean_curve, merge};
 use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
+use crate::bench::compare;
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
@@ -27,6 +29,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: false,
 };
 
 /// The grid's axes.
@@ -74,6 +77,7 @@ struct ByNorm {
     final_eval_loss_std: Option<f64>,
     best_eval_loss: Option<f64>,
     ms_per_step: f64,
+    speed_vs_layernorm: Option<crate::bench::compare::Ratio>,
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
@@ -81,39 +85,52 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let base = gpt_base(a);
     let rs = runs::run_grid(a, grid(a)?, false, progress)?;
     let (steps, lr) = (s.steps, s.lr);
-    let timed_steps = if a.quick { 5 } else { 10 };
+    let groups = group_by(&rs, |r| r.cfg.model.norm);
+    // Step times of every kind, interleaved step by step, after the grid
+    // (its parallel runs share the machine), 1 thread.
+    let rounds = if a.quick { 6 } else { 30 };
+    let timed: Vec<(&str, crate::train::TrainConfig)> = groups
+        .iter()
+        .map(|(n, g)| (n.name(), g[0].cfg.clone()))
+        .collect();
+    let times = compare::train_steps(&timed, 1, rounds)?;
     let mut table = Table::new(
-        format!("GPT on text, pre placement, lr {lr}, {steps} steps, {} seeds; step time measured alone afterwards (1 thread, median of {timed_steps} steps)", s.seeds.len()),
-        &["norm", "status", "final eval loss (mean ± std)", "best eval loss", "ms/step"],
+        format!("GPT on text, pre placement, lr {lr}, {steps} steps, {} seeds; step time: {rounds} interleaved steps of each kind after the runs (1 thread), speed against layernorm as the median and quartiles of the per-round ratio", s.seeds.len()),
+        &["norm", "status", "final eval loss (mean ± std)", "best eval loss", "ms/step", "speed vs layernorm"],
     );
+    let ln_index = groups.iter().position(|(n, _)| *n == NormKind::LayerNorm);
     let mut series = Vec::new();
     let mut by_norm: Vec<(NormKind, ByNorm)> = Vec::new();
-    for (norm, g) in group_by(&rs, |r| r.cfg.model.norm) {
+    for (i, (norm, g)) in groups.iter().enumerate() {
         let sg = SeedGroup::of_runs(g.iter().copied());
-        // Timed alone: parallel runs in the grid share the machine.
-        let ms = crate::bench::run_train_bench(&g[0].cfg, 1, timed_steps)?.ms_per_step;
+        let ms = times.median(i) * 1e3;
+        let vs = ln_index.filter(|&j| j != i).map(|j| times.ratio(j, i));
         table.row(vec![
             norm.name().into(),
             sg.label(),
             format!("{} ± {}", opt(sg.mean, 4), opt(sg.std, 4)),
             opt(sg.best, 4),
             f(ms, 2),
+            vs.as_ref().map_or("-".into(), |r| {
+                format!("{:.2}x ({:.2}-{:.2})", r.median, r.q1, r.q3)
+            }),
         ]);
-        series.push(Series::new(norm.name(), mean_curve(&g, &eval_curve)));
+        series.push(Series::new(norm.name(), mean_curve(g, &eval_curve)));
         by_norm.push((
-            norm,
+            *norm,
             ByNorm {
                 final_eval_loss_mean: sg.mean,
                 final_eval_loss_std: sg.std,
                 best_eval_loss: sg.best,
                 ms_per_step: ms,
+                speed_vs_layernorm: vs,
             },
         ));
     }
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "gpt", "base": base, "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lr": num(lr), "steps": steps}),
+            json!({"model": "gpt", "base": base, "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lr": num(lr), "steps": steps, "timing_rounds": rounds}),
         ),
         s.seeds.clone(),
     );
@@ -135,14 +152,13 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .panel()],
         1,
     ));
-    let mut ranked: Vec<(&str, f64, f64, f64)> = by_norm
+    let mut ranked: Vec<(&str, f64, f64)> = by_norm
         .iter()
         .filter_map(|(n, b)| {
             Some((
                 n.name(),
                 b.final_eval_loss_mean?,
                 b.final_eval_loss_std.unwrap_or(0.0),
-                b.ms_per_step,
             ))
         })
         .collect();
@@ -150,13 +166,46 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let spread =
         ranked.last().map(|l| l.1).unwrap_or(0.0) - ranked.first().map(|l| l.1).unwrap_or(0.0);
     let max_std = ranked.iter().map(|r| r.2).fold(0.0, f64::max);
+    let speeds: Vec<String> = by_norm
+        .iter()
+        .filter_map(|(n, b)| {
+            b.speed_vs_layernorm
+                .as_ref()
+                .map(|r| format!("{n}: {}", r.describe()))
+        })
+        .collect();
     out.conclusion = format!(
-        "Final held-out loss, best first: {}. The spread between kinds is {} nats against a seed-to-seed std of up to {}{}.",
-        ranked.iter().map(|r| format!("{} {} ({} ms/step)", r.0, f(r.1, 4), f(r.3, 2))).collect::<Vec<_>>().join(", "),
+        "Final held-out loss, best first: {}. The spread between kinds is {} nats against a seed-to-seed std of up to {}{}. Step time: {}.",
+        ranked.iter().map(|r| format!("{} {}", r.0, f(r.1, 4))).collect::<Vec<_>>().join(", "),
         f(spread, 4),
         f(max_std, 4),
-        if spread <= 2.0 * max_std { ": within seed noise at this budget" } else { "" }
+        if spread <= 2.0 * max_std { ": within seed noise at this budget" } else { "" },
+        if speeds.is_empty() { "-".into() } else { speeds.join("; ") }
     );
+    // C15: LayerNorm vs RMSNorm quality.
+    let get = |k: NormKind| by_norm.iter().find(|(n, _)| *n == k).map(|(_, b)| b);
+    if let (Some(ln), Some(rms)) = (get(NormKind::LayerNorm), get(NormKind::RmsNorm)) {
+        if let (Some(a1), Some(b1)) = (ln.final_eval_loss_mean, rms.final_eval_loss_mean) {
+            let sd = ln
+                .final_eval_loss_std
+                .unwrap_or(0.0)
+                .max(rms.final_eval_loss_std.unwrap_or(0.0));
+            let same = (a1 - b1).abs() <= (2.0 * sd).max(0.005);
+            out.checks.push(ClaimCheck::new(
+                "C15",
+                if same { Verdict::Holds } else { Verdict::DoesNotHold },
+                format!(
+                    "GPT, {} seeds: LayerNorm {} vs RMSNorm {} held-out (difference {}, seed std up to {}; lesson 4.6266 vs 4.6263); {}.",
+                    s.seeds.len(),
+                    f(a1, 4),
+                    f(b1, 4),
+                    f((a1 - b1).abs(), 4),
+                    f(sd, 4),
+                    if same { "no difference beyond noise" } else { "a difference beyond the seed spread" }
+                ),
+            ));
+        }
+    }
     out.tables.push(table);
     Ok(out)
 }

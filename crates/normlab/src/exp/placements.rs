@@ -3,6 +3,7 @@
 //! final held-out loss, and the spread of per-block gradient norms at
 //! initialisation and at the end.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, full_gpt, grid_settings, merge, tiny_gpt};
 use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
@@ -30,6 +31,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: false,
 };
 
 /// The grid's axes.
@@ -210,10 +212,62 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         none_if_empty(trained),
         none_if_empty(failed)
     );
+    out.checks.push(check_c19(&cells));
     out.data.insert("configs".into(), json!(cells));
     out.data.insert("runs".into(), runs::records(&rs));
     out.figures
         .push(Figure::new("placements", heat_panels, s.models.len()));
     out.tables.push(table);
     Ok(out)
+}
+
+/// C19: where Post-LN fails, do DeepNorm and Sandwich train?
+fn check_c19(cells: &[Cell]) -> ClaimCheck {
+    let converged = Status::Converged.name();
+    let mut rescued = 0;
+    let mut failing = 0;
+    let mut parts = Vec::new();
+    for post in cells.iter().filter(|c| c.placement == "post") {
+        let other = |p: &str| {
+            cells
+                .iter()
+                .find(|c| c.model == post.model && c.lr == post.lr && c.placement == p)
+        };
+        let show = |c: Option<&Cell>| {
+            c.map_or("-".to_string(), |c| {
+                format!("{} {}", c.status, opt(c.final_eval_loss, 3))
+            })
+        };
+        if post.status != converged {
+            failing += 1;
+            if other("deepnorm").is_some_and(|c| c.status == converged) {
+                rescued += 1;
+            }
+        }
+        parts.push(format!(
+            "{} lr {}: post {}, deepnorm {}, sandwich {}, pre {}",
+            post.model,
+            post.lr,
+            show(Some(post)),
+            show(other("deepnorm")),
+            show(other("sandwich")),
+            show(other("pre"))
+        ));
+    }
+    ClaimCheck::new(
+        "C19",
+        if failing == 0 {
+            Verdict::Inconclusive
+        } else if rescued == failing {
+            Verdict::Holds
+        } else if rescued > 0 {
+            Verdict::Partly
+        } else {
+            Verdict::DoesNotHold
+        },
+        format!(
+            "{}. Post-LN failed in {failing} cell(s), DeepNorm trained in {rescued} of them (lesson: DeepNorm makes even 1000-layer Post-LN trainable).",
+            parts.join("; ")
+        ),
+    )
 }

@@ -2,6 +2,7 @@
 //! learning rates with and without QK-Norm: the largest attention logit and
 //! the mean attention entropy over training, loss spikes, final loss.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, gpt_base, grid_settings, lrs_json, mean_curve, merge};
 use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
@@ -24,6 +25,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: false,
 };
 
 /// The grid's axes.
@@ -212,6 +214,51 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         2,
     ));
     out.conclusion = format!("{}.", parts.join("; "));
+    // C18: per lr, QK-Norm lowers the logit peak, keeps entropy at least as
+    // high at the end, and does not add spikes.
+    let mut lower = 0;
+    let mut entropy_kept = 0;
+    let mut fewer_spikes = 0;
+    let mut n = 0;
+    let mut parts = Vec::new();
+    for &lr in &s.lrs {
+        let get = |qk: bool| cells.iter().find(|c| c.lr == num(lr) && c.qk_norm == qk);
+        if let (Some(off), Some(on)) = (get(false), get(true)) {
+            n += 1;
+            lower += usize::from(on.max_logit_peak < off.max_logit_peak);
+            entropy_kept += usize::from(on.entropy_end >= off.entropy_end - 0.05);
+            fewer_spikes += usize::from(on.loss_spikes <= off.loss_spikes);
+            parts.push(format!(
+                "lr {lr}: peak logit {} -> {}, end entropy {} -> {}, spikes {} -> {}, held-out {} -> {}",
+                f(off.max_logit_peak, 1),
+                f(on.max_logit_peak, 1),
+                f(off.entropy_end, 2),
+                f(on.entropy_end, 2),
+                off.loss_spikes,
+                on.loss_spikes,
+                opt(off.final_eval_loss, 3),
+                opt(on.final_eval_loss, 3)
+            ));
+        }
+    }
+    out.checks.push(ClaimCheck::new(
+        "C18",
+        if n == 0 {
+            Verdict::Inconclusive
+        } else if lower == n && entropy_kept == n && fewer_spikes == n {
+            Verdict::Holds
+        } else if lower > 0 {
+            Verdict::Partly
+        } else {
+            Verdict::DoesNotHold
+        },
+        format!(
+            "without -> with QK-Norm ({} layers, {} seed(s)): {}. QK-Norm adds 2 x head_dim gains per layer.",
+            rs.first().map_or(0, |r| r.cfg.model.layers),
+            s.seeds.len(),
+            parts.join("; ")
+        ),
+    ));
     out.tables.push(table);
     Ok(out)
 }

@@ -1,14 +1,21 @@
 //! residual-growth (claims C3, C20): how does the residual stream grow with
-//! depth? The mean row norm of the stream after each block of a Pre-LN GPT
-//! at initialisation and after training, with and without the final norm,
-//! against Post-LN (pinned at sqrt(d) by its norms).
+//! depth? The lesson's setting at initialisation (12 Pre-LN blocks, d 128,
+//! MLP 4d, PyTorch's default init, x ~ N(0, 1) of shape (2, 16, 128) fed to
+//! the blocks); then the mean row norm after each block of trained GPTs:
+//! Pre-LN with and without the final norm, against Post-LN (pinned at
+//! sqrt(d) by its norms); and what removing the final norm from a trained
+//! Pre-LN model does to its held-out loss.
 
+use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, block_row_norms, cfg, final_params, gpt_base, grid_settings, merge};
 use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
+use crate::kernels::rng::Rng;
 use crate::model::Model;
+use crate::nn::norm::mean_row_norm;
 use crate::nn::Placement;
-use crate::present::{f, Figure, LineChart, Series, Table};
+use crate::nn::Scratch;
+use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use serde_json::{json, Map, Value};
 
@@ -27,6 +34,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    quick_decides: false,
 };
 
 /// The variants: name, placement, final norm (None: the placement's default).
@@ -79,9 +87,75 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     Ok(runs::specs(cfgs))
 }
 
+/// The lesson's C3 setting: mean row norm of x ~ N(0,1), shape (2, 16, d),
+/// after each of `layers` Pre-LN blocks at PyTorch's default init, and
+/// after the final LayerNorm.
+fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> Result<(Vec<f64>, f64)> {
+    let cfg = runs::cfg(
+        json!({"model": "gpt", "d_model": d, "heads": 4.min(d / 16).max(1), "hidden": 4 * d, "layers": layers, "seq": 16, "init": "torch"}),
+    )?;
+    let model = Model::new(&cfg.model)?;
+    let params = model.init_params(seed);
+    let (batch, t) = (2, 16);
+    let rows = batch * t;
+    let mut scratch = Scratch::new(model.sublayers(), rows);
+    let mut x = Rng::derive(seed, "residual-growth-lesson").normal_vec(rows * d, 0.0, 1.0);
+    let mut norms = vec![mean_row_norm(&x, d)];
+    for b in &model.blocks {
+        let mut c = b.cache(batch, t);
+        b.forward(&params, &x, &mut c, &mut scratch);
+        x = c.output().to_vec();
+        norms.push(mean_row_norm(&x, d));
+    }
+    let fin = model.final_norm.as_ref().expect("pre-LN has a final norm");
+    let mut y = vec![0.0; x.len()];
+    let mut fc = fin.cache(rows);
+    fin.forward(&params, &x, &mut y, &mut fc);
+    Ok((norms, mean_row_norm(&y, d)))
+}
+
+/// Held-out loss of a trained model with and without its final norm.
+fn without_final_norm(cfg: &crate::train::TrainConfig, params: &[f32]) -> Result<(f64, f64)> {
+    let model = Model::new(&cfg.model)?;
+    let mut bare = cfg.model.clone();
+    bare.final_norm = Some(false);
+    let bare_model = Model::new(&bare)?;
+    let mut q = vec![0.0f32; bare_model.layout.buffer_len()];
+    crate::convert::copy_common(&model, params, &bare_model, &mut q);
+    let data = crate::train::trainer::load_data(cfg)?;
+    let a = crate::convert::compare((&model, params), (&bare_model, &q), &data, 64);
+    Ok((a.eval_loss_a, a.eval_loss_b))
+}
+
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let s = settings(a);
     let (d, layers, steps) = (s.d, s.layers, s.steps);
+    let (lesson, lesson_final) = lesson_init_growth(128, 12, s.seeds[0])?;
+    let mut t0 = Table::new(
+        "The lesson's setting at initialisation: 12 Pre-LN blocks (attention + MLP 4d), d 128, PyTorch default init, x ~ N(0,1) of shape (2, 16, 128) fed to the blocks",
+        &["after", "mean row norm", "lesson"],
+    );
+    let lesson_vals = [(0, "11.25"), (1, "11.42"), (12, "13.66")];
+    for (i, v) in lesson.iter().enumerate() {
+        let l = lesson_vals
+            .iter()
+            .find(|(k, _)| *k == i)
+            .map_or("", |(_, s)| s);
+        t0.row(vec![
+            if i == 0 {
+                "input".into()
+            } else {
+                format!("block {i}")
+            },
+            f(*v, 3),
+            l.into(),
+        ]);
+    }
+    t0.row(vec![
+        "final LayerNorm".into(),
+        f(lesson_final, 3),
+        "11.31 = sqrt(128)".into(),
+    ]);
     let rs = runs::run_grid(a, grid(a)?, true, progress)?;
     let mut table = Table::new(
         format!("Mean row norm of the residual stream, GPT d {d}, {layers} blocks (sqrt(d) = {:.2}), seed {}", (d as f64).sqrt(), s.seeds[0]),
@@ -131,6 +205,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         );
         trained_of.push(trained);
     }
+    let init_pre: Vec<f64> =
+        serde_json::from_value(data["pre, final norm"]["init"].clone()).unwrap_or_default();
     let mut out = result(
         grid_settings(
             a,
@@ -151,6 +227,73 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         f(post[1..].iter().sum::<f64>() / layers as f64, 2),
         (d as f64).sqrt()
     );
+    // C20: the trained pre-LN model with its final norm taken out.
+    let with_final = rs
+        .iter()
+        .find(|r| r.cfg.model.placement == Placement::Pre && r.cfg.model.final_norm == Some(true))
+        .expect("the pre-LN run with a final norm");
+    let (loss_with, loss_removed) =
+        without_final_norm(&with_final.cfg, &final_params(a, with_final)?)?;
+    let trained_without = rs
+        .iter()
+        .find(|r| r.cfg.model.placement == Placement::Pre && r.cfg.model.final_norm == Some(false))
+        .and_then(|r| r.summary.final_eval_loss);
+    // C3.
+    let growth = lesson[12.min(lesson.len() - 1)] / lesson[0];
+    let monotone = lesson.windows(2).all(|w| w[1] >= w[0]);
+    let per_layer = growth.powf(1.0 / (lesson.len() - 1) as f64) - 1.0;
+    let trained_growth = pre[layers] / pre[1];
+    let init_growth = match (init_pre.get(layers), init_pre.get(1)) {
+        (Some(a), Some(b)) => a / b,
+        _ => f64::NAN,
+    };
+    let post_pinned = post[1..]
+        .iter()
+        .all(|v| (v / (d as f64).sqrt() - 1.0).abs() < 0.05);
+    let final_back = (lesson_final / (128f64).sqrt() - 1.0).abs() < 0.01;
+    let c3 = monotone
+        && (1.0..3.0).contains(&growth)
+        && final_back
+        && post_pinned
+        && trained_growth > init_growth;
+    out.checks.push(ClaimCheck::new(
+        "C3",
+        if c3 { Verdict::Holds } else if monotone && final_back { Verdict::Partly } else { Verdict::DoesNotHold },
+        format!(
+            "lesson's setting at init: {} -> {} -> ... -> {} after 12 blocks (x{:.2}, {:.1}% per layer, {}; lesson 11.25 -> 11.42 -> 13.66, x1.21, 1.6%); the final LayerNorm gives {} (sqrt(128) = 11.31). Trained GPT (d {d}, {layers} blocks): block {layers} / block 1 = {} after training vs {} at init (growth {} in training; lesson: it amplifies); Post-LN {} at sqrt(d).",
+            f(lesson[0], 2),
+            f(lesson[1], 2),
+            f(lesson[lesson.len() - 1], 2),
+            growth,
+            100.0 * per_layer,
+            if monotone { "monotone" } else { "not monotone" },
+            f(lesson_final, 2),
+            f(trained_growth, 2),
+            f(init_growth, 2),
+            if trained_growth > init_growth { "amplified" } else { "did not amplify" },
+            if post_pinned { "stays within 5%" } else { "does not stay" }
+        ),
+    ));
+    let removal_hurts = loss_removed > loss_with + 0.1;
+    out.checks.push(ClaimCheck::new(
+        "C20",
+        if removal_hurts { Verdict::Holds } else { Verdict::DoesNotHold },
+        format!(
+            "removing the final norm from the trained Pre-LN GPT takes its held-out loss from {} to {}{}; a Pre-LN GPT trained without one from the start ends at {} (its stream after the last block: {} vs sqrt(d) = {:.2}).",
+            f(loss_with, 3),
+            f(loss_removed, 3),
+            if removal_hurts { " (the head reads an un-normalised, grown stream)" } else { "" },
+            opt(trained_without, 3),
+            f(pre_nofinal[layers], 2),
+            (d as f64).sqrt()
+        ),
+    ));
+    out.data.insert(
+        "lesson_init".into(),
+        json!({"mean_row_norm": lesson, "after_final_norm": lesson_final}),
+    );
+    out.data.insert("final_norm_removed".into(), json!({"eval_loss_with": loss_with, "eval_loss_removed": loss_removed, "trained_without": trained_without}));
+    out.tables.insert(0, t0);
     out.tables.push(table);
     Ok(out)
 }

@@ -90,7 +90,7 @@ pub fn record(r: &RunResult) -> Value {
     let m = &c.model;
     json!({
         "id": r.id, "model": m.kind.to_string(), "layers": m.layers, "d_model": m.d_model, "norm": m.norm.name(),
-        "placement": m.placement.name(), "lr": num(c.lr), "warmup": c.warmup, "qk_norm": m.qk_norm, "seed": c.seed, "steps": c.steps,
+        "placement": m.placement.name(), "init": m.init.name(), "lr": num(c.lr), "warmup": c.warmup, "qk_norm": m.qk_norm, "seed": c.seed, "steps": c.steps,
         "status": r.summary.status.name(), "final_eval_loss": r.summary.final_eval_loss, "best_eval_loss": r.summary.best_eval_loss,
         "diverged_at_step": r.summary.diverged_at_step, "final_loss": r.summary.final_loss, "steps_per_sec": r.summary.steps_per_sec,
     })

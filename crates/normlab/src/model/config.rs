@@ -38,6 +38,50 @@ impl fmt::Display for ModelKind {
     }
 }
 
+/// How the weights are initialised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitScheme {
+    /// GPT-2: weights and embeddings N(0, init_std^2), output projections
+    /// N(0, out_proj_std^2), biases 0.
+    #[default]
+    Gpt2,
+    /// PyTorch's defaults, as a plain `nn.Linear` / `nn.Embedding` model
+    /// gets them: every Linear's weight and bias U(+-1/sqrt(fan_in)),
+    /// embeddings N(0, 1). (The lesson's toy models use these.)
+    Torch,
+}
+
+impl std::str::FromStr for InitScheme {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gpt2" => Ok(InitScheme::Gpt2),
+            "torch" => Ok(InitScheme::Torch),
+            _ => Err(format!("unknown init '{s}' (expected gpt2 or torch)")),
+        }
+    }
+}
+
+impl InitScheme {
+    /// The name in files and flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            InitScheme::Gpt2 => "gpt2",
+            InitScheme::Torch => "torch",
+        }
+    }
+
+    /// Every scheme's name.
+    pub fn names() -> Vec<&'static str> {
+        vec!["gpt2", "torch"]
+    }
+
+    fn is_default(&self) -> bool {
+        *self == InitScheme::Gpt2
+    }
+}
+
 /// Serde helpers for NormKind as its name.
 pub mod norm_kind_serde {
     use super::NormKind;
@@ -111,6 +155,11 @@ crate::settings! {
         /// converted LayerNorm on a branch output keeps its beta here).
         #[serde(default)]
         pub out_norm_bias: bool => Flag::Hidden,
+        /// Weight initialisation: gpt2 (N(0, init_std^2), scaled output
+        /// projections, zero biases) or torch (PyTorch's defaults:
+        /// U(+-1/sqrt(fan_in)) weights and biases, N(0,1) embeddings).
+        #[serde(default, skip_serializing_if = "InitScheme::is_default")]
+        pub init: InitScheme => Flag::Choice(InitScheme::names),
     }
 }
 
@@ -142,6 +191,7 @@ impl ModelConfig {
             tie_head: false,
             head_bias: false,
             out_norm_bias: false,
+            init: InitScheme::Gpt2,
         }
     }
 
@@ -234,6 +284,9 @@ impl ModelConfig {
             if !(s.is_finite() && s > 0.0) {
                 return Err(format!("out_proj_std must be a positive number (got {s})").into());
             }
+        }
+        if self.placement == Placement::DeepNorm && self.init != InitScheme::Gpt2 {
+            return Err("deepnorm has its own init (Xavier with gain beta); use init gpt2".into());
         }
         if self.placement == Placement::DeepNorm && self.norm == NormKind::None {
             return Err("deepnorm needs a norm kind (it is a post-norm scheme); use --placement none for no norm".into());

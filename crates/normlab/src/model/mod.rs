@@ -6,7 +6,7 @@
 pub mod bert;
 pub mod config;
 
-pub use config::{ModelConfig, ModelKind};
+pub use config::{InitScheme, ModelConfig, ModelKind};
 
 use crate::error::Result;
 use crate::kernels::act;
@@ -232,7 +232,7 @@ impl Model {
                 Init::Const(0.0),
             )
         });
-        Ok(Model {
+        let mut model = Model {
             cfg: cfg.clone(),
             head_bias,
             layout,
@@ -240,7 +240,38 @@ impl Model {
             blocks,
             final_norm,
             head,
-        })
+        };
+        if cfg.init == InitScheme::Torch {
+            model.apply_torch_init();
+        }
+        Ok(model)
+    }
+
+    /// PyTorch's default initialisation: every Linear's weight and bias
+    /// U(+-1/sqrt(fan_in)), embeddings N(0, 1).
+    fn apply_torch_init(&mut self) {
+        let mut linears: Vec<Linear> = self
+            .blocks
+            .iter()
+            .flat_map(|b| b.sublayers())
+            .flat_map(|s| s.op.linears())
+            .cloned()
+            .collect();
+        linears.extend(self.head.clone());
+        for l in &linears {
+            let bound = 1.0 / (l.d_in as f32).sqrt();
+            self.layout.set_init(&l.w, Init::Uniform(bound));
+            if let Some(b) = &l.b {
+                self.layout.set_init(b, Init::Uniform(bound));
+            }
+        }
+        if let Some(b) = &self.head_bias {
+            let bound = 1.0 / (self.cfg.d_model as f32).sqrt();
+            self.layout.set_init(b, Init::Uniform(bound));
+        }
+        for e in [&self.emb.wte, &self.emb.wpe] {
+            self.layout.set_init(e, Init::Normal(1.0));
+        }
     }
 
     /// Freshly initialised parameters for `seed`.

@@ -163,6 +163,15 @@ impl Op {
         }
     }
 
+    /// Every Linear of S.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Op::Attention(a) => vec![&a.qkv, &a.proj],
+            Op::Mlp(m) => vec![&m.fc, &m.proj],
+            Op::Mixer(m) => vec![&m.proj],
+        }
+    }
+
     /// QK-Norm's two norms (queries, keys), if S is attention with QK-Norm.
     pub fn qk_norms(&self) -> Option<(&Norm, &Norm)> {
         match self {

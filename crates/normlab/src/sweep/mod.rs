@@ -438,7 +438,7 @@ pub fn trained_matmul_gflop(results: &[RunResult]) -> f64 {
 }
 
 /// Matmul work of `steps` training steps of `cfg` (backward = 2x forward).
-fn matmul_gflop(cfg: &TrainConfig, steps: usize) -> f64 {
+pub fn matmul_gflop(cfg: &TrainConfig, steps: usize) -> f64 {
     3.0 * crate::bench::forward_gflop(&cfg.model, cfg.batch) * steps as f64
 }
 

@@ -127,9 +127,11 @@ impl TrainConfig {
         };
         let base = serde_json::to_value(TrainConfig::defaults(kind)).expect("config serialises");
         let mut obj = base.as_object().expect("an object").clone();
+        let known: Vec<&str> = TrainConfig::fields().map(|f| f.key).collect();
         for (k, v) in ov {
-            if !obj.contains_key(&k) {
-                let known: Vec<&str> = TrainConfig::fields().map(|f| f.key).collect();
+            // Fields at their default may be left out of the serialised
+            // config, so the field table says which keys exist.
+            if !known.contains(&k.as_str()) {
                 return Err(format!("unknown option '{k}' (known: {})", known.join(", ")).into());
             }
             let v = match (k.as_str(), v) {

@@ -10,6 +10,8 @@
 //! and thread count: n floats for forward (x -> y), 2n floats for
 //! forward+backward (x, dy, y, dx).
 
+pub mod compare;
+
 use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::norm::{self, NormKind};

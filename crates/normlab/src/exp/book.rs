@@ -1,0 +1,561 @@
+//! `normlab book`: every experiment at its full setting (or `--quick`), its
+//! runs trained through the sweep engine (so an interrupted book resumes:
+//! finished runs are reused), then `findings.md`: one section per claim of
+//! the lesson (C1-C23) with its statement, normlab's setting, the figure,
+//! and the verdicts the experiments computed, and `findings.json` with the
+//! same verdicts for machines (and for the test that quick settings agree
+//! with the full ones).
+
+use super::claims::{Coverage, Verdict, CLAIMS};
+use super::{ExpArgs, ExpResult, EXPERIMENTS};
+use crate::error::Result;
+use crate::sweep::{self, RunSpec};
+use serde::Serialize;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What to run.
+#[derive(Clone, Debug, Default)]
+pub struct BookOptions {
+    /// Output folder: `<out>/<id>/` per experiment, `<out>/findings.md`.
+    pub out: PathBuf,
+    /// The reduced settings.
+    pub quick: bool,
+    /// Runs in parallel (default: all cores).
+    pub jobs: Option<usize>,
+    /// Only these experiments (default: all).
+    pub only: Option<Vec<String>>,
+    /// Set by a signal handler: stop after the current steps, resumable.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// Progress of a book: work done and in all (units: estimated seconds of
+/// one core), and what is running.
+pub type BookProgress<'a> = &'a (dyn Fn(f64, f64, &str) + Sync);
+
+/// One experiment's place in the book.
+struct Chapter {
+    id: &'static str,
+    args: ExpArgs,
+    specs: Vec<RunSpec>,
+}
+
+/// Estimated cost of a run in units of one core-second: matmul work at
+/// about 100 GFLOP/s (one core of the development VM, with the step's other
+/// passes).
+fn run_cost(s: &RunSpec) -> f64 {
+    sweep::matmul_gflop(&s.cfg, s.cfg.steps) / 100.0
+}
+
+/// Estimated cost of an experiment that trains nothing.
+const FIXED_COST: f64 = 5.0;
+
+/// The book's result.
+#[derive(Debug)]
+pub struct Book {
+    /// Each experiment's result.
+    pub results: Vec<ExpResult>,
+    /// Wall time of this session (s).
+    pub seconds: f64,
+    /// Wall time of every session of this book folder at the same setting,
+    /// interrupted ones included (s).
+    pub total_seconds: f64,
+}
+
+/// One experiment of a planned book.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanRow {
+    /// Experiment id.
+    pub id: &'static str,
+    /// Training runs in its grid.
+    pub runs: usize,
+    /// Of which finished already (in the book's folder).
+    pub finished: usize,
+    /// Estimated work left, in seconds of one core.
+    pub core_seconds_left: f64,
+}
+
+/// What a book would run: per experiment, its runs, how many are done,
+/// and the estimated work left.
+pub fn plan(opts: &BookOptions) -> Result<Vec<PlanRow>> {
+    Ok(chapters(opts)?
+        .iter()
+        .map(|c| {
+            let left: Vec<&RunSpec> = c.specs.iter().filter(|s| !c.finished(s)).collect();
+            PlanRow {
+                id: c.id,
+                runs: c.specs.len(),
+                finished: c.specs.len() - left.len(),
+                core_seconds_left: FIXED_COST + left.iter().map(|s| run_cost(s)).sum::<f64>(),
+            }
+        })
+        .collect())
+}
+
+impl Chapter {
+    /// Whether a run of this chapter finished in an earlier session.
+    fn finished(&self, s: &RunSpec) -> bool {
+        self.args
+            .out
+            .as_ref()
+            .is_some_and(|o| sweep::is_finished(o, &s.id))
+    }
+}
+
+/// The book's chapters: each selected experiment with its arguments and grid.
+fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
+    let mut chapters = Vec::new();
+    for e in EXPERIMENTS {
+        if opts
+            .only
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|x| x == e.id))
+        {
+            continue;
+        }
+        let args = ExpArgs {
+            quick: opts.quick,
+            out: Some(opts.out.join(e.id)),
+            jobs: opts
+                .jobs
+                .filter(|_| e.flags.contains(&super::ExpFlag::Jobs)),
+            stop: opts.stop.clone(),
+            ..ExpArgs::default()
+        };
+        let specs = match e.grid {
+            Some(g) => g(&args)?,
+            None => Vec::new(),
+        };
+        chapters.push(Chapter {
+            id: e.id,
+            args,
+            specs,
+        });
+    }
+    Ok(chapters)
+}
+
+/// Run the book.
+pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
+    let t0 = Instant::now();
+    crate::io::create_dir_all(&opts.out)?;
+    let chapters = chapters(opts)?;
+    let chapter_cost = |c: &Chapter| FIXED_COST + c.specs.iter().map(run_cost).sum::<f64>();
+    let total: f64 = chapters.iter().map(chapter_cost).sum();
+    // Work already done (finished runs of an earlier, interrupted book).
+    let finished = |c: &Chapter, s: &RunSpec| c.finished(s);
+    let mut done: f64 = chapters
+        .iter()
+        .flat_map(|c| c.specs.iter().filter(move |s| finished(c, s)))
+        .map(run_cost)
+        .sum();
+    progress(done, total, "starting");
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut results = Vec::new();
+    let outcome = (|| -> Result<()> {
+        for c in &chapters {
+            let costs: std::collections::HashMap<&str, f64> = c
+                .specs
+                .iter()
+                .filter(|s| !finished(c, s))
+                .map(|s| (s.id.as_str(), run_cost(s)))
+                .collect();
+            let base = done;
+            let so_far = std::sync::Mutex::new(0.0f64);
+            let r = super::run(c.id, &c.args, &|_, _, id| {
+                let mut s = so_far.lock().unwrap();
+                *s += costs.get(id).copied().unwrap_or(0.0);
+                progress(base + *s, total, &format!("{} {id}", c.id));
+            })?;
+            super::write_outputs(
+                &r,
+                c.args.out.as_ref().expect("book chapters have a folder"),
+            )?;
+            done = base + costs.values().sum::<f64>() + FIXED_COST;
+            progress(done, total, c.id);
+            results.push(r);
+            record_session(opts, started, t0.elapsed().as_secs_f64())?;
+        }
+        Ok(())
+    })();
+    // An interrupted session's time counts too.
+    let total_seconds = record_session(opts, started, t0.elapsed().as_secs_f64())?;
+    outcome?;
+    let book = Book {
+        results,
+        seconds: t0.elapsed().as_secs_f64(),
+        total_seconds,
+    };
+    write_findings(&book, opts)?;
+    Ok(book)
+}
+
+/// The sessions of a book folder: `book_sessions.json`.
+const SESSIONS: &str = "book_sessions.json";
+
+/// Record (or update) this session's wall time in the book folder; returns
+/// the wall time of all sessions at the same setting (quick or full).
+fn record_session(opts: &BookOptions, started: u64, seconds: f64) -> Result<f64> {
+    let path = opts.out.join(SESSIONS);
+    let mut list: Vec<serde_json::Value> = match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            crate::Error::BadInput(format!(
+                "{} is not a book's session list ({e}); move it away to start the count again",
+                path.display()
+            ))
+        })?,
+        Err(_) => Vec::new(),
+    };
+    let this = json!({"started_unix": started, "date": today(), "seconds": seconds, "quick": opts.quick, "jobs": opts.jobs, "only": opts.only});
+    match list.iter_mut().find(|v| v["started_unix"] == started) {
+        Some(v) => *v = this,
+        None => list.push(this),
+    }
+    crate::io::atomic_write(
+        &path,
+        serde_json::to_string_pretty(&list)
+            .expect("json")
+            .as_bytes(),
+    )?;
+    Ok(list
+        .iter()
+        .filter(|v| v["quick"] == opts.quick)
+        .filter_map(|v| v["seconds"].as_f64())
+        .sum())
+}
+
+/// One verdict, as findings.json lists them.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// Claim id.
+    pub claim: &'static str,
+    /// The experiment that checked it.
+    pub experiment: String,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// The numbers.
+    pub evidence: String,
+}
+
+/// What this machine is, for the record.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mem = crate::limits::available_memory()
+        .map(|b| {
+            format!(
+                ", {} available memory",
+                crate::limits::human_bytes(b as f64)
+            )
+        })
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores{mem}")
+}
+
+/// The date (UTC) from the system clock, as YYYY-MM-DD.
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// An experiment's result as the book folder holds it (`<id>/result.json`):
+/// what findings.md is written from, so that a book run with `--only`
+/// refreshes its sections and keeps the others.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// Experiment id.
+    pub id: String,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Settings.
+    pub settings: serde_json::Value,
+    /// Figure file stems (`<stem>.png` beside result.json).
+    pub figures: Vec<String>,
+    /// Its verdicts.
+    pub checks: Vec<Finding>,
+    /// Wall time (s).
+    pub seconds: f64,
+}
+
+/// The recorded results of the book folder at this setting, in registry
+/// order (experiments never run, or run at the other setting, are absent).
+pub fn recorded(out: &Path, quick: bool) -> Result<Vec<Recorded>> {
+    let mut v = Vec::new();
+    for e in EXPERIMENTS {
+        let path = out.join(e.id).join("result.json");
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let bad = |why: &str| {
+            crate::Error::BadInput(format!(
+                "{}: {why}; run the book again with --only {}",
+                path.display(),
+                e.id
+            ))
+        };
+        let j: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|x| bad(&x.to_string()))?;
+        if j["quick"].as_bool() != Some(quick) {
+            continue;
+        }
+        let mut checks = Vec::new();
+        for c in j["claims"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let claim = c["claim"]
+                .as_str()
+                .and_then(super::claims::claim)
+                .ok_or_else(|| bad("unknown claim"))?;
+            let verdict = c["verdict"]
+                .as_str()
+                .and_then(Verdict::from_label)
+                .ok_or_else(|| bad("unknown verdict"))?;
+            checks.push(Finding {
+                claim: claim.id,
+                experiment: e.id.to_string(),
+                verdict,
+                evidence: c["evidence"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+        v.push(Recorded {
+            id: e.id.to_string(),
+            seeds: serde_json::from_value(j["seeds"].clone()).unwrap_or_default(),
+            settings: j["settings"].clone(),
+            figures: serde_json::from_value(j["figures"].clone()).unwrap_or_default(),
+            checks,
+            seconds: j["elapsed_seconds"].as_f64().unwrap_or(0.0),
+        });
+    }
+    Ok(v)
+}
+
+/// The verdicts of recorded results, claim by claim.
+pub fn findings(results: &[Recorded]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for c in CLAIMS {
+        for r in results {
+            out.extend(r.checks.iter().filter(|k| k.claim == c.id).cloned());
+        }
+    }
+    out
+}
+
+/// A compact, readable form of an experiment's settings.
+fn settings_line(r: &Recorded) -> String {
+    let mut s = serde_json::to_string(&r.settings).unwrap_or_default();
+    if s.len() > 600 {
+        s.truncate(600);
+        s.push_str(" ...");
+    }
+    s
+}
+
+/// Write `findings.md` and `findings.json` into the book's folder, from
+/// every experiment result it holds at this setting.
+fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
+    let recorded = recorded(&opts.out, opts.quick)?;
+    let list = findings(&recorded);
+    let mut md = String::new();
+    md.push_str("# What normlab finds: the lesson's claims, checked\n\n");
+    md.push_str(&format!(
+        "Written by `normlab book{}` on {} ({}), in {:.0} min of wall time over {} session(s) (the book resumes where an interrupted one stopped); every number below was measured by that run. Each experiment states its settings and seeds; its full tables are in `<id>/report.md` beside this file. A difference is called only beyond the seed-to-seed (losses) or round-to-round (timings) spread.\n\n",
+        if opts.quick { " --quick" } else { "" },
+        today(),
+        machine(),
+        book.total_seconds / 60.0,
+        sessions(opts)
+    ));
+    if opts.quick {
+        md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
+    }
+    md.push_str("| claim | | verdict | checked by |\n|---|---|---|---|\n");
+    for c in CLAIMS {
+        let mine: Vec<&Finding> = list.iter().filter(|f| f.claim == c.id).collect();
+        let (verdict, by) = if mine.is_empty() {
+            let why = match c.coverage {
+                Coverage::Uncheckable(why) => format!("not checked: {why}"),
+                Coverage::Experiments(ids) => format!("not run here ({})", ids.join(", ")),
+            };
+            (why, "-".to_string())
+        } else {
+            (
+                mine.iter()
+                    .map(|f| f.verdict.label())
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                mine.iter()
+                    .map(|f| format!("[{}]({}/report.md)", f.experiment, f.experiment))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        };
+        md.push_str(&format!("| {} | {} | {verdict} | {by} |\n", c.id, c.title));
+    }
+    md.push('\n');
+    for c in CLAIMS {
+        md.push_str(&format!("## {} — {}\n\n", c.id, c.title));
+        md.push_str(&format!("**The lesson:** {}\n\n", c.statement));
+        let checks: Vec<(&Recorded, &Finding)> = recorded
+            .iter()
+            .flat_map(|r| {
+                r.checks
+                    .iter()
+                    .filter(|k| k.claim == c.id)
+                    .map(move |k| (r, k))
+            })
+            .collect();
+        if checks.is_empty() {
+            match c.coverage {
+                Coverage::Uncheckable(why) => {
+                    md.push_str(&format!("**Not checked yet:** {why}.\n\n"))
+                }
+                Coverage::Experiments(ids) => md.push_str(&format!(
+                    "**Not run in this book** (checked by: {}).\n\n",
+                    ids.join(", ")
+                )),
+            }
+            continue;
+        }
+        for (r, k) in checks {
+            md.push_str(&format!(
+                "**normlab's setting** ([{}]({}/report.md), seeds {:?}): `{}`\n\n",
+                r.id,
+                r.id,
+                r.seeds,
+                settings_line(r)
+            ));
+            for stem in &r.figures {
+                md.push_str(&format!("![{stem}]({}/{stem}.png)\n\n", r.id));
+            }
+            md.push_str(&format!(
+                "**Verdict: {}.** {}\n\n",
+                k.verdict.label(),
+                k.evidence
+            ));
+        }
+    }
+    crate::io::atomic_write(&opts.out.join("findings.md"), md.as_bytes())?;
+    let j = json!({
+        "quick": opts.quick,
+        "date": today(),
+        "machine": machine(),
+        "seconds": book.total_seconds,
+        "sessions": sessions(opts),
+        "findings": list,
+        "experiments": recorded.iter().map(|r| json!({"id": r.id, "seconds": r.seconds, "seeds": r.seeds})).collect::<Vec<_>>(),
+    });
+    crate::io::atomic_write(
+        &opts.out.join("findings.json"),
+        serde_json::to_string_pretty(&j).expect("json").as_bytes(),
+    )
+}
+
+/// Publish a finished book into a documentation folder: `<dest>/findings.md`
+/// (links pointing into `<dest>/findings/`) and, per experiment,
+/// `<dest>/findings/<id>/` with its report.md, result.json and figures
+/// (the training runs stay in the book folder). Files of an earlier
+/// publication are replaced; nothing else in `dest` is touched.
+pub fn publish(book: &Path, dest: &Path) -> Result<()> {
+    let md = crate::io::read(&book.join("findings.md"))?;
+    let md = String::from_utf8_lossy(&md).into_owned();
+    let sub = dest.join("findings");
+    crate::io::create_dir_all(&sub)?;
+    let mut text = md.clone();
+    for e in EXPERIMENTS {
+        let src = book.join(e.id);
+        if !src.join("result.json").exists() {
+            continue;
+        }
+        let to = sub.join(e.id);
+        crate::io::create_dir_all(&to)?;
+        let entries = std::fs::read_dir(&src).map_err(|e| crate::Error::io("read", &src, e))?;
+        for ent in entries.flatten() {
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let keep = name == "report.md"
+                || name == "result.json"
+                || name.ends_with(".png")
+                || name.ends_with(".svg");
+            if keep && ent.path().is_file() {
+                let bytes = crate::io::read(&ent.path())?;
+                crate::io::atomic_write(&to.join(&name), &bytes)?;
+            }
+        }
+        text = text.replace(&format!("]({}/", e.id), &format!("](findings/{}/", e.id));
+    }
+    let json = crate::io::read(&book.join("findings.json"))?;
+    crate::io::atomic_write(&sub.join("findings.json"), &json)?;
+    crate::io::atomic_write(&dest.join("findings.md"), text.as_bytes())
+}
+
+/// How many sessions at this setting the book folder has seen.
+fn sessions(opts: &BookOptions) -> usize {
+    std::fs::read(opts.out.join(SESSIONS))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Vec<serde_json::Value>>(&b).ok())
+        .map_or(1, |l| l.iter().filter(|v| v["quick"] == opts.quick).count())
+}
+
+/// Claims whose coverage names an experiment that is not registered, or
+/// that no experiment covers and no reason excuses (for the test).
+pub fn uncovered_claims() -> Vec<&'static str> {
+    CLAIMS
+        .iter()
+        .filter(|c| match c.coverage {
+            Coverage::Experiments(ids) => {
+                ids.is_empty() || ids.iter().any(|id| super::find(id).is_none())
+            }
+            Coverage::Uncheckable(why) => why.trim().is_empty(),
+        })
+        .map(|c| c.id)
+        .collect()
+}
+
+/// Whether `path` is a book folder that holds findings.
+pub fn has_findings(path: &Path) -> bool {
+    path.join("findings.json").exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_claim_is_covered_by_a_registered_experiment_or_excused() {
+        assert_eq!(uncovered_claims(), Vec::<&str>::new());
+        assert_eq!(CLAIMS.len(), 23);
+        for (i, c) in CLAIMS.iter().enumerate() {
+            assert_eq!(c.id, format!("C{}", i + 1));
+            assert!(crate::exp::claims::claim(c.id).is_some());
+        }
+    }
+
+    #[test]
+    fn dates_are_civil() {
+        let d = today();
+        assert_eq!(d.len(), 10);
+        assert!(d.starts_with("20"));
+    }
+}

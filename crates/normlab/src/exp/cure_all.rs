@@ -1,0 +1,271 @@
+//! cure-all (claim C23): does a norm fix problems that are not about
+//! normalization? The toy net with no norm, LayerNorm and RMSNorm, on a
+//! healthy baseline and under three unrelated problems: heavy label noise,
+//! a learning rate far too small (a bad schedule) and too little capacity
+//! (d_model 8). Each problem's cost is measured per norm as the held-out
+//! loss above that norm's baseline; a norm "cures" a problem if it removes
+//! the cost.
+
+use super::claims::{ClaimCheck, Verdict};
+use super::runs::{self, cfg, grid_settings};
+use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
+use crate::error::Result;
+use crate::kernels::norm::NormKind;
+use crate::present::{f, opt, Figure, LineChart, Series, Table};
+use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
+use crate::train::toy_task::ToyTask;
+use crate::train::TrainConfig;
+use serde_json::json;
+
+/// The experiment's registry row.
+pub const EXPERIMENT: Experiment = Experiment {
+    id: "cure-all",
+    question: "Does a norm fix label noise, a bad schedule or too little capacity?",
+    flags: &[
+        ExpFlag::Norms,
+        ExpFlag::Steps,
+        ExpFlag::Seeds,
+        ExpFlag::Seed,
+        ExpFlag::Jobs,
+    ],
+    run,
+    grid: Some(grid),
+    quick_decides: false,
+};
+
+/// Depth of the toy net (deep enough that the norm matters, see collapse).
+const LAYERS: usize = 12;
+/// The baseline's learning rate and label noise (normlab's toy defaults).
+const BASE_LR: f32 = 1e-3;
+const BASE_NOISE: f32 = 0.1;
+
+/// One condition of the grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Problem {
+    Baseline,
+    LabelNoise,
+    BadSchedule,
+    SmallCapacity,
+}
+
+impl Problem {
+    const ALL: [Problem; 4] = [
+        Problem::Baseline,
+        Problem::LabelNoise,
+        Problem::BadSchedule,
+        Problem::SmallCapacity,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Problem::Baseline => "baseline (noise 0.1, lr 1e-3, d 64)",
+            Problem::LabelNoise => "label noise 0.5",
+            Problem::BadSchedule => "lr 1e-5 (100x too small)",
+            Problem::SmallCapacity => "d_model 8 (hidden 32)",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Problem::Baseline => "baseline",
+            Problem::LabelNoise => "label noise",
+            Problem::BadSchedule => "bad schedule",
+            Problem::SmallCapacity => "small capacity",
+        }
+    }
+
+    /// (label noise, lr, d_model, hidden).
+    fn setting(self) -> (f32, f32, usize, usize) {
+        match self {
+            Problem::Baseline => (BASE_NOISE, BASE_LR, 64, 256),
+            Problem::LabelNoise => (0.5, BASE_LR, 64, 256),
+            Problem::BadSchedule => (BASE_NOISE, 1e-5, 64, 256),
+            Problem::SmallCapacity => (BASE_NOISE, BASE_LR, 8, 32),
+        }
+    }
+
+    fn of(c: &TrainConfig) -> Problem {
+        Problem::ALL
+            .into_iter()
+            .find(|p| {
+                let (noise, lr, d, _) = p.setting();
+                c.toy_noise == noise && c.lr == lr && c.model.d_model == d
+            })
+            .unwrap_or(Problem::Baseline)
+    }
+}
+
+/// The grid's axes.
+struct Settings {
+    norms: Vec<NormKind>,
+    steps: usize,
+    seeds: Vec<u64>,
+}
+
+fn settings(a: &ExpArgs) -> Settings {
+    Settings {
+        norms: a.norms.clone().unwrap_or(vec![
+            NormKind::None,
+            NormKind::LayerNorm,
+            NormKind::RmsNorm,
+        ]),
+        steps: a.steps_or(300, 2000),
+        seeds: a.seeds_or(1, 2),
+    }
+}
+
+/// Problem x norm x seed on the toy net (pre placement).
+fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
+    let s = settings(a);
+    let mut cfgs = Vec::new();
+    for p in Problem::ALL {
+        let (noise, lr, d, hidden) = p.setting();
+        for &n in &s.norms {
+            for &seed in &s.seeds {
+                cfgs.push(cfg(json!({"model": "toy", "layers": LAYERS, "d_model": d, "hidden": hidden, "norm": n.name(), "placement": "pre", "lr": lr, "toy_noise": noise, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": 256, "eval_every": (s.steps / 5).max(1)}))?);
+            }
+        }
+    }
+    Ok(runs::specs(cfgs))
+}
+
+fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
+    let s = settings(a);
+    let rs = runs::run_grid(a, grid(a)?, false, progress)?;
+    let groups: Vec<((Problem, NormKind), SeedGroup)> =
+        group_by(&rs, |r: &RunResult| (Problem::of(&r.cfg), r.cfg.model.norm))
+            .into_iter()
+            .map(|(k, g)| (k, SeedGroup::of_runs(g.iter().copied())))
+            .collect();
+    let find = |p: Problem, n: NormKind| groups.iter().find(|(k, _)| *k == (p, n)).map(|(_, g)| g);
+    let floor = |p: Problem| ToyTask::new(0, p.setting().0).loss_floor();
+    let mut table = Table::new(
+        format!(
+            "Toy net, {LAYERS} layers, pre placement, {} steps, {} seed(s): held-out loss (mean ± std), the task's loss floor (label-noise entropy) and the cost of the problem (loss above the same norm's baseline)",
+            s.steps,
+            s.seeds.len()
+        ),
+        &["condition", "norm", "status", "held-out loss", "loss floor", "cost over baseline"],
+    );
+    // (problem, norm, cost, spread)
+    let mut costs: Vec<(Problem, NormKind, Option<f64>, f64)> = Vec::new();
+    for p in Problem::ALL {
+        for &n in &s.norms {
+            let (Some(g), Some(b)) = (find(p, n), find(Problem::Baseline, n)) else {
+                continue;
+            };
+            let cost = g.mean.zip(b.mean).map(|(x, y)| x - y);
+            let spread = g.std.unwrap_or(0.0).max(b.std.unwrap_or(0.0));
+            table.row(vec![
+                p.label().into(),
+                n.name().into(),
+                g.label(),
+                format!("{} ± {}", opt(g.mean, 3), opt(g.std, 3)),
+                f(floor(p), 3),
+                if p == Problem::Baseline {
+                    "-".into()
+                } else {
+                    opt(cost, 3)
+                },
+            ]);
+            if p != Problem::Baseline {
+                costs.push((p, n, cost, spread));
+            }
+        }
+    }
+    let mut out = result(
+        grid_settings(
+            a,
+            json!({"model": "toy", "layers": LAYERS, "placement": "pre", "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "steps": s.steps, "conditions": Problem::ALL.iter().map(|p| { let (noise, lr, d, hidden) = p.setting(); json!({"name": p.short(), "toy_noise": noise, "lr": super::num(lr), "d_model": d, "hidden": hidden}) }).collect::<Vec<_>>()}),
+        ),
+        s.seeds.clone(),
+    );
+    out.data.insert("runs".into(), runs::records(&rs));
+    let panels = Problem::ALL
+        .iter()
+        .map(|&p| {
+            let series = s
+                .norms
+                .iter()
+                .map(|&n| {
+                    let g: Vec<&RunResult> = rs
+                        .iter()
+                        .filter(|r| Problem::of(&r.cfg) == p && r.cfg.model.norm == n)
+                        .collect();
+                    Series::new(n.name(), runs::mean_curve(&g, &runs::eval_curve))
+                })
+                .collect();
+            LineChart::new(p.label(), "step", "held-out loss", series).panel()
+        })
+        .collect();
+    out.figures.push(Figure::new("cure_all", panels, 2));
+    out.data.insert(
+        "costs".into(),
+        json!(costs
+            .iter()
+            .map(|(p, n, c, sp)| json!({"condition": p.short(), "norm": n.name(), "cost": c, "seed_std": sp}))
+            .collect::<Vec<_>>()),
+    );
+    // A problem is cured by a norm if its cost there is within the seed
+    // spread (at least 0.05 nats) of nothing.
+    let cured = |c: &(Problem, NormKind, Option<f64>, f64)| {
+        c.2.is_some_and(|x| x <= 0.05f64.max(3.0 * c.3))
+    };
+    let normed: Vec<&(Problem, NormKind, Option<f64>, f64)> =
+        costs.iter().filter(|c| c.1 != NormKind::None).collect();
+    let per_problem: Vec<String> = Problem::ALL[1..]
+        .iter()
+        .map(|&p| {
+            let cs: Vec<String> = costs
+                .iter()
+                .filter(|c| c.0 == p)
+                .map(|c| format!("{} {}", c.1, opt(c.2, 2)))
+                .collect();
+            format!("{}: {}", p.short(), cs.join(", "))
+        })
+        .collect();
+    let n_cured = normed.iter().filter(|c| cured(c)).count();
+    out.conclusion = format!(
+        "Cost of each problem in held-out loss over the same norm's baseline: {}. {}",
+        per_problem.join("; "),
+        if normed.is_empty() {
+            "No normalised runs to judge.".to_string()
+        } else if n_cured == 0 {
+            "No norm removes any of the problems: each costs every norm kind, so the fix lies elsewhere (clean the labels, fix the schedule, add capacity).".to_string()
+        } else {
+            format!(
+                "A norm removed the cost in {} of {} cases: {}.",
+                n_cured,
+                normed.len(),
+                normed
+                    .iter()
+                    .filter(|c| cured(c))
+                    .map(|c| format!("{} with {}", c.0.short(), c.1))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    let verdict = if normed.is_empty() {
+        Verdict::Inconclusive
+    } else if n_cured == 0 {
+        Verdict::Holds
+    } else if n_cured < normed.len() {
+        Verdict::Partly
+    } else {
+        Verdict::DoesNotHold
+    };
+    out.checks.push(ClaimCheck::new(
+        "C23",
+        verdict,
+        format!(
+            "{LAYERS}-layer toy net, {} steps: the cost of each problem (held-out loss above the same norm's healthy baseline; cured = within max(0.05, 3 seed std)) is {}. A norm cured {} of {} (problem, norm) cases.",
+            s.steps,
+            per_problem.join("; "),
+            n_cured,
+            normed.len()
+        ),
+    ));
+    out.tables.push(table);
+    Ok(out)
+}
