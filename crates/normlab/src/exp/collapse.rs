@@ -112,10 +112,12 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
             }
         }
     }
-    if let (Some(&deepest), Some(&init)) = (s.layers.iter().max(), s.inits.first()) {
-        for &lr in &s.sweep_lrs {
-            for &seed in &s.seeds {
-                cfgs.push(toy(&s, deepest, NormKind::None, lr, init, seed)?);
+    if let Some(&deepest) = s.layers.iter().max() {
+        for &init in &s.inits {
+            for &lr in &s.sweep_lrs {
+                for &seed in &s.seeds {
+                    cfgs.push(toy(&s, deepest, NormKind::None, lr, init, seed)?);
+                }
             }
         }
     }
@@ -199,26 +201,110 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let cols = panels.len().clamp(1, 3);
     out.figures.push(Figure::new("collapse", panels, cols));
     let find = |k: Key| groups.iter().find(|(g, _, _)| *g == k).map(|(_, sg, _)| sg);
-    let mut parts = Vec::new();
-    for (k, sg, _) in &groups {
-        parts.push(format!(
-            "{} {} layers lr {} {}: {}{}",
-            k.0.name(),
-            k.1,
-            k.2,
-            k.3,
-            sg.status.name(),
-            match (sg.status, sg.mean, sg.diverged_at) {
-                (Status::Diverged, _, Some(d)) => format!(" (step {d})"),
-                (_, Some(m), _) => format!(" ({})", f(m, 3)),
-                _ => String::new(),
-            }
-        ));
-    }
-    out.conclusion = format!("Held-out loss after {steps} steps: {}.", parts.join("; "));
-    out.checks.push(check_c12(&s, &find, a.quick));
+    out.conclusion = conclusion(&s, &find);
+    let spikes = |k: Key| {
+        let g = groups
+            .iter()
+            .find(|(g, _, _)| *g == k)
+            .map(|(_, _, g)| g.as_slice())
+            .unwrap_or(&[]);
+        let n = g.iter().map(|r| r.summary.spikes.len()).sum();
+        let first = g
+            .iter()
+            .filter_map(|r| r.summary.spikes.first().map(|x| x.step))
+            .min();
+        (n, first)
+    };
+    out.checks.push(check_c12(&s, &find, &spikes, a.quick));
     out.tables.push(table);
     Ok(out)
+}
+
+/// The answer, per init at each learning rate of the grid: at which depths
+/// the no-norm net fails, how far behind the better norm it ends, and how
+/// close LayerNorm and RMSNorm are.
+fn conclusion<'a>(s: &Settings, find: &dyn Fn(Key) -> Option<&'a SeedGroup>) -> String {
+    let mut out = Vec::new();
+    for &init in &s.inits {
+        for &lr in &s.lrs {
+            let mut fails = Vec::new();
+            let mut gaps = Vec::new();
+            let mut ln_rms: f64 = 0.0;
+            for &l in &s.layers {
+                let best = [
+                    NormKind::LayerNorm,
+                    NormKind::RmsNorm,
+                    NormKind::ZRmsNorm,
+                    NormKind::ScaleNorm,
+                ]
+                .iter()
+                .filter_map(|&n| find((init, l, lr, n)).and_then(|g| g.mean))
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+                if let (Some(a), Some(b)) = (
+                    find((init, l, lr, NormKind::LayerNorm)).and_then(|g| g.mean),
+                    find((init, l, lr, NormKind::RmsNorm)).and_then(|g| g.mean),
+                ) {
+                    ln_rms = ln_rms.max((a - b).abs());
+                }
+                match find((init, l, lr, NormKind::None)) {
+                    Some(g) if g.status != Status::Converged => fails.push(format!(
+                        "{l} ({}{})",
+                        g.status.name(),
+                        g.diverged_at
+                            .map(|d| format!(" at step {d}"))
+                            .unwrap_or_default()
+                    )),
+                    Some(g) => {
+                        if let (Some(m), Some(b)) = (g.mean, best) {
+                            gaps.push(format!("{} at {l}", f(m - b, 2)));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            let mut part = format!(
+                "With {} init at lr {lr}, without a norm the net ",
+                init.name()
+            );
+            part.push_str(&if fails.is_empty() {
+                "trains at every depth".to_string()
+            } else {
+                format!("fails at {} layers", fails.join(", "))
+            });
+            if !gaps.is_empty() {
+                part.push_str(&format!(
+                    ", ending behind the better norm by {} layers (nats)",
+                    gaps.join(", ")
+                ));
+            }
+            part.push_str(&format!(
+                "; LayerNorm and RMSNorm end within {} of each other",
+                f(ln_rms, 3)
+            ));
+            out.push(part);
+        }
+    }
+    if let Some(&deepest) = s.layers.iter().max() {
+        for &init in &s.inits {
+            let sweep: Vec<String> = s
+                .sweep_lrs
+                .iter()
+                .filter_map(|&x| find((init, deepest, x, NormKind::None)).map(|g| (x, g)))
+                .map(|(x, g)| match (g.status, g.diverged_at) {
+                    (Status::Diverged, Some(d)) => format!("lr {x} diverges at step {d}"),
+                    (st, _) => format!("lr {x} {} ({})", st.name(), opt(g.mean, 2)),
+                })
+                .collect();
+            if !sweep.is_empty() {
+                out.push(format!(
+                    "The {deepest}-layer no-norm net ({} init): {}",
+                    init.name(),
+                    sweep.join(", ")
+                ));
+            }
+        }
+    }
+    format!("{}.", out.join(". "))
 }
 
 /// C12 under the lesson's init (the first of the settings' inits) at lr
@@ -228,6 +314,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 fn check_c12<'a>(
     s: &Settings,
     find: &dyn Fn(Key) -> Option<&'a SeedGroup>,
+    spikes: &dyn Fn(Key) -> (usize, Option<usize>),
     quick: bool,
 ) -> ClaimCheck {
     let (Some(&init), Some(&deepest)) = (s.inits.first(), s.layers.iter().max()) else {
@@ -274,14 +361,40 @@ fn check_c12<'a>(
     let close = ln_rms
         .iter()
         .all(|(_, d, spread)| *d <= 0.03_f64.max(2.0 * spread));
-    let sweep: Vec<String> = s
+    // The deepest no-norm net at every learning rate and init: how its
+    // seeds ended, and its loss spikes (excursions above 2 ln V it recovered from).
+    let mut lrs: Vec<f32> = s
         .sweep_lrs
         .iter()
-        .chain(std::iter::once(&lr))
-        .filter_map(|&x| find((init, deepest, x, NormKind::None)).map(|g| (x, g)))
-        .map(|(x, g)| match (g.status, g.diverged_at) {
-            (Status::Diverged, Some(d)) => format!("lr {x}: diverged at step {d}"),
-            (st, _) => format!("lr {x}: {} ({})", st.name(), opt(g.mean, 3)),
+        .copied()
+        .chain(std::iter::once(lr))
+        .collect();
+    lrs.sort_by(f32::total_cmp);
+    let sweep: Vec<String> = s
+        .inits
+        .iter()
+        .flat_map(|&i| lrs.iter().map(move |&x| (i, x)))
+        .filter_map(|(i, x)| find((i, deepest, x, NormKind::None)).map(|g| (i, x, g)))
+        .map(|(i, x, g)| {
+            let (n, first) = spikes((i, deepest, x, NormKind::None));
+            let spiky = match first {
+                Some(st) => format!(", {n} loss spike(s), the first at step {st}"),
+                None => String::new(),
+            };
+            match (g.status, g.diverged_at) {
+                (Status::Diverged, Some(d)) => format!(
+                    "{} lr {x}: {} of {} seeds diverged (first at step {d}){spiky}",
+                    i.name(),
+                    g.diverged,
+                    g.runs
+                ),
+                (st, _) => format!(
+                    "{} lr {x}: {} ({}){spiky}",
+                    i.name(),
+                    st.name(),
+                    opt(g.mean, 3)
+                ),
+            }
         })
         .collect();
     let verdict = if quick && !deep_fails {
@@ -297,7 +410,7 @@ fn check_c12<'a>(
         "C12",
         verdict,
         format!(
-            "{} init, lr 1e-3, {} steps: no-norm ends {} (held-out loss; gap to the better norm {}); {} at {deepest} layers (lesson: NaN around step 300, never recovering){}. LayerNorm vs RMSNorm differ by {} (lesson within 0.03). The deepest no-norm net by learning rate: {}.",
+            "{} init, lr 1e-3, {} steps: no-norm ends {} (held-out loss; gap to the better norm {}); {} at {deepest} layers (lesson: NaN around step 300, never recovering){}. The better norm ends at {} by depth (lesson: falls slightly with depth, 2.28 at 20 layers). LayerNorm vs RMSNorm differ by {} (lesson within 0.03). The {deepest}-layer no-norm net by init and learning rate: {}.",
             init.name(),
             s.steps,
             gaps.iter()
@@ -307,6 +420,7 @@ fn check_c12<'a>(
             gaps.iter().map(|g| f(gap_of(g), 3)).collect::<Vec<_>>().join(", "),
             if deep_fails { "it fails" } else { "it still trains" },
             if grows { ", the gap growing with depth" } else { "" },
+            gaps.iter().map(|g| opt(g.3, 3)).collect::<Vec<_>>().join(", "),
             ln_rms
                 .iter()
                 .map(|(l, d, sp)| format!("{} at {l} layers (seed std {})", f(*d, 3), f(*sp, 3)))

@@ -115,6 +115,52 @@ fn best_lr<'a>(
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
+/// The answer per depth and warm-up: at how many learning rates each
+/// placement trains, where it fails, and its best learning rate and loss.
+fn conclusion<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> String {
+    let mut parts = Vec::new();
+    for &l in &s.layers {
+        for &w in &s.warmups {
+            let each: Vec<String> = s
+                .placements
+                .iter()
+                .map(|&p| {
+                    let failed: Vec<String> = s
+                        .lrs
+                        .iter()
+                        .filter_map(|&lr| {
+                            find((l, w, p, lr))
+                                .filter(|g| g.status != Status::Converged)
+                                .map(|g| format!("{lr} ({})", g.status.name()))
+                        })
+                        .collect();
+                    let ok = s.lrs.len() - failed.len();
+                    let best = best_lr(s, find, l, w, p)
+                        .map(|(lr, m, sd)| format!("; best lr {lr}: {} ± {}", f(m, 3), f(sd, 3)))
+                        .unwrap_or_default();
+                    format!(
+                        "{} trains at {ok} of {} learning rates{}{best}",
+                        p.name(),
+                        s.lrs.len(),
+                        if failed.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", failing at {}", failed.join(", "))
+                        }
+                    )
+                })
+                .collect();
+            let warm = if w == 0 {
+                "without warm-up".to_string()
+            } else {
+                format!("with {w} warm-up steps")
+            };
+            parts.push(format!("At {l} layers {warm}, {}", each.join("; ")));
+        }
+    }
+    format!("{}.", parts.join(". "))
+}
+
 /// C13 (the window), C14 (warm-up rescues Post-LN) and C22 (tuned Post-LN
 /// matches Pre-LN), from the cells.
 fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec<ClaimCheck> {
@@ -308,28 +354,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         s.seeds.clone(),
     );
     out.data.insert("runs".into(), runs::records(&rs));
-    let parts: Vec<String> = converged_lrs
-        .iter()
-        .map(|(k, v)| {
-            let lrs: Vec<String> = v
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|x| x.to_string())
-                .collect();
-            if lrs.is_empty() {
-                format!("{k}: no learning rate converged")
-            } else {
-                format!("{k}: converged at lr {}", lrs.join(", "))
-            }
-        })
-        .collect();
     out.data
         .insert("converged_lrs".into(), Value::Object(converged_lrs));
     out.figures
         .push(Figure::new("lr_sensitivity", panels, s.warmups.len()));
-    out.conclusion = format!("{}.", parts.join("; "));
     let find = |k: Cell| cells_all.iter().find(|(c, _)| *c == k).map(|(_, g)| g);
+    out.conclusion = conclusion(&s, &find);
     out.checks.extend(checks(&s, &find));
     out.tables.push(table);
     Ok(out)

@@ -168,11 +168,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let max_std = ranked.iter().map(|r| r.2).fold(0.0, f64::max);
     let speeds: Vec<String> = by_norm
         .iter()
-        .filter_map(|(n, b)| {
-            b.speed_vs_layernorm
-                .as_ref()
-                .map(|r| format!("{n}: {}", r.describe()))
-        })
+        .filter_map(|(_, b)| b.speed_vs_layernorm.as_ref().map(|r| r.describe()))
         .collect();
     out.conclusion = format!(
         "Final held-out loss, best first: {}. The spread between kinds is {} nats against a seed-to-seed std of up to {}{}. Step time: {}.",

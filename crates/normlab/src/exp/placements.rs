@@ -66,7 +66,7 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
                 200,
             ),
             (ModelKind::Toy, false) => (json!({"model": "toy", "layers": 30}), 3000),
-            (ModelKind::Gpt, true) => (tiny_gpt(), 100),
+            (ModelKind::Gpt, true) => (tiny_gpt(), 250),
             (ModelKind::Gpt, false) => (full_gpt(), 1000),
         };
         let steps = a.steps.unwrap_or(steps);
@@ -112,6 +112,7 @@ struct Cell {
     lr: serde_json::Value,
     status: &'static str,
     final_eval_loss: Option<f64>,
+    final_eval_loss_std: Option<f64>,
     grad_spread_init: f64,
     grad_spread_end: f64,
 }
@@ -168,6 +169,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     lr: num(lr),
                     status: sg.status.name(),
                     final_eval_loss: sg.mean,
+                    final_eval_loss_std: sg.std,
                     grad_spread_init: init,
                     grad_spread_end: end,
                 });
@@ -189,29 +191,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ),
         s.seeds.clone(),
     );
-    let converged = Status::Converged.name();
-    let trained: Vec<String> = cells
-        .iter()
-        .filter(|c| c.status == converged)
-        .map(|c| format!("{} {} lr {}", c.model, c.placement, c.lr))
-        .collect();
-    let failed: Vec<String> = cells
-        .iter()
-        .filter(|c| c.status != converged)
-        .map(|c| format!("{} {} lr {} ({})", c.model, c.placement, c.lr, c.status))
-        .collect();
-    let none_if_empty = |v: Vec<String>| {
-        if v.is_empty() {
-            "none".to_string()
-        } else {
-            v.join(", ")
-        }
-    };
-    out.conclusion = format!(
-        "Converged: {}. Did not: {}.",
-        none_if_empty(trained),
-        none_if_empty(failed)
-    );
+    out.conclusion = conclusion(&s, &cells);
     out.checks.push(check_c19(&cells));
     out.data.insert("configs".into(), json!(cells));
     out.data.insert("runs".into(), runs::records(&rs));
@@ -219,6 +199,74 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .push(Figure::new("placements", heat_panels, s.models.len()));
     out.tables.push(table);
     Ok(out)
+}
+
+/// The answer per model and lr: which presets train, the best one and its
+/// lead over the runner-up beside the seed spread.
+fn conclusion(s: &Settings, cells: &[Cell]) -> String {
+    let converged = Status::Converged.name();
+    let mut parts = Vec::new();
+    for &m in &s.models {
+        for &lr in &s.lrs {
+            let here: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.model == m.to_string() && c.lr == num(lr))
+                .collect();
+            let mut ok: Vec<&Cell> = here
+                .iter()
+                .copied()
+                .filter(|c| c.status == converged && c.final_eval_loss.is_some())
+                .collect();
+            ok.sort_by(|a, b| {
+                a.final_eval_loss
+                    .unwrap()
+                    .total_cmp(&b.final_eval_loss.unwrap())
+            });
+            let failed: Vec<String> = here
+                .iter()
+                .filter(|c| c.status != converged)
+                .map(|c| format!("{} {}", c.placement, c.status))
+                .collect();
+            let mut part = format!(
+                "{m} at lr {lr}: {} of {} presets train{}",
+                ok.len(),
+                here.len(),
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", failed.join(", "))
+                }
+            );
+            if let Some(best) = ok.first() {
+                let sd = ok
+                    .iter()
+                    .filter_map(|c| c.final_eval_loss_std)
+                    .fold(0f64, f64::max);
+                part.push_str(&format!(
+                    "; best {} ({})",
+                    best.placement,
+                    opt(best.final_eval_loss, 3)
+                ));
+                if let Some(next) = ok.get(1) {
+                    let lead = next.final_eval_loss.unwrap() - best.final_eval_loss.unwrap();
+                    part.push_str(&format!(
+                        ", {} nats ahead of {} ({})",
+                        f(lead, 3),
+                        next.placement,
+                        if s.seeds.len() < 2 {
+                            "one seed: no spread measured".to_string()
+                        } else if lead > 2.0 * sd {
+                            format!("beyond the seed spread, std up to {}", f(sd, 3))
+                        } else {
+                            format!("within the seed spread, std up to {}", f(sd, 3))
+                        }
+                    ));
+                }
+            }
+            parts.push(part);
+        }
+    }
+    format!("{}.", parts.join(". "))
 }
 
 /// C19: where Post-LN fails, do DeepNorm and Sandwich train?

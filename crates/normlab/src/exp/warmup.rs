@@ -102,6 +102,7 @@ struct Cell {
     warmup: usize,
     status: &'static str,
     final_eval_loss: Option<f64>,
+    final_eval_loss_std: Option<f64>,
     grad_norm_step1: f64,
     grad_norm_early_mean: f64,
     diverged_at_step: Option<usize>,
@@ -173,6 +174,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     warmup: w,
                     status: sg.status.name(),
                     final_eval_loss: sg.mean,
+                    final_eval_loss_std: sg.std,
                     grad_norm_step1: gn1,
                     grad_norm_early_mean: gn_mean,
                     diverged_at_step: sg.diverged_at,
@@ -213,28 +215,63 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ),
         s.seeds.clone(),
     );
-    let parts: Vec<String> = cells
-        .iter()
-        .map(|c| {
-            format!(
-                "{} lr {} warm-up {}: {}{}",
-                c.placement,
-                c.lr,
-                c.warmup,
-                c.status,
-                c.final_eval_loss
-                    .map(|v| format!(" ({})", f(v, 3)))
-                    .unwrap_or_default()
-            )
-        })
-        .collect();
+    out.conclusion = conclusion(&s, &cells);
     out.data.insert("configs".into(), json!(cells));
     out.data.insert("runs".into(), runs::records(&rs));
     out.figures.push(Figure::new("warmup", loss_panels, 2));
-    out.conclusion = format!("{}.", parts.join("; "));
     out.checks.extend(checks(&s, &rs));
     out.tables.push(table);
     Ok(out)
+}
+
+/// The answer: per placement and peak lr, what the longest warm-up changes
+/// (final loss, status) against none, beside the seed spread.
+fn conclusion(s: &Settings, cells: &[Cell]) -> String {
+    let (Some(&w0), Some(&wl)) = (s.warmups.iter().min(), s.warmups.iter().max()) else {
+        return String::new();
+    };
+    if w0 == wl {
+        return format!("Only warm-up {w0} was run: nothing to compare.");
+    }
+    let cell = |p: &str, lr: f32, w: usize| {
+        cells
+            .iter()
+            .find(|c| c.placement == p && c.lr == num(lr) && c.warmup == w)
+    };
+    let mut parts = Vec::new();
+    let mut spread: f64 = 0.0;
+    for &p in &s.placements {
+        let each: Vec<String> = s
+            .lrs
+            .iter()
+            .filter_map(|&lr| {
+                let (a, b) = (cell(p.name(), lr, w0)?, cell(p.name(), lr, wl)?);
+                spread = spread
+                    .max(a.final_eval_loss_std.unwrap_or(0.0))
+                    .max(b.final_eval_loss_std.unwrap_or(0.0));
+                let change = match (a.final_eval_loss, b.final_eval_loss) {
+                    (Some(x), Some(y)) => format!("{:+.3}", y - x),
+                    _ => "-".into(),
+                };
+                let status = if a.status == b.status {
+                    String::new()
+                } else {
+                    format!(", {} -> {}", a.status, b.status)
+                };
+                Some(format!("{change} at lr {lr}{status}"))
+            })
+            .collect();
+        parts.push(format!("{}'s final loss by {}", p.name(), each.join(", ")));
+    }
+    format!(
+        "{wl} warm-up steps (against none) change {} ({}).",
+        parts.join("; "),
+        if s.seeds.len() < 2 {
+            "one seed: no spread measured".to_string()
+        } else {
+            format!("seed std up to {}", f(spread, 3))
+        }
+    )
 }
 
 /// Mean over blocks of the per-block gradient norm at the first logged
