@@ -8,6 +8,7 @@
 //! most HEAVY_CONCURRENCY simulations or plots at a time; others wait).
 //!
 //! API:
+//! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
 //! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&seed=` —
 //!   the depth simulator, with an SVG chart.
@@ -111,6 +112,7 @@ pub fn router(runs: Option<PathBuf>) -> Router {
     });
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
+        .route("/api/kinds", get(api_kinds))
         .route("/api/calc", get(api_calc))
         .route("/api/simulate", get(api_simulate))
         .route("/api/runs", get(api_runs))
@@ -161,6 +163,17 @@ fn parse_f32(name: &str, v: Option<&String>) -> Result<Option<f32>, String> {
             .map(Some)
             .map_err(|_| format!("{name}: '{s}' is not a number")),
     }
+}
+
+async fn api_kinds(RawQuery(raw): RawQuery) -> Response {
+    if let Err(r) = query(raw, &[]) {
+        return *r;
+    }
+    let kinds: Vec<serde_json::Value> = NormKind::row_wise()
+        .filter(|k| *k != NormKind::None)
+        .map(|k| serde_json::json!({"name": k.name(), "formula": k.spec().formula}))
+        .collect();
+    Json(serde_json::json!({ "kinds": kinds })).into_response()
 }
 
 async fn api_calc(RawQuery(raw): RawQuery) -> Response {

@@ -101,6 +101,31 @@ fn api_answers_and_validates() {
     assert_eq!(code, 200);
     let v = json_body(&body);
     assert!((v["l2"].as_f64().unwrap() - 2.0).abs() < 1e-5);
+    // The calculator's kinds come from the kernels' registry: every kind a
+    // model can use, and each computes.
+    let (code, body) = get(&s, "/api/kinds");
+    assert_eq!(code, 200);
+    let kinds: Vec<String> = json_body(&body)["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap().to_string())
+        .collect();
+    for k in normlab::kernels::norm::NormKind::row_wise().filter(|k| k.name() != "none") {
+        assert!(
+            kinds.contains(&k.name().to_string()),
+            "{k} missing from /api/kinds"
+        );
+        let (code, _) = get(&s, &format!("/api/calc?norm={k}&x=1,2,3,6"));
+        assert_eq!(code, 200, "{k}");
+    }
+    // DyT with the default alpha: tanh(0.5 x) for unit gain and zero bias.
+    let (_, body) = get(&s, "/api/calc?norm=dyt&x=1,2");
+    let out = json_body(&body)["output"].as_array().unwrap().clone();
+    assert!(
+        (out[0].as_f64().unwrap() - 0.5f64.tanh()).abs() < 1e-6,
+        "{out:?}"
+    );
     let (code, body) = get(
         &s,
         "/api/simulate?sublayers=16&gain=1&residual=true&pre_norm=true&scale_writeback=true",

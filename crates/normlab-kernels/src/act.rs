@@ -19,6 +19,33 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 /// NaN stays NaN.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
+    let (em, scale) = exp_parts(x);
+    let y = (em + 1.0) * scale;
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// e^x - 1 for f32, accurate relative to the result also near 0 (where
+/// `exp(x) - 1` cancels), vectorisable. Same clamping as [`exp`].
+#[inline(always)]
+pub fn expm1(x: f32) -> f32 {
+    let (em, scale) = exp_parts(x);
+    // e^x - 1 = 2^k (e^r - 1) + (2^k - 1); exact for k = 0.
+    let y = em * scale + (scale - 1.0);
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// The range reduction and polynomial shared by [`exp`] and [`expm1`]:
+/// `(e^r - 1, 2^k)` with x = k ln 2 + r, |r| <= ln2/2.
+#[inline(always)]
+fn exp_parts(x: f32) -> (f32, f32) {
     let xc = x.clamp(-87.0, 88.0);
     let kf = xc * LOG2E + ROUND_MAGIC;
     let k_bits = kf.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()) as i32;
@@ -31,14 +58,9 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 4.166_579_6e-2;
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
-    let er = (p * r) * r + r + 1.0;
+    let em = (p * r) * r + r;
     let scale = f32::from_bits(((k_bits + 127) as u32) << 23);
-    let y = er * scale;
-    if x.is_nan() {
-        x
-    } else {
-        y
-    }
+    (em, scale)
 }
 
 /// tanh via exp: `sign(u) * (1 - 2 / (e^{2|u|} + 1))`.

@@ -19,9 +19,32 @@ fn gain(kind: NormKind, params: &[f32], d: usize, j: usize) -> f64 {
     kind.gain_multiplier(params, d, j)
 }
 
+/// A squashing function: u -> (f(u), f'(u)).
+type Squash = fn(f64) -> (f64, f64);
+
+/// A point-wise kind's `(alpha, s)` and its function with derivative.
+fn pointwise(kind: NormKind, params: &[f32]) -> Option<(f64, f64, Squash)> {
+    let tanh: Squash = |u| {
+        let t = u.tanh();
+        (t, 1.0 - t * t)
+    };
+    let erf: Squash = |u| {
+        (
+            libm::erf(u),
+            2.0 / std::f64::consts::PI.sqrt() * (-u * u).exp(),
+        )
+    };
+    match kind {
+        NormKind::Dyt => Some((params[0] as f64, 0.0, tanh)),
+        NormKind::Derf => Some((params[0] as f64, params[1] as f64, erf)),
+        _ => None,
+    }
+}
+
 /// Per-row normalised values `xhat` (before gain and bias) and the row's
-/// `rstd` (for scalenorm: 1/max(‖x‖, eps), and whether it was clamped).
-fn row_xhat(kind: NormKind, eps: f32, xr: &[f32]) -> (Vec<f64>, f64, bool) {
+/// `rstd` (for scalenorm: 1/max(‖x‖, eps), and whether it was clamped; for
+/// the point-wise kinds xhat is f(alpha x + s)).
+fn row_xhat(kind: NormKind, eps: f32, xr: &[f32], params: &[f32]) -> (Vec<f64>, f64, bool) {
     let n = xr.len() as f64;
     let x: Vec<f64> = xr.iter().map(|&v| v as f64).collect();
     match kind {
@@ -63,6 +86,10 @@ fn row_xhat(kind: NormKind, eps: f32, xr: &[f32]) -> (Vec<f64>, f64, bool) {
             )
         }
         NormKind::None => (x, 1.0, false),
+        NormKind::Dyt | NormKind::Derf => {
+            let (alpha, s, f) = pointwise(kind, params).expect("a point-wise kind");
+            (x.iter().map(|v| f(alpha * v + s).0).collect(), 1.0, false)
+        }
         NormKind::BatchNorm => panic!("batchnorm is not row-wise: use batchnorm_forward_train"),
     }
 }
@@ -72,7 +99,7 @@ pub fn forward(kind: NormKind, d: usize, eps: f32, x: &[f32], params: &[f32]) ->
     let mut y = Vec::with_capacity(x.len());
     let bias = kind.param_range(crate::norm::ParamRole::Bias, d);
     for xr in x.chunks_exact(d) {
-        let (xhat, _, _) = row_xhat(kind, eps, xr);
+        let (xhat, _, _) = row_xhat(kind, eps, xr, params);
         for (j, h) in xhat.iter().enumerate() {
             let b = bias.as_ref().map_or(0.0, |r| params[r.start + j] as f64);
             y.push(h * gain(kind, params, d, j) + b);
@@ -95,7 +122,7 @@ pub fn backward(
     let mut dp = vec![0f64; kind.num_params(d)];
     let n = d as f64;
     for (xr, dyr) in x.chunks_exact(d).zip(dy.chunks_exact(d)) {
-        let (xhat, r, clamped) = row_xhat(kind, eps, xr);
+        let (xhat, r, clamped) = row_xhat(kind, eps, xr, params);
         let dyv: Vec<f64> = dyr.iter().map(|&v| v as f64).collect();
         let g: Vec<f64> = (0..d).map(|j| dyv[j] * gain(kind, params, d, j)).collect();
         match kind {
@@ -129,6 +156,24 @@ pub fn backward(
                 dp[0] += r * dyx;
             }
             NormKind::None => dx.extend_from_slice(&dyv),
+            NormKind::Dyt | NormKind::Derf => {
+                let (alpha, s, f) = pointwise(kind, params).expect("a point-wise kind");
+                let ig = kind
+                    .param_range(crate::norm::ParamRole::Gain, d)
+                    .expect("gamma")
+                    .start;
+                for j in 0..d {
+                    let xv = xr[j] as f64;
+                    let gf = g[j] * f(alpha * xv + s).1;
+                    dx.push(alpha * gf);
+                    dp[0] += gf * xv;
+                    if kind == NormKind::Derf {
+                        dp[1] += gf;
+                    }
+                    dp[ig + j] += dyv[j] * xhat[j];
+                    dp[ig + d + j] += dyv[j];
+                }
+            }
             NormKind::BatchNorm => unreachable!(),
         }
     }

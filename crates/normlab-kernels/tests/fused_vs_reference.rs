@@ -21,6 +21,8 @@ fn unit_params(kind: NormKind, d: usize) -> Vec<f32> {
             (ParamRole::Gain, GainForm::PerFeature { offset }) => 1.0 - offset,
             (ParamRole::Gain, _) => 1.0,
             (ParamRole::Bias, _) => 0.0,
+            // The point-wise kinds keep their own slope and shift.
+            (ParamRole::Slope | ParamRole::Shift, _) => p.init_value(d),
         });
     }
     u

@@ -1,7 +1,8 @@
 //! Agreement with PyTorch: golden fixtures written by
-//! `scripts/gen_torch_fixtures.py` (F.layer_norm, F.rms_norm, and rms_norm
-//! with weight 1 + w for the zero-centred kind), forward and backward,
-//! float32, odd sizes included. Relative tolerance ~1e-5 of each row's scale.
+//! `scripts/gen_torch_fixtures.py` (F.layer_norm, F.rms_norm, rms_norm
+//! with weight 1 + w for the zero-centred kind, and Dynamic Tanh / Dynamic
+//! erf in torch ops), forward and backward, float32, odd sizes included.
+//! Relative tolerance ~1e-5 of each row's scale.
 
 use normlab_kernels::norm::{self, NormKind};
 use serde::Deserialize;
@@ -28,6 +29,14 @@ struct Case {
     dweight: Vec<f32>,
     #[serde(default)]
     dbias: Vec<f32>,
+    #[serde(default)]
+    alpha: Option<f32>,
+    #[serde(default)]
+    dalpha: Option<f32>,
+    #[serde(default)]
+    shift: Option<f32>,
+    #[serde(default)]
+    dshift: Option<f32>,
 }
 
 fn max_abs(v: &[f32]) -> f32 {
@@ -64,6 +73,11 @@ fn kernels_match_pytorch_fixtures() {
             ),
             "rms_norm" => (NormKind::RmsNorm, c.weight.clone()),
             "rms_norm_zero_centred" => (NormKind::ZRmsNorm, c.weight.clone()),
+            "dyt" | "derf" => {
+                check_pointwise(c);
+                seen.insert((c.op.clone(), c.d));
+                continue;
+            }
             other => panic!("unknown op {other}"),
         };
         seen.insert((c.op.clone(), c.d));
@@ -160,10 +174,97 @@ fn kernels_match_pytorch_fixtures() {
         }
     }
     for d in [1, 3, 4097] {
-        assert!(
-            seen.contains(&("layer_norm".to_string(), d))
-                && seen.contains(&("rms_norm".to_string(), d)),
-            "missing d={d}"
+        for op in ["layer_norm", "rms_norm", "dyt", "derf"] {
+            assert!(seen.contains(&(op.to_string(), d)), "missing {op} d={d}");
+        }
+    }
+}
+
+/// Dynamic Tanh / Dynamic erf: no statistics, so plain relative tolerances
+/// (of the row's output scale, of |alpha * dy * gamma|, and of the sums for
+/// the scalar gradients).
+fn check_pointwise(c: &Case) {
+    let (rows, d) = (c.rows, c.d);
+    let alpha = c.alpha.expect("alpha");
+    let (kind, params) = if c.op == "dyt" {
+        (
+            NormKind::Dyt,
+            [vec![alpha], c.weight.clone(), c.bias.clone()].concat(),
+        )
+    } else {
+        let s = c.shift.expect("shift");
+        (
+            NormKind::Derf,
+            [vec![alpha, s], c.weight.clone(), c.bias.clone()].concat(),
+        )
+    };
+    let ig = params.len() - 2 * d;
+    let mut y = vec![0.0; rows * d];
+    let mut st = vec![0.0; norm::stats_len(rows)];
+    norm::forward(kind, d, 0.0, &c.x, &params, &mut y, &mut st);
+    let mut dx = vec![0.0; rows * d];
+    let mut dp = vec![0.0; params.len()];
+    let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
+    norm::backward(
+        kind,
+        d,
+        &c.x,
+        &c.dy,
+        &params,
+        &st,
+        &mut dx,
+        &mut dp,
+        &mut scratch,
+    );
+    let tag = format!("{} d={}", c.op, d);
+    let ymax = max_abs(&c.y).max(1.0);
+    assert_close(&format!("{tag} y"), &y, &c.y, ymax, 1e-5, 0.0);
+    let gmax =
+        c.dy.iter()
+            .enumerate()
+            .fold(0f32, |m, (i, v)| m.max((v * c.weight[i % d] * alpha).abs()));
+    assert_close(&format!("{tag} dx"), &dx, &c.dx, gmax.max(1e-6), 2e-5, 0.0);
+    let dyscale = c.dy.iter().map(|v| v.abs()).sum::<f32>() / d as f32 + 1.0;
+    assert_close(
+        &format!("{tag} dweight"),
+        &dp[ig..ig + d],
+        &c.dweight,
+        dyscale,
+        1e-5,
+        0.0,
+    );
+    assert_close(
+        &format!("{tag} dbias"),
+        &dp[ig + d..],
+        &c.dbias,
+        dyscale,
+        1e-5,
+        0.0,
+    );
+    // The scalars sum over every element: scale by sum |dy * gamma * x|.
+    let sum_scale: f32 =
+        c.dy.iter()
+            .zip(&c.x)
+            .enumerate()
+            .map(|(i, (g, x))| (g * c.weight[i % d]).abs() * (1.0 + x.abs()))
+            .sum::<f32>()
+            .max(1.0);
+    assert_close(
+        &format!("{tag} dalpha"),
+        &dp[..1],
+        &[c.dalpha.expect("dalpha")],
+        sum_scale,
+        1e-5,
+        0.0,
+    );
+    if let Some(ds) = c.dshift {
+        assert_close(
+            &format!("{tag} dshift"),
+            &dp[1..2],
+            &[ds],
+            sum_scale,
+            1e-5,
+            0.0,
         );
     }
 }

@@ -22,6 +22,9 @@ pub enum ParamKind {
     NormGain,
     /// A norm's bias (beta).
     NormBias,
+    /// A point-wise norm's input slope or shift (DyT's and Derf's alpha,
+    /// Derf's s): never weight-decayed.
+    NormScalar,
 }
 
 /// How a tensor is initialised.

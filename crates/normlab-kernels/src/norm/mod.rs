@@ -31,6 +31,7 @@
 
 pub mod batchnorm;
 pub mod layernorm;
+pub mod pointwise;
 pub mod rmsnorm;
 pub mod scalenorm;
 pub mod spec;
@@ -70,6 +71,10 @@ pub enum NormKind {
     BatchNorm,
     /// Identity.
     None,
+    /// Dynamic Tanh: gamma * tanh(alpha x) + beta, no statistics.
+    Dyt,
+    /// Dynamic erf: gamma * erf(alpha x + s) + beta, no statistics.
+    Derf,
 }
 
 /// The identity's description: no parameters.
@@ -86,13 +91,15 @@ const NONE_SPEC: KindSpec = KindSpec {
 
 impl NormKind {
     /// All kinds, in a stable order.
-    pub const ALL: [NormKind; 6] = [
+    pub const ALL: [NormKind; 8] = [
         NormKind::LayerNorm,
         NormKind::RmsNorm,
         NormKind::ZRmsNorm,
         NormKind::ScaleNorm,
         NormKind::BatchNorm,
         NormKind::None,
+        NormKind::Dyt,
+        NormKind::Derf,
     ];
 
     /// The kind's position in [`NormKind::ALL`] (an exhaustive match, so a
@@ -105,6 +112,8 @@ impl NormKind {
             NormKind::ScaleNorm => 3,
             NormKind::BatchNorm => 4,
             NormKind::None => 5,
+            NormKind::Dyt => 6,
+            NormKind::Derf => 7,
         }
     }
 
@@ -122,6 +131,8 @@ impl NormKind {
             NormKind::ScaleNorm => &scalenorm::SPEC,
             NormKind::BatchNorm => &batchnorm::SPEC,
             NormKind::None => &NONE_SPEC,
+            NormKind::Dyt => &pointwise::DYT_SPEC,
+            NormKind::Derf => &pointwise::DERF_SPEC,
         }
     }
 
@@ -440,6 +451,10 @@ pub fn forward(
             let g = params[0];
             chunks(&|x, y, s| scalenorm::forward_rows(d, eps, g, x, y, s))
         }
+        NormKind::Dyt | NormKind::Derf => {
+            let f = squash(kind);
+            chunks(&|x, y, s| pointwise::forward_rows(d, f, stream, x, params, y, s))
+        }
         NormKind::None => chunks(&|x, y, s| {
             y.copy_from_slice(x);
             for st in s.chunks_exact_mut(STATS) {
@@ -456,6 +471,14 @@ type ForwardRows<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32]) + Sync + 'a;
 /// A kind's backward over one chunk of rows: `(x, dy, stats, dx, partial
 /// parameter gradients)`.
 type BackwardRows<'a> = dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+
+/// The squashing function of a point-wise kind.
+fn squash(kind: NormKind) -> pointwise::Squash {
+    match kind {
+        NormKind::Derf => pointwise::Squash::Erf,
+        _ => pointwise::Squash::Tanh,
+    }
+}
 
 /// The gain offset of the RMSNorm kernels: 1 for zero-centred (gain 1 + w).
 fn zero_centred_offset(kind: NormKind) -> f32 {
@@ -503,6 +526,10 @@ pub fn backward(
         NormKind::ScaleNorm => {
             let g = params[0];
             chunks(&|x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p))
+        }
+        NormKind::Dyt | NormKind::Derf => {
+            let f = squash(kind);
+            chunks(&|x, dy, _, dx, p| pointwise::backward_rows(d, f, x, dy, params, dx, p))
         }
         NormKind::None => chunks(&|_, dy, _, dx, _| dx.copy_from_slice(dy)),
         NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),

@@ -11,6 +11,11 @@ pub enum ParamRole {
     Gain,
     /// Added after the gain (beta).
     Bias,
+    /// Multiplies the input before a point-wise squashing function (DyT's
+    /// and Derf's alpha).
+    Slope,
+    /// Added to the scaled input before the squashing function (Derf's s).
+    Shift,
 }
 
 /// How many values a parameter tensor holds.

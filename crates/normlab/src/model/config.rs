@@ -160,6 +160,10 @@ crate::settings! {
         /// U(+-1/sqrt(fan_in)) weights and biases, N(0,1) embeddings).
         #[serde(default, skip_serializing_if = "InitScheme::is_default")]
         pub init: InitScheme => Flag::Choice(InitScheme::names),
+        /// Initial alpha of the point-wise norms (dyt: gamma * tanh(alpha x) + beta;
+        /// derf), one learnable scalar per norm (default 0.5, the DyT paper's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub dyt_alpha: Option<f32> => Flag::Num,
     }
 }
 
@@ -192,6 +196,7 @@ impl ModelConfig {
             head_bias: false,
             out_norm_bias: false,
             init: InitScheme::Gpt2,
+            dyt_alpha: None,
         }
     }
 
@@ -285,6 +290,20 @@ impl ModelConfig {
                 return Err(format!("out_proj_std must be a positive number (got {s})").into());
             }
         }
+        if let Some(a) = self.dyt_alpha {
+            if !a.is_finite() {
+                return Err(format!("dyt_alpha must be a finite number (got {a})").into());
+            }
+            let pointwise = |k: NormKind| {
+                k.spec()
+                    .params
+                    .iter()
+                    .any(|p| p.role == crate::kernels::norm::ParamRole::Slope)
+            };
+            if !pointwise(self.norm) {
+                return Err(format!("--dyt-alpha sets the alpha of the point-wise norms (dyt, derf); norm {} has none", self.norm).into());
+            }
+        }
         if self.placement == Placement::DeepNorm && self.init != InitScheme::Gpt2 {
             return Err("deepnorm has its own init (Xavier with gain beta); use init gpt2".into());
         }
@@ -321,6 +340,30 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("batchnorm"));
         let (a, b) = ModelConfig::toy(6).deepnorm_alpha_beta();
         assert!((a - 12f32.powf(0.25)).abs() < 1e-6 && (b - 48f32.powf(-0.25)).abs() < 1e-6);
+        let mut c = ModelConfig::toy(4);
+        c.dyt_alpha = Some(0.3);
+        assert!(c.validate().unwrap_err().to_string().contains("has none"));
+        c.norm = NormKind::Dyt;
+        assert!(c.validate().is_ok());
+        c.dyt_alpha = Some(f32::NAN);
+        assert!(c.validate().unwrap_err().to_string().contains("finite"));
+    }
+
+    #[test]
+    fn dyt_alpha_sets_every_slope() {
+        let mut c = ModelConfig::toy(3);
+        c.norm = NormKind::Dyt;
+        c.dyt_alpha = Some(0.25);
+        let m = crate::model::Model::new(&c).unwrap();
+        let w = m.init_params(0);
+        let slopes: Vec<_> = m
+            .norms()
+            .filter_map(|s| s.norm.param(crate::kernels::norm::ParamRole::Slope))
+            .collect();
+        assert!(!slopes.is_empty());
+        for r in &slopes {
+            assert!(r.get(&w).iter().all(|&v| v == 0.25));
+        }
     }
 
     #[test]

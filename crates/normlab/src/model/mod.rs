@@ -244,6 +244,15 @@ impl Model {
         if cfg.init == InitScheme::Torch {
             model.apply_torch_init();
         }
+        if let Some(alpha) = cfg.dyt_alpha {
+            let slopes: Vec<crate::params::ParamRef> = model
+                .norms()
+                .filter_map(|s| s.norm.param(crate::kernels::norm::ParamRole::Slope))
+                .collect();
+            for r in &slopes {
+                model.layout.set_init(r, Init::Const(alpha));
+            }
+        }
         Ok(model)
     }
 

@@ -47,6 +47,7 @@ impl Norm {
             let role = match spec.role {
                 ParamRole::Gain => ParamKind::NormGain,
                 ParamRole::Bias => ParamKind::NormBias,
+                ParamRole::Slope | ParamRole::Shift => ParamKind::NormScalar,
             };
             let (tensor, shape, init) = (
                 format!("{name}.{}", spec.suffix),

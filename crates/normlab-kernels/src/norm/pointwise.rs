@@ -1,0 +1,326 @@
+//! The normalization-free, point-wise replacements for a norm: Dynamic Tanh
+//! and Dynamic erf. Each output element depends on its own input only
+//! (no statistics over the row):
+//!
+//! ```text
+//! dyt:  y = gamma * tanh(alpha * x) + beta
+//! derf: y = gamma * erf(alpha * x + s) + beta
+//! ```
+//!
+//! with one learnable scalar `alpha` per norm (and Derf's scalar shift `s`)
+//! and `gamma`, `beta` per feature.
+//!
+//! - DyT: Zhu, Chen, He, LeCun, Liu, "Transformers without Normalization"
+//!   (CVPR 2025): alpha init 0.5 (its default; its LLM recipe uses other
+//!   values per norm), gamma 1, beta 0.
+//! - Derf: Chen, Lu, Zhu, Sun, Liu, "Stronger Normalization-Free
+//!   Transformers" (arXiv 2512.10938); the reference code
+//!   (github.com/zlab-princeton/Derf, `Dynamic_erf`) initialises alpha to
+//!   0.5 (1.0 in its GPT configuration), the shift s to 0, gamma to 1 and
+//!   beta to 0.
+//!
+//! Backward, with u = alpha x + s, t = f(u) and f' = 1 - t^2 (tanh) or
+//! 2/sqrt(pi) exp(-u^2) (erf), g = dy * gamma * f'(u):
+//!
+//! ```text
+//! dx      = alpha * g
+//! dalpha += sum(g * x)      ds += sum(g)
+//! dgamma += dy * t          dbeta += dy
+//! ```
+//!
+//! Nothing is cached between the passes: backward recomputes f(u), so the
+//! two passes read and write the same bytes as RMSNorm's.
+
+use crate::act::{exp, expm1};
+use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, BETA, GAMMA};
+use crate::simd::{ahead, tree_sum, LANES};
+
+/// The scalar alpha, init 0.5 (a model may set another value).
+pub const ALPHA: ParamSpec = ParamSpec {
+    suffix: "alpha",
+    role: ParamRole::Slope,
+    len: ParamLen::Scalar,
+    init: ParamInit::Const(0.5),
+};
+
+/// Derf's scalar shift s, init 0.
+pub const SHIFT: ParamSpec = ParamSpec {
+    suffix: "shift",
+    role: ParamRole::Shift,
+    len: ParamLen::Scalar,
+    init: ParamInit::Const(0.0),
+};
+
+/// Dynamic Tanh's description: `[alpha, gamma(d), beta(d)]`.
+pub const DYT_SPEC: KindSpec = KindSpec {
+    name: "dyt",
+    aliases: &["dynamic_tanh", "dynamic-tanh"],
+    formula: "y = gamma * tanh(alpha * x) + beta (no statistics)",
+    default_eps: 0.0,
+    params: &[ALPHA, GAMMA, BETA],
+    gain: GainForm::PerFeature { offset: 0.0 },
+    row_wise: true,
+    elementwise: true,
+};
+
+/// Dynamic erf's description: `[alpha, s, gamma(d), beta(d)]`.
+pub const DERF_SPEC: KindSpec = KindSpec {
+    name: "derf",
+    aliases: &["dynamic_erf", "dynamic-erf"],
+    formula: "y = gamma * erf(alpha * x + s) + beta (no statistics)",
+    default_eps: 0.0,
+    params: &[ALPHA, SHIFT, GAMMA, BETA],
+    gain: GainForm::PerFeature { offset: 0.0 },
+    row_wise: true,
+    elementwise: true,
+};
+
+/// The squashing function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Squash {
+    /// tanh (DyT).
+    Tanh,
+    /// erf (Derf).
+    Erf,
+}
+
+/// tanh(u) to a few ulp relative everywhere (also near 0), vectorisable:
+/// `sign(u) * m / (m + 2)` with m = e^{2|u|} - 1 from [`expm1`].
+#[inline(always)]
+pub fn tanh(u: f32) -> f32 {
+    let m = expm1(2.0 * u.abs());
+    (m / (m + 2.0)).copysign(u)
+}
+
+/// The Taylor coefficients of erf(u) / (2u/sqrt(pi)) in powers of u^2:
+/// (-1)^n / (n! (2n+1)).
+const ERF_TAYLOR: [f32; 12] = [
+    1.0,
+    -1.0 / 3.0,
+    1.0 / 10.0,
+    -1.0 / 42.0,
+    1.0 / 216.0,
+    -1.0 / 1320.0,
+    1.0 / 9360.0,
+    -1.0 / 75_600.0,
+    1.0 / 685_440.0,
+    -1.0 / 6_894_720.0,
+    1.0 / 76_204_800.0,
+    -1.0 / 918_086_400.0,
+];
+
+/// The Chebyshev-fitted polynomial in t = 1/(1 + |u|/2) of the exponent of
+/// erfc(|u|) = t exp(-u^2 + P(t)) (Numerical Recipes' `erfcc`).
+const ERFCC: [f32; 10] = [
+    -1.265_512_2,
+    1.000_023_7,
+    0.374_091_96,
+    0.096_784_18,
+    -0.186_288_06,
+    0.278_868_07,
+    -1.135_204,
+    1.488_515_9,
+    -0.822_152_23,
+    0.170_872_77,
+];
+
+/// c[0] + x (c[1] + x (c[2] + ...)), innermost first (unrolled by the
+/// compiler: the coefficient arrays are constants).
+#[inline(always)]
+fn horner(x: f32, c: &[f32]) -> f32 {
+    let (last, rest) = c.split_last().expect("coefficients");
+    rest.iter().rev().fold(*last, |acc, &ci| ci + x * acc)
+}
+
+/// Below this |u| erf uses its Taylor series.
+const SMALL_ERF: f32 = 1.0;
+
+/// erf(u) to a few ulp, vectorisable: its Taylor series to u^23 for
+/// |u| < 1 (truncation below 1e-9), and 1 - erfc(|u|) beyond, with erfc
+/// from the Chebyshev-fitted exponential form of Numerical Recipes'
+/// `erfcc` (fractional error below 1.2e-7, so below 2e-8 absolute here).
+#[inline(always)]
+pub fn erf(u: f32) -> f32 {
+    let a = u.abs();
+    let z = u * u;
+    // 2/sqrt(pi) * sum (-1)^n u^(2n+1) / (n! (2n+1)), n = 0..=11
+    let series = std::f32::consts::FRAC_2_SQRT_PI * u * horner(z, &ERF_TAYLOR);
+    let t = 1.0 / (1.0 + 0.5 * a);
+    let poly = horner(t, &ERFCC);
+    let erfc = t * exp(-a * a + poly);
+    let big = (1.0 - erfc).copysign(u);
+    if a < SMALL_ERF {
+        series
+    } else {
+        big
+    }
+}
+
+/// A squashing function with its derivative, as a type (so each kernel is
+/// compiled for one function, with nothing to decide per element).
+trait SquashFn {
+    /// `(f(u), f'(u))`.
+    fn eval(u: f32) -> (f32, f32);
+    /// `f(u)` alone.
+    fn value(u: f32) -> f32;
+}
+
+struct TanhFn;
+struct ErfFn;
+
+impl SquashFn for TanhFn {
+    #[inline(always)]
+    fn eval(u: f32) -> (f32, f32) {
+        let t = tanh(u);
+        (t, 1.0 - t * t)
+    }
+    #[inline(always)]
+    fn value(u: f32) -> f32 {
+        tanh(u)
+    }
+}
+
+impl SquashFn for ErfFn {
+    #[inline(always)]
+    fn eval(u: f32) -> (f32, f32) {
+        // exp clamps its input at -87: cut the derivative to exactly 0
+        // there (f64 gives 0 too), which also keeps subnormal numbers out
+        // of the gradients.
+        let z = u * u;
+        let e = std::f32::consts::FRAC_2_SQRT_PI * exp(-z);
+        (erf(u), if z > 87.0 { 0.0 } else { e })
+    }
+    #[inline(always)]
+    fn value(u: f32) -> f32 {
+        erf(u)
+    }
+}
+
+/// The layout of a point-wise norm's flat parameters: `(alpha, s, gamma,
+/// beta)` offsets; Derf has the shift at 1, DyT none (s = 0).
+fn layout(f: Squash, d: usize) -> (usize, Option<usize>, usize, usize) {
+    match f {
+        Squash::Tanh => (0, None, 1, 1 + d),
+        Squash::Erf => (0, Some(1), 2, 2 + d),
+    }
+}
+
+#[inline(always)]
+fn forward_body<F: SquashFn>(
+    d: usize,
+    f: Squash,
+    stream: bool,
+    x: &[f32],
+    params: &[f32],
+    y: &mut [f32],
+    stats: &mut [f32],
+) {
+    let (ia, is, ig, ib) = layout(f, d);
+    let alpha = params[ia];
+    let s = is.map_or(0.0, |i| params[i]);
+    let (gamma, beta) = (&params[ig..ig + d], &params[ib..ib + d]);
+    for (xr, yr) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
+        crate::write_row!(yr, stream, (xr, gamma, beta) => gamma * F::value(alpha * xr + s) + beta);
+    }
+    for st in stats.chunks_exact_mut(crate::norm::STATS) {
+        st.copy_from_slice(&[0.0, 0.0, 1.0]);
+    }
+    if stream {
+        crate::simd::stream_fence();
+    }
+}
+
+#[inline(always)]
+fn backward_body<F: SquashFn>(
+    d: usize,
+    f: Squash,
+    x: &[f32],
+    dy: &[f32],
+    params: &[f32],
+    dx: &mut [f32],
+    p: &mut [f32],
+) {
+    let (ia, is, ig, _) = layout(f, d);
+    let alpha = params[ia];
+    let s = is.map_or(0.0, |i| params[i]);
+    let gamma = &params[ig..ig + d];
+    let (mut dalpha, mut ds) = (0f64, 0f64);
+    let (head, rest) = p.split_at_mut(ig);
+    let (pg, pb) = rest.split_at_mut(d);
+    let pb = &mut pb[..d];
+    for (r, ((xr, dyr), dxr)) in x
+        .chunks_exact(d)
+        .zip(dy.chunks_exact(d))
+        .zip(dx.chunks_exact_mut(d))
+        .enumerate()
+    {
+        let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
+        let mut sa = [0f64; LANES];
+        let mut ss = [0f64; LANES];
+        crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, gb in gamma; mut dxb in dxr, pgb in pg, pbb in pb => {
+            for i in 0..LANES {
+                let (t, fp) = F::eval(alpha * xb[i] + s);
+                let g = dyb[i] * gb[i] * fp;
+                dxb[i] = alpha * g;
+                sa[i] += (g * xb[i]) as f64;
+                ss[i] += g as f64;
+                pgb[i] += dyb[i] * t;
+                pbb[i] += dyb[i];
+            }
+        });
+        dalpha += tree_sum(&sa);
+        ds += tree_sum(&ss);
+    }
+    head[ia] += dalpha as f32;
+    if let Some(i) = is {
+        head[i] += ds as f32;
+    }
+}
+
+crate::multiversion! {
+    /// Forward over whole rows. `stats` rows are written as `[0, 0, 1]`
+    /// (there are no statistics).
+    pub fn forward_rows(d: usize, f: Squash, stream: bool, x: &[f32], params: &[f32], y: &mut [f32], stats: &mut [f32]) {
+        match f {
+            Squash::Tanh => forward_body::<TanhFn>(d, f, stream, x, params, y, stats),
+            Squash::Erf => forward_body::<ErfFn>(d, f, stream, x, params, y, stats),
+        }
+    }
+}
+
+crate::multiversion! {
+    /// Backward over whole rows: writes `dx`, accumulates the chunk's
+    /// partial parameter gradients into `p` (same layout as the parameters).
+    pub fn backward_rows(d: usize, f: Squash, x: &[f32], dy: &[f32], params: &[f32], dx: &mut [f32], p: &mut [f32]) {
+        match f {
+            Squash::Tanh => backward_body::<TanhFn>(d, f, x, dy, params, dx, p),
+            Squash::Erf => backward_body::<ErfFn>(d, f, x, dy, params, dx, p),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tanh_and_erf_are_accurate_near_zero_and_beyond() {
+        for k in -4000..=4000 {
+            let u = k as f32 * 1e-3;
+            for &v in &[u, u * 1e-4, u * 3.0] {
+                let t = tanh(v) as f64;
+                let want = (v as f64).tanh();
+                assert!(
+                    (t - want).abs() <= 4e-7 * want.abs().max(1e-30) + 1e-37,
+                    "tanh({v}) = {t}, want {want}"
+                );
+                let e = erf(v) as f64;
+                let want = libm::erf(v as f64);
+                assert!(
+                    (e - want).abs() <= 3e-7 * want.abs() + 1e-37,
+                    "erf({v}) = {e}, want {want}"
+                );
+            }
+        }
+    }
+}
