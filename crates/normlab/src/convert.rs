@@ -168,6 +168,7 @@ pub fn to_rmsnorm(cfg: &ModelConfig, params: &[f32], approximate: bool) -> Resul
     if cfg.norm != NormKind::LayerNorm {
         return Err(format!("the checkpoint's norms are {}, not layernorm", cfg.norm).into());
     }
+    refuse_residual_options(cfg)?;
     let old = Model::new(cfg)?;
     check_finite(&old, params)?;
     let norms = classify(&old);
@@ -293,6 +294,7 @@ pub fn to_layernorm(cfg: &ModelConfig, params: &[f32]) -> Result<Converted> {
     if cfg.norm != NormKind::RmsNorm {
         return Err(format!("the checkpoint's norms are {}, not rmsnorm", cfg.norm).into());
     }
+    refuse_residual_options(cfg)?;
     if cfg.out_norm_bias {
         return Err(
             "output norms with a bias cannot become LayerNorm (the bias would double)".into(),
@@ -453,6 +455,29 @@ pub fn calibrate_with(
         each(step + 1, &p);
     }
     p
+}
+
+/// The residual options whose effect on the conversion is not derived here
+/// (a per-channel gate makes a centred branch non-zero-mean; LayerNorm
+/// Scaling scales the beta that folds into the next bias): refused.
+fn refuse_residual_options(cfg: &ModelConfig) -> Result<()> {
+    let on: Vec<&str> = [
+        (cfg.rezero, "--rezero"),
+        (cfg.layerscale.is_some(), "--layerscale"),
+        (cfg.lns, "--lns"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    if on.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "convert does not handle checkpoints trained with {} (only plain norms are converted)",
+            on.join(", ")
+        )
+        .into())
+    }
 }
 
 /// Whether a placement's norms can all be converted exactly.

@@ -25,6 +25,9 @@ pub enum ParamKind {
     /// A point-wise norm's input slope or shift (DyT's and Derf's alpha,
     /// Derf's s): never weight-decayed.
     NormScalar,
+    /// A branch gate (ReZero's scalar, LayerScale's vector): never
+    /// weight-decayed.
+    Gate,
 }
 
 /// How a tensor is initialised.

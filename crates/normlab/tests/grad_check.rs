@@ -121,3 +121,39 @@ fn gpt_long_sequences_cross_causal_blocks() {
         run_check(&c, 7);
     }
 }
+
+#[test]
+fn residual_options_rezero_layerscale_lns_mixln() {
+    for kind in [ModelKind::Toy, ModelKind::Gpt] {
+        let mut cases = Vec::new();
+        for placement in [Placement::None, Placement::Pre, Placement::Sandwich] {
+            let mut c = tiny(kind);
+            c.placement = placement;
+            c.rezero = true;
+            cases.push(c.clone());
+            c.rezero = false;
+            c.layerscale = Some(0.1);
+            cases.push(c);
+        }
+        for placement in [Placement::Pre, Placement::Peri] {
+            let mut c = tiny(kind);
+            c.placement = placement;
+            c.lns = true;
+            cases.push(c);
+        }
+        // Mix-LN: one Post-LN block then a Pre-LN one, alone and with every
+        // option that composes with it.
+        let mut c = tiny(kind);
+        c.placement = Placement::MixLn;
+        c.mixln_post_layers = Some(1);
+        cases.push(c.clone());
+        c.lns = true;
+        c.layerscale = Some(0.3);
+        c.norm = NormKind::Dyt;
+        cases.push(c);
+        for (i, c) in cases.iter().enumerate() {
+            c.validate().unwrap();
+            run_check(c, 20 + i as u64);
+        }
+    }
+}

@@ -50,6 +50,14 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "toy", "layers": 2, "steps": 6, "batch": 6, "shards": 3, "norm": "rmsnorm", "placement": "sandwich", "eval_sequences": 12}),
         ),
+        // Point-wise norms and the residual options (gate gradients are
+        // sums over rows, per shard).
+        cfg(
+            json!({"model": "toy", "layers": 4, "steps": 6, "batch": 6, "shards": 3, "norm": "dyt", "placement": "mixln", "mixln_post_layers": 1, "lns": true, "layerscale": 0.1, "eval_sequences": 12}),
+        ),
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 4, "batch": 4, "shards": 2, "eval_sequences": 8, "norm": "derf", "placement": "none", "rezero": true}),
+        ),
     ] {
         let one = run_collect(
             &c,

@@ -83,6 +83,8 @@ impl MlpStack {
                     skip: if residual { 1.0 } else { 0.0 },
                     out_bias: None,
                     branch: 1.0,
+                    in_scale: 1.0,
+                    gate: None,
                     op: Op::Mlp(mlp),
                 }
             })

@@ -164,6 +164,26 @@ crate::settings! {
         /// derf), one learnable scalar per norm (default 0.5, the DyT paper's).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub dyt_alpha: Option<f32> => Flag::Num,
+        /// ReZero (Bachlechner et al. 2020): each sublayer's branch is
+        /// multiplied by one learnable scalar, initialised to 0, so every
+        /// block starts as the identity (usually with --placement none).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub rezero: bool => Flag::On,
+        /// LayerScale (Touvron et al. 2021, CaiT): each sublayer's branch is
+        /// multiplied channel-wise by a learnable vector initialised to this
+        /// value (e.g. 1e-4).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub layerscale: Option<f32> => Flag::Num,
+        /// LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth in LLMs"):
+        /// the output of each pre-norm of block l (l = 1..L) is multiplied by
+        /// 1/sqrt(l), so deep blocks' branches stop growing with depth.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub lns: bool => Flag::On,
+        /// Mix-LN (Li et al. 2025): with --placement mixln, the number K of
+        /// first blocks that are Post-LN; the rest are Pre-LN (default: a
+        /// quarter of the blocks, rounded down).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mixln_post_layers: Option<usize> => Flag::Num,
     }
 }
 
@@ -197,6 +217,10 @@ impl ModelConfig {
             out_norm_bias: false,
             init: InitScheme::Gpt2,
             dyt_alpha: None,
+            rezero: false,
+            layerscale: None,
+            lns: false,
+            mixln_post_layers: None,
         }
     }
 
@@ -222,6 +246,21 @@ impl ModelConfig {
     pub fn has_final_norm(&self) -> bool {
         self.final_norm
             .unwrap_or(self.placement.default_final_norm())
+    }
+
+    /// The placement of block `i`'s norms: the config's, except that Mix-LN
+    /// is Post-LN for its first K blocks and Pre-LN after.
+    pub fn block_placement(&self, i: usize) -> Placement {
+        match self.placement {
+            Placement::MixLn if i < self.mixln_k() => Placement::Post,
+            Placement::MixLn => Placement::Pre,
+            p => p,
+        }
+    }
+
+    /// Mix-LN's K: the number of Post-LN blocks.
+    pub fn mixln_k(&self) -> usize {
+        self.mixln_post_layers.unwrap_or(self.layers / 4)
     }
 
     /// Number of sublayers (2 per block).
@@ -303,6 +342,31 @@ impl ModelConfig {
             if !pointwise(self.norm) {
                 return Err(format!("--dyt-alpha sets the alpha of the point-wise norms (dyt, derf); norm {} has none", self.norm).into());
             }
+        }
+        if let Some(v) = self.layerscale {
+            if !v.is_finite() {
+                return Err(format!("layerscale must be a finite number (got {v})").into());
+            }
+            if self.rezero {
+                return Err("--rezero and --layerscale both gate the branch; choose one".into());
+            }
+        }
+        if let Some(k) = self.mixln_post_layers {
+            if self.placement != Placement::MixLn {
+                return Err(format!(
+                    "--mixln-post-layers is Mix-LN's K; it needs --placement mixln (got {})",
+                    self.placement
+                )
+                .into());
+            }
+            if k > self.layers {
+                return Err(
+                    format!("mixln_post_layers {k} exceeds the {} layers", self.layers).into(),
+                );
+            }
+        }
+        if self.lns && !self.placement.has_in_norm() {
+            return Err(format!("--lns scales the pre-norms' outputs; placement {} has none (use pre, sandwich, peri or mixln)", self.placement).into());
         }
         if self.placement == Placement::DeepNorm && self.init != InitScheme::Gpt2 {
             return Err("deepnorm has its own init (Xavier with gain beta); use init gpt2".into());

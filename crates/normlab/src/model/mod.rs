@@ -14,8 +14,8 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Block, BlockCache, Embedding, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op,
-    Placement, Scratch, Sublayer, ToyMixer,
+    Attention, Block, BlockCache, Embedding, Gate, GateKind, Linear, Mlp, Norm, NormCache,
+    NormRole, NormSite, Op, Placement, Scratch, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
 
@@ -107,6 +107,7 @@ impl Model {
         for i in 0..l {
             let mut subs = Vec::with_capacity(2);
             let blk = Some(i);
+            let placement = cfg.block_placement(i);
             for (j, op_name) in [
                 (
                     0,
@@ -119,7 +120,7 @@ impl Model {
                 (1, "mlp"),
             ] {
                 let base = format!("transformer.h.{i}");
-                let in_norm = cfg.placement.has_in_norm().then(|| {
+                let in_norm = placement.has_in_norm().then(|| {
                     Norm::new(
                         &mut layout,
                         &format!("{base}.ln_{}", j + 1),
@@ -165,7 +166,7 @@ impl Model {
                         proj_init.clone(),
                     )),
                 };
-                let out_norm = cfg.placement.has_out_norm().then(|| {
+                let out_norm = placement.has_out_norm().then(|| {
                     Norm::new(
                         &mut layout,
                         &format!("{base}.{op_name}.out_norm"),
@@ -184,7 +185,7 @@ impl Model {
                         Init::Const(0.0),
                     )
                 });
-                let post_norm = cfg.placement.has_post_norm().then(|| {
+                let post_norm = placement.has_post_norm().then(|| {
                     Norm::new(
                         &mut layout,
                         &format!("{base}.{op_name}.post_norm"),
@@ -194,6 +195,26 @@ impl Model {
                         blk,
                     )
                 });
+                let gate = match (cfg.rezero, cfg.layerscale) {
+                    (true, _) => Some((GateKind::ReZero, 0.0, "rezero")),
+                    (false, Some(v)) => Some((GateKind::LayerScale, v, "layerscale")),
+                    (false, None) => None,
+                }
+                .map(|(kind, init, name)| {
+                    Gate::new(
+                        &mut layout,
+                        &format!("{base}.{op_name}.{name}"),
+                        kind,
+                        d,
+                        init,
+                        blk,
+                    )
+                });
+                let in_scale = if cfg.lns {
+                    1.0 / ((i + 1) as f32).sqrt()
+                } else {
+                    1.0
+                };
                 subs.push(Sublayer {
                     d,
                     in_norm,
@@ -202,6 +223,8 @@ impl Model {
                     skip,
                     branch: cfg.branch_scale,
                     out_bias,
+                    in_scale,
+                    gate,
                     op,
                 });
             }

@@ -10,6 +10,7 @@
 pub mod attention;
 pub mod block;
 pub mod embedding;
+pub mod gate;
 pub mod linear;
 pub mod mixer;
 pub mod mlp;
@@ -19,6 +20,7 @@ pub mod sublayer;
 pub use attention::{Attention, AttentionCache};
 pub use block::{Block, BlockCache, NormRole, NormSite};
 pub use embedding::Embedding;
+pub use gate::{Gate, GateKind};
 pub use linear::Linear;
 pub use mixer::{ToyMixer, ToyMixerCache};
 pub use mlp::{Activation, Mlp, MlpCache};

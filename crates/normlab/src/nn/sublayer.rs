@@ -1,20 +1,24 @@
 //! One sublayer struct for every placement of the norms (DESIGN.md):
 //!
 //! ```text
-//! h  = skip * x + branch * OutNorm( S( InNorm(x) ) )
+//! h  = skip * x + branch * Gate( OutNorm( S( in_scale * InNorm(x) ) ) )
 //! x' = PostNorm(h)
 //! ```
 //!
 //! `post`: PostNorm only · `pre`: InNorm only (+ final norm) · `sandwich` =
 //! `peri`: InNorm + OutNorm (+ final norm) · `olmo2`: OutNorm only (+ final
 //! norm) · `deepnorm`: PostNorm with skip = alpha and beta-scaled init ·
-//! `none`: no norm · residual off: skip = 0. A new paper's variant is a new
-//! preset here, not a new code path.
+//! `none`: no norm · `mixln`: post in the first K blocks, pre after ·
+//! residual off: skip = 0. Residual options: ReZero / LayerScale are the
+//! [`Gate`] (a learnable scalar or per-channel scale), LayerNorm Scaling is
+//! `in_scale` = 1/sqrt(l). A new paper's variant is a new preset or option
+//! here, not a new code path.
 //!
 //! Backward makes the two paths of the residual stream explicit:
 //! `dx = skip * dh  (identity path)  +  InNorm^T S^T OutNorm^T (branch * dh)`.
 
 use super::attention::{Attention, AttentionCache};
+use super::gate::Gate;
 use super::linear::Linear;
 use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
@@ -44,11 +48,14 @@ pub enum Placement {
     Olmo2,
     /// x = LayerNorm(alpha x + S(x)) with beta-scaled init (Wang et al. 2022).
     DeepNorm,
+    /// Mix-LN (Li et al. 2025): Post-LN in the first K blocks, Pre-LN in
+    /// the rest (`ModelConfig::block_placement`).
+    MixLn,
 }
 
 impl Placement {
     /// All presets.
-    pub const ALL: [Placement; 7] = [
+    pub const ALL: [Placement; 8] = [
         Placement::None,
         Placement::Post,
         Placement::Pre,
@@ -56,6 +63,7 @@ impl Placement {
         Placement::Peri,
         Placement::Olmo2,
         Placement::DeepNorm,
+        Placement::MixLn,
     ];
 
     /// Command-line name.
@@ -68,12 +76,16 @@ impl Placement {
             Placement::Peri => "peri",
             Placement::Olmo2 => "olmo2",
             Placement::DeepNorm => "deepnorm",
+            Placement::MixLn => "mixln",
         }
     }
 
-    /// Norm before the sublayer.
+    /// Norm before the sublayer (in some block, for Mix-LN).
     pub fn has_in_norm(self) -> bool {
-        matches!(self, Placement::Pre | Placement::Sandwich | Placement::Peri)
+        matches!(
+            self,
+            Placement::Pre | Placement::Sandwich | Placement::Peri | Placement::MixLn
+        )
     }
 
     /// Norm on the sublayer's output, before the residual add.
@@ -84,16 +96,23 @@ impl Placement {
         )
     }
 
-    /// Norm on the residual stream after the add.
+    /// Norm on the residual stream after the add (in some block, for Mix-LN).
     pub fn has_post_norm(self) -> bool {
-        matches!(self, Placement::Post | Placement::DeepNorm)
+        matches!(
+            self,
+            Placement::Post | Placement::DeepNorm | Placement::MixLn
+        )
     }
 
     /// Whether a final norm before the head is on by default.
     pub fn default_final_norm(self) -> bool {
         matches!(
             self,
-            Placement::Pre | Placement::Sandwich | Placement::Peri | Placement::Olmo2
+            Placement::Pre
+                | Placement::Sandwich
+                | Placement::Peri
+                | Placement::Olmo2
+                | Placement::MixLn
         )
     }
 }
@@ -110,7 +129,11 @@ impl FromStr for Placement {
         let l = s.trim().to_ascii_lowercase();
         Placement::ALL
             .into_iter()
-            .find(|p| p.name() == l || (l == "peri-ln" && *p == Placement::Peri))
+            .find(|p| {
+                p.name() == l
+                    || (l == "peri-ln" && *p == Placement::Peri)
+                    || (l == "mix-ln" && *p == Placement::MixLn)
+            })
             .ok_or_else(|| {
                 let names: Vec<&str> = Placement::ALL.iter().map(|p| p.name()).collect();
                 format!(
@@ -216,6 +239,11 @@ pub struct Sublayer {
     pub branch: f32,
     /// Bias added after the output norm (only in converted checkpoints).
     pub out_bias: Option<crate::params::ParamRef>,
+    /// Multiplier on the input norm's output (LayerNorm Scaling's
+    /// 1/sqrt(l); 1 otherwise).
+    pub in_scale: f32,
+    /// Learnable gate on the branch (ReZero, LayerScale).
+    pub gate: Option<Gate>,
     /// S.
     pub op: Op,
 }
@@ -228,8 +256,8 @@ pub struct SublayerCache {
     /// it lives in [`Scratch`]).
     a: AlignedBuf,
     in_c: Option<NormCache>,
-    /// S's output; kept only when an output norm's backward reads it (else
-    /// it lives in [`Scratch`]).
+    /// S's output; kept only when an output norm's or a gate's backward
+    /// reads it (else it lives in [`Scratch`]).
     s: AlignedBuf,
     op: OpCache,
     o: AlignedBuf,
@@ -327,6 +355,12 @@ impl Sublayer {
         self.in_norm.is_some() && !self.op.backward_reads_input()
     }
 
+    /// Whether S's output is kept in the cache (an output norm's backward,
+    /// or without one a gate's, reads it).
+    fn keeps_s(&self) -> bool {
+        self.out_norm.is_some() || self.gate.is_some()
+    }
+
     /// Buffers for `batch` sequences of `t` positions.
     pub fn cache(&self, batch: usize, t: usize) -> SublayerCache {
         let rows = batch * t;
@@ -341,7 +375,7 @@ impl Sublayer {
             t,
             a: sized(has_in && !self.norm_out_in_scratch()),
             in_c: self.in_norm.as_ref().map(|m| m.cache(rows)),
-            s: sized(has_out),
+            s: sized(self.keeps_s()),
             op: match &self.op {
                 Op::Attention(a) => OpCache::Attention(Box::new(a.cache(batch, t))),
                 Op::Mlp(m) => OpCache::Mlp(m.cache(rows)),
@@ -387,11 +421,15 @@ impl Sublayer {
                     a
                 };
                 n.forward(params, x, a, in_c.as_mut().unwrap());
+                if self.in_scale != 1.0 {
+                    let c = self.in_scale;
+                    a.iter_mut().for_each(|v| *v *= c);
+                }
                 a
             }
             None => x,
         };
-        let s: &mut [f32] = if self.out_norm.is_some() {
+        let s: &mut [f32] = if self.keeps_s() {
             s
         } else {
             &mut scr.s[..rows * self.d]
@@ -411,6 +449,14 @@ impl Sublayer {
                 o
             }
             None => s,
+        };
+        let o: &[f32] = match &self.gate {
+            Some(g) => {
+                let y = &mut scr.dbr[..rows * self.d];
+                g.forward(params, o, y);
+                y
+            }
+            None => o,
         };
         match (&self.post_norm, *track_output) {
             (None, true) => *output_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o),
@@ -443,6 +489,7 @@ impl Sublayer {
             in_c,
             s,
             op,
+            o,
             out_c,
             h,
             post_c,
@@ -464,9 +511,13 @@ impl Sublayer {
             }
             None => dy,
         };
-        // Branch path: branch * dh -> OutNorm^T -> S^T -> InNorm^T.
-        let dbranch: &[f32] = if self.branch != 1.0 {
+        // Branch path: branch * dh -> Gate^T -> OutNorm^T -> S^T -> InNorm^T.
+        let dbranch: &[f32] = if self.branch != 1.0 || self.gate.is_some() {
             act::axpby(dbr, self.branch, dh, 0.0, dh);
+            if let Some(g) = &self.gate {
+                let gated_in: &[f32] = if self.out_norm.is_some() { o } else { s };
+                g.backward_in_place(params, grads, gated_in, dbr);
+            }
             dbr
         } else {
             dh
@@ -505,6 +556,10 @@ impl Sublayer {
         }
         let dx_branch: &[f32] = match &self.in_norm {
             Some(n) => {
+                if self.in_scale != 1.0 {
+                    let c = self.in_scale;
+                    da.iter_mut().for_each(|v| *v *= c);
+                }
                 n.backward(params, grads, x, da, dxb, in_c.as_mut().unwrap());
                 dxb
             }

@@ -134,7 +134,10 @@ impl Adam {
             .map(|t| {
                 let decay = match t.kind {
                     ParamKind::Weight | ParamKind::Embedding => true,
-                    ParamKind::Bias | ParamKind::NormBias | ParamKind::NormScalar => false,
+                    ParamKind::Bias
+                    | ParamKind::NormBias
+                    | ParamKind::NormScalar
+                    | ParamKind::Gate => false,
                     ParamKind::NormGain => decay_norm_gains,
                 };
                 (t.range.clone(), decay, t.block)
