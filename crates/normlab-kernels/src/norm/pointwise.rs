@@ -196,6 +196,12 @@ impl SquashFn for ErfFn {
     }
 }
 
+/// The scalar gradients (alpha, s) sum over every element: in f32 lane
+/// partials over chunks of this many columns (vectorised, at most 64 terms
+/// per lane), then in f64 across chunks and rows. f64 lanes throughout cost
+/// DyT's backward half its speed (14.9 vs 9.6 ms at 8192x1024).
+const SUM_CHUNK: usize = 1024;
+
 /// The layout of a point-wise norm's flat parameters: `(alpha, s, gamma,
 /// beta)` offsets; Derf has the shift at 1, DyT none (s = 0).
 fn layout(f: Squash, d: usize) -> (usize, Option<usize>, usize, usize) {
@@ -254,22 +260,25 @@ fn backward_body<F: SquashFn>(
         .zip(dx.chunks_exact_mut(d))
         .enumerate()
     {
-        let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
-        let mut sa = [0f64; LANES];
-        let mut ss = [0f64; LANES];
-        crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, gb in gamma; mut dxb in dxr, pgb in pg, pbb in pb => {
-            for i in 0..LANES {
-                let (t, fp) = F::eval(alpha * xb[i] + s);
-                let g = dyb[i] * gb[i] * fp;
-                dxb[i] = alpha * g;
-                sa[i] += (g * xb[i]) as f64;
-                ss[i] += g as f64;
-                pgb[i] += dyb[i] * t;
-                pbb[i] += dyb[i];
-            }
-        });
-        dalpha += tree_sum(&sa);
-        ds += tree_sum(&ss);
+        for c0 in (0..d).step_by(SUM_CHUNK) {
+            let c1 = (c0 + SUM_CHUNK).min(d);
+            let (ax, ady) = (ahead(x, r * d + c0), ahead(dy, r * d + c0));
+            let mut sa = [0f32; LANES];
+            let mut ss = [0f32; LANES];
+            crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr[c0..c1], dyb in dyr[c0..c1], gb in gamma[c0..c1]; mut dxb in dxr[c0..c1], pgb in pg[c0..c1], pbb in pb[c0..c1] => {
+                for i in 0..LANES {
+                    let (t, fp) = F::eval(alpha * xb[i] + s);
+                    let g = dyb[i] * gb[i] * fp;
+                    dxb[i] = alpha * g;
+                    sa[i] += g * xb[i];
+                    ss[i] += g;
+                    pgb[i] += dyb[i] * t;
+                    pbb[i] += dyb[i];
+                }
+            });
+            dalpha += f64::from(tree_sum(&sa));
+            ds += f64::from(tree_sum(&ss));
+        }
     }
     head[ia] += dalpha as f32;
     if let Some(i) = is {
