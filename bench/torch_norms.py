@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch side of `normlab bench norms`: F.layer_norm and F.rms_norm (and
-rms_norm with weight 1 + w, normlab's zrmsnorm) forward and forward+backward
+rms_norm with weight 1 + w, normlab's zrmsnorm; and, in eager PyTorch ops as
+the DyT and Derf papers write them, dyt = w * tanh(alpha x) + b and
+derf = w * erf(alpha x + s) + b) forward and forward+backward
 on the same shapes, with 1 thread and all threads, medians of repeated runs.
 
 PyTorch's timings on this kind of machine swing by 2x from run to run
@@ -27,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 SHAPES = [(512, 64), (8192, 256), (8192, 768), (8192, 1024), (2048, 4096), (256, 8192)]
-KINDS = ["layernorm", "rmsnorm", "zrmsnorm"]
+KINDS = ["layernorm", "rmsnorm", "zrmsnorm", "dyt", "derf"]
 
 
 def time_median(fn, target=0.3, min_reps=11):
@@ -49,16 +51,21 @@ def bench(kind, rows, d, backward):
     dy = torch.randn(rows, d, generator=g)
     w = torch.ones(d)
     b = torch.zeros(d)
+    alpha = torch.tensor(0.5)
+    shift = torch.tensor(0.0)
     if backward:
-        x.requires_grad_(True)
-        w.requires_grad_(True)
-        b.requires_grad_(True)
+        for t in (x, w, b, alpha, shift):
+            t.requires_grad_(True)
 
     def fwd():
         if kind == "layernorm":
             return F.layer_norm(x, (d,), w, b, 1e-5)
         if kind == "rmsnorm":
             return F.rms_norm(x, (d,), w, 1e-6)
+        if kind == "dyt":
+            return w * torch.tanh(alpha * x) + b
+        if kind == "derf":
+            return w * torch.erf(alpha * x + shift) + b
         return F.rms_norm(x, (d,), 1.0 + w, 1e-6)
 
     if not backward:
@@ -66,9 +73,8 @@ def bench(kind, rows, d, backward):
             return time_median(fwd)
 
     def fwd_bwd():
-        x.grad = None
-        w.grad = None
-        b.grad = None
+        for t in (x, w, b, alpha, shift):
+            t.grad = None
         fwd().backward(dy)
 
     return time_median(fwd_bwd)
@@ -79,18 +85,24 @@ def main():
     ap.add_argument("--normlab", help="JSON from `normlab bench norms --json`")
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--shapes", help="ROWSxD,... (default: the standard sweep)")
     args = ap.parse_args()
     ours = {}
     if args.normlab:
         for r in json.load(open(args.normlab)):
             ours[(r["kind"], r["pass"], r["rows"], r["d"], r["threads"])] = r["median_us"]
     threads = sorted({int(t) for t in args.threads.split(",")})
+    kinds = [k for k in args.kinds.split(",") if k]
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     print(f"# torch {torch.__version__}, {os.cpu_count()} cpus, {time.strftime('%Y-%m-%d')}, best of {args.trials} medians")
     print(f"{'kind':9} {'pass':8} {'shape':>10} {'thr':>3} {'torch_us':>10} {'normlab_us':>10} {'speedup':>7}")
     for t in threads:
         torch.set_num_threads(t)
-        for rows, d in SHAPES:
-            for kind in KINDS:
+        for rows, d in shapes:
+            for kind in kinds:
                 for passname, bwd in [("forward", False), ("forward_backward", True)]:
                     tt = min(bench(kind, rows, d, bwd) for _ in range(args.trials)) * 1e6
                     ov = ours.get((kind, passname, rows, d, t))
