@@ -340,3 +340,41 @@ fn one_writer_per_run_folder() {
     assert!(train::RunLock::try_acquire(&d).unwrap().is_some());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn pointwise_and_gate_diagnostics_follow_their_parameters() {
+    let run = |extra: serde_json::Value| {
+        let mut v = json!({"model": "toy", "layers": 3, "steps": 8, "batch": 8, "eval_sequences": 8, "log_every": 1, "lr": 0.01, "norm": "dyt"});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        run_collect(&cfg(v), &RunOptions::default()).0
+    };
+    // 3 blocks x 2 pre-norms + the final norm = 7 point-wise norms.
+    let small = run(json!({"dyt_alpha": 0.01, "rezero": true}));
+    let big = run(json!({"dyt_alpha": 1000.0, "layerscale": 0.5}));
+    for (recs, alpha0) in [(&small, 0.01), (&big, 1000.0)] {
+        let first = &recs[0];
+        assert_eq!(first.norm_alpha.len(), 7);
+        assert_eq!(first.norm_saturation.len(), 7);
+        assert_eq!(first.gate.len(), 6);
+        // Step 1's record is taken before its update: the initial alpha.
+        assert!(first.norm_alpha.iter().all(|&a| (a - alpha0).abs() < 1e-6));
+        assert!(first.norm_saturation.iter().all(|&s| (0.0..=1.0).contains(&s)));
+        // Training moves alpha.
+        let last = recs.last().unwrap();
+        assert!(last.norm_alpha.iter().zip(&first.norm_alpha).any(|(a, b)| a != b));
+    }
+    // The stream starts at the embeddings' scale (init std 0.02): tanh(0.01 x)
+    // is linear there, tanh(1000 x) saturated.
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert!(mean(&small[0].norm_saturation) < 0.01);
+    assert!(mean(&big[0].norm_saturation) > 0.5);
+    // ReZero starts at 0 and leaves it; LayerScale starts at its init.
+    assert!(small[0].gate.iter().all(|&g| g == 0.0));
+    assert!(small.last().unwrap().gate.iter().any(|&g| g != 0.0));
+    assert!(big[0].gate.iter().all(|&g| (g - 0.5).abs() < 1e-6));
+    // No point-wise norm, no gate: nothing logged.
+    let plain = run(json!({"norm": "layernorm"}));
+    assert!(plain[0].norm_alpha.is_empty() && plain[0].gate.is_empty());
+}

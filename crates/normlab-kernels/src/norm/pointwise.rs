@@ -196,6 +196,10 @@ impl SquashFn for ErfFn {
     }
 }
 
+/// |u| beyond which tanh and erf count as saturated (tanh'(2) = 0.07,
+/// erf'(2) = 0.02): the per-row share is `stats[0]`.
+pub const SATURATED: f32 = 2.0;
+
 /// The scalar gradients (alpha, s) sum over every element: in f32 lane
 /// partials over chunks of this many columns (vectorised, at most 64 terms
 /// per lane), then in f64 across chunks and rows. f64 lanes throughout cost
@@ -225,11 +229,19 @@ fn forward_body<F: SquashFn>(
     let alpha = params[ia];
     let s = is.map_or(0.0, |i| params[i]);
     let (gamma, beta) = (&params[ig..ig + d], &params[ib..ib + d]);
-    for (xr, yr) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
+    for ((xr, yr), st) in x
+        .chunks_exact(d)
+        .zip(y.chunks_exact_mut(d))
+        .zip(stats.chunks_exact_mut(crate::norm::STATS))
+    {
         crate::write_row!(yr, stream, (xr, gamma, beta) => gamma * F::value(alpha * xr + s) + beta);
-    }
-    for st in stats.chunks_exact_mut(crate::norm::STATS) {
-        st.copy_from_slice(&[0.0, 0.0, 1.0]);
+        // The row's share of inputs in the saturated region, |u| > 2
+        // (a diagnostic; the row is still in L1).
+        let sat = xr
+            .iter()
+            .filter(|&&v| (alpha * v + s).abs() > SATURATED)
+            .count();
+        st.copy_from_slice(&[sat as f32 / d as f32, 0.0, 1.0]);
     }
     if stream {
         crate::simd::stream_fence();
@@ -287,8 +299,8 @@ fn backward_body<F: SquashFn>(
 }
 
 crate::multiversion! {
-    /// Forward over whole rows. `stats` rows are written as `[0, 0, 1]`
-    /// (there are no statistics).
+    /// Forward over whole rows. `stats` rows are written as `[share of the
+    /// row's inputs with |alpha x + s| > 2, 0, 1]` (backward reads none).
     pub fn forward_rows(d: usize, f: Squash, stream: bool, x: &[f32], params: &[f32], y: &mut [f32], stats: &mut [f32]) {
         match f {
             Squash::Tanh => forward_body::<TanhFn>(d, f, stream, x, params, y, stats),

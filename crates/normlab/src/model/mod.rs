@@ -496,6 +496,7 @@ impl Model {
         let fin = self.final_norm.iter().map(|n| NormSite {
             block: None,
             sublayer: None,
+            sub: None,
             role: NormRole::Final,
             norm: n,
         });
@@ -512,6 +513,16 @@ impl Workspace {
     /// Softmax probabilities of the last forward, `[rows, vocab]`.
     pub fn probs(&self) -> &[f32] {
         &self.probs
+    }
+
+    /// The cache of the norm at `site` from the last forward (None for
+    /// QK-Norm, whose caches live in attention).
+    pub fn norm_cache(&self, site: &NormSite) -> Option<&NormCache> {
+        match (site.role, site.block, site.sub) {
+            (NormRole::Final, _, _) => self.fin_c.as_ref(),
+            (role, Some(b), Some(j)) => self.blocks[b].sublayer(j).norm_cache(role),
+            _ => None,
+        }
     }
 
     /// Turn on/off the identity/branch gradient split in every sublayer.

@@ -35,6 +35,8 @@ pub struct NormSite<'a> {
     pub block: Option<usize>,
     /// The sublayer it belongs to (None for the final norm).
     pub sublayer: Option<&'a Sublayer>,
+    /// That sublayer's index in its block (0 mixing, 1 feed-forward).
+    pub sub: Option<usize>,
     /// Where it sits.
     pub role: NormRole,
     /// The norm.
@@ -63,6 +65,15 @@ impl BlockCache {
     /// The block's output from the last forward.
     pub fn output(&self) -> &[f32] {
         self.mlp.output()
+    }
+
+    /// The cache of sublayer `j` (0 mixing, 1 feed-forward).
+    pub fn sublayer(&self, j: usize) -> &SublayerCache {
+        if j == 0 {
+            &self.mix
+        } else {
+            &self.mlp
+        }
     }
 
     /// The two sublayer caches, in order.
@@ -119,10 +130,11 @@ impl Block {
     /// Every norm of the block, in parameter order (`block` is its index).
     pub fn norms(&self, block: usize) -> Vec<NormSite<'_>> {
         let mut out = Vec::new();
-        for sub in self.sublayers() {
+        for (j, sub) in self.sublayers().into_iter().enumerate() {
             let site = |role, norm| NormSite {
                 block: Some(block),
                 sublayer: Some(sub),
+                sub: Some(j),
                 role,
                 norm,
             };

@@ -339,6 +339,17 @@ impl SublayerCache {
         }
     }
 
+    /// The cache of the sublayer's norm at `role` (In, Out or Post).
+    pub fn norm_cache(&self, role: super::block::NormRole) -> Option<&NormCache> {
+        use super::block::NormRole;
+        match role {
+            NormRole::In => self.in_c.as_ref(),
+            NormRole::Out => self.out_c.as_ref(),
+            NormRole::Post => self.post_c.as_ref(),
+            NormRole::Final | NormRole::QkNorm => None,
+        }
+    }
+
     /// The attention cache, if S is attention.
     pub fn attention(&self) -> Option<&AttentionCache> {
         match &self.op {

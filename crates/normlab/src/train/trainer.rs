@@ -41,6 +41,18 @@ pub struct StepRecord {
     /// Mean attention entropy (nats) per block (gpt, logged steps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attn_entropy: Vec<f64>,
+    /// Alpha of each point-wise norm (dyt, derf) in model order, QK-Norm
+    /// excluded (logged steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub norm_alpha: Vec<f64>,
+    /// Share of each point-wise norm's inputs in the saturated region
+    /// |alpha x + s| > 2, over the step's batch (logged steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub norm_saturation: Vec<f64>,
+    /// Each sublayer's branch gate: ReZero's scalar, or the RMS of
+    /// LayerScale's vector (logged steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate: Vec<f64>,
 }
 
 /// Everything a running training holds.
@@ -247,7 +259,13 @@ impl Trainer {
             eval_loss: None,
             attn_max_logit: Vec::new(),
             attn_entropy: Vec::new(),
+            norm_alpha: Vec::new(),
+            norm_saturation: Vec::new(),
+            gate: Vec::new(),
         };
+        if want_stats {
+            self.pointwise_and_gate_stats(&mut rec);
+        }
         if want_stats && self.cfg.model.kind == crate::model::ModelKind::Gpt {
             for b in 0..nb {
                 let caches: Vec<_> = self
@@ -280,6 +298,41 @@ impl Trainer {
         self.grads_zero = true;
         self.step += 1;
         (rec, false)
+    }
+
+    /// Fill `rec`'s point-wise norm and gate diagnostics from the
+    /// parameters and the last forward's norm statistics.
+    fn pointwise_and_gate_stats(&self, rec: &mut StepRecord) {
+        use crate::kernels::norm::ParamRole;
+        use crate::nn::NormRole;
+        let params = &self.params;
+        for site in self.model.norms().filter(|s| s.role != NormRole::QkNorm) {
+            let Some(alpha) = site.norm.param(ParamRole::Slope) else {
+                continue;
+            };
+            rec.norm_alpha.push(f64::from(alpha.get(params)[0]));
+            let (mut sum, mut rows) = (0f64, 0usize);
+            for ws in &self.shards {
+                if let Some(c) = ws.norm_cache(&site) {
+                    let st = c.stats.chunks_exact(crate::kernels::norm::STATS);
+                    rows += st.len();
+                    sum += st.map(|r| f64::from(r[0])).sum::<f64>();
+                }
+            }
+            rec.norm_saturation.push(sum / rows.max(1) as f64);
+        }
+        for sub in self.model.sublayers() {
+            if let Some(g) = &sub.gate {
+                let v = g.g.get(params);
+                let ms =
+                    v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / v.len() as f64;
+                rec.gate.push(if v.len() == 1 {
+                    f64::from(v[0])
+                } else {
+                    ms.sqrt()
+                });
+            }
+        }
     }
 
     /// Mean loss on the held-out split.
