@@ -360,10 +360,17 @@ fn pointwise_and_gate_diagnostics_follow_their_parameters() {
         assert_eq!(first.gate.len(), 6);
         // Step 1's record is taken before its update: the initial alpha.
         assert!(first.norm_alpha.iter().all(|&a| (a - alpha0).abs() < 1e-6));
-        assert!(first.norm_saturation.iter().all(|&s| (0.0..=1.0).contains(&s)));
+        assert!(first
+            .norm_saturation
+            .iter()
+            .all(|&s| (0.0..=1.0).contains(&s)));
         // Training moves alpha.
         let last = recs.last().unwrap();
-        assert!(last.norm_alpha.iter().zip(&first.norm_alpha).any(|(a, b)| a != b));
+        assert!(last
+            .norm_alpha
+            .iter()
+            .zip(&first.norm_alpha)
+            .any(|(a, b)| a != b));
     }
     // The stream starts at the embeddings' scale (init std 0.02): tanh(0.01 x)
     // is linear there, tanh(1000 x) saturated.

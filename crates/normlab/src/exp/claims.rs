@@ -163,7 +163,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C12",
         title: "deep nets collapse without normalization",
         statement: "Toy net, 20 layers, Pre, Adam lr 1e-3, 3000 steps: without normalization the loss hits NaN around step 300 and never recovers (some layer's input norm jumps to ~1e3, GELU saturates, gradients amplify); lr 1e-4 only delays it (~step 900). At 6 layers no-norm converges but clearly worse (3.1 vs ~2.4 normalised); it degrades clearly at 12 layers and cannot train at 20; LayerNorm and RMSNorm end within 0.03 of each other; the normalised loss falls slightly with depth (2.28 at 20 layers).",
-        coverage: Coverage::Experiments(&["collapse"]),
+        coverage: Coverage::Experiments(&["collapse", "no-norm"]),
     },
     Claim {
         id: "C13",

@@ -20,6 +20,7 @@ pub mod drift;
 pub mod gain_decay;
 pub mod identity_path;
 pub mod lr_sensitivity;
+pub mod no_norm;
 pub mod norm_kind;
 pub mod norm_stats;
 pub mod placements;
@@ -93,6 +94,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &placements::EXPERIMENT,
     &convert::EXPERIMENT,
     &cure_all::EXPERIMENT,
+    &no_norm::EXPERIMENT,
 ];
 
 /// Look an experiment up.
