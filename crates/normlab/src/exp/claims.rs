@@ -223,7 +223,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C22",
         title: "stability vs quality",
         statement: "A well-tuned Post-LN can match (sometimes slightly beat) Pre-LN at the end; Pre-LN's growing stream makes later layers' relative contribution shrink; stability pays early in training, quality differences show late.",
-        coverage: Coverage::Experiments(&["placements", "lr-sensitivity"]),
+        coverage: Coverage::Experiments(&["placements", "lr-sensitivity", "depth-use"]),
     },
     Claim {
         id: "C23",

@@ -16,6 +16,7 @@ pub mod collapse;
 pub mod convert;
 pub mod cure_all;
 pub mod depth_sim;
+pub mod depth_use;
 pub mod drift;
 pub mod gain_decay;
 pub mod identity_path;
@@ -95,6 +96,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &convert::EXPERIMENT,
     &cure_all::EXPERIMENT,
     &no_norm::EXPERIMENT,
+    &depth_use::EXPERIMENT,
 ];
 
 /// Look an experiment up.
