@@ -27,7 +27,9 @@ pub struct SweepCmd {
     /// SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX / NORMLAB_SHARD_COUNT.
     #[arg(long)]
     shard: Option<String>,
-    /// Write an sbatch job-array script with this many tasks to <out>/sweep.sbatch and exit.
+    /// Write an sbatch job-array script with this many tasks to <out>/sweep.sbatch and exit
+    /// (each task asks --jobs CPUs, default 1; the script names this normlab binary, the grid
+    /// and the folder by absolute paths, so it can be submitted from anywhere).
     #[arg(long)]
     emit_slurm: Option<usize>,
     /// List the runs (ids and whether finished) and exit.
@@ -78,11 +80,23 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
             return bad("--emit-slurm needs at least 1 task");
         }
         normlab::io::create_dir_all(&c.out)?;
-        let cpus = c.jobs.unwrap_or(4);
-        let path = c.out.join("sweep.sbatch");
+        let cpus = c.jobs.unwrap_or(1);
+        let abs = |p: &std::path::Path| {
+            p.canonicalize()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        };
+        let out = abs(&c.out)?;
+        let grid_path = std::path::Path::new(&c.grid);
+        let grid = if grid_path.is_file() {
+            abs(grid_path)?.to_string_lossy().into_owned()
+        } else {
+            c.grid.clone()
+        };
+        let exe = std::env::current_exe()?;
+        let path = out.join("sweep.sbatch");
         normlab::io::atomic_write(
             &path,
-            sweep::slurm_script(&c.grid, &c.out, n, cpus).as_bytes(),
+            sweep::slurm_script(&exe, &grid, &out, n, cpus)?.as_bytes(),
         )?;
         println!(
             "wrote {} ({} runs in {n} array tasks); submit with: sbatch {}",

@@ -575,7 +575,17 @@ fn two_shards_in_one_folder_report_like_one_run() {
     ]);
     assert!(o.status.success());
     let script = std::fs::read_to_string(dir.join("slurm/sweep.sbatch")).unwrap();
-    assert!(script.contains("#SBATCH --array=0-3") && script.contains("normlab sweep"));
+    assert!(script.contains("#SBATCH --array=0-3") && script.contains("#SBATCH --cpus-per-task=1"));
+    // Absolute paths: the binary, the grid file and the folder.
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_normlab")).unwrap();
+    assert!(
+        script.contains(&format!(
+            "'{}' sweep '{}'",
+            exe.display(),
+            std::fs::canonicalize(&grid).unwrap().display()
+        )),
+        "{script}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
