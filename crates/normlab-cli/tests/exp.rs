@@ -171,6 +171,42 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
 #[test]
 fn signal_and_norm_experiments_show_the_known_effects() {
     let dir = tmp("basic");
+    // precision: f32 statistics stay at f32 accuracy; a naive f16 norm's
+    // mean square underflows for small rows and overflows for large ones;
+    // naive bf16 loses accuracy in its running sum; SwiGLU overflows f16.
+    let r = run_exp("precision", &[], &dir);
+    let cell = |norm: &str, dtype: &str, mode: &str, eps: f64, m: f64| -> Value {
+        r["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["norm"] == norm
+                    && c["dtype"] == dtype
+                    && c["mode"] == mode
+                    && c["eps"].as_f64() == Some(eps)
+                    && c["magnitude"].as_f64() == Some(m)
+            })
+            .unwrap_or_else(|| panic!("no cell {norm} {dtype} {mode} {eps} {m}"))
+            .clone()
+    };
+    for norm in ["layernorm", "rmsnorm"] {
+        assert!(num(&cell(norm, "f32", "upcast", 0.0, 1.0)["rel_error"]) < 1e-6);
+        assert_eq!(
+            num(&cell(norm, "f16", "naive", 1e-5, 1e-6)["second_moment"]),
+            0.0
+        );
+        assert!(cell(norm, "f16", "naive", 1e-5, 1e3)["second_moment"].is_null());
+        assert!(num(&cell(norm, "f16", "upcast", 1e-5, 1e3)["rel_error"]) < 1e-3);
+        let (naive, up) = (
+            num(&cell(norm, "bf16", "naive", 1e-5, 1.0)["rel_error"]),
+            num(&cell(norm, "bf16", "upcast", 1e-5, 1.0)["rel_error"]),
+        );
+        assert!(naive > 5.0 * up, "{naive} vs {up}");
+    }
+    let sw = r["swiglu"].as_array().unwrap();
+    assert!(sw.iter().any(|s| s["f16"].is_null()) && sw.iter().all(|s| s["bf16"].is_number()));
+    assert!(!r["claims"].as_array().unwrap().is_empty());
     // drift: plain stack vanishes at 0.3, explodes at 1.2; LayerNorm holds sqrt(d).
     let r = run_exp("drift", &[], &dir);
     let curve = |reading: &str, s: f64, k: &str| -> Vec<f64> {

@@ -139,7 +139,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C8",
         title: "eps and low precision",
         statement: "In fp16/bf16 a row's variance (mean square) can underflow, so eps must be chosen per precision (RMSNorm 1e-6, LayerNorm 1e-5 commonly); eps matters only when the mean square is comparable to it; in fp16 RMSNorm's output range is wider than LayerNorm's; SwiGLU's output is unbounded (SiLU(10) * 10 = 99.995) and overflows low precision.",
-        coverage: Coverage::Uncheckable("needs bf16/f16 storage: waits for the precision issue (exp precision); the eps part on a real model waits for the SmolLM2 issue"),
+        coverage: Coverage::Experiments(&["precision"]),
     },
     Claim {
         id: "C9",

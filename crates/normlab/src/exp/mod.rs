@@ -25,6 +25,7 @@ pub mod no_norm;
 pub mod norm_kind;
 pub mod norm_stats;
 pub mod placements;
+pub mod precision;
 pub mod qk_norm;
 pub mod residual_growth;
 pub mod runs;
@@ -97,6 +98,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &cure_all::EXPERIMENT,
     &no_norm::EXPERIMENT,
     &depth_use::EXPERIMENT,
+    &precision::EXPERIMENT,
 ];
 
 /// Look an experiment up.
