@@ -80,6 +80,9 @@ pub struct ExpCmd {
     /// depth-sim: scale each write-back by 1/sqrt(N).
     #[arg(long)]
     scale_writeback: bool,
+    /// depth-sim: LayerNorm Scaling, the pre-norm output of sublayer l times 1/sqrt(l) (with --pre-norm).
+    #[arg(long)]
+    lns: bool,
     /// placements: toy or gpt (default both).
     #[arg(long)]
     model: Option<String>,
@@ -144,6 +147,7 @@ impl ExpCmd {
             },
             pre_norm: self.pre_norm.then_some(true),
             scale_writeback: self.scale_writeback.then_some(true),
+            lns: self.lns.then_some(true),
             model: match &self.model {
                 Some(m) => Some(m.parse::<ModelKind>().or_else(bad)?),
                 None => None,

@@ -10,7 +10,7 @@
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
-//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&seed=` —
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&seed=` —
 //!   the depth simulator, with an SVG chart.
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
@@ -236,6 +236,7 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         "residual",
         "pre_norm",
         "scale_writeback",
+        "lns",
         "seed",
     ];
     let q = match query(raw, &allowed) {
@@ -266,18 +267,22 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         parse_bool("residual", q.get("residual"), true),
         parse_bool("pre_norm", q.get("pre_norm"), false),
         parse_bool("scale_writeback", q.get("scale_writeback"), false),
+        parse_bool("lns", q.get("lns"), false),
     ) {
-        (Ok(residual), Ok(pre_norm), Ok(scale_writeback)) => SimConfig {
+        (Ok(residual), Ok(pre_norm), Ok(scale_writeback), Ok(lns)) => SimConfig {
             sublayers,
             gain,
             residual,
             pre_norm,
             scale_writeback,
+            lns,
             d: 64,
             rows: 32,
             seed,
         },
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return bad(r),
+        (Err(r), _, _, _) | (_, Err(r), _, _) | (_, _, Err(r), _) | (_, _, _, Err(r)) => {
+            return bad(r)
+        }
     };
     if let Err(e) = depth_sim::validate(&cfg) {
         return bad(e.to_string());

@@ -134,6 +134,19 @@ fn api_answers_and_validates() {
     let v = json_body(&body);
     assert_eq!(v["residual_rms"].as_array().unwrap().len(), 17);
     assert!(v["svg"].as_str().unwrap().contains("<svg"));
+    // LayerNorm Scaling shrinks deep branches: the stream grows less than
+    // with pre-norm alone.
+    let final_rms = |lns: bool| {
+        let (code, body) = get(
+            &s,
+            &format!("/api/simulate?sublayers=32&pre_norm=true&lns={lns}"),
+        );
+        assert_eq!(code, 200);
+        json_body(&body)["final_residual_rms"].as_f64().unwrap()
+    };
+    assert!(final_rms(true) < 0.8 * final_rms(false));
+    let (code, _) = get(&s, "/api/simulate?lns=maybe");
+    assert_eq!(code, 400);
     let (code, body) = get(&s, "/api/runs");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["runs"][0]["id"], "a");

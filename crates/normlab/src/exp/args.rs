@@ -52,6 +52,8 @@ pub struct ExpArgs {
     pub pre_norm: Option<bool>,
     /// Write-back scaling 1/sqrt(N) (depth-sim).
     pub scale_writeback: Option<bool>,
+    /// depth-sim: LayerNorm Scaling (pre-norm output of sublayer l times 1/sqrt(l)).
+    pub lns: Option<bool>,
     /// Model family (placements).
     pub model: Option<ModelKind>,
     /// Existing run folders to use instead of training (convert).
@@ -108,6 +110,8 @@ pub enum ExpFlag {
     PreNorm,
     /// --scale-writeback
     ScaleWriteback,
+    /// --lns (LayerNorm Scaling in the depth simulator)
+    Lns,
     /// --model toy|gpt
     Model,
     /// --runs DIR,DIR
@@ -122,7 +126,7 @@ pub enum ExpFlag {
 
 impl ExpFlag {
     /// Every flag.
-    pub const ALL: [ExpFlag; 23] = [
+    pub const ALL: [ExpFlag; 24] = [
         ExpFlag::Seeds,
         ExpFlag::Seed,
         ExpFlag::Steps,
@@ -141,6 +145,7 @@ impl ExpFlag {
         ExpFlag::Residual,
         ExpFlag::PreNorm,
         ExpFlag::ScaleWriteback,
+        ExpFlag::Lns,
         ExpFlag::Model,
         ExpFlag::Runs,
         ExpFlag::Calibrate,
@@ -169,6 +174,7 @@ impl ExpFlag {
             ExpFlag::Residual => "residual",
             ExpFlag::PreNorm => "pre-norm",
             ExpFlag::ScaleWriteback => "scale-writeback",
+            ExpFlag::Lns => "lns",
             ExpFlag::Model => "model",
             ExpFlag::Runs => "runs",
             ExpFlag::Calibrate => "calibrate",
@@ -203,6 +209,7 @@ impl ExpFlag {
             ExpFlag::Residual
             | ExpFlag::PreNorm
             | ExpFlag::ScaleWriteback
+            | ExpFlag::Lns
             | ExpFlag::Runs
             | ExpFlag::Bert => None,
         }
@@ -229,6 +236,7 @@ impl ExpFlag {
             ExpFlag::Residual => a.residual.is_some(),
             ExpFlag::PreNorm => a.pre_norm.is_some(),
             ExpFlag::ScaleWriteback => a.scale_writeback.is_some(),
+            ExpFlag::Lns => a.lns.is_some(),
             ExpFlag::Model => a.model.is_some(),
             ExpFlag::Runs => a.runs.is_some(),
             ExpFlag::Calibrate => a.calibrate.is_some(),

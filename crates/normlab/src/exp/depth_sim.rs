@@ -6,8 +6,9 @@
 //! ```
 //!
 //! with W_l ~ N(0, g^2/d), In = RMSNorm (unit gain) when pre-norm is on and
-//! the identity otherwise, skip = 1 with residuals (0 without) and branch =
-//! 1/sqrt(N) with write-back scaling (1 otherwise). The loss is
+//! the identity otherwise (times 1/sqrt(l), l = 1..N, with LayerNorm
+//! Scaling), skip = 1 with residuals (0 without) and branch = 1/sqrt(N)
+//! with write-back scaling (1 otherwise). The loss is
 //! `sum(r * x_N)` with r ~ N(0,1), so the gradient at the top is r; it is
 //! propagated down exactly. Computed in f64; values that overflow even f64
 //! are reported as null.
@@ -33,6 +34,10 @@ pub struct SimConfig {
     pub pre_norm: bool,
     /// Scale each sublayer's write-back by 1/sqrt(N).
     pub scale_writeback: bool,
+    /// LayerNorm Scaling: the pre-norm output of sublayer l (1-based) times
+    /// 1/sqrt(l) (only with pre-norm).
+    #[serde(default)]
+    pub lns: bool,
     /// Width.
     pub d: usize,
     /// Rows (independent inputs).
@@ -49,6 +54,7 @@ impl Default for SimConfig {
             residual: true,
             pre_norm: false,
             scale_writeback: false,
+            lns: false,
             d: 64,
             rows: 64,
             seed: 0,
@@ -98,7 +104,14 @@ pub fn simulate(c: &SimConfig) -> SimResult {
     // Layer inputs, kept only for pre-norm's backward.
     let mut xs = Vec::new();
     let mut inv_rms = Vec::with_capacity(n); // per layer, per row (pre-norm)
-    for _ in 0..n {
+    let lns = |l: usize| {
+        if c.lns && c.pre_norm {
+            1.0 / ((l + 1) as f64).sqrt()
+        } else {
+            1.0
+        }
+    };
+    for l in 0..n {
         states.push(rng.clone());
         let w = draw(&mut rng);
         let mut a = x.clone();
@@ -107,7 +120,8 @@ pub fn simulate(c: &SimConfig) -> SimResult {
             for (row, irr) in a.chunks_exact_mut(d).zip(ir.iter_mut()) {
                 let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
                 *irr = 1.0 / (ms + 1e-6).sqrt();
-                row.iter_mut().for_each(|v| *v *= *irr);
+                let s = *irr * lns(l);
+                row.iter_mut().for_each(|v| *v *= s);
             }
         }
         let mut next = vec![0.0; rows * d];
@@ -142,7 +156,8 @@ pub fn simulate(c: &SimConfig) -> SimResult {
                 }
             }
             if c.pre_norm {
-                // d/dx of x * rstd: rstd * (da - xhat * mean(da * xhat)).
+                // d/dx of c * x * rstd: c rstd (da - xhat mean(da * xhat)).
+                da.iter_mut().for_each(|v| *v *= lns(l));
                 let xr = &xs[l][i * d..(i + 1) * d];
                 let ir = inv_rms[l][i];
                 let m: f64 = da.iter().zip(xr).map(|(a, b)| a * b * ir).sum::<f64>() / d as f64;
@@ -204,6 +219,9 @@ fn label(c: &SimConfig) -> String {
     if c.scale_writeback {
         parts.push("1/sqrt(N)".into());
     }
+    if c.lns && c.pre_norm {
+        parts.push("LNS 1/sqrt(l)".into());
+    }
     parts.join(" + ")
 }
 
@@ -217,6 +235,7 @@ pub const EXPERIMENT: Experiment = Experiment {
         ExpFlag::Residual,
         ExpFlag::PreNorm,
         ExpFlag::ScaleWriteback,
+        ExpFlag::Lns,
         ExpFlag::DModel,
         ExpFlag::Rows,
         ExpFlag::Seed,
@@ -237,24 +256,28 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         residual: a.residual.unwrap_or(true),
         pre_norm: a.pre_norm.unwrap_or(false),
         scale_writeback: a.scale_writeback.unwrap_or(false),
+        lns: a.lns.unwrap_or(false),
         d: a.d_model.unwrap_or(64),
         rows: a.rows.unwrap_or(64),
         seed: a.seed.unwrap_or(0),
     };
     validate(&base)?;
     let main = simulate(&base);
-    // The four canonical settings at the same N and gain, for comparison.
+    // The canonical settings at the same N and gain, for comparison (the
+    // four of the lesson, then pre-norm with LayerNorm Scaling).
     let variants: Vec<SimConfig> = [
-        (false, false, false),
-        (true, false, false),
-        (true, true, false),
-        (true, true, true),
+        (false, false, false, false),
+        (true, false, false, false),
+        (true, true, false, false),
+        (true, true, true, false),
+        (true, true, false, true),
     ]
     .iter()
-    .map(|&(residual, pre_norm, scale_writeback)| SimConfig {
+    .map(|&(residual, pre_norm, scale_writeback, lns)| SimConfig {
         residual,
         pre_norm,
         scale_writeback,
+        lns,
         ..base
     })
     .collect();
@@ -329,7 +352,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     });
     let v = |i: usize| &results[i];
     out.conclusion = format!(
-        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}).",
+        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}); pre-norm with LayerNorm Scaling (1/sqrt(l)) at {} ({}).",
         base.sublayers,
         base.gain,
         opt(v(0).final_residual_rms),
@@ -340,6 +363,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         opt(v(2).grad_ratio_bottom_top),
         opt(v(3).final_residual_rms),
         opt(v(3).grad_ratio_bottom_top),
+        opt(v(4).final_residual_rms),
+        opt(v(4).grad_ratio_bottom_top),
     );
     out.checks.push(check_c4(&base, &results));
     out.tables.push(table);
