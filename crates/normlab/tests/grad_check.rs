@@ -123,7 +123,7 @@ fn gpt_long_sequences_cross_causal_blocks() {
 }
 
 #[test]
-fn residual_options_rezero_layerscale_lns_mixln() {
+fn residual_options_rezero_layerscale_lns_mixln_emb_scale() {
     for kind in [ModelKind::Toy, ModelKind::Gpt] {
         let mut cases = Vec::new();
         for placement in [Placement::None, Placement::Pre, Placement::Sandwich] {
@@ -150,6 +150,11 @@ fn residual_options_rezero_layerscale_lns_mixln() {
         c.lns = true;
         c.layerscale = Some(0.3);
         c.norm = NormKind::Dyt;
+        cases.push(c);
+        // The DyT paper's LLaMA recipe: a learnable scale on the embeddings.
+        let mut c = tiny(kind);
+        c.norm = NormKind::Dyt;
+        c.emb_scale = true;
         cases.push(c);
         for (i, c) in cases.iter().enumerate() {
             c.validate().unwrap();

@@ -3,7 +3,8 @@
 //! statistics: DyT and Derf replace every norm by a point-wise squashing
 //! function, ReZero gates each branch by a scalar that starts at 0. This
 //! experiment puts them beside no norm, Pre-LN, Pre-RMSNorm, Pre-LN with
-//! LayerScale and LayerNorm Scaling, in the toy net at two depths and in
+//! LayerScale and LayerNorm Scaling (and DyT with the learnable embedding
+//! scale of the DyT paper's LLaMA recipe), in the toy net at two depths and in
 //! the GPT, over learning rates and seeds: which train, at which rates, and
 //! how close each gets to Pre-LN.
 
@@ -47,6 +48,7 @@ enum Variant {
     PreLn,
     PreRms,
     Dyt,
+    DytEmb,
     Derf,
     ReZero,
     LayerScale,
@@ -54,11 +56,12 @@ enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 8] = [
+    const ALL: [Variant; 9] = [
         Variant::None,
         Variant::PreLn,
         Variant::PreRms,
         Variant::Dyt,
+        Variant::DytEmb,
         Variant::Derf,
         Variant::ReZero,
         Variant::LayerScale,
@@ -74,6 +77,7 @@ impl Variant {
             Variant::PreLn => "pre-ln",
             Variant::PreRms => "pre-rmsnorm",
             Variant::Dyt => "dyt",
+            Variant::DytEmb => "dyt+emb-scale",
             Variant::Derf => "derf",
             Variant::ReZero => "rezero",
             Variant::LayerScale => "pre-ln+layerscale",
@@ -88,6 +92,7 @@ impl Variant {
             Variant::PreLn => json!({"norm": "layernorm", "placement": "pre"}),
             Variant::PreRms => json!({"norm": "rmsnorm", "placement": "pre"}),
             Variant::Dyt => json!({"norm": "dyt", "placement": "pre"}),
+            Variant::DytEmb => json!({"norm": "dyt", "placement": "pre", "emb_scale": true}),
             Variant::Derf => json!({"norm": "derf", "placement": "pre"}),
             Variant::ReZero => json!({"norm": "none", "placement": "pre", "rezero": true}),
             Variant::LayerScale => {
@@ -110,6 +115,7 @@ impl Variant {
             (K::LayerNorm, _, _, true) => Variant::Lns,
             (K::LayerNorm, _, _, _) => Variant::PreLn,
             (K::RmsNorm, _, _, _) => Variant::PreRms,
+            (K::Dyt, _, _, _) if m.emb_scale => Variant::DytEmb,
             (K::Dyt, _, _, _) => Variant::Dyt,
             (K::Derf, _, _, _) => Variant::Derf,
             _ => return None,

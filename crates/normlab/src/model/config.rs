@@ -184,6 +184,11 @@ crate::settings! {
         /// quarter of the blocks, rounded down).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mixln_post_layers: Option<usize> => Flag::Num,
+        /// Multiply the embeddings by one learnable scalar initialised to
+        /// sqrt(d_model) (the DyT paper's LLaMA recipe: without a norm,
+        /// nothing else lifts small-init embeddings to unit scale).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub emb_scale: bool => Flag::On,
     }
 }
 
@@ -221,6 +226,7 @@ impl ModelConfig {
             layerscale: None,
             lns: false,
             mixln_post_layers: None,
+            emb_scale: false,
         }
     }
 

@@ -80,7 +80,10 @@ impl Model {
         cfg.validate()?;
         let (d, l) = (cfg.d_model, cfg.layers);
         let mut layout = ParamLayout::new();
-        let emb = Embedding::new(&mut layout, cfg.vocab, cfg.seq, d, cfg.init_std);
+        let mut emb = Embedding::new(&mut layout, cfg.vocab, cfg.seq, d, cfg.init_std);
+        if cfg.emb_scale {
+            emb = emb.with_scale(&mut layout);
+        }
         let deep = cfg.placement == Placement::DeepNorm;
         let (alpha, beta) = cfg.deepnorm_alpha_beta();
         let out_std = cfg.out_proj_std.unwrap_or(0.02 / ((2 * l) as f32).sqrt());
@@ -476,7 +479,7 @@ impl Model {
             self.blocks[i].backward(params, grads, x, dcur, dnext, dmid, &mut rest[0], scratch);
             std::mem::swap(&mut dcur, &mut dnext);
         }
-        self.emb.backward(grads, tokens, *t, dcur);
+        self.emb.backward(params, grads, tokens, *t, dcur);
     }
 
     /// Number of learnable parameters.
