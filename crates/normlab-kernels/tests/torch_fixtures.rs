@@ -45,6 +45,36 @@ fn max_abs(v: &[f32]) -> f32 {
 
 /// `|ours - torch| <= rtol * scale + slack`, where `slack` is PyTorch's own
 /// unavoidable rounding for ill-conditioned rows (see below).
+/// The kernels' forward output and statistics, input gradient and
+/// parameter gradients for a case's x and dy.
+fn fwd_bwd(
+    kind: NormKind,
+    d: usize,
+    eps: f32,
+    c: &Case,
+    params: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let rows = c.x.len() / d;
+    let mut y = vec![0.0; rows * d];
+    let mut st = vec![0.0; norm::stats_len(rows)];
+    norm::forward(kind, d, eps, &c.x, params, &mut y, &mut st);
+    let mut dx = vec![0.0; rows * d];
+    let mut dp = vec![0.0; params.len()];
+    let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
+    norm::backward(
+        kind,
+        d,
+        &c.x,
+        &c.dy,
+        params,
+        &st,
+        &mut dx,
+        &mut dp,
+        &mut scratch,
+    );
+    (y, st, dx, dp)
+}
+
 fn assert_close(what: &str, ours: &[f32], torch: &[f32], scale: f32, rtol: f32, slack: f32) {
     assert_eq!(ours.len(), torch.len(), "{what}: length");
     for (i, (a, b)) in ours.iter().zip(torch).enumerate() {
@@ -82,23 +112,7 @@ fn kernels_match_pytorch_fixtures() {
         };
         seen.insert((c.op.clone(), c.d));
         let (rows, d) = (c.rows, c.d);
-        let mut y = vec![0.0; rows * d];
-        let mut st = vec![0.0; norm::stats_len(rows)];
-        norm::forward(kind, d, c.eps, &c.x, &params, &mut y, &mut st);
-        let mut dx = vec![0.0; rows * d];
-        let mut dp = vec![0.0; params.len()];
-        let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
-        norm::backward(
-            kind,
-            d,
-            &c.x,
-            &c.dy,
-            &params,
-            &st,
-            &mut dx,
-            &mut dp,
-            &mut scratch,
-        );
+        let (y, st, dx, dp) = fwd_bwd(kind, d, c.eps, c, &params);
         let tag = format!("{} d={} eps={}", c.op, d, c.eps);
         let gain_max = params[..d].iter().fold(0f32, |m, g| {
             m.max(if kind == NormKind::ZRmsNorm {
@@ -184,7 +198,7 @@ fn kernels_match_pytorch_fixtures() {
 /// (of the row's output scale, of |alpha * dy * gamma|, and of the sums for
 /// the scalar gradients).
 fn check_pointwise(c: &Case) {
-    let (rows, d) = (c.rows, c.d);
+    let d = c.d;
     let alpha = c.alpha.expect("alpha");
     let (kind, params) = if c.op == "dyt" {
         (
@@ -199,23 +213,7 @@ fn check_pointwise(c: &Case) {
         )
     };
     let ig = params.len() - 2 * d;
-    let mut y = vec![0.0; rows * d];
-    let mut st = vec![0.0; norm::stats_len(rows)];
-    norm::forward(kind, d, 0.0, &c.x, &params, &mut y, &mut st);
-    let mut dx = vec![0.0; rows * d];
-    let mut dp = vec![0.0; params.len()];
-    let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
-    norm::backward(
-        kind,
-        d,
-        &c.x,
-        &c.dy,
-        &params,
-        &st,
-        &mut dx,
-        &mut dp,
-        &mut scratch,
-    );
+    let (y, _, dx, dp) = fwd_bwd(kind, d, 0.0, c, &params);
     let tag = format!("{} d={}", c.op, d);
     let ymax = max_abs(&c.y).max(1.0);
     assert_close(&format!("{tag} y"), &y, &c.y, ymax, 1e-5, 0.0);
