@@ -32,6 +32,14 @@ pub struct CalcArgs {
     /// Also normalise x + shift (with --scale: scale * x + shift).
     #[arg(long, allow_hyphen_values = true)]
     shift: Option<f32>,
+    /// Also compute the norm with the input, gain and bias stored in bf16 or
+    /// f16 (or f32), statistics in f32 (layernorm, rmsnorm, zrmsnorm).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// With --dtype: round every intermediate (squares, running sums, mean,
+    /// variance, eps, rstd) to the type, as a naive half-precision norm does.
+    #[arg(long)]
+    naive: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -51,6 +59,10 @@ pub fn run(a: CalcArgs) -> anyhow::Result<()> {
     req.eps = a.eps;
     req.scale = a.scale;
     req.shift = a.shift;
+    req.naive = a.naive;
+    if let Some(t) = &a.dtype {
+        req.dtype = Some(t.parse().or_else(bad)?);
+    }
     if let Some(g) = &a.gamma {
         req.gamma = Some(parse("--gamma", g).or_else(bad)?);
     }
@@ -72,6 +84,37 @@ pub fn run(a: CalcArgs) -> anyhow::Result<()> {
         "{:<10} mean {:.6}   std {:.6}   L2 {:.6}   (sqrt(d) = {:.6})",
         "", r.mean, r.std, r.l2, r.sqrt_d
     );
+    if let Some(lp) = &r.low_precision {
+        let show = |v: &[f64]| {
+            let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            fmt_vec(&f, 4)
+        };
+        println!(
+            "{} {} (statistics {}):",
+            lp.dtype.name(),
+            lp.mode,
+            if lp.mode == "naive" {
+                format!("rounded to {} at every step", lp.dtype.name())
+            } else {
+                "in f32".to_string()
+            }
+        );
+        println!("{:<10} {}", "stored x", show(&lp.stored_input));
+        println!(
+            "{:<10} mean {:.4e}   {} {:.4e}   rstd {:.4e}",
+            "",
+            lp.result.mean,
+            if r.kind == "layernorm" {
+                "variance"
+            } else {
+                "mean square"
+            },
+            lp.result.second_moment,
+            lp.result.rstd
+        );
+        println!("{:<10} {}", "output", show(&lp.result.output));
+        println!("-> max |diff| from the f32 output: {:.3e}", lp.max_abs_diff);
+    }
     if let Some(t) = &r.transformed {
         let what = match (a.scale, a.shift) {
             (Some(s), Some(c)) => format!("{s} * x + {c}"),

@@ -24,6 +24,56 @@ fn json(args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
+fn calc_in_low_precision() {
+    // A row of 1e-3s: its mean square 1e-6 is representable in f16, but
+    // each square (1e-6) is a subnormal there and their naive f16 running sum
+    // loses bits; f32 statistics keep the output at f16's own rounding.
+    let x = "1e-3,-2e-3,3e-3,5e-4,-1e-3,2e-3";
+    let lp = |extra: &[&str]| {
+        let mut args = vec!["calc", "--x", x, "--norm", "rmsnorm", "--json"];
+        args.extend_from_slice(extra);
+        json(&args)["low_precision"].clone()
+    };
+    let up = lp(&["--dtype", "f16"]);
+    let naive = lp(&["--dtype", "f16", "--naive"]);
+    assert_eq!(up["dtype"], "f16");
+    assert_eq!(naive["mode"], "naive");
+    let (du, dn) = (
+        up["max_abs_diff"].as_f64().unwrap(),
+        naive["max_abs_diff"].as_f64().unwrap(),
+    );
+    assert!(du < 2e-3 && dn > du, "upcast {du} naive {dn}");
+    // Rows whose squares overflow f16: the naive mean square is inf.
+    let big = json(&[
+        "calc",
+        "--x",
+        "300,-200,100",
+        "--norm",
+        "layernorm",
+        "--dtype",
+        "f16",
+        "--naive",
+        "--json",
+    ]);
+    assert!(big["low_precision"]["second_moment"].is_null());
+    // bf16 stores 1.001 as 1.
+    let b = json(&["calc", "--x", "1.001,2", "--dtype", "bf16", "--json"]);
+    assert_eq!(b["low_precision"]["stored_input"][0], 1.0);
+    for (args, msg) in [
+        (
+            vec!["calc", "--x", "1,2", "--norm", "dyt", "--dtype", "f16"],
+            "simulated for",
+        ),
+        (vec!["calc", "--x", "1,2", "--naive"], "needs --dtype"),
+        (vec!["calc", "--x", "1,2", "--dtype", "f8"], "unknown dtype"),
+    ] {
+        let o = normlab(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(msg), "{args:?}");
+    }
+}
+
+#[test]
 fn calc_worked_example_and_invariances() {
     let v = json(&["calc", "--x", "1,2,3,6", "--json"]);
     let out: Vec<f64> = v["output"]

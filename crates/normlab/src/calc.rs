@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::kernels::norm::{self, BatchNorm, NormKind, ParamLen, ParamRole};
+use crate::precision::Dtype;
 use serde::Serialize;
 use thiserror::Error;
 
@@ -56,6 +57,12 @@ pub enum CalcError {
     /// Too long (the web API bounds work per request).
     #[error("the input vector has {0} values; at most {1} are allowed")]
     TooLong(usize, usize),
+    /// A storage type for a kind it is not simulated for.
+    #[error("--dtype is simulated for layernorm, rmsnorm and zrmsnorm (not {0})")]
+    DtypeKind(NormKind),
+    /// --naive without --dtype.
+    #[error("--naive needs --dtype bf16 or f16")]
+    NaiveWithoutDtype,
 }
 
 /// What to compute.
@@ -76,6 +83,12 @@ pub struct CalcRequest {
     pub scale: Option<f32>,
     /// See `scale`.
     pub shift: Option<f32>,
+    /// Also compute the norm as with inputs, gain and bias stored in this
+    /// type (layernorm, rmsnorm, zrmsnorm).
+    pub dtype: Option<Dtype>,
+    /// With `dtype`: round every intermediate to it (a naive half-precision
+    /// norm) instead of computing the statistics in f32.
+    pub naive: bool,
 }
 
 impl CalcRequest {
@@ -89,6 +102,8 @@ impl CalcRequest {
             beta: None,
             scale: None,
             shift: None,
+            dtype: None,
+            naive: false,
         }
     }
 }
@@ -163,6 +178,94 @@ pub struct CalcResult {
     /// = transformed.unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unchanged: Option<bool>,
+    /// With a dtype: the same norm on the stored values.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub low_precision: Option<LowPrecision>,
+}
+
+/// The norm of the input as stored in a low-precision type.
+#[derive(Clone, Debug, Serialize)]
+pub struct LowPrecision {
+    /// The storage type.
+    pub dtype: Dtype,
+    /// upcast (f32 statistics, output rounded) or naive (every
+    /// intermediate rounded).
+    pub mode: &'static str,
+    /// The input as stored (inf where it overflowed).
+    pub stored_input: Vec<f64>,
+    /// The statistics and output (inf/NaN where they overflowed).
+    #[serde(flatten)]
+    pub result: crate::precision::Rounded,
+    /// max |output - f32 output| (inf when not finite).
+    pub max_abs_diff: f64,
+}
+
+/// The norm of `x` as if `x`, the gain and the bias were stored in `dtype`.
+fn low_precision(
+    req: &CalcRequest,
+    dtype: Dtype,
+    eps: f32,
+    params: &[f32],
+    y: &[f32],
+) -> LowPrecision {
+    let d = req.x.len();
+    let ranges: Vec<_> = req.kind.param_ranges(d).collect();
+    let tensor = |role: ParamRole| {
+        ranges.iter().find(|(s, _)| s.role == role).map(|(_, r)| {
+            params[r.clone()]
+                .iter()
+                .map(|&v| dtype.round(f64::from(v)))
+                .collect::<Vec<_>>()
+        })
+    };
+    let offset = if req.kind == NormKind::ZRmsNorm {
+        1.0
+    } else {
+        0.0
+    };
+    let gain: Vec<f64> =
+        tensor(ParamRole::Gain).map_or(vec![1.0; d], |g| g.iter().map(|v| v + offset).collect());
+    let bias = tensor(ParamRole::Bias);
+    let stored: Vec<f64> = req.x.iter().map(|&v| dtype.round(f64::from(v))).collect();
+    let centred = req.kind == NormKind::LayerNorm;
+    let mut result = if req.naive {
+        crate::precision::norm(
+            centred,
+            &stored,
+            &gain,
+            bias.as_deref(),
+            f64::from(eps),
+            &|v| dtype.round(v),
+        )
+    } else {
+        crate::precision::norm(
+            centred,
+            &stored,
+            &gain,
+            bias.as_deref(),
+            f64::from(eps),
+            &|v| v as f32 as f64,
+        )
+    };
+    if !req.naive {
+        result.output.iter_mut().for_each(|v| *v = dtype.round(*v));
+    }
+    let max_abs_diff = result
+        .output
+        .iter()
+        .zip(y)
+        .map(|(a, &b)| (a - f64::from(b)).abs())
+        .fold(
+            0f64,
+            |m, v| if v.is_nan() { f64::INFINITY } else { m.max(v) },
+        );
+    LowPrecision {
+        dtype,
+        mode: if req.naive { "naive" } else { "upcast" },
+        stored_input: stored,
+        result,
+        max_abs_diff,
+    }
 }
 
 /// Largest vector the calculator accepts.
@@ -275,6 +378,13 @@ pub fn calc(req: &CalcRequest) -> Result<CalcResult, CalcError> {
         return Err(CalcError::BadEps(eps));
     }
     let params = params_for(req, d)?;
+    match req.dtype {
+        Some(_) if !crate::precision::supported(req.kind) => {
+            return Err(CalcError::DtypeKind(req.kind))
+        }
+        None if req.naive => return Err(CalcError::NaiveWithoutDtype),
+        _ => {}
+    }
     let y = normalise(req.kind, eps, &req.x, &params);
     let st = vec_stats(&y);
     let transformed = if req.scale.is_some() || req.shift.is_some() {
@@ -303,6 +413,7 @@ pub fn calc(req: &CalcRequest) -> Result<CalcResult, CalcError> {
     } else {
         None
     };
+    let low = req.dtype.map(|t| low_precision(req, t, eps, &params, &y));
     Ok(CalcResult {
         kind: req.kind.name().to_string(),
         d,
@@ -316,6 +427,7 @@ pub fn calc(req: &CalcRequest) -> Result<CalcResult, CalcError> {
         transformed_output: transformed.as_ref().map(|t| t.output.clone()),
         unchanged: transformed.as_ref().map(|t| t.unchanged),
         transformed,
+        low_precision: low,
     })
 }
 

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod model;
 pub mod nn;
 pub mod params;
+pub mod precision;
 pub mod present;
 pub mod report;
 pub mod settings;

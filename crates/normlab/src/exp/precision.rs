@@ -16,13 +16,13 @@
 //! overflows to inf, the table says so. Also: how much eps changes the
 //! output as the row's mean square nears it, the output of LayerNorm and
 //! RMSNorm in f16 for rows with a common offset, and SwiGLU's output in
-//! bf16 and f16. Numbers are rounded with the `half` crate (IEEE
-//! round-to-nearest-even, subnormals kept).
+//! bf16 and f16. The rounding is [`crate::precision`]'s.
 
 use super::claims::{ClaimCheck, Verdict};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::rng::Rng;
+use crate::precision::Dtype;
 use crate::present::{Figure, LineChart, Series, Table};
 use serde_json::json;
 
@@ -35,44 +35,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     grid: None,
     quick_decides: true,
 };
-
-/// A storage type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dtype {
-    F32,
-    Bf16,
-    F16,
-}
-
-impl Dtype {
-    const ALL: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
-
-    fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-            Dtype::F16 => "f16",
-        }
-    }
-
-    /// `v` rounded to this type (to nearest even; inf beyond its range).
-    fn round(self, v: f64) -> f64 {
-        match self {
-            Dtype::F32 => v as f32 as f64,
-            Dtype::Bf16 => half::bf16::from_f64(v).to_f64(),
-            Dtype::F16 => half::f16::from_f64(v).to_f64(),
-        }
-    }
-
-    /// The largest finite value.
-    fn max(self) -> f64 {
-        match self {
-            Dtype::F32 => f32::MAX as f64,
-            Dtype::Bf16 => half::bf16::MAX.to_f64(),
-            Dtype::F16 => half::f16::MAX.to_f64(),
-        }
-    }
-}
 
 /// How the statistics are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,19 +68,12 @@ impl Kind {
     }
 }
 
-/// The row's output (unit gain, zero bias) and the second moment it used
-/// (variance or mean square), computed with every operation rounded by `r`
-/// (the identity for f64; f32 for upcast; the storage type for naive).
+/// The row's output (unit gain, zero bias) and the second moment it used,
+/// every operation rounded by `r`.
 fn norm_with(kind: Kind, x: &[f64], eps: f64, r: &dyn Fn(f64) -> f64) -> (Vec<f64>, f64) {
-    let d = x.len() as f64;
-    let mean = match kind {
-        Kind::Ln => r(x.iter().fold(0.0, |s, &v| r(s + v)) / d),
-        Kind::Rms => 0.0,
-    };
-    let centred: Vec<f64> = x.iter().map(|&v| r(v - mean)).collect();
-    let m2 = r(centred.iter().fold(0.0, |s, &c| r(s + r(c * c))) / d);
-    let rstd = r(1.0 / r(r(m2 + r(eps)).sqrt()));
-    (centred.iter().map(|&c| r(c * rstd)).collect(), m2)
+    let ones = vec![1.0; x.len()];
+    let out = crate::precision::norm(kind == Kind::Ln, x, &ones, None, eps, r);
+    (out.output, out.second_moment)
 }
 
 /// One cell: the relative RMS error of the output against f64 on the same
