@@ -177,7 +177,10 @@ async fn api_kinds(RawQuery(raw): RawQuery) -> Response {
 }
 
 async fn api_calc(RawQuery(raw): RawQuery) -> Response {
-    let q = match query(raw, &["norm", "x", "eps", "scale", "shift"]) {
+    let q = match query(
+        raw,
+        &["norm", "x", "eps", "scale", "shift", "dtype", "naive"],
+    ) {
         Ok(q) => q,
         Err(r) => return *r,
     };
@@ -202,6 +205,16 @@ async fn api_calc(RawQuery(raw): RawQuery) -> Response {
         ));
     }
     let mut req = CalcRequest::new(kind, x);
+    if let Some(t) = q.get("dtype").filter(|t| !t.is_empty()) {
+        match t.parse() {
+            Ok(t) => req.dtype = Some(t),
+            Err(e) => return bad(e),
+        }
+    }
+    match parse_bool("naive", q.get("naive"), false) {
+        Ok(n) => req.naive = n,
+        Err(e) => return bad(e),
+    }
     match (
         parse_f32("eps", q.get("eps")),
         parse_f32("scale", q.get("scale")),

@@ -134,6 +134,27 @@ fn api_answers_and_validates() {
     let v = json_body(&body);
     assert_eq!(v["residual_rms"].as_array().unwrap().len(), 17);
     assert!(v["svg"].as_str().unwrap().contains("<svg"));
+    // The calculator in a stored type: naive f16 statistics overflow on a
+    // row whose squares exceed 65504.
+    let (code, body) = get(
+        &s,
+        "/api/calc?norm=layernorm&x=300,-200,100&dtype=f16&naive=true",
+    );
+    assert_eq!(code, 200);
+    let v = json_body(&body);
+    assert!(v["low_precision"]["second_moment"].is_null(), "{v}");
+    let (code, body) = get(&s, "/api/calc?norm=layernorm&x=300,-200,100&dtype=f16");
+    assert_eq!(code, 200);
+    assert!(
+        json_body(&body)["low_precision"]["max_abs_diff"]
+            .as_f64()
+            .unwrap()
+            < 1e-3
+    );
+    for bad in ["dtype=f8", "norm=dyt&dtype=f16", "naive=maybe"] {
+        let (code, _) = get(&s, &format!("/api/calc?x=1,2&{bad}"));
+        assert_eq!(code, 400, "{bad}");
+    }
     // LayerNorm Scaling shrinks deep branches: the stream grows less than
     // with pre-norm alone.
     let final_rms = |lns: bool| {

@@ -278,6 +278,12 @@ async fn web_lab_in_headless_chromium() {
             && log.contains("[5.0000, 8.0000, 11.0000, 20.0000]"),
         "{log}"
     );
+    // Stored in f16: the kinds it is simulated for show their stored-type
+    // output; the others stay empty.
+    click_and_log(&c, "#calc-dtype option:nth-child(3)", 4).await;
+    let low = text(&c, "#layernorm-low").await;
+    assert!(low.contains("upcast") && low.contains("max diff"), "{low}");
+    assert!(text(&c, "#dyt-low").await.is_empty());
     shot(&c, "#calc", &base, "calculator.png").await;
 
     // Depth simulator: toggles move the summary numbers the right way.
