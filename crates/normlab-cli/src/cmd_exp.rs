@@ -388,9 +388,10 @@ pub fn book(c: BookCmd) -> anyhow::Result<()> {
         }
         print!("{t}");
         println!(
-            "\nestimated {:.1} core-hours left, about {:.1} h with {jobs} job(s) (estimate: matmul work at 100 GFLOP/s per core)",
+            "\nestimated {:.1} core-hours left, about {:.1} h with {jobs} job(s) (estimate: matmul work at {} GFLOP/s per core)",
             total / 3600.0,
-            total / 3600.0 / jobs as f64
+            total / 3600.0 / jobs as f64,
+            normlab::exp::book::GFLOPS_PER_CORE
         );
         return Ok(());
     }
