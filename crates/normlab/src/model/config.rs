@@ -189,6 +189,11 @@ crate::settings! {
         /// nothing else lifts small-init embeddings to unit scale).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub emb_scale: bool => Flag::On,
+        /// Initial alpha of the point-wise norms of the attention (mixing)
+        /// sublayers, which the DyT paper's LLaMA recipe sets higher than
+        /// the others (default: --dyt-alpha).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub dyt_alpha_attn: Option<f32> => Flag::Num,
     }
 }
 
@@ -227,6 +232,7 @@ impl ModelConfig {
             lns: false,
             mixln_post_layers: None,
             emb_scale: false,
+            dyt_alpha_attn: None,
         }
     }
 
@@ -335,9 +341,13 @@ impl ModelConfig {
                 return Err(format!("out_proj_std must be a positive number (got {s})").into());
             }
         }
-        if let Some(a) = self.dyt_alpha {
+        for (key, v) in [
+            ("dyt_alpha", self.dyt_alpha),
+            ("dyt_alpha_attn", self.dyt_alpha_attn),
+        ] {
+            let Some(a) = v else { continue };
             if !a.is_finite() {
-                return Err(format!("dyt_alpha must be a finite number (got {a})").into());
+                return Err(format!("{key} must be a finite number (got {a})").into());
             }
             let pointwise = |k: NormKind| {
                 k.spec()
@@ -346,7 +356,12 @@ impl ModelConfig {
                     .any(|p| p.role == crate::kernels::norm::ParamRole::Slope)
             };
             if !pointwise(self.norm) {
-                return Err(format!("--dyt-alpha sets the alpha of the point-wise norms (dyt, derf); norm {} has none", self.norm).into());
+                return Err(format!(
+                    "--{} sets the alpha of the point-wise norms (dyt, derf); norm {} has none",
+                    key.replace('_', "-"),
+                    self.norm
+                )
+                .into());
             }
         }
         if let Some(v) = self.layerscale {
@@ -434,6 +449,30 @@ mod tests {
         for r in &slopes {
             assert!(r.get(&w).iter().all(|&v| v == 0.25));
         }
+        // The DyT LLaMA recipe: another alpha for the attention sublayers.
+        let mut c = ModelConfig::gpt();
+        c.norm = NormKind::Dyt;
+        c.dyt_alpha = Some(0.2);
+        c.dyt_alpha_attn = Some(0.8);
+        let m = crate::model::Model::new(&c).unwrap();
+        let w = m.init_params(0);
+        let mut seen = (0, 0);
+        for site in m.norms() {
+            let a = site
+                .norm
+                .param(crate::kernels::norm::ParamRole::Slope)
+                .unwrap()
+                .get(&w)[0];
+            if site.sub == Some(0) {
+                assert_eq!(a, 0.8);
+                seen.0 += 1;
+            } else {
+                assert_eq!(a, 0.2);
+                seen.1 += 1;
+            }
+        }
+        // Per block one attention pre-norm and one MLP pre-norm; the final norm.
+        assert_eq!(seen, (c.layers, c.layers + 1));
     }
 
     #[test]

@@ -270,13 +270,22 @@ impl Model {
         if cfg.init == InitScheme::Torch {
             model.apply_torch_init();
         }
-        if let Some(alpha) = cfg.dyt_alpha {
-            let slopes: Vec<crate::params::ParamRef> = model
+        if cfg.dyt_alpha.is_some() || cfg.dyt_alpha_attn.is_some() {
+            // Block norms of the mixing sublayer (sub 0) take the attention
+            // alpha when one is given; QK-Norm is an RMSNorm, never point-wise.
+            let slopes: Vec<(crate::params::ParamRef, bool)> = model
                 .norms()
-                .filter_map(|s| s.norm.param(crate::kernels::norm::ParamRole::Slope))
+                .filter_map(|s| {
+                    let r = s.norm.param(crate::kernels::norm::ParamRole::Slope)?;
+                    Some((r, s.sub == Some(0)))
+                })
                 .collect();
-            for r in &slopes {
-                model.layout.set_init(r, Init::Const(alpha));
+            for (r, attn) in &slopes {
+                let a = match (attn, cfg.dyt_alpha_attn, cfg.dyt_alpha) {
+                    (true, Some(a), _) | (_, _, Some(a)) => a,
+                    _ => continue,
+                };
+                model.layout.set_init(r, Init::Const(a));
             }
         }
         Ok(model)
