@@ -228,25 +228,17 @@ fn low_precision(
     let bias = tensor(ParamRole::Bias);
     let stored: Vec<f64> = req.x.iter().map(|&v| dtype.round(f64::from(v))).collect();
     let centred = req.kind == NormKind::LayerNorm;
-    let mut result = if req.naive {
-        crate::precision::norm(
-            centred,
-            &stored,
-            &gain,
-            bias.as_deref(),
-            f64::from(eps),
-            &|v| dtype.round(v),
-        )
-    } else {
-        crate::precision::norm(
-            centred,
-            &stored,
-            &gain,
-            bias.as_deref(),
-            f64::from(eps),
-            &|v| v as f32 as f64,
-        )
-    };
+    let naive = |v: f64| dtype.round(v);
+    let upcast = |v: f64| v as f32 as f64;
+    let round: &dyn Fn(f64) -> f64 = if req.naive { &naive } else { &upcast };
+    let mut result = crate::precision::norm(
+        centred,
+        &stored,
+        &gain,
+        bias.as_deref(),
+        f64::from(eps),
+        round,
+    );
     if !req.naive {
         result.output.iter_mut().for_each(|v| *v = dtype.round(*v));
     }
