@@ -36,6 +36,20 @@ impl Verdict {
         .find(|v| v.label() == s)
     }
 
+    /// The verdict of a claim checked in `of` cases that held in `held`:
+    /// inconclusive without cases, holds in all, holds partly in some.
+    pub fn of_count(held: usize, of: usize) -> Verdict {
+        if of == 0 {
+            Verdict::Inconclusive
+        } else if held == of {
+            Verdict::Holds
+        } else if held > 0 {
+            Verdict::Partly
+        } else {
+            Verdict::DoesNotHold
+        }
+    }
+
     /// As written in tables.
     pub fn label(self) -> &'static str {
         match self {

@@ -168,7 +168,9 @@ fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
     for l in 0..model.blocks.len() {
         let mut m = model.clone();
         m.blocks.remove(l);
-        let mut w = eval_workspace(&m, c, n)?;
+        let mut w = m.workspace(n, t);
+        w.tokens.copy_from_slice(&ws.tokens);
+        w.targets.copy_from_slice(&ws.targets);
         out.skip_rise
             .push(m.forward(params, &mut w) / tokens - loss);
     }

@@ -282,15 +282,7 @@ fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec
     }
     out.push(ClaimCheck::new(
         "C22",
-        if parts.is_empty() {
-            Verdict::Inconclusive
-        } else if matches == parts.len() {
-            Verdict::Holds
-        } else if matches > 0 {
-            Verdict::Partly
-        } else {
-            Verdict::DoesNotHold
-        },
+        Verdict::of_count(matches, parts.len()),
         format!(
             "tuned over lr and warm-up: {} (matching = within 0.02 or twice the seed std).",
             parts.join("; ")

@@ -304,15 +304,7 @@ fn check_c19(cells: &[Cell]) -> ClaimCheck {
     }
     ClaimCheck::new(
         "C19",
-        if failing == 0 {
-            Verdict::Inconclusive
-        } else if rescued == failing {
-            Verdict::Holds
-        } else if rescued > 0 {
-            Verdict::Partly
-        } else {
-            Verdict::DoesNotHold
-        },
+        Verdict::of_count(rescued, failing),
         format!(
             "{}. Post-LN failed in {failing} cell(s), DeepNorm trained in {rescued} of them (lesson: DeepNorm makes even 1000-layer Post-LN trainable).",
             parts.join("; ")

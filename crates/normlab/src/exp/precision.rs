@@ -382,12 +382,7 @@ fn check_c8(
         rms_range > ln_range,
         f16_overflow_at.is_some(),
     ];
-    let held = parts.iter().filter(|&&p| p).count();
-    let v = match held {
-        4 => Verdict::Holds,
-        0 => Verdict::DoesNotHold,
-        _ => Verdict::Partly,
-    };
+    let v = Verdict::of_count(parts.iter().filter(|&&p| p).count(), parts.len());
     ClaimCheck::new(
         "C8",
         v,

@@ -484,28 +484,30 @@ fn check_c9(share: &[serde_json::Value]) -> ClaimCheck {
     )
 }
 
+/// Of `points`, how many show the candidate of `ratio` measurably faster,
+/// and the smallest and largest median ratio.
+fn wins_and_range(points: &[&KernelPoint], ratio: fn(&KernelPoint) -> &Ratio) -> (usize, f64, f64) {
+    let wins = points
+        .iter()
+        .filter(|k| ratio(k).direction() == Direction::Faster)
+        .count();
+    let (lo, hi) = points
+        .iter()
+        .map(|k| ratio(k).median)
+        .fold((f64::INFINITY, 0f64), |(a, b), x| (a.min(x), b.max(x)));
+    (wins, lo, hi)
+}
+
 fn check_c10(kernels: &[KernelPoint], step: &Ratio, share: f64, predicted: f64) -> ClaimCheck {
     let single: Vec<&KernelPoint> = kernels.iter().filter(|k| k.threads == 1).collect();
-    let faster = single
-        .iter()
-        .filter(|k| k.rms_vs_ln.direction() == Direction::Faster)
-        .count();
-    let meds: Vec<f64> = single.iter().map(|k| k.rms_vs_ln.median).collect();
-    let (lo, hi) = meds
-        .iter()
-        .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    let (faster, lo, hi) = wins_and_range(&single, |k| &k.rms_vs_ln);
     // The step agrees with the kernels when it is measurably faster, or when
     // the kernel-predicted speed-up lies within the step's per-round spread.
     let step_agrees =
         step.direction() == Direction::Faster || (step.q1 <= predicted && predicted <= step.q3);
-    let verdict = if single.is_empty() {
-        Verdict::Inconclusive
-    } else if faster == single.len() && step_agrees {
-        Verdict::Holds
-    } else if faster > 0 {
-        Verdict::Partly
-    } else {
-        Verdict::DoesNotHold
+    let verdict = match Verdict::of_count(faster, single.len()) {
+        Verdict::Holds if !step_agrees => Verdict::Partly,
+        v => v,
     };
     ClaimCheck::new(
         "C10",
@@ -527,25 +529,10 @@ fn check_c11(kernels: &[KernelPoint]) -> ClaimCheck {
         .iter()
         .filter(|k| k.pass == Pass::ForwardBackward)
         .collect();
-    let ln_wins = fb
-        .iter()
-        .filter(|k| k.ln_vs_unfused_rms.direction() == Direction::Faster)
-        .count();
-    let meds: Vec<f64> = fb.iter().map(|k| k.ln_vs_unfused_rms.median).collect();
-    let (lo, hi) = meds
-        .iter()
-        .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    let (ln_wins, lo, hi) = wins_and_range(&fb, |k| &k.ln_vs_unfused_rms);
     ClaimCheck::new(
         "C11",
-        if fb.is_empty() {
-            Verdict::Inconclusive
-        } else if ln_wins == fb.len() {
-            Verdict::Holds
-        } else if ln_wins > 0 {
-            Verdict::Partly
-        } else {
-            Verdict::DoesNotHold
-        },
+        Verdict::of_count(ln_wins, fb.len()),
         format!(
             "on this CPU (not the course's Apple GPU) the fused LayerNorm ran {:.2}x-{:.2}x as fast as an unfused RMSNorm (one memory pass per operation) forward+backward, faster in {ln_wins} of {} shapes: which is faster depends on fusion, not on the formula (lesson: fused LayerNorm 0.667 ms vs PyTorch RMSNorm 0.792 ms).",
             lo,
