@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::present::{f, grid, plot, Figure, LineChart, Panel, Series, Table};
 use crate::sweep::SeedGroup;
-use crate::train::run::{read_config, read_metrics, read_summary};
+use crate::train::run::{read_metrics, read_run_config, read_summary};
 use crate::train::Summary;
 use crate::train::{StepRecord, TrainConfig};
 use serde_json::{json, Map, Value};
@@ -23,6 +23,8 @@ pub struct FoundRun {
     pub name: String,
     /// Config.
     pub cfg: TrainConfig,
+    /// Who recorded the run when not normlab (`pytorch`: the Python logger).
+    pub source: Option<String>,
     /// Summary (None: unfinished).
     pub summary: Option<Summary>,
     /// Metrics.
@@ -50,14 +52,14 @@ fn scan_with(root: &Path, metrics: bool) -> Result<Vec<FoundRun>> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         if dir.join("config.json").exists() {
-            let cfg = match read_config(&dir) {
+            let cfg = match read_run_config(&dir) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     invalid.push(e.to_string());
                     None
                 }
             };
-            if let Some(cfg) = cfg {
+            if let Some((cfg, source)) = cfg {
                 let name = dir
                     .strip_prefix(root)
                     .map(|p| p.display().to_string())
@@ -65,6 +67,7 @@ fn scan_with(root: &Path, metrics: bool) -> Result<Vec<FoundRun>> {
                 out.push(FoundRun {
                     name: if name.is_empty() { ".".into() } else { name },
                     cfg,
+                    source,
                     summary: read_summary(&dir),
                     metrics: if metrics {
                         read_metrics(&dir)
@@ -143,7 +146,13 @@ pub struct Report {
 /// Build the report of `runs`.
 pub fn build(runs: &[FoundRun]) -> Report {
     let keys = varying_keys(runs);
+    // A "source" column when PyTorch runs (the Python logger's) are mixed in.
+    let sources = runs.iter().any(|r| r.source.is_some());
+    let source = |r: &FoundRun| r.source.clone().unwrap_or_else(|| "normlab".into());
     let mut header: Vec<&str> = vec!["run"];
+    if sources {
+        header.push("source");
+    }
     header.extend(keys.iter().map(String::as_str));
     header.extend([
         "status",
@@ -158,6 +167,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
         let cfgv = r.cfg.to_json_value();
         let mut rec = Map::new();
         rec.insert("run".into(), json!(r.name));
+        rec.insert("source".into(), json!(source(r)));
         let mut settings = Map::new();
         for k in &keys {
             settings.insert(k.clone(), cfgv[k].clone());
@@ -185,6 +195,9 @@ pub fn build(runs: &[FoundRun]) -> Report {
         rec.insert("diverged_at_step".into(), json!(div));
         rec.insert("steps".into(), json!(steps));
         let mut row = vec![r.name.clone()];
+        if sources {
+            row.push(source(r));
+        }
         row.extend(keys.iter().map(|k| value_str(&cfgv[k])));
         row.extend([
             status,

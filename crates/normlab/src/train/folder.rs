@@ -192,6 +192,26 @@ impl RunLock {
 
 /// Read `config.json` of a run folder.
 pub fn read_config(dir: &Path) -> Result<TrainConfig> {
+    match read_run_config(dir)? {
+        (cfg, None) => Ok(cfg),
+        (_, Some(source)) => Err(format!(
+            "{} holds a run recorded by {source} (normlab's Python logger): normlab reports it but cannot train or resume it",
+            dir.display()
+        )
+        .into()),
+    }
+}
+
+/// The key of `config.json` that marks a run recorded outside normlab
+/// (`"source": "pytorch"`, written by the Python package's `RunLogger`).
+pub const SOURCE_KEY: &str = "source";
+
+/// Read `config.json` of any run folder: normlab's own runs (checked key by
+/// key, as [`read_config`]) and runs recorded elsewhere, marked by
+/// [`SOURCE_KEY`], whose keys that are normlab settings with valid values
+/// are laid over the gpt defaults (the others, such as the PyTorch model's
+/// class, stay in the file only). Returns the config and the source.
+pub fn read_run_config(dir: &Path) -> Result<(TrainConfig, Option<String>)> {
     let path = dir.join("config.json");
     let text = match fs::read_to_string(&path) {
         Ok(t) => t,
@@ -202,10 +222,37 @@ pub fn read_config(dir: &Path) -> Result<TrainConfig> {
     };
     let invalid = |e: &dyn std::fmt::Display| format!("{} is invalid: {e}", path.display());
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
+    if let Some(source) = v.get(SOURCE_KEY) {
+        let source = source
+            .as_str()
+            .ok_or_else(|| invalid(&format!("{SOURCE_KEY} must be a string")))?
+            .to_string();
+        let obj = v.as_object().ok_or_else(|| invalid(&"not a JSON object"))?;
+        return Ok((external_config(obj), Some(source)));
+    }
     TrainConfig::check_keys(&v).map_err(|e| invalid(&e))?;
     let cfg: TrainConfig = serde_json::from_value(v).map_err(|e| invalid(&e))?;
     cfg.validate().map_err(|e| invalid(&e))?;
-    Ok(cfg)
+    Ok((cfg, None))
+}
+
+/// The settings of a run recorded outside normlab: gpt defaults, then each
+/// of its keys that normlab knows and accepts (one at a time, in file order,
+/// so that one odd value does not hide the rest).
+fn external_config(obj: &serde_json::Map<String, serde_json::Value>) -> TrainConfig {
+    let mut accepted = serde_json::Map::new();
+    accepted.insert("model".into(), "gpt".into());
+    for (k, v) in obj {
+        if k == SOURCE_KEY || k == "model" {
+            continue;
+        }
+        let mut trial = accepted.clone();
+        trial.insert(k.clone(), v.clone());
+        if TrainConfig::from_overrides(&trial).is_ok() {
+            accepted = trial;
+        }
+    }
+    TrainConfig::from_overrides(&accepted).expect("the gpt defaults are valid")
 }
 
 /// Write `config.json`.

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::train::folder::{
-    last_logged_step, load_model, read_config, read_metrics, read_metrics_sampled, read_summary,
+    last_logged_step, load_model, read_config, read_metrics, read_metrics_sampled, read_run_config,
+    read_summary,
 };
 
 /// Consecutive steps a run may spend above the divergence bound (2 ln V,

@@ -1,0 +1,100 @@
+"""The one place that calls the native kernels: kind descriptions (from the
+kernels' own ``KindSpec``), argument checks, and the forward/backward calls
+on raw float32 buffers shared by the NumPy and PyTorch front ends."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import _native
+
+STATS = _native.stats_per_row()
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter tensor of a norm kind, in flat order."""
+
+    suffix: str  # state_dict name: weight, bias, alpha, shift
+    role: str  # gain, bias, slope, shift
+    per_feature: bool  # d values (else one scalar)
+    init: object  # a number, or "sqrt_d"
+
+    def numel(self, d: int) -> int:
+        return d if self.per_feature else 1
+
+    def init_value(self, d: int) -> float:
+        return float(d) ** 0.5 if self.init == "sqrt_d" else float(self.init)
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """A row-wise norm kind as the kernels describe it."""
+
+    name: str
+    aliases: tuple
+    formula: str
+    default_eps: float
+    elementwise: bool
+    params: tuple
+
+    def num_params(self, d: int) -> int:
+        return sum(p.numel(d) for p in self.params)
+
+
+def _load_kinds() -> dict:
+    out = {}
+    for k in _native.kinds():
+        info = KindInfo(
+            name=k["name"],
+            aliases=tuple(k["aliases"]),
+            formula=k["formula"],
+            default_eps=float(k["default_eps"]),
+            elementwise=bool(k["elementwise"]),
+            params=tuple(ParamInfo(**p) for p in k["params"]),
+        )
+        out[info.name] = info
+    return out
+
+
+KINDS = _load_kinds()
+
+
+def kinds() -> list:
+    """Names of every row-wise norm kind the kernels provide."""
+    return list(KINDS)
+
+
+def kind_info(name: str) -> KindInfo:
+    """The description of a kind, by name or alias (case-insensitive)."""
+    low = name.lower()
+    for k in KINDS.values():
+        if low == k.name or low in k.aliases:
+            return k
+    raise ValueError(f"unknown norm kind '{name}' (known: {', '.join(KINDS)})")
+
+
+def default_threads() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def forward_raw(kind: str, d: int, eps: float, n: int, x: int, params: int, np_: int,
+                y: int, stats: int, threads: int) -> None:
+    """Forward over buffers at these addresses (checked by the caller)."""
+    _native.forward(kind, d, float(eps), n, x, params, np_, y, stats, max(1, int(threads)))
+
+
+def backward_raw(kind: str, d: int, n: int, x: int, dy: int, params: int, np_: int,
+                 stats: int, dx: int, dparams: int, threads: int) -> None:
+    """Backward over buffers at these addresses; ``dparams`` is added to."""
+    _native.backward(kind, d, n, x, dy, params, np_, stats, dx, dparams, max(1, int(threads)))
+
+
+def isa() -> str:
+    """The instruction set the kernels use on this machine."""
+    return _native.isa()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Every test of normlab: the Rust workspace (unit, integration, browser,
+# Slurm and model tests; see .ci/run for what they need), then the Python
+# package's tests (pytest), which build and install `python/` (the PyTorch
+# and NumPy bridge) into the Python that has torch, numpy and pytest:
+# $NORMLAB_PYTHON, else python3. Without such a Python the Python tests are
+# skipped with a message, unless NORMLAB_REQUIRE_TORCH=1 (CI), which makes
+# that an error. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --release "$@"
+# The logger test runs `normlab report` on the folders it writes.
+cargo build --release -p normlab-cli
+PY="${NORMLAB_PYTHON:-python3}"
+if "$PY" -c "import torch, numpy, pytest" 2>/dev/null; then
+  "$PY" -m pip install --quiet ./python
+  NORMLAB_BIN="$PWD/target/release/normlab" "$PY" -m pytest -q -p no:cacheprovider python/tests
+elif [ "${NORMLAB_REQUIRE_TORCH:-}" = "1" ]; then
+  echo "error: $PY cannot import torch, numpy and pytest, and NORMLAB_REQUIRE_TORCH=1" >&2
+  exit 1
+else
+  echo "note: Python tests skipped: $PY cannot import torch, numpy and pytest (set NORMLAB_PYTHON to a Python that can)"
+fi
