@@ -12,7 +12,7 @@
 //! | rmsnorm, zrmsnorm | 0 | 0 | rstd = 1/sqrt(mean(x^2) + eps) |
 //! | scalenorm | 1 if the norm was clamped to eps, else 0 | 0 | 1/max(‖x‖, eps) |
 //! | none | 0 | 0 | 1 |
-//! | dyt, derf | share of the row with \|alpha x + s\| > 2 (saturated) | 0 | 1 |
+//! | dyt, derf | 0 (`nn::Norm` writes the row's saturated share here on diagnosed passes) | 0 | 1 |
 //!
 //! Parameters of one norm live in one flat slice, in this order
 //! (see [`NormKind::num_params`]): layernorm `[gamma(d), beta(d)]`, rmsnorm

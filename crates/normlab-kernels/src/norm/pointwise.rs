@@ -197,7 +197,9 @@ impl SquashFn for ErfFn {
 }
 
 /// |u| beyond which tanh and erf count as saturated (tanh'(2) = 0.07,
-/// erf'(2) = 0.02): the per-row share is `stats[0]`.
+/// erf'(2) = 0.02). The kernels do not count it (a count in the forward
+/// pass cost 20-30% of it); `normlab::nn::Norm` does, on the passes a
+/// trainer diagnoses.
 pub const SATURATED: f32 = 2.0;
 
 /// The scalar gradients (alpha, s) sum over every element: in f32 lane
@@ -235,13 +237,7 @@ fn forward_body<F: SquashFn>(
         .zip(stats.chunks_exact_mut(crate::norm::STATS))
     {
         crate::write_row!(yr, stream, (xr, gamma, beta) => gamma * F::value(alpha * xr + s) + beta);
-        // The row's share of inputs in the saturated region, |u| > 2
-        // (a diagnostic; the row is still in L1).
-        let sat = xr
-            .iter()
-            .filter(|&&v| (alpha * v + s).abs() > SATURATED)
-            .count();
-        st.copy_from_slice(&[sat as f32 / d as f32, 0.0, 1.0]);
+        st.copy_from_slice(&[0.0, 0.0, 1.0]);
     }
     if stream {
         crate::simd::stream_fence();

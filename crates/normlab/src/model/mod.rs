@@ -537,6 +537,21 @@ impl Workspace {
         }
     }
 
+    /// Turn on/off the norms' diagnostics (point-wise kinds' saturated
+    /// share, see [`NormCache::diagnose`]) for the next forwards.
+    pub fn diagnose_norms(&mut self, on: bool) {
+        for b in &mut self.blocks {
+            for s in b.sublayers_mut() {
+                for c in s.norm_caches_mut() {
+                    c.diagnose = on;
+                }
+            }
+        }
+        if let Some(c) = &mut self.fin_c {
+            c.diagnose = on;
+        }
+    }
+
     /// Turn on/off the identity/branch gradient split in every sublayer.
     pub fn track_paths(&mut self, on: bool) {
         for b in &mut self.blocks {

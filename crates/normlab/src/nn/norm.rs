@@ -25,6 +25,10 @@ pub struct NormCache {
     /// `[rows, STATS]` from the last forward.
     pub stats: Vec<f32>,
     scratch: Vec<f32>,
+    /// Diagnose the next forwards: for the point-wise kinds (dyt, derf),
+    /// write each row's share of saturated inputs (|alpha x + s| > 2) into
+    /// `stats[r * STATS]` (a second pass over x, so only when asked).
+    pub diagnose: bool,
 }
 
 impl Norm {
@@ -82,6 +86,7 @@ impl Norm {
         NormCache {
             stats: vec![0.0; norm::stats_len(rows)],
             scratch: vec![0.0; norm::backward_scratch_len(self.kind, rows, self.d)],
+            diagnose: false,
         }
     }
 
@@ -96,6 +101,32 @@ impl Norm {
             y,
             &mut c.stats,
         );
+        if c.diagnose {
+            self.saturation(params, x, &mut c.stats);
+        }
+    }
+
+    /// Each row's share of inputs in the saturated region of a point-wise
+    /// kind, into `stats[r * STATS]` (nothing for other kinds).
+    fn saturation(&self, params: &[f32], x: &[f32], stats: &mut [f32]) {
+        use norm::pointwise::SATURATED;
+        let Some(alpha) = self.param(ParamRole::Slope) else {
+            return;
+        };
+        let alpha = alpha.get(params)[0];
+        let s = self
+            .param(ParamRole::Shift)
+            .map_or(0.0, |p| p.get(params)[0]);
+        for (xr, st) in x
+            .chunks_exact(self.d)
+            .zip(stats.chunks_exact_mut(norm::STATS))
+        {
+            let sat = xr
+                .iter()
+                .filter(|&&v| (alpha * v + s).abs() > SATURATED)
+                .count();
+            st[0] = sat as f32 / self.d as f32;
+        }
     }
 
     /// Write `dx`, accumulate the parameter gradients.

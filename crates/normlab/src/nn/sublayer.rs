@@ -339,6 +339,13 @@ impl SublayerCache {
         }
     }
 
+    /// Every norm cache of the sublayer (In, Out, Post; QK-Norm's aside).
+    pub fn norm_caches_mut(&mut self) -> impl Iterator<Item = &mut NormCache> {
+        [&mut self.in_c, &mut self.out_c, &mut self.post_c]
+            .into_iter()
+            .flatten()
+    }
+
     /// The cache of the sublayer's norm at `role` (In, Out or Post).
     pub fn norm_cache(&self, role: super::block::NormRole) -> Option<&NormCache> {
         use super::block::NormRole;

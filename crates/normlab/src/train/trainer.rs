@@ -204,6 +204,7 @@ impl Trainer {
                 );
             }
             ws.track_paths(track);
+            ws.diagnose_norms(want_stats);
             model.forward(params, ws);
             model.backward(params, ws, 1.0 / total_tokens);
         });
