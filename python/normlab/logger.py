@@ -137,7 +137,13 @@ class RunLogger:
         self._t_last = time.perf_counter()
         self._started = time.perf_counter()
         self._rms = [math.nan] * len(self.blocks)
-        self._block_params = [list(b.parameters()) for b in self.blocks]
+        self._params = list(model.parameters())
+        owner = {}
+        for i, b in enumerate(self.blocks):
+            for p in b.parameters():
+                owner.setdefault(id(p), i)
+        self._owner = [owner.get(id(p)) for p in self._params]
+        self._last = None  # (loss, lr, grad_norm) of the latest step
         self._hooks = [b.register_forward_hook(self._hook(i)) for i, b in enumerate(self.blocks)]
         cfg = {"source": "pytorch", "model": "gpt", "log_every": log_every}
         if self.blocks:
@@ -191,8 +197,11 @@ class RunLogger:
         elif self.tokens_per_step:
             self._tokens += self.tokens_per_step
         self._track_divergence(s, loss)
+        grad_norm, per_block = self._grad_norms(self._wants_details(s))
+        self._last = (loss, lr, grad_norm)
         if self._wants_details(s) or not math.isfinite(loss):
-            self.records.append(self._record(s, loss, lr))
+            self.records.append(self._record(s, loss, lr, grad_norm, per_block))
+            self._rms = [math.nan] * len(self.blocks)
             if len(self.records) % 20 == 0:
                 self._flush()
         self._t_last = time.perf_counter()
@@ -217,27 +226,36 @@ class RunLogger:
             self.spikes.append(self._excursion)
             self._excursion = None
 
-    def _record(self, step: int, loss: float, lr) -> dict:
-        total = 0.0
-        per_block = []
-        for ps in self._block_params:
-            sq = sum(float(p.grad.detach().double().pow(2).sum()) for p in ps if p.grad is not None)
-            per_block.append(math.sqrt(sq))
-        for p in self.model.parameters():
-            if p.grad is not None:
-                total += float(p.grad.detach().double().pow(2).sum())
+    def _grad_norms(self, per_block: bool) -> tuple:
+        """The global gradient norm (every step: one norm per tensor) and,
+        when asked, each block's."""
+        idx = [i for i, p in enumerate(self._params) if p.grad is not None]
+        if not idx:
+            return math.nan, [math.nan] * len(self.blocks)
+        norms = torch._foreach_norm([self._params[i].grad.detach() for i in idx])
+        sq = torch.stack(norms).double().square().tolist()
+        total = math.sqrt(sum(sq))
+        blocks = []
+        if per_block:
+            acc = [0.0] * len(self.blocks)
+            for i, v in zip(idx, sq):
+                if self._owner[i] is not None:
+                    acc[self._owner[i]] += v
+            blocks = [math.sqrt(v) for v in acc]
+        return total, blocks
+
+    def _record(self, step: int, loss: float, lr, grad_norm: float, per_block: list) -> dict:
         rec = {
             "step": step,
             "loss": _num(loss),
             "lr": _num(lr) if lr is not None else 0.0,
-            "grad_norm": _num(math.sqrt(total)),
+            "grad_norm": _num(grad_norm),
             "grad_norm_per_block": [_num(v) for v in per_block],
             "residual_rms": [_num(v) for v in self._rms],
             "update_ratio": None,
             "update_ratio_per_block": [],
             "eval_loss": None,
         }
-        self._rms = [math.nan] * len(self.blocks)
         return rec
 
     def eval(self, loss) -> None:
@@ -247,9 +265,12 @@ class RunLogger:
         if self.records and self.records[-1]["step"] == self.steps:
             self.records[-1]["eval_loss"] = _num(loss)
         else:
-            rec = {"step": self.steps, "loss": _num(self.last_loss), "lr": 0.0, "grad_norm": None,
-                   "grad_norm_per_block": [], "residual_rms": [], "update_ratio": None,
-                   "update_ratio_per_block": [], "eval_loss": _num(loss)}
+            # This step's own loss, lr and global gradient norm; the
+            # per-block lists are left empty (not a detailed step).
+            last_loss, lr, grad_norm = self._last or (math.nan, None, math.nan)
+            rec = self._record(self.steps, last_loss, lr, grad_norm, [])
+            rec["residual_rms"] = []
+            rec["eval_loss"] = _num(loss)
             self.records.append(rec)
         self._flush()
         self._t_last = time.perf_counter()

@@ -348,7 +348,7 @@ def train_logged(out, lr, steps=60, vocab=16):
         log.step(loss, lr=lr, targets=y)
         opt.step()
         opt.zero_grad()
-        if (s + 1) % 20 == 0:
+        if (s + 1) % 20 == 0 or s + 1 == 7:
             model.eval()
             with torch.no_grad():
                 log.eval(F.cross_entropy(model(t).reshape(-1, vocab), y.reshape(-1)))
@@ -368,7 +368,10 @@ def test_logger_writes_a_run_folder_normlab_reports(tmp_path):
     assert all(v > 0 for v in first["residual_rms"])
     assert math.isclose(first["grad_norm"], math.sqrt(sum(
         v * v for v in first["grad_norm_per_block"])), rel_tol=0.9)  # blocks are part of the whole
-    assert [l["step"] for l in lines if l["eval_loss"] is not None] == [20, 40, 60]
+    evals = [l for l in lines if l["eval_loss"] is not None]
+    assert [l["step"] for l in evals] == [7, 20, 40, 60]
+    # an evaluation between detailed steps carries that step's own loss and grad norm
+    assert evals[0]["grad_norm"] > 0 and evals[0]["grad_norm_per_block"] == [] and evals[0]["loss"] > 0
     with pytest.raises(FileExistsError):
         RunLogger(str(tmp_path / "good"), tiny_lm())
     out = subprocess.run([normlab_bin(), "report", str(tmp_path), "--json"], capture_output=True, text=True)

@@ -385,3 +385,27 @@ fn pointwise_and_gate_diagnostics_follow_their_parameters() {
     let plain = run(json!({"norm": "layernorm"}));
     assert!(plain[0].norm_alpha.is_empty() && plain[0].gate.is_empty());
 }
+
+#[test]
+fn runs_recorded_by_pytorch_are_read_leniently_and_never_resumed() {
+    let d = tmpdir("pytorch_source");
+    std::fs::create_dir_all(&d).unwrap();
+    // What normlab's Python RunLogger writes: its own keys, the user's
+    // (one unknown, one with a value normlab refuses), and the marker.
+    let cfg = json!({"source": "pytorch", "model": "gpt", "layers": 5, "lr": 0.003,
+        "placement": "pre", "norm": "rmsnorm", "warmup": "not a number", "tokenizer": "bpe",
+        "pytorch_model": "Llama"});
+    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    let (c, source) = train::run::read_run_config(&d).unwrap();
+    assert_eq!(source.as_deref(), Some("pytorch"));
+    assert_eq!(c.model.layers, 5);
+    assert_eq!(c.lr, 0.003);
+    assert_eq!(c.model.norm.name(), "rmsnorm");
+    assert_eq!(
+        c.warmup,
+        TrainConfig::defaults(normlab::model::ModelKind::Gpt).warmup
+    );
+    let e = train::run::read_config(&d).unwrap_err().to_string();
+    assert!(e.contains("cannot train or resume"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
