@@ -14,6 +14,7 @@ pub mod calc;
 pub mod convert;
 pub mod error;
 pub mod exp;
+pub mod gguf;
 pub mod gradcheck;
 pub mod io;
 pub mod limits;

@@ -1,0 +1,440 @@
+//! Reading GGUF files (llama.cpp's model format, version 2 and 3): header,
+//! metadata, tensor infos, alignment, and dequantisation to f32 of the
+//! types normlab's Llama path needs (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+//!
+//! Written by hand rather than through candle-core's `gguf_file`: the
+//! format is a short header plus three block layouts, while candle-core
+//! would bring its whole tensor library into normlab's build.
+//!
+//! Layout details that break reimplementations, as the format defines them:
+//! - dimensions are listed innermost first: a `[576, 49152]` tensor is 49152
+//!   rows of 576 (PyTorch's `[49152, 576]`);
+//! - Q4_1 blocks of 32 values are `f16 d, f16 m, 16 bytes`; byte j holds
+//!   value j in its low nibble and value j + 16 in its high nibble, and
+//!   `x = d * q + m`; Q4_0 is `f16 d, 16 bytes` with `x = d * (q - 8)`;
+//!   Q8_0 is `f16 d, 32 x i8` with `x = d * q`;
+//! - tensor data starts at the first multiple of `general.alignment`
+//!   (default 32) after the tensor infos, and each tensor's offset is
+//!   relative to that start.
+
+use crate::error::{Error, Result};
+use half::{bf16, f16};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// Any unsigned integer type.
+    U(u64),
+    /// Any signed integer type.
+    I(i64),
+    /// f32 or f64.
+    F(f64),
+    /// bool.
+    Bool(bool),
+    /// UTF-8 string.
+    Str(String),
+    /// Array of values.
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// As an unsigned integer (non-negative signed ones too).
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U(v) => Some(v),
+            Value::I(v) if v >= 0 => Some(v as u64),
+            _ => None,
+        }
+    }
+    /// As a float (integers too).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F(v) => Some(v),
+            Value::U(v) => Some(v as f64),
+            Value::I(v) => Some(v as f64),
+            _ => None,
+        }
+    }
+    /// As a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// As an array.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The tensor types this reader dequantises (ggml type ids).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgmlType {
+    /// 0.
+    F32,
+    /// 1.
+    F16,
+    /// 2: blocks of 32, f16 scale, 4-bit values minus 8.
+    Q4_0,
+    /// 3: blocks of 32, f16 scale and minimum, 4-bit values.
+    Q4_1,
+    /// 8: blocks of 32, f16 scale, 8-bit values.
+    Q8_0,
+    /// 30.
+    Bf16,
+}
+
+impl GgmlType {
+    fn from_id(id: u32) -> Option<GgmlType> {
+        Some(match id {
+            0 => GgmlType::F32,
+            1 => GgmlType::F16,
+            2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
+            8 => GgmlType::Q8_0,
+            30 => GgmlType::Bf16,
+            _ => return None,
+        })
+    }
+    /// (values per block, bytes per block).
+    fn block(self) -> (usize, usize) {
+        match self {
+            GgmlType::F32 => (1, 4),
+            GgmlType::F16 | GgmlType::Bf16 => (1, 2),
+            GgmlType::Q4_0 => (32, 18),
+            GgmlType::Q4_1 => (32, 20),
+            GgmlType::Q8_0 => (32, 34),
+        }
+    }
+}
+
+/// One tensor's description.
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    /// Name (`blk.0.attn_q.weight`).
+    pub name: String,
+    /// Dimensions, innermost first (as stored).
+    pub dims: Vec<usize>,
+    /// Storage type.
+    pub ty: GgmlType,
+    /// Byte offset of its data from the start of the data section.
+    pub offset: usize,
+}
+
+impl TensorInfo {
+    /// Number of values.
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product()
+    }
+    /// Bytes of its data.
+    pub fn nbytes(&self) -> usize {
+        let (per, bytes) = self.ty.block();
+        self.numel() / per * bytes
+    }
+}
+
+/// A GGUF file read into memory.
+pub struct Gguf {
+    /// Format version (2 or 3).
+    pub version: u32,
+    /// Metadata by key.
+    pub meta: HashMap<String, Value>,
+    /// Tensors in file order.
+    pub tensors: Vec<TensorInfo>,
+    data: Vec<u8>,
+    data_start: usize,
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or_else(|| Error::from("truncated GGUF file".to_string()))?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn len(&mut self) -> Result<usize> {
+        let n = self.u64()?;
+        if n > self.b.len() as u64 {
+            return Err(format!("GGUF length {n} exceeds the file's size").into());
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self) -> Result<String> {
+        let n = self.len()?;
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| Error::from("GGUF string is not UTF-8".to_string()))
+    }
+    fn value(&mut self, ty: u32, depth: usize) -> Result<Value> {
+        let b = |c: &mut Self, n| c.take(n);
+        Ok(match ty {
+            0 => Value::U(b(self, 1)?[0] as u64),
+            1 => Value::I(b(self, 1)?[0] as i8 as i64),
+            2 => Value::U(u16::from_le_bytes(b(self, 2)?.try_into().unwrap()) as u64),
+            3 => Value::I(i16::from_le_bytes(b(self, 2)?.try_into().unwrap()) as i64),
+            4 => Value::U(self.u32()? as u64),
+            5 => Value::I(self.u32()? as i32 as i64),
+            6 => Value::F(f32::from_le_bytes(b(self, 4)?.try_into().unwrap()) as f64),
+            7 => Value::Bool(b(self, 1)?[0] != 0),
+            8 => Value::Str(self.string()?),
+            9 => {
+                if depth > 4 {
+                    return Err("GGUF arrays nested too deep".to_string().into());
+                }
+                let inner = self.u32()?;
+                let n = self.len()?;
+                let mut v = Vec::with_capacity(n.min(1 << 20));
+                for _ in 0..n {
+                    v.push(self.value(inner, depth + 1)?);
+                }
+                Value::Array(v)
+            }
+            10 => Value::U(self.u64()?),
+            11 => Value::I(self.u64()? as i64),
+            12 => Value::F(f64::from_le_bytes(b(self, 8)?.try_into().unwrap())),
+            other => return Err(format!("unknown GGUF value type {other}").into()),
+        })
+    }
+}
+
+impl Gguf {
+    /// Read a GGUF file.
+    pub fn open(path: &Path) -> Result<Gguf> {
+        let data = std::fs::read(path).map_err(|e| Error::read(path, e))?;
+        Gguf::parse(data).map_err(|e| format!("{}: {e}", path.display()).into())
+    }
+
+    /// Parse GGUF bytes.
+    pub fn parse(data: Vec<u8>) -> Result<Gguf> {
+        let mut c = Cursor { b: &data, pos: 0 };
+        if c.take(4)? != b"GGUF" {
+            return Err("not a GGUF file (no GGUF magic)".to_string().into());
+        }
+        let version = c.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(format!("GGUF version {version} is not supported (2 or 3)").into());
+        }
+        let n_tensors = c.len()?;
+        let n_kv = c.len()?;
+        let mut meta = HashMap::new();
+        for _ in 0..n_kv {
+            let k = c.string()?;
+            let ty = c.u32()?;
+            meta.insert(k, c.value(ty, 0)?);
+        }
+        let mut tensors = Vec::with_capacity(n_tensors);
+        for _ in 0..n_tensors {
+            let name = c.string()?;
+            let nd = c.u32()? as usize;
+            if nd > 4 {
+                return Err(format!("tensor {name} has {nd} dimensions").into());
+            }
+            let mut dims = Vec::with_capacity(nd);
+            for _ in 0..nd {
+                dims.push(c.len()?);
+            }
+            let id = c.u32()?;
+            let ty = GgmlType::from_id(id)
+                .ok_or_else(|| format!("tensor {name}: ggml type {id} is not supported"))?;
+            let offset = c.len()?;
+            let t = TensorInfo {
+                name,
+                dims,
+                ty,
+                offset,
+            };
+            if !t.numel().is_multiple_of(ty.block().0) {
+                return Err(format!("tensor {} is not whole blocks", t.name).into());
+            }
+            tensors.push(t);
+        }
+        let align = meta
+            .get("general.alignment")
+            .and_then(Value::as_u64)
+            .unwrap_or(32) as usize;
+        if align == 0 {
+            return Err("general.alignment is 0".to_string().into());
+        }
+        let data_start = c.pos.div_ceil(align) * align;
+        for t in &tensors {
+            let end = data_start + t.offset + t.nbytes();
+            if end > data.len() {
+                return Err(format!("tensor {} runs past the end of the file", t.name).into());
+            }
+        }
+        Ok(Gguf {
+            version,
+            meta,
+            tensors,
+            data,
+            data_start,
+        })
+    }
+
+    /// A metadata value, or a clear error naming the key.
+    pub fn get(&self, key: &str) -> Result<&Value> {
+        self.meta
+            .get(key)
+            .ok_or_else(|| format!("GGUF metadata has no '{key}'").into())
+    }
+
+    /// A metadata integer.
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        self.get(key)?
+            .as_u64()
+            .map(|v| v as usize)
+            .ok_or_else(|| format!("GGUF metadata '{key}' is not an integer").into())
+    }
+
+    /// A metadata float.
+    pub fn f64(&self, key: &str) -> Result<f64> {
+        self.get(key)?
+            .as_f64()
+            .ok_or_else(|| format!("GGUF metadata '{key}' is not a number").into())
+    }
+
+    /// A tensor's description.
+    pub fn info(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensors
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| format!("GGUF file has no tensor '{name}'").into())
+    }
+
+    /// A tensor dequantised to f32, in storage order (row-major with the
+    /// innermost dimension first in `dims`).
+    pub fn tensor(&self, name: &str) -> Result<Vec<f32>> {
+        let t = self.info(name)?;
+        let start = self.data_start + t.offset;
+        Ok(dequantize(t.ty, &self.data[start..start + t.nbytes()]))
+    }
+}
+
+/// Dequantise `bytes` of type `ty` to f32.
+pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    let h = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+    match ty {
+        GgmlType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        GgmlType::F16 => bytes.chunks_exact(2).map(h).collect(),
+        GgmlType::Bf16 => bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        GgmlType::Q8_0 => {
+            let mut out = Vec::with_capacity(bytes.len() / 34 * 32);
+            for b in bytes.chunks_exact(34) {
+                let d = h(&b[..2]);
+                out.extend(b[2..].iter().map(|&q| d * (q as i8) as f32));
+            }
+            out
+        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let one = ty == GgmlType::Q4_1;
+            let bs = if one { 20 } else { 18 };
+            let mut out = vec![0f32; bytes.len() / bs * 32];
+            for (b, o) in bytes.chunks_exact(bs).zip(out.chunks_exact_mut(32)) {
+                let d = h(&b[..2]);
+                let (m, qs) = if one {
+                    (h(&b[2..4]), &b[4..20])
+                } else {
+                    (-8.0 * d, &b[2..18])
+                };
+                for j in 0..16 {
+                    o[j] = d * (qs[j] & 0x0f) as f32 + m;
+                    o[j + 16] = d * (qs[j] >> 4) as f32 + m;
+                }
+            }
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv_string(out: &mut Vec<u8>, k: &str, v: &str) {
+        out.extend((k.len() as u64).to_le_bytes());
+        out.extend(k.as_bytes());
+        out.extend(8u32.to_le_bytes());
+        out.extend((v.len() as u64).to_le_bytes());
+        out.extend(v.as_bytes());
+    }
+
+    #[test]
+    fn parses_a_hand_built_file_and_dequantises_q4_1_nibbles_in_order() {
+        // One Q4_1 block: d = 0.5, m = -1, byte j = (j | (15 - j) << 4):
+        // values 0..16 are j, values 16..32 are 15 - j.
+        let mut block = Vec::new();
+        block.extend(f16::from_f32(0.5).to_le_bytes());
+        block.extend(f16::from_f32(-1.0).to_le_bytes());
+        for j in 0..16u8 {
+            block.push(j | ((15 - j) << 4));
+        }
+        let mut f = b"GGUF".to_vec();
+        f.extend(3u32.to_le_bytes());
+        f.extend(1u64.to_le_bytes()); // tensors
+        f.extend(1u64.to_le_bytes()); // kv
+        kv_string(&mut f, "general.architecture", "llama");
+        let name = "w";
+        f.extend((name.len() as u64).to_le_bytes());
+        f.extend(name.as_bytes());
+        f.extend(2u32.to_le_bytes());
+        f.extend(32u64.to_le_bytes());
+        f.extend(1u64.to_le_bytes());
+        f.extend(3u32.to_le_bytes()); // Q4_1
+        f.extend(0u64.to_le_bytes());
+        while !f.len().is_multiple_of(32) {
+            f.push(0);
+        }
+        f.extend(&block);
+        let g = Gguf::parse(f.clone()).unwrap();
+        assert_eq!(
+            g.get("general.architecture").unwrap().as_str(),
+            Some("llama")
+        );
+        assert_eq!(g.info("w").unwrap().dims, vec![32, 1]);
+        let w = g.tensor("w").unwrap();
+        for j in 0..16 {
+            assert_eq!(w[j], 0.5 * j as f32 - 1.0);
+            assert_eq!(w[j + 16], 0.5 * (15 - j) as f32 - 1.0);
+        }
+        // Truncated data is an error, not a panic.
+        let cut = f[..f.len() - 3].to_vec();
+        let e = Gguf::parse(cut).err().unwrap().to_string();
+        assert!(e.contains("past the end"), "{e}");
+        assert!(Gguf::parse(b"GGML".to_vec()).is_err());
+    }
+
+    #[test]
+    fn q8_0_is_scale_times_signed_byte() {
+        let mut b = f16::from_f32(0.25).to_le_bytes().to_vec();
+        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let v = dequantize(GgmlType::Q8_0, &b);
+        assert_eq!(v[0], -4.0);
+        assert_eq!(v[31], 0.25 * 15.0);
+    }
+}

@@ -1,0 +1,525 @@
+//! Inference of a real pretrained Pre-RMSNorm decoder: Llama-architecture
+//! models from GGUF files (tested with SmolLM2-135M-Instruct, Q4_1):
+//! RMSNorm with the file's eps (normlab's fused kernel), rotary position
+//! embeddings with the file's base, grouped-query attention, SwiGLU, a tied
+//! (or separate) output head, and the byte-level BPE tokenizer built from
+//! the file's vocabulary and merges (HF `tokenizers`).
+//!
+//! Weights are dequantised to f32 once at load. Q and K rows stay in
+//! llama.cpp's order, which pairs dimensions (2i, 2i+1) of each head for
+//! RoPE; Hugging Face pairs (i, i + hd/2) after un-permuting the same rows.
+//! Both rotate the same pairs by the same angles, and attention scores sum
+//! over all dimensions, so the outputs agree without un-permuting.
+//!
+//! A trace records what `normlab inspect` reports per layer: the residual
+//! stream's RMS entering each block and after each sublayer, its largest
+//! per-token value, each sublayer's write relative to the stream it read,
+//! attention logit maxima and entropies.
+
+use crate::error::Result;
+use crate::gguf::Gguf;
+use crate::kernels::matmul::linear_forward;
+use crate::kernels::norm::{self, NormKind};
+use std::path::Path;
+
+/// The hyper-parameters read from the GGUF metadata (`llama.*`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Width d.
+    pub d: usize,
+    /// Blocks.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention).
+    pub kv_heads: usize,
+    /// SwiGLU hidden width.
+    pub ffn: usize,
+    /// RMSNorm eps.
+    pub eps: f32,
+    /// RoPE base.
+    pub rope_base: f64,
+    /// Context length the model was trained for.
+    pub context: usize,
+}
+
+impl LlamaConfig {
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.d / self.heads
+    }
+}
+
+/// One block's weights, `[out, in]` row-major (PyTorch's Linear layout).
+pub struct LlamaLayer {
+    /// Pre-attention RMSNorm gain.
+    pub attn_norm: Vec<f32>,
+    /// Query `[d, d]` (llama.cpp row order).
+    pub wq: Vec<f32>,
+    /// Key `[kv_heads * hd, d]`.
+    pub wk: Vec<f32>,
+    /// Value `[kv_heads * hd, d]`.
+    pub wv: Vec<f32>,
+    /// Attention output `[d, d]`.
+    pub wo: Vec<f32>,
+    /// Pre-MLP RMSNorm gain.
+    pub ffn_norm: Vec<f32>,
+    /// SwiGLU gate `[ffn, d]`.
+    pub gate: Vec<f32>,
+    /// SwiGLU up `[ffn, d]`.
+    pub up: Vec<f32>,
+    /// Down `[d, ffn]`.
+    pub down: Vec<f32>,
+}
+
+/// A Llama-architecture model loaded from GGUF.
+pub struct Llama {
+    /// Hyper-parameters.
+    pub cfg: LlamaConfig,
+    /// Token embeddings `[vocab, d]`.
+    pub emb: Vec<f32>,
+    /// Blocks.
+    pub layers: Vec<LlamaLayer>,
+    /// Final RMSNorm gain.
+    pub final_norm: Vec<f32>,
+    /// Output head `[vocab, d]` when not tied to the embeddings.
+    pub head: Option<Vec<f32>>,
+    /// End-of-sequence token (`tokenizer.ggml.eos_token_id`).
+    pub eos: Option<u32>,
+    tokenizer: tokenizers::Tokenizer,
+}
+
+/// What a forward pass records per layer (for `normlab inspect`).
+#[derive(Clone, Debug, Default)]
+pub struct LlamaTrace {
+    /// RMS of the residual stream entering each block.
+    pub rms_in: Vec<f64>,
+    /// RMS after the attention sublayer's write.
+    pub rms_attn: Vec<f64>,
+    /// RMS after the MLP sublayer's write (the block's output).
+    pub rms_out: Vec<f64>,
+    /// Largest |value| of the stream after each block.
+    pub max_abs: Vec<f64>,
+    /// ||attention write|| / ||stream it read||, per block.
+    pub attn_write: Vec<f64>,
+    /// ||MLP write|| / ||stream it read||, per block.
+    pub mlp_write: Vec<f64>,
+    /// Largest pre-softmax attention logit, per block.
+    pub attn_max_logit: Vec<f64>,
+    /// Mean attention entropy (nats) over heads and positions, per block.
+    pub attn_entropy: Vec<f64>,
+}
+
+fn rms(v: &[f32]) -> f64 {
+    (v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / v.len().max(1) as f64).sqrt()
+}
+
+impl Llama {
+    /// Load a Llama-architecture GGUF file.
+    pub fn load(path: &Path) -> Result<Llama> {
+        let g = Gguf::open(path)?;
+        let arch = g.get("general.architecture")?.as_str().unwrap_or("");
+        if arch != "llama" {
+            return Err(format!(
+                "{}: architecture '{arch}' is not supported (llama only)",
+                path.display()
+            )
+            .into());
+        }
+        let cfg = LlamaConfig {
+            vocab: g
+                .usize("llama.vocab_size")
+                .or_else(|_| g.info("token_embd.weight").map(|t| t.dims[1]))?,
+            d: g.usize("llama.embedding_length")?,
+            layers: g.usize("llama.block_count")?,
+            heads: g.usize("llama.attention.head_count")?,
+            kv_heads: g.usize("llama.attention.head_count_kv")?,
+            ffn: g.usize("llama.feed_forward_length")?,
+            eps: g.f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+            rope_base: g.f64("llama.rope.freq_base").unwrap_or(10000.0),
+            context: g.usize("llama.context_length")?,
+        };
+        if cfg.heads == 0
+            || !cfg.d.is_multiple_of(cfg.heads)
+            || cfg.kv_heads == 0
+            || !cfg.heads.is_multiple_of(cfg.kv_heads)
+        {
+            return Err(format!("{}: inconsistent head counts", path.display()).into());
+        }
+        let (d, kvd) = (cfg.d, cfg.kv_heads * cfg.head_dim());
+        let get = |name: &str, len: usize| -> Result<Vec<f32>> {
+            let v = g.tensor(name)?;
+            if v.len() != len {
+                return Err(format!("{name} has {} values, expected {len}", v.len()).into());
+            }
+            Ok(v)
+        };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(LlamaLayer {
+                attn_norm: get(&n("attn_norm"), d)?,
+                wq: get(&n("attn_q"), d * d)?,
+                wk: get(&n("attn_k"), kvd * d)?,
+                wv: get(&n("attn_v"), kvd * d)?,
+                wo: get(&n("attn_output"), d * d)?,
+                ffn_norm: get(&n("ffn_norm"), d)?,
+                gate: get(&n("ffn_gate"), cfg.ffn * d)?,
+                up: get(&n("ffn_up"), cfg.ffn * d)?,
+                down: get(&n("ffn_down"), d * cfg.ffn)?,
+            });
+        }
+        let emb = get("token_embd.weight", cfg.vocab * d)?;
+        let head = match g.info("output.weight") {
+            Ok(_) => Some(get("output.weight", cfg.vocab * d)?),
+            Err(_) => None,
+        };
+        let final_norm = get("output_norm.weight", d)?;
+        let tokenizer = tokenizer_from_gguf(&g)?;
+        let eos = g
+            .get("tokenizer.ggml.eos_token_id")
+            .ok()
+            .and_then(|v| v.as_u64())
+            .map(|v| v as u32);
+        Ok(Llama {
+            eos,
+            cfg,
+            emb,
+            layers,
+            final_norm,
+            head,
+            tokenizer,
+        })
+    }
+
+    /// Token ids of `text` (no BOS: SmolLM2's file sets add_bos_token false).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| format!("tokenizer: {e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of `ids`.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer
+            .decode(ids, false)
+            .map_err(|e| format!("tokenizer: {e}").into())
+    }
+
+    /// The final hidden states `[T, d]` before the final norm; fills `trace`.
+    pub fn hidden(&self, ids: &[u32], mut trace: Option<&mut LlamaTrace>) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let (d, t, hd) = (c.d, ids.len(), c.head_dim());
+        let kvd = c.kv_heads * hd;
+        if t == 0 {
+            return Err("no tokens".to_string().into());
+        }
+        if t > c.context {
+            return Err(format!("{t} tokens exceed the context of {}", c.context).into());
+        }
+        let mut h = vec![0f32; t * d];
+        for (r, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            if id >= c.vocab {
+                return Err(
+                    format!("token id {id} is outside the vocabulary ({})", c.vocab).into(),
+                );
+            }
+            h[r * d..(r + 1) * d].copy_from_slice(&self.emb[id * d..(id + 1) * d]);
+        }
+        let (cos, sin) = rope_table(t, hd, c.rope_base);
+        let mut a = vec![0f32; t * d];
+        let mut stats = vec![0f32; norm::stats_len(t)];
+        let (mut q, mut k, mut v) = (vec![0f32; t * d], vec![0f32; t * kvd], vec![0f32; t * kvd]);
+        let mut att = vec![0f32; t * d];
+        let mut o = vec![0f32; t * d];
+        let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; t * c.ffn]);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let group = c.heads / c.kv_heads;
+        for layer in &self.layers {
+            let rms_in = rms(&h);
+            norm::forward(
+                NormKind::RmsNorm,
+                d,
+                c.eps,
+                &h,
+                &layer.attn_norm,
+                &mut a,
+                &mut stats,
+            );
+            linear_forward(&a, &layer.wq, None, t, d, d, &mut q);
+            linear_forward(&a, &layer.wk, None, t, d, kvd, &mut k);
+            linear_forward(&a, &layer.wv, None, t, d, kvd, &mut v);
+            apply_rope(&mut q, t, c.heads, hd, &cos, &sin);
+            apply_rope(&mut k, t, c.kv_heads, hd, &cos, &sin);
+            let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
+            let mut p = vec![0f32; t];
+            for head in 0..c.heads {
+                let kh = head / group;
+                for i in 0..t {
+                    let qi = &q[i * d + head * hd..i * d + (head + 1) * hd];
+                    let mut m = f32::NEG_INFINITY;
+                    for j in 0..=i {
+                        let kj = &k[j * kvd + kh * hd..j * kvd + (kh + 1) * hd];
+                        let s = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
+                        p[j] = s;
+                        m = m.max(s);
+                    }
+                    max_logit = max_logit.max(f64::from(m));
+                    let mut z = 0f32;
+                    for pj in &mut p[..=i] {
+                        *pj = (*pj - m).exp();
+                        z += *pj;
+                    }
+                    let out = &mut att[i * d + head * hd..i * d + (head + 1) * hd];
+                    out.fill(0.0);
+                    for j in 0..=i {
+                        let w = p[j] / z;
+                        if w > 0.0 {
+                            entropy -= f64::from(w) * f64::from(w).ln();
+                        }
+                        let vj = &v[j * kvd + kh * hd..j * kvd + (kh + 1) * hd];
+                        for (oo, &vv) in out.iter_mut().zip(vj) {
+                            *oo += w * vv;
+                        }
+                    }
+                }
+            }
+            linear_forward(&att, &layer.wo, None, t, d, d, &mut o);
+            let read = rms(&h);
+            let attn_write = rms(&o) / read.max(1e-30);
+            for (hh, oo) in h.iter_mut().zip(&o) {
+                *hh += oo;
+            }
+            let rms_attn = rms(&h);
+            norm::forward(
+                NormKind::RmsNorm,
+                d,
+                c.eps,
+                &h,
+                &layer.ffn_norm,
+                &mut a,
+                &mut stats,
+            );
+            linear_forward(&a, &layer.gate, None, t, d, c.ffn, &mut gb);
+            linear_forward(&a, &layer.up, None, t, d, c.ffn, &mut ub);
+            for (g, u) in gb.iter_mut().zip(&ub) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            linear_forward(&gb, &layer.down, None, t, c.ffn, d, &mut o);
+            let mlp_write = rms(&o) / rms_attn.max(1e-30);
+            for (hh, oo) in h.iter_mut().zip(&o) {
+                *hh += oo;
+            }
+            if let Some(tr) = trace.as_deref_mut() {
+                tr.rms_in.push(rms_in);
+                tr.rms_attn.push(rms_attn);
+                tr.rms_out.push(rms(&h));
+                tr.max_abs
+                    .push(h.iter().fold(0f64, |m, &x| m.max(f64::from(x.abs()))));
+                tr.attn_write.push(attn_write);
+                tr.mlp_write.push(mlp_write);
+                tr.attn_max_logit.push(max_logit);
+                tr.attn_entropy.push(entropy / (c.heads * t) as f64);
+            }
+        }
+        Ok(h)
+    }
+
+    /// Logits `[T, vocab]` from hidden states, with the final norm (or
+    /// without it, to measure what it does).
+    pub fn logits_from(&self, h: &[f32], final_norm: bool) -> Vec<f32> {
+        let (d, v) = (self.cfg.d, self.cfg.vocab);
+        let t = h.len() / d;
+        let mut x = h.to_vec();
+        if final_norm {
+            let mut stats = vec![0f32; norm::stats_len(t)];
+            norm::forward(
+                NormKind::RmsNorm,
+                d,
+                self.cfg.eps,
+                h,
+                &self.final_norm,
+                &mut x,
+                &mut stats,
+            );
+        }
+        let mut logits = vec![0f32; t * v];
+        let w = self.head.as_deref().unwrap_or(&self.emb);
+        linear_forward(&x, w, None, t, d, v, &mut logits);
+        logits
+    }
+
+    /// Logits `[T, vocab]` of `ids`.
+    pub fn logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.logits_from(&self.hidden(ids, None)?, true))
+    }
+
+    /// Up to `n` greedy tokens after `ids`, ending early with the
+    /// end-of-sequence token (as transformers' `generate` does); each step
+    /// recomputes the whole sequence: simple, and fast enough for short
+    /// continuations.
+    pub fn greedy(&self, ids: &[u32], n: usize) -> Result<Vec<u32>> {
+        let mut seq = ids.to_vec();
+        let v = self.cfg.vocab;
+        for _ in 0..n {
+            let h = self.hidden(&seq, None)?;
+            let last = &h[h.len() - self.cfg.d..];
+            let l = self.logits_from(last, true);
+            let best = argmax(&l[..v]) as u32;
+            seq.push(best);
+            if Some(best) == self.eos {
+                break;
+            }
+        }
+        Ok(seq[ids.len()..].to_vec())
+    }
+
+    /// Mean negative log-likelihood (nats per token) of `ids`, in windows
+    /// of `window` predictions (each window sees only its own tokens).
+    pub fn nll(&self, ids: &[u32], window: usize, final_norm: bool) -> Result<f64> {
+        let v = self.cfg.vocab;
+        let (mut total, mut n) = (0f64, 0usize);
+        let mut s = 0;
+        while s + 1 < ids.len() {
+            let e = (s + window + 1).min(ids.len());
+            let w = &ids[s..e];
+            let h = self.hidden(&w[..w.len() - 1], None)?;
+            let l = self.logits_from(&h, final_norm);
+            for (r, &target) in w[1..].iter().enumerate() {
+                let row = &l[r * v..(r + 1) * v];
+                let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let lse = f64::from(m)
+                    + row
+                        .iter()
+                        .map(|&x| f64::from(x - m).exp())
+                        .sum::<f64>()
+                        .ln();
+                total += lse - f64::from(row[target as usize]);
+                n += 1;
+            }
+            s += window;
+        }
+        Ok(total / n.max(1) as f64)
+    }
+}
+
+/// Index of the largest value (the first on ties).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// cos/sin of position p times frequency i, `[t, hd/2]`, computed in f64.
+fn rope_table(t: usize, hd: usize, base: f64) -> (Vec<f32>, Vec<f32>) {
+    let half = hd / 2;
+    let mut cos = vec![0f32; t * half];
+    let mut sin = vec![0f32; t * half];
+    for p in 0..t {
+        for i in 0..half {
+            // As Hugging Face computes it: the inverse frequency in f32.
+            let inv = (1.0 / base.powf((2 * i) as f64 / hd as f64)) as f32;
+            let ang = f64::from(p as f32 * inv);
+            cos[p * half + i] = ang.cos() as f32;
+            sin[p * half + i] = ang.sin() as f32;
+        }
+    }
+    (cos, sin)
+}
+
+/// Rotate adjacent pairs (2i, 2i+1) of each head (llama.cpp's row order).
+fn apply_rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin: &[f32]) {
+    let half = hd / 2;
+    for p in 0..t {
+        for h in 0..heads {
+            let row = &mut x[(p * heads + h) * hd..(p * heads + h + 1) * hd];
+            for i in 0..half {
+                let (c, s) = (cos[p * half + i], sin[p * half + i]);
+                let (a, b) = (row[2 * i], row[2 * i + 1]);
+                row[2 * i] = a * c - b * s;
+                row[2 * i + 1] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/// The byte-level BPE tokenizer described by `tokenizer.ggml.*`: vocabulary,
+/// merges, the GPT-2 byte-level pre-tokenizer, and control tokens as
+/// special tokens.
+fn tokenizer_from_gguf(g: &Gguf) -> Result<tokenizers::Tokenizer> {
+    use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+    use tokenizers::models::bpe::BPE;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::{AddedToken, PreTokenizerWrapper};
+    let model = g.get("tokenizer.ggml.model")?.as_str().unwrap_or("");
+    if model != "gpt2" {
+        return Err(format!(
+            "tokenizer model '{model}' is not supported (gpt2 byte-level BPE only)"
+        )
+        .into());
+    }
+    let strings = |key: &str| -> Result<Vec<String>> {
+        g.get(key)?
+            .as_array()
+            .ok_or_else(|| format!("{key} is not an array"))?
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{key} holds a non-string").into())
+            })
+            .collect()
+    };
+    let tokens = strings("tokenizer.ggml.tokens")?;
+    let merges: Vec<(String, String)> = strings("tokenizer.ggml.merges")?
+        .into_iter()
+        .filter_map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        })
+        .collect();
+    let types: Vec<u64> = g
+        .get("tokenizer.ggml.token_type")
+        .ok()
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(1)).collect())
+        .unwrap_or_default();
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| format!("tokenizer: {e}"))?;
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    // transformers builds this tokenizer from the same metadata with the
+    // plain GPT-2 byte-level pre-tokenizer, and normlab follows it (its
+    // reference here). SmolLM2's own tokenizer.json, and llama.cpp's
+    // "smollm" pre-tokenizer, also split digits one by one, so numbers may
+    // tokenize differently there.
+    tok.with_pre_tokenizer(Some(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+        false, true, true,
+    ))));
+    tok.with_decoder(Some(ByteLevelDecoder::default()));
+    // Control tokens (type 3) match as whole strings, as in tokenizer.json.
+    let special: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(_, &ty)| ty == 3)
+        .map(|(s, _)| AddedToken::from(s.clone(), true))
+        .collect();
+    tok.add_special_tokens(special)
+        .map_err(|e| format!("tokenizer: {e}"))?;
+    Ok(tok)
+}
