@@ -245,7 +245,7 @@ pub fn write_outputs(r: &ExpResult, dir: &Path) -> Result<()> {
 pub fn report_markdown(r: &ExpResult) -> String {
     let mut s = format!("# {} — {}\n\n", r.id, r.question);
     s.push_str(&format!(
-        "Setting{}: `{}`\n\nSeeds: {:?} ({} seed{}). Wall time {:.1} s.\n\n",
+        "Setting{}: `{}`\n\nSeeds: {:?} ({} seed{}). Wall time of this invocation {:.1} s (runs already finished in its folder are read, not re-run).\n\n",
         if r.quick { " (reduced, --quick)" } else { "" },
         r.settings,
         r.seeds,
