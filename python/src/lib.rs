@@ -25,6 +25,10 @@ use pyo3::types::PyDict;
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use std::sync::{Arc, Mutex};
 
+/// Whether outputs get the huge-page advice (on by default; a switch for
+/// benchmarks that compare with and without it).
+static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// One rayon pool per thread count asked for, built once.
 static POOLS: Mutex<Vec<(usize, Arc<ThreadPool>)>> = Mutex::new(Vec::new());
 
@@ -103,6 +107,9 @@ impl Addr {
 /// Ask for transparent huge pages on the 2 MiB-aligned interior of an
 /// output buffer of at least 4 MiB (a hint; failure is ignored).
 fn advise_huge_pages(addr: usize, floats: usize) {
+    if !HUGE_PAGES.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
@@ -276,6 +283,13 @@ fn kinds(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
     Ok(out)
 }
 
+/// Turn the huge-page advice on large outputs on or off; returns the old
+/// setting.
+#[pyfunction]
+fn set_huge_pages(on: bool) -> bool {
+    HUGE_PAGES.swap(on, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Floats of statistics per row.
 #[pyfunction]
 fn stats_per_row() -> usize {
@@ -295,5 +309,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
     m.add_function(wrap_pyfunction!(stats_per_row, m)?)?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;
+    m.add_function(wrap_pyfunction!(set_huge_pages, m)?)?;
     Ok(())
 }
