@@ -1,17 +1,27 @@
 //! `normlab inspect MODEL`: per-layer residual-stream RMS, the size of each
-//! sublayer's write relative to the stream, and each LayerNorm's gains, of
-//! a real pretrained Post-LN encoder (Hugging Face BERT folder).
+//! sublayer's write relative to the stream, and each norm's gains, of a real
+//! pretrained model: a Post-LN encoder (Hugging Face BERT folder) or a
+//! Pre-RMSNorm Llama-architecture decoder (a GGUF file), for which it also
+//! reports massive activations, attention logit maxima and entropies, and
+//! what the final norm does to the held-out loss.
 
 use crate::ui::{bad, Table};
 use clap::Args;
 use normlab::model::bert::{self, Bert};
+use normlab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
-/// Inspect a pretrained BERT-style model (folder with config.json, model.safetensors, tokenizer.json).
+/// Inspect a pretrained model: a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a Llama-architecture .gguf file.
 #[derive(Args, Debug)]
 pub struct InspectCmd {
-    /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh).
+    /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh).
     model: PathBuf,
+    /// Llama models: held-out tokens (from the last tenth of the bundled Shakespeare) for the final norm's effect.
+    #[arg(long, default_value_t = 512)]
+    held_out_tokens: usize,
+    /// Llama models: write the residual-RMS-by-depth figure (residual_rms.png, .svg) into this folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Text to run (repeatable; default: 32 lines of the bundled Shakespeare).
     #[arg(long)]
     text: Vec<String>,
@@ -21,6 +31,15 @@ pub struct InspectCmd {
 }
 
 pub fn run(c: InspectCmd) -> anyhow::Result<()> {
+    if c.model
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return run_llama(&c);
+    }
+    if c.out.is_some() {
+        return bad("--out is for Llama (.gguf) models");
+    }
     let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
         bert::sample_sentences(32, 0, 53)
@@ -80,5 +99,110 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
         ]);
     }
     print!("{t}");
+    Ok(())
+}
+
+/// `normlab inspect FILE.gguf`: a Llama-architecture decoder.
+fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
+    use normlab::model::llama::{self, Llama};
+    let m = Llama::load(&c.model)?;
+    let texts = if c.text.is_empty() {
+        bert::sample_sentences(16, 0, 53)
+    } else {
+        c.text.clone()
+    };
+    if texts.iter().any(|t| t.trim().is_empty()) {
+        return bad("--text must not be empty");
+    }
+    // Held-out text: the last tenth of the bundled Shakespeare.
+    let all = String::from_utf8_lossy(normlab::io::BUNDLED_TEXT);
+    let from = all
+        .char_indices()
+        .nth(all.chars().count() * 9 / 10)
+        .map_or(0, |(i, _)| i);
+    let (rows, fin) = llama::inspect(&m, &texts, &all[from..], c.held_out_tokens)?;
+    if let Some(dir) = &c.out {
+        let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
+            Series::new(name, rows.iter().map(|r| (r.layer as f64, f(r))).collect())
+        };
+        let fig = Figure {
+            stem: "residual_rms".into(),
+            cols: 1,
+            panels: vec![Panel::Line(LineChart {
+                title: "residual-stream RMS by depth".into(),
+                x_label: "block".into(),
+                y_label: "RMS".into(),
+                series: vec![
+                    series("entering the block", &|r| r.rms_in),
+                    series("after attention", &|r| r.rms_attn),
+                    series("after the MLP", &|r| r.rms_out),
+                ],
+                log_y: true,
+                log_x: false,
+            })],
+        };
+        normlab::io::create_dir_all(dir)?;
+        plot::save(&fig, dir)?;
+    }
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "model": c.model.display().to_string(), "architecture": "llama",
+                "layers": m.cfg.layers, "d": m.cfg.d, "heads": m.cfg.heads, "kv_heads": m.cfg.kv_heads,
+                "eps": m.cfg.eps, "rope_base": m.cfg.rope_base, "texts": texts.len(),
+                "blocks": rows, "final_norm": fin,
+            }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: Llama, {} layers, d {}, {} heads ({} key/value), Pre-RMSNorm (eps {:e}), RoPE base {}; {} text(s)",
+        c.model.display(),
+        m.cfg.layers,
+        m.cfg.d,
+        m.cfg.heads,
+        m.cfg.kv_heads,
+        m.cfg.eps,
+        m.cfg.rope_base,
+        texts.len()
+    );
+    let mut t = Table::new(&[
+        "block",
+        "RMS in",
+        "after attn",
+        "after mlp",
+        "max |x|",
+        "attn write",
+        "mlp write",
+        "max logit",
+        "entropy",
+        "attn gain mean",
+        "mlp gain mean",
+    ])
+    .right(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    for r in &rows {
+        t.row(vec![
+            r.layer.to_string(),
+            format!("{:.3}", r.rms_in),
+            format!("{:.3}", r.rms_attn),
+            format!("{:.3}", r.rms_out),
+            format!("{:.1}", r.max_abs),
+            format!("{:.3}", r.attn_write),
+            format!("{:.3}", r.mlp_write),
+            format!("{:.2}", r.attn_max_logit),
+            format!("{:.3}", r.attn_entropy),
+            format!("{:.3}", r.attn_gain[0]),
+            format!("{:.3}", r.mlp_gain[0]),
+        ]);
+    }
+    print!("{t}");
+    println!(
+        "final RMSNorm (gain mean {:.3}, min {:.3}, max {:.3}): held-out loss {:.4} nats/token with it, {:.4} without ({} tokens); removing it changes the logits by {:.1}% (RMS)",
+        fin.gain[0], fin.gain[2], fin.gain[3], fin.loss_with, fin.loss_without, fin.tokens, 100.0 * fin.logit_change
+    );
+    if let Some(dir) = &c.out {
+        println!("figure: {}", dir.join("residual_rms.png").display());
+    }
     Ok(())
 }

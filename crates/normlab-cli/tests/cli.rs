@@ -433,6 +433,48 @@ fn inspect_a_pretrained_encoder() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+#[test]
+fn inspect_a_pretrained_pre_rmsnorm_decoder() {
+    let model = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !model.exists() {
+        assert!(
+            std::env::var_os("NORMLAB_REQUIRE_MODEL").is_none(),
+            "model missing but NORMLAB_REQUIRE_MODEL is set"
+        );
+        eprintln!("SKIPPED inspect_a_pretrained_pre_rmsnorm_decoder: run scripts/fetch_smollm2.sh");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("normlab-inspect-llama-{}", std::process::id()));
+    let v = json(&[
+        "inspect",
+        model.to_str().unwrap(),
+        "--text",
+        "The quick brown fox jumps over the lazy dog.",
+        "--held-out-tokens",
+        "64",
+        "--out",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
+    let blocks = v["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 30);
+    let f = |b: &serde_json::Value, k: &str| b[k].as_f64().unwrap();
+    // The Pre-LN stream grows with depth; every block writes something.
+    assert!(f(&blocks[20], "rms_in") > 2.0 * f(&blocks[0], "rms_in"));
+    assert!(blocks
+        .iter()
+        .all(|b| f(b, "attn_write") > 0.0 && f(b, "mlp_write") > 0.0));
+    // The head is trained on normalised states: removing the final norm hurts.
+    let fin = &v["final_norm"];
+    assert!(f(fin, "loss_without") > f(fin, "loss_with"));
+    assert_eq!(fin["tokens"].as_u64(), Some(64));
+    assert!(dir.join("residual_rms.png").exists() && dir.join("residual_rms.svg").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = normlab(&["inspect", "/nonexistent.gguf"]);
+    assert_ne!(o.status.code(), Some(0));
+}
+
 /// Temp files of atomic writes (`.<name>.<pid>.tmp`) anywhere under `dir`.
 fn temp_files(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();

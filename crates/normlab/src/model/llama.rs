@@ -523,3 +523,144 @@ fn tokenizer_from_gguf(g: &Gguf) -> Result<tokenizers::Tokenizer> {
         .map_err(|e| format!("tokenizer: {e}"))?;
     Ok(tok)
 }
+
+/// One layer's row of `normlab inspect` for a Llama model: means over the
+/// texts (maxima for the maxima).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LlamaLayerRow {
+    /// Block index.
+    pub layer: usize,
+    /// RMS of the residual stream entering the block.
+    pub rms_in: f64,
+    /// After the attention write.
+    pub rms_attn: f64,
+    /// After the MLP write.
+    pub rms_out: f64,
+    /// Largest |activation| of the stream after the block (massive activations).
+    pub max_abs: f64,
+    /// ||attention write|| / ||stream||.
+    pub attn_write: f64,
+    /// ||MLP write|| / ||stream||.
+    pub mlp_write: f64,
+    /// Largest attention logit.
+    pub attn_max_logit: f64,
+    /// Mean attention entropy (nats).
+    pub attn_entropy: f64,
+    /// Attention RMSNorm gain: mean, std, min, max.
+    pub attn_gain: [f64; 4],
+    /// MLP RMSNorm gain: mean, std, min, max.
+    pub mlp_gain: [f64; 4],
+}
+
+/// What the final RMSNorm does, measured on held-out text.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FinalNormEffect {
+    /// Gain statistics: mean, std, min, max.
+    pub gain: [f64; 4],
+    /// Held-out tokens scored.
+    pub tokens: usize,
+    /// Held-out loss (nats/token) with the final norm.
+    pub loss_with: f64,
+    /// Without it (the head reads the raw residual stream).
+    pub loss_without: f64,
+    /// RMS of the logit change when it is removed, relative to the logits' RMS.
+    pub logit_change: f64,
+}
+
+fn gain_stats(g: &[f32]) -> [f64; 4] {
+    let n = g.len().max(1) as f64;
+    let mean = g.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let var = g
+        .iter()
+        .map(|&x| (f64::from(x) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let (lo, hi) = g
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(f64::from(x)), b.max(f64::from(x)))
+        });
+    [mean, var.sqrt(), lo, hi]
+}
+
+/// Per-layer diagnostics over `texts`, and the final norm's effect on
+/// `held_out` (at most `max_tokens` tokens).
+pub fn inspect(
+    m: &Llama,
+    texts: &[String],
+    held_out: &str,
+    max_tokens: usize,
+) -> Result<(Vec<LlamaLayerRow>, FinalNormEffect)> {
+    let l = m.cfg.layers;
+    let mut sum = vec![[0f64; 8]; l];
+    let mut count = 0usize;
+    for text in texts {
+        let ids = m.encode(text)?;
+        if ids.is_empty() {
+            continue;
+        }
+        let mut tr = LlamaTrace::default();
+        m.hidden(&ids, Some(&mut tr))?;
+        for (i, s) in sum.iter_mut().enumerate() {
+            s[0] += tr.rms_in[i];
+            s[1] += tr.rms_attn[i];
+            s[2] += tr.rms_out[i];
+            s[3] = s[3].max(tr.max_abs[i]);
+            s[4] += tr.attn_write[i];
+            s[5] += tr.mlp_write[i];
+            s[6] = s[6].max(tr.attn_max_logit[i]);
+            s[7] += tr.attn_entropy[i];
+        }
+        count += 1;
+    }
+    if count == 0 {
+        return Err("no text produced any token".to_string().into());
+    }
+    let c = count as f64;
+    let rows = sum
+        .iter()
+        .enumerate()
+        .map(|(i, s)| LlamaLayerRow {
+            layer: i,
+            rms_in: s[0] / c,
+            rms_attn: s[1] / c,
+            rms_out: s[2] / c,
+            max_abs: s[3],
+            attn_write: s[4] / c,
+            mlp_write: s[5] / c,
+            attn_max_logit: s[6],
+            attn_entropy: s[7] / c,
+            attn_gain: gain_stats(&m.layers[i].attn_norm),
+            mlp_gain: gain_stats(&m.layers[i].ffn_norm),
+        })
+        .collect();
+    let mut ids = m.encode(held_out)?;
+    ids.truncate(max_tokens + 1);
+    if ids.len() < 2 {
+        return Err("the held-out text has fewer than 2 tokens"
+            .to_string()
+            .into());
+    }
+    let window = 256;
+    let loss_with = m.nll(&ids, window, true)?;
+    let loss_without = m.nll(&ids, window, false)?;
+    let w = &ids[..ids.len().min(window + 1) - 1];
+    let h = m.hidden(w, None)?;
+    let (a, b) = (m.logits_from(&h, true), m.logits_from(&h, false));
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| f64::from(x - y).powi(2))
+        .sum::<f64>();
+    let base = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>();
+    Ok((
+        rows,
+        FinalNormEffect {
+            gain: gain_stats(&m.final_norm),
+            tokens: ids.len() - 1,
+            loss_with,
+            loss_without,
+            logit_change: (diff / base.max(1e-30)).sqrt(),
+        },
+    ))
+}
