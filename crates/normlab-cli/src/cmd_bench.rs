@@ -15,6 +15,28 @@ pub enum BenchCommand {
     /// threads, with achieved GFLOP/s next to a matmul peak measured in the
     /// same run.
     Train(TrainBenchArgs),
+    /// A Llama-architecture GGUF model: prompt processing (the logits of a
+    /// prompt of --tokens tokens from the bundled Shakespeare) in tokens/s,
+    /// median of --reps, per thread count (weights loaded once, not timed).
+    Llama(LlamaBenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LlamaBenchArgs {
+    /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf).
+    model: std::path::PathBuf,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 256)]
+    tokens: usize,
+    /// Thread counts, comma-separated (default: 1 and all cores).
+    #[arg(long)]
+    threads: Option<String>,
+    /// Timed repetitions per thread count (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Print the records as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -73,7 +95,78 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Norms(a) => norms(a),
         BenchCommand::Train(a) => train(a),
+        BenchCommand::Llama(a) => llama(a),
     }
+}
+
+fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
+    use normlab::model::llama::Llama;
+    let all = crate::cmd_train::default_threads();
+    let threads = match &a.threads {
+        Some(s) => parse_list("--threads", s, |p| {
+            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
+        })?,
+        None if all > 1 => vec![1, all],
+        None => vec![1],
+    };
+    if a.reps == 0 || a.tokens == 0 {
+        return bad("--reps and --tokens must be at least 1");
+    }
+    let m = Llama::load(&a.model)?;
+    let text = String::from_utf8_lossy(normlab::io::BUNDLED_TEXT);
+    let mut ids = m.encode(&text[..text.len().min(64 * a.tokens)])?;
+    if ids.len() < a.tokens {
+        return bad(format!("the bundled text gives only {} tokens", ids.len()));
+    }
+    ids.truncate(a.tokens);
+    let mut recs = Vec::new();
+    for &t in &threads {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build()?;
+        let mut times = Vec::with_capacity(a.reps);
+        pool.install(|| -> anyhow::Result<()> {
+            m.logits(&ids)?;
+            for _ in 0..a.reps {
+                let t0 = std::time::Instant::now();
+                std::hint::black_box(m.logits(&ids)?);
+                times.push(t0.elapsed().as_secs_f64());
+            }
+            Ok(())
+        })?;
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        recs.push(serde_json::json!({
+            "threads": t, "tokens": a.tokens, "median_s": median,
+            "min_s": times[0], "max_s": times[times.len() - 1],
+            "tokens_per_s": a.tokens as f64 / median,
+        }));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&recs)?);
+        return Ok(());
+    }
+    let mut tab = Table::new(&[
+        "threads",
+        "prompt tokens",
+        "median s",
+        "min-max s",
+        "tokens/s",
+    ])
+    .right(&[0, 1, 2, 3, 4]);
+    for r in &recs {
+        tab.row(vec![
+            r["threads"].to_string(),
+            r["tokens"].to_string(),
+            format!("{:.3}", r["median_s"].as_f64().unwrap()),
+            format!(
+                "{:.3}-{:.3}",
+                r["min_s"].as_f64().unwrap(),
+                r["max_s"].as_f64().unwrap()
+            ),
+            format!("{:.0}", r["tokens_per_s"].as_f64().unwrap()),
+        ]);
+    }
+    print!("{tab}");
+    Ok(())
 }
 
 fn norms(a: NormsArgs) -> anyhow::Result<()> {

@@ -18,8 +18,9 @@
 
 use crate::error::Result;
 use crate::gguf::Gguf;
-use crate::kernels::matmul::linear_forward;
+use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
+use rayon::prelude::*;
 use std::path::Path;
 
 /// The hyper-parameters read from the GGUF metadata (`llama.*`).
@@ -251,45 +252,69 @@ impl Llama {
                 &mut a,
                 &mut stats,
             );
-            linear_forward(&a, &layer.wq, None, t, d, d, &mut q);
-            linear_forward(&a, &layer.wk, None, t, d, kvd, &mut k);
-            linear_forward(&a, &layer.wv, None, t, d, kvd, &mut v);
+            linear(&a, &layer.wq, t, d, d, &mut q);
+            linear(&a, &layer.wk, t, d, kvd, &mut k);
+            linear(&a, &layer.wv, t, d, kvd, &mut v);
             apply_rope(&mut q, t, c.heads, hd, &cos, &sin);
             apply_rope(&mut k, t, c.kv_heads, hd, &cos, &sin);
+            // Each head on its own (in parallel): its output [t, hd], its
+            // largest logit and its summed entropy; then scattered into att.
+            let heads: Vec<(Vec<f32>, f64, f64)> = (0..c.heads)
+                .into_par_iter()
+                .map(|head| {
+                    let kh = head / group;
+                    // Scores Q_h K_h^T (all t x t; the causal half is masked
+                    // below), then P V_h, both through the matmul kernel.
+                    let view = |buf, off, rs| head_view(buf, off, t, hd, rs);
+                    let mut p = vec![0f32; t * t];
+                    gemm(
+                        scale,
+                        view(&q, head * hd, d),
+                        view(&k, kh * hd, kvd).t(),
+                        0.0,
+                        &mut p,
+                        t,
+                    );
+                    let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
+                    for i in 0..t {
+                        let row = &mut p[i * t..(i + 1) * t];
+                        let m = row[..=i].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                        max_logit = max_logit.max(f64::from(m));
+                        let mut z = 0f32;
+                        for pj in &mut row[..=i] {
+                            *pj = (*pj - m).exp();
+                            z += *pj;
+                        }
+                        for pj in &mut row[..=i] {
+                            *pj /= z;
+                            if *pj > 0.0 {
+                                entropy -= f64::from(*pj) * f64::from(*pj).ln();
+                            }
+                        }
+                        row[i + 1..].fill(0.0);
+                    }
+                    let mut out = vec![0f32; t * hd];
+                    gemm(
+                        1.0,
+                        Mat::rows(&p, t, t),
+                        view(&v, kh * hd, kvd),
+                        0.0,
+                        &mut out,
+                        hd,
+                    );
+                    (out, max_logit, entropy)
+                })
+                .collect();
             let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
-            let mut p = vec![0f32; t];
-            for head in 0..c.heads {
-                let kh = head / group;
+            for (head, (out, m, e)) in heads.iter().enumerate() {
                 for i in 0..t {
-                    let qi = &q[i * d + head * hd..i * d + (head + 1) * hd];
-                    let mut m = f32::NEG_INFINITY;
-                    for j in 0..=i {
-                        let kj = &k[j * kvd + kh * hd..j * kvd + (kh + 1) * hd];
-                        let s = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
-                        p[j] = s;
-                        m = m.max(s);
-                    }
-                    max_logit = max_logit.max(f64::from(m));
-                    let mut z = 0f32;
-                    for pj in &mut p[..=i] {
-                        *pj = (*pj - m).exp();
-                        z += *pj;
-                    }
-                    let out = &mut att[i * d + head * hd..i * d + (head + 1) * hd];
-                    out.fill(0.0);
-                    for j in 0..=i {
-                        let w = p[j] / z;
-                        if w > 0.0 {
-                            entropy -= f64::from(w) * f64::from(w).ln();
-                        }
-                        let vj = &v[j * kvd + kh * hd..j * kvd + (kh + 1) * hd];
-                        for (oo, &vv) in out.iter_mut().zip(vj) {
-                            *oo += w * vv;
-                        }
-                    }
+                    att[i * d + head * hd..i * d + (head + 1) * hd]
+                        .copy_from_slice(&out[i * hd..(i + 1) * hd]);
                 }
+                max_logit = max_logit.max(*m);
+                entropy += e;
             }
-            linear_forward(&att, &layer.wo, None, t, d, d, &mut o);
+            linear(&att, &layer.wo, t, d, d, &mut o);
             let read = rms(&h);
             let attn_write = rms(&o) / read.max(1e-30);
             for (hh, oo) in h.iter_mut().zip(&o) {
@@ -305,12 +330,12 @@ impl Llama {
                 &mut a,
                 &mut stats,
             );
-            linear_forward(&a, &layer.gate, None, t, d, c.ffn, &mut gb);
-            linear_forward(&a, &layer.up, None, t, d, c.ffn, &mut ub);
+            linear(&a, &layer.gate, t, d, c.ffn, &mut gb);
+            linear(&a, &layer.up, t, d, c.ffn, &mut ub);
             for (g, u) in gb.iter_mut().zip(&ub) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            linear_forward(&gb, &layer.down, None, t, c.ffn, d, &mut o);
+            linear(&gb, &layer.down, t, c.ffn, d, &mut o);
             let mlp_write = rms(&o) / rms_attn.max(1e-30);
             for (hh, oo) in h.iter_mut().zip(&o) {
                 *hh += oo;
@@ -350,7 +375,7 @@ impl Llama {
         }
         let mut logits = vec![0f32; t * v];
         let w = self.head.as_deref().unwrap_or(&self.emb);
-        linear_forward(&x, w, None, t, d, v, &mut logits);
+        linear(&x, w, t, d, v, &mut logits);
         logits
     }
 
@@ -405,6 +430,30 @@ impl Llama {
             s += window;
         }
         Ok(total / n.max(1) as f64)
+    }
+}
+
+/// Rows per parallel task of [`linear`]: fixed, so results do not depend on
+/// the thread count.
+const ROWS_PER_TASK: usize = 128;
+
+/// `y = x W^T` in row blocks over rayon's current pool.
+fn linear(x: &[f32], w: &[f32], rows: usize, d_in: usize, d_out: usize, y: &mut [f32]) {
+    debug_assert_eq!(x.len(), rows * d_in);
+    y.par_chunks_mut(ROWS_PER_TASK * d_out)
+        .zip(x.par_chunks(ROWS_PER_TASK * d_in))
+        .for_each(|(yc, xc)| linear_forward(xc, w, None, xc.len() / d_in, d_in, d_out, yc));
+}
+
+/// The `rows x cols` view starting at `off` with row stride `rs` (one
+/// head's slice of a `[t, heads * hd]` activation).
+fn head_view(buf: &[f32], off: usize, rows: usize, cols: usize, rs: usize) -> Mat<'_> {
+    Mat {
+        data: &buf[off..],
+        rows,
+        cols,
+        rs,
+        cs: 1,
     }
 }
 
