@@ -120,7 +120,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         .char_indices()
         .nth(all.chars().count() * 9 / 10)
         .map_or(0, |(i, _)| i);
-    let (rows, fin) = llama::inspect(&m, &texts, &all[from..], c.held_out_tokens)?;
+    let (rows, fin, claims) = llama::inspect(&m, &texts, &all[from..], c.held_out_tokens)?;
     if let Some(dir) = &c.out {
         let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
             Series::new(name, rows.iter().map(|r| (r.layer as f64, f(r))).collect())
@@ -151,7 +151,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
                 "model": c.model.display().to_string(), "architecture": "llama",
                 "layers": m.cfg.layers, "d": m.cfg.d, "heads": m.cfg.heads, "kv_heads": m.cfg.kv_heads,
                 "eps": m.cfg.eps, "rope_base": m.cfg.rope_base, "texts": texts.len(),
-                "blocks": rows, "final_norm": fin,
+                "blocks": rows, "final_norm": fin, "claims": claims,
             }))?
         );
         return Ok(());
@@ -200,6 +200,33 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     println!(
         "final RMSNorm (gain mean {:.3}, min {:.3}, max {:.3}): held-out loss {:.4} nats/token with it, {:.4} without ({} tokens); removing it changes the logits by {:.1}% (RMS)",
         fin.gain[0], fin.gain[2], fin.gain[3], fin.loss_with, fin.loss_without, fin.tokens, 100.0 * fin.logit_change
+    );
+    println!("the lesson's claims on this model:");
+    println!(
+        "  C3  the stream grows x{:.1} from block 1 to the output (x{:.3} per block on average; {} of {} blocks grow it; the largest jump x{:.1} at block {})",
+        claims.growth_total, claims.growth_per_block, claims.blocks_growing, m.cfg.layers - 1, claims.largest_jump.0, claims.largest_jump.1
+    );
+    println!(
+        "  C6  the rows of x / rms(x) at the attention norms have |mean| {:.3} on average in the block where it is largest (a LayerNorm's are 0; N(1.5, 3^2) inputs give 0.447)",
+        claims.xhat_mean_max_abs
+    );
+    println!(
+        "  C8  the smallest row mean square entering any norm is {:.3e} x eps (eps {:e}): {}",
+        claims.ms_min_over_eps,
+        m.cfg.eps,
+        if claims.ms_min_over_eps > 100.0 {
+            "eps never matters here"
+        } else {
+            "eps can matter for some rows"
+        }
+    );
+    println!(
+        "  C20 without the final norm the held-out loss goes from {:.4} to {:.4}",
+        fin.loss_with, fin.loss_without
+    );
+    println!(
+        "  C21 every RMSNorm replaced by a LayerNorm keeping its gain: held-out loss {:.4} (own {:.4})",
+        claims.loss_layernorm, fin.loss_with
     );
     if let Some(dir) = &c.out {
         println!("figure: {}", dir.join("residual_rms.png").display());

@@ -469,6 +469,12 @@ fn inspect_a_pretrained_pre_rmsnorm_decoder() {
     let fin = &v["final_norm"];
     assert!(f(fin, "loss_without") > f(fin, "loss_with"));
     assert_eq!(fin["tokens"].as_u64(), Some(64));
+    // The lesson's claims on the model: the stream grows; a LayerNorm in
+    // place of the RMSNorm it was trained with does not help.
+    let cl = &v["claims"];
+    assert!(f(cl, "growth_total") > 1.0);
+    assert!(f(cl, "ms_min_over_eps") > 0.0);
+    assert!(f(cl, "loss_layernorm") >= 0.99 * f(fin, "loss_with"));
     assert!(dir.join("residual_rms.png").exists() && dir.join("residual_rms.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
     let o = normlab(&["inspect", "/nonexistent.gguf"]);

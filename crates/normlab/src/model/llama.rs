@@ -111,6 +111,26 @@ pub struct LlamaTrace {
     pub attn_max_logit: Vec<f64>,
     /// Mean attention entropy (nats) over heads and positions, per block.
     pub attn_entropy: Vec<f64>,
+    /// Smallest mean square of a row entering either of the block's norms.
+    pub ms_min: Vec<f64>,
+    /// Mean over rows of |the row mean of `x / rms(x)`| at the attention
+    /// norm (RMSNorm does not centre: LayerNorm's would be 0).
+    pub xhat_mean: Vec<f64>,
+}
+
+/// Per row of `[rows, d]`: the smallest mean square, and the mean over rows
+/// of |the row mean of `x / rms(x)`|.
+fn row_stats(x: &[f32], d: usize) -> (f64, f64) {
+    let (mut min, mut mean, mut n) = (f64::INFINITY, 0f64, 0usize);
+    for r in x.chunks_exact(d) {
+        let ms = r.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / d as f64;
+        min = min.min(ms);
+        if ms > 0.0 {
+            mean += (r.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64 / ms.sqrt()).abs();
+        }
+        n += 1;
+    }
+    (min, mean / n.max(1) as f64)
 }
 
 fn rms(v: &[f32]) -> f64 {
@@ -212,7 +232,32 @@ impl Llama {
     }
 
     /// The final hidden states `[T, d]` before the final norm; fills `trace`.
-    pub fn hidden(&self, ids: &[u32], mut trace: Option<&mut LlamaTrace>) -> Result<Vec<f32>> {
+    pub fn hidden(&self, ids: &[u32], trace: Option<&mut LlamaTrace>) -> Result<Vec<f32>> {
+        self.hidden_kind(ids, NormKind::RmsNorm, trace)
+    }
+
+    /// Apply one of the model's norms (its gain `g`) as `kind`: its own
+    /// RMSNorm, or a LayerNorm keeping the gain (bias 0), to see what the
+    /// replacement does.
+    fn apply_norm(&self, kind: NormKind, x: &[f32], g: &[f32], y: &mut [f32], stats: &mut [f32]) {
+        let d = self.cfg.d;
+        match kind {
+            NormKind::LayerNorm => {
+                let mut p = g.to_vec();
+                p.resize(2 * d, 0.0);
+                norm::forward(kind, d, self.cfg.eps, x, &p, y, stats)
+            }
+            _ => norm::forward(NormKind::RmsNorm, d, self.cfg.eps, x, g, y, stats),
+        }
+    }
+
+    /// [`Llama::hidden`] with every block norm applied as `kind`.
+    pub fn hidden_kind(
+        &self,
+        ids: &[u32],
+        kind: NormKind,
+        mut trace: Option<&mut LlamaTrace>,
+    ) -> Result<Vec<f32>> {
         let c = &self.cfg;
         let (d, t, hd) = (c.d, ids.len(), c.head_dim());
         let kvd = c.kv_heads * hd;
@@ -243,15 +288,8 @@ impl Llama {
         let group = c.heads / c.kv_heads;
         for layer in &self.layers {
             let rms_in = rms(&h);
-            norm::forward(
-                NormKind::RmsNorm,
-                d,
-                c.eps,
-                &h,
-                &layer.attn_norm,
-                &mut a,
-                &mut stats,
-            );
+            let (ms_min_attn, xhat_mean) = row_stats(&h, d);
+            self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
             linear(&a, &layer.wq, t, d, d, &mut q);
             linear(&a, &layer.wk, t, d, kvd, &mut k);
             linear(&a, &layer.wv, t, d, kvd, &mut v);
@@ -321,15 +359,8 @@ impl Llama {
                 *hh += oo;
             }
             let rms_attn = rms(&h);
-            norm::forward(
-                NormKind::RmsNorm,
-                d,
-                c.eps,
-                &h,
-                &layer.ffn_norm,
-                &mut a,
-                &mut stats,
-            );
+            let (ms_min_mlp, _) = row_stats(&h, d);
+            self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
             linear(&a, &layer.gate, t, d, c.ffn, &mut gb);
             linear(&a, &layer.up, t, d, c.ffn, &mut ub);
             for (g, u) in gb.iter_mut().zip(&ub) {
@@ -350,6 +381,8 @@ impl Llama {
                 tr.mlp_write.push(mlp_write);
                 tr.attn_max_logit.push(max_logit);
                 tr.attn_entropy.push(entropy / (c.heads * t) as f64);
+                tr.ms_min.push(ms_min_attn.min(ms_min_mlp));
+                tr.xhat_mean.push(xhat_mean);
             }
         }
         Ok(h)
@@ -358,20 +391,17 @@ impl Llama {
     /// Logits `[T, vocab]` from hidden states, with the final norm (or
     /// without it, to measure what it does).
     pub fn logits_from(&self, h: &[f32], final_norm: bool) -> Vec<f32> {
+        self.logits_kind(h, final_norm.then_some(NormKind::RmsNorm))
+    }
+
+    /// Logits with the final norm applied as `kind` (None: left out).
+    pub fn logits_kind(&self, h: &[f32], final_norm: Option<NormKind>) -> Vec<f32> {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let t = h.len() / d;
         let mut x = h.to_vec();
-        if final_norm {
+        if let Some(kind) = final_norm {
             let mut stats = vec![0f32; norm::stats_len(t)];
-            norm::forward(
-                NormKind::RmsNorm,
-                d,
-                self.cfg.eps,
-                h,
-                &self.final_norm,
-                &mut x,
-                &mut stats,
-            );
+            self.apply_norm(kind, h, &self.final_norm, &mut x, &mut stats);
         }
         let mut logits = vec![0f32; t * v];
         let w = self.head.as_deref().unwrap_or(&self.emb);
@@ -407,14 +437,25 @@ impl Llama {
     /// Mean negative log-likelihood (nats per token) of `ids`, in windows
     /// of `window` predictions (each window sees only its own tokens).
     pub fn nll(&self, ids: &[u32], window: usize, final_norm: bool) -> Result<f64> {
+        self.nll_kind(ids, window, NormKind::RmsNorm, final_norm)
+    }
+
+    /// [`Llama::nll`] with every norm applied as `kind`.
+    pub fn nll_kind(
+        &self,
+        ids: &[u32],
+        window: usize,
+        kind: NormKind,
+        final_norm: bool,
+    ) -> Result<f64> {
         let v = self.cfg.vocab;
         let (mut total, mut n) = (0f64, 0usize);
         let mut s = 0;
         while s + 1 < ids.len() {
             let e = (s + window + 1).min(ids.len());
             let w = &ids[s..e];
-            let h = self.hidden(&w[..w.len() - 1], None)?;
-            let l = self.logits_from(&h, final_norm);
+            let h = self.hidden_kind(&w[..w.len() - 1], kind, None)?;
+            let l = self.logits_kind(&h, final_norm.then_some(kind));
             for (r, &target) in w[1..].iter().enumerate() {
                 let row = &l[r * v..(r + 1) * v];
                 let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -599,6 +640,32 @@ pub struct LlamaLayerRow {
     pub attn_gain: [f64; 4],
     /// MLP RMSNorm gain: mean, std, min, max.
     pub mlp_gain: [f64; 4],
+    /// Smallest mean square of a row entering the block's norms.
+    pub ms_min: f64,
+    /// Mean over rows of |row mean of `x / rms(x)`| at the attention norm.
+    pub xhat_mean: f64,
+}
+
+/// The lesson's claims measured on the model (issue 15 item 5; not yet a
+/// registered experiment).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModelClaims {
+    /// C3: stream RMS after the last block over the RMS entering block 1
+    /// (block 0 lifts the small embeddings and is left out).
+    pub growth_total: f64,
+    /// C3: the geometric mean growth per block over the same span.
+    pub growth_per_block: f64,
+    /// C3: blocks (of 1..L) after which the stream's RMS is larger.
+    pub blocks_growing: usize,
+    /// C3: the largest one-block growth factor, and its block.
+    pub largest_jump: (f64, usize),
+    /// C6: the largest mean |row mean of x / rms(x)| over the blocks.
+    pub xhat_mean_max_abs: f64,
+    /// C8: the smallest row mean square entering any norm, over eps.
+    pub ms_min_over_eps: f64,
+    /// C21 reversed: held-out loss with every RMSNorm replaced by a
+    /// LayerNorm keeping its gain (and the loss with the model's own).
+    pub loss_layernorm: f64,
 }
 
 /// What the final RMSNorm does, measured on held-out text.
@@ -639,9 +706,12 @@ pub fn inspect(
     texts: &[String],
     held_out: &str,
     max_tokens: usize,
-) -> Result<(Vec<LlamaLayerRow>, FinalNormEffect)> {
+) -> Result<(Vec<LlamaLayerRow>, FinalNormEffect, ModelClaims)> {
     let l = m.cfg.layers;
-    let mut sum = vec![[0f64; 8]; l];
+    let mut sum = vec![[0f64; 10]; l];
+    for s in &mut sum {
+        s[8] = f64::INFINITY;
+    }
     let mut count = 0usize;
     for text in texts {
         let ids = m.encode(text)?;
@@ -659,6 +729,8 @@ pub fn inspect(
             s[5] += tr.mlp_write[i];
             s[6] = s[6].max(tr.attn_max_logit[i]);
             s[7] += tr.attn_entropy[i];
+            s[8] = s[8].min(tr.ms_min[i]);
+            s[9] += tr.xhat_mean[i];
         }
         count += 1;
     }
@@ -681,8 +753,10 @@ pub fn inspect(
             attn_entropy: s[7] / c,
             attn_gain: gain_stats(&m.layers[i].attn_norm),
             mlp_gain: gain_stats(&m.layers[i].ffn_norm),
+            ms_min: s[8],
+            xhat_mean: s[9] / c,
         })
-        .collect();
+        .collect::<Vec<_>>();
     let mut ids = m.encode(held_out)?;
     ids.truncate(max_tokens + 1);
     if ids.len() < 2 {
@@ -702,6 +776,23 @@ pub fn inspect(
         .map(|(x, y)| f64::from(x - y).powi(2))
         .sum::<f64>();
     let base = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>();
+    let span = &rows[1.min(rows.len() - 1)..];
+    let first = span[0].rms_in.max(1e-30);
+    let growth_total = span[span.len() - 1].rms_out / first;
+    let largest_jump = span
+        .iter()
+        .map(|r| (r.rms_out / r.rms_in.max(1e-30), r.layer))
+        .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
+    let claims = ModelClaims {
+        growth_total,
+        growth_per_block: growth_total.powf(1.0 / span.len() as f64),
+        blocks_growing: span.iter().filter(|r| r.rms_out > r.rms_in).count(),
+        largest_jump,
+        xhat_mean_max_abs: rows.iter().fold(0f64, |a, r| a.max(r.xhat_mean.abs())),
+        ms_min_over_eps: rows.iter().fold(f64::INFINITY, |a, r| a.min(r.ms_min))
+            / f64::from(m.cfg.eps),
+        loss_layernorm: m.nll_kind(&ids, window, NormKind::LayerNorm, true)?,
+    };
     Ok((
         rows,
         FinalNormEffect {
@@ -711,5 +802,6 @@ pub fn inspect(
             loss_without,
             logit_change: (diff / base.max(1e-30)).sqrt(),
         },
+        claims,
     ))
 }
