@@ -123,7 +123,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C3",
         title: "the Pre-LN residual stream grows",
         statement: "At initialisation 12 Pre-LN blocks (d 128, MLP 4d, x ~ N(0,1) of shape (2, 16, 128)) grow the mean row norm steadily from 11.25 to 13.66 (x1.21, 1.6% per layer); the final LayerNorm brings it back to sqrt(128) = 11.31. The growth amplifies during training; a Post-LN stream stays at sqrt(d).",
-        coverage: Coverage::Experiments(&["residual-growth"]),
+        coverage: Coverage::Experiments(&["residual-growth", "llm"]),
     },
     Claim {
         id: "C4",
@@ -141,7 +141,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C6",
         title: "RMSNorm output statistics",
         statement: "On inputs ~ N(1.5, 3^2) RMSNorm's output rows have mean ~0.4475 and std ~0.8944 (not 0 and 1, as LayerNorm's): RMSNorm is not a drop-in replacement for LayerNorm.",
-        coverage: Coverage::Experiments(&["norm-stats"]),
+        coverage: Coverage::Experiments(&["norm-stats", "llm"]),
     },
     Claim {
         id: "C7",
@@ -153,7 +153,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C8",
         title: "eps and low precision",
         statement: "In fp16/bf16 a row's variance (mean square) can underflow, so eps must be chosen per precision (RMSNorm 1e-6, LayerNorm 1e-5 commonly); eps matters only when the mean square is comparable to it; in fp16 RMSNorm's output range is wider than LayerNorm's; SwiGLU's output is unbounded (SiLU(10) * 10 = 99.995) and overflows low precision.",
-        coverage: Coverage::Experiments(&["precision"]),
+        coverage: Coverage::Experiments(&["precision", "llm"]),
     },
     Claim {
         id: "C9",
@@ -225,13 +225,13 @@ pub static CLAIMS: &[Claim] = &[
         id: "C20",
         title: "Pre-LN needs its final norm",
         statement: "A Pre-LN model needs a final norm before the head (GPT-2 ln_f, LLaMA norm); leaving it out is a common bug.",
-        coverage: Coverage::Experiments(&["residual-growth"]),
+        coverage: Coverage::Experiments(&["residual-growth", "llm"]),
     },
     Claim {
         id: "C21",
         title: "checkpoint conversion is approximate",
         statement: "LayerNorm weights cannot be loaded into an RMSNorm model as they are; the lesson treats conversion as approximate (drop beta, keep gamma, then fine-tune).",
-        coverage: Coverage::Experiments(&["convert"]),
+        coverage: Coverage::Experiments(&["convert", "llm"]),
     },
     Claim {
         id: "C22",

@@ -20,6 +20,7 @@ pub mod depth_use;
 pub mod drift;
 pub mod gain_decay;
 pub mod identity_path;
+pub mod llm;
 pub mod lr_sensitivity;
 pub mod no_norm;
 pub mod norm_kind;
@@ -99,6 +100,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &no_norm::EXPERIMENT,
     &depth_use::EXPERIMENT,
     &precision::EXPERIMENT,
+    &llm::EXPERIMENT,
 ];
 
 /// Look an experiment up.
