@@ -131,6 +131,32 @@ fn advise_huge_pages(addr: usize, floats: usize) {
     let _ = (addr, floats);
 }
 
+/// The checks every kernel call makes before touching memory: the kind
+/// (row-wise), whole rows and the parameter count, aligned non-null
+/// buffers (`params_bufs` only when there are parameters), and its pool.
+/// None when there is nothing to do (no elements).
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    kind_name: &str,
+    d: usize,
+    n: usize,
+    np: usize,
+    bufs: &[usize],
+    params_bufs: &[usize],
+    threads: usize,
+) -> PyResult<Option<(NormKind, usize, Arc<ThreadPool>)>> {
+    let k = kind(kind_name)?;
+    let rows = check(k, d, n, np)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    check_aligned(bufs)?;
+    if np > 0 {
+        check_aligned(params_bufs)?;
+    }
+    Ok(Some((k, rows, pool(threads)?)))
+}
+
 fn check_aligned(addrs: &[usize]) -> PyResult<()> {
     if addrs.iter().any(|a| *a == 0 || !a.is_multiple_of(4)) {
         return Err(PyValueError::new_err(
@@ -158,16 +184,10 @@ fn forward(
     stats: usize,
     threads: usize,
 ) -> PyResult<()> {
-    let k = kind(kind_name)?;
-    let rows = check(k, d, n, np)?;
-    if n == 0 {
+    let Some((k, rows, pool)) = prepare(kind_name, d, n, np, &[x, y, stats], &[params], threads)?
+    else {
         return Ok(());
-    }
-    check_aligned(&[x, y, stats])?;
-    if np > 0 {
-        check_aligned(&[params])?;
-    }
-    let pool = pool(threads)?;
+    };
     advise_huge_pages(y, n);
     let (x, p, y, s) = (Addr(x), Addr(params), Addr(y), Addr(stats));
     py.detach(move || {
@@ -205,16 +225,18 @@ fn backward(
     dparams: usize,
     threads: usize,
 ) -> PyResult<()> {
-    let k = kind(kind_name)?;
-    let rows = check(k, d, n, np)?;
-    if n == 0 {
+    let Some((k, rows, pool)) = prepare(
+        kind_name,
+        d,
+        n,
+        np,
+        &[x, dy, stats, dx],
+        &[params, dparams],
+        threads,
+    )?
+    else {
         return Ok(());
-    }
-    check_aligned(&[x, dy, stats, dx])?;
-    if np > 0 {
-        check_aligned(&[params, dparams])?;
-    }
-    let pool = pool(threads)?;
+    };
     advise_huge_pages(dx, n);
     let (x, dy, p, s, dx, dp) = (
         Addr(x),

@@ -365,8 +365,10 @@ def test_logger_writes_a_run_folder_normlab_reports(tmp_path):
     first = lines[0]
     assert first["step"] == 1 and len(first["residual_rms"]) == 3 and len(first["grad_norm_per_block"]) == 3
     assert all(v > 0 for v in first["residual_rms"])
-    assert math.isclose(first["grad_norm"], math.sqrt(sum(
-        v * v for v in first["grad_norm_per_block"])), rel_tol=0.9)  # blocks are part of the whole
+    # the blocks are part of the model: their gradient norm is at most the whole's,
+    # and the embedding and head hold the rest
+    blocks = math.sqrt(sum(v * v for v in first["grad_norm_per_block"]))
+    assert blocks <= first["grad_norm"] * (1 + 1e-9) and blocks > 0
     evals = [l for l in lines if l["eval_loss"] is not None]
     assert [l["step"] for l in evals] == [7, 20, 40, 60]
     # an evaluation between detailed steps carries that step's own loss and grad norm

@@ -91,6 +91,18 @@ fn parse_list<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> anyhow::
     Ok(out)
 }
 
+/// `--threads` as a list of counts; without it, 1 and all cores.
+fn thread_counts(arg: Option<&str>) -> anyhow::Result<Vec<usize>> {
+    let all = crate::cmd_train::default_threads();
+    match arg {
+        Some(s) => parse_list("--threads", s, |p| {
+            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
+        }),
+        None if all > 1 => Ok(vec![1, all]),
+        None => Ok(vec![1]),
+    }
+}
+
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Norms(a) => norms(a),
@@ -101,14 +113,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
 
 fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
     use normlab::model::llama::Llama;
-    let all = crate::cmd_train::default_threads();
-    let threads = match &a.threads {
-        Some(s) => parse_list("--threads", s, |p| {
-            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
-        })?,
-        None if all > 1 => vec![1, all],
-        None => vec![1],
-    };
+    let threads = thread_counts(a.threads.as_deref())?;
     if a.reps == 0 || a.tokens == 0 {
         return bad("--reps and --tokens must be at least 1");
     }
@@ -178,10 +183,8 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
             (r > 0 && d > 0).then_some((r, d))
         })?;
     }
-    if let Some(s) = &a.threads {
-        cfg.threads = parse_list("--threads", s, |p| {
-            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
-        })?;
+    if a.threads.is_some() {
+        cfg.threads = thread_counts(a.threads.as_deref())?;
     }
     if let Some(s) = &a.kinds {
         cfg.kinds = parse_list("--kinds", s, |p| {
@@ -259,14 +262,7 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
 }
 
 fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
-    let all = crate::cmd_train::default_threads();
-    let threads = match &a.threads {
-        Some(s) => parse_list("--threads", s, |p| {
-            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
-        })?,
-        None if all > 1 => vec![1, all],
-        None => vec![1],
-    };
+    let threads = thread_counts(a.threads.as_deref())?;
     if a.steps == 0 {
         return bad("--steps must be at least 1");
     }

@@ -11,6 +11,10 @@
 //! Both rotate the same pairs by the same angles, and attention scores sum
 //! over all dimensions, so the outputs agree without un-permuting.
 //!
+//! Files: this one (configuration, weights, forward pass), `tokenizer.rs`
+//! (the tokenizer from the GGUF metadata), `inspect.rs` (what `normlab
+//! inspect` and `exp llm` report).
+//!
 //! A trace records what `normlab inspect` reports per layer: the residual
 //! stream's RMS entering each block and after each sublayer, its largest
 //! per-token value, each sublayer's write relative to the stream it read,
@@ -22,6 +26,12 @@ use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
 use rayon::prelude::*;
 use std::path::Path;
+
+mod inspect;
+mod tokenizer;
+
+pub use inspect::{inspect, FinalNormEffect, LlamaLayerRow, ModelClaims};
+use tokenizer::tokenizer_from_gguf;
 
 /// The hyper-parameters read from the GGUF metadata (`llama.*`).
 #[derive(Clone, Debug, PartialEq)]
@@ -286,9 +296,24 @@ impl Llama {
         let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; t * c.ffn]);
         let scale = 1.0 / (hd as f32).sqrt();
         let group = c.heads / c.kv_heads;
+        // The trace's statistics cost passes over the stream: only when tracing.
+        let tracing = trace.is_some();
+        let probe = |x: &[f32]| -> (f64, f64, f64) {
+            if !tracing {
+                return (0.0, 0.0, 0.0);
+            }
+            let (ms_min, xhat_mean) = row_stats(x, d);
+            (rms(x), ms_min, xhat_mean)
+        };
+        let write = |o: &[f32], read: f64| {
+            if tracing {
+                rms(o) / read.max(1e-30)
+            } else {
+                0.0
+            }
+        };
         for layer in &self.layers {
-            let rms_in = rms(&h);
-            let (ms_min_attn, xhat_mean) = row_stats(&h, d);
+            let (rms_in, ms_min_attn, xhat_mean) = probe(&h);
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
             linear(&a, &layer.wq, t, d, d, &mut q);
             linear(&a, &layer.wk, t, d, kvd, &mut k);
@@ -353,13 +378,11 @@ impl Llama {
                 entropy += e;
             }
             linear(&att, &layer.wo, t, d, d, &mut o);
-            let read = rms(&h);
-            let attn_write = rms(&o) / read.max(1e-30);
+            let attn_write = write(&o, rms_in);
             for (hh, oo) in h.iter_mut().zip(&o) {
                 *hh += oo;
             }
-            let rms_attn = rms(&h);
-            let (ms_min_mlp, _) = row_stats(&h, d);
+            let (rms_attn, ms_min_mlp, _) = probe(&h);
             self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
             linear(&a, &layer.gate, t, d, c.ffn, &mut gb);
             linear(&a, &layer.up, t, d, c.ffn, &mut ub);
@@ -367,7 +390,7 @@ impl Llama {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
             linear(&gb, &layer.down, t, c.ffn, d, &mut o);
-            let mlp_write = rms(&o) / rms_attn.max(1e-30);
+            let mlp_write = write(&o, rms_attn);
             for (hh, oo) in h.iter_mut().zip(&o) {
                 *hh += oo;
             }
@@ -540,268 +563,4 @@ fn apply_rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin
             }
         }
     }
-}
-
-/// The byte-level BPE tokenizer described by `tokenizer.ggml.*`: vocabulary,
-/// merges, the GPT-2 byte-level pre-tokenizer, and control tokens as
-/// special tokens.
-fn tokenizer_from_gguf(g: &Gguf) -> Result<tokenizers::Tokenizer> {
-    use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-    use tokenizers::models::bpe::BPE;
-    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-    use tokenizers::{AddedToken, PreTokenizerWrapper};
-    let model = g.get("tokenizer.ggml.model")?.as_str().unwrap_or("");
-    if model != "gpt2" {
-        return Err(format!(
-            "tokenizer model '{model}' is not supported (gpt2 byte-level BPE only)"
-        )
-        .into());
-    }
-    let strings = |key: &str| -> Result<Vec<String>> {
-        g.get(key)?
-            .as_array()
-            .ok_or_else(|| format!("{key} is not an array"))?
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| format!("{key} holds a non-string").into())
-            })
-            .collect()
-    };
-    let tokens = strings("tokenizer.ggml.tokens")?;
-    let merges: Vec<(String, String)> = strings("tokenizer.ggml.merges")?
-        .into_iter()
-        .filter_map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-        })
-        .collect();
-    let types: Vec<u64> = g
-        .get("tokenizer.ggml.token_type")
-        .ok()
-        .and_then(|v| v.as_array())
-        .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(1)).collect())
-        .unwrap_or_default();
-    let vocab: tokenizers::models::bpe::Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.clone(), i as u32))
-        .collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .map_err(|e| format!("tokenizer: {e}"))?;
-    let mut tok = tokenizers::Tokenizer::new(bpe);
-    // transformers builds this tokenizer from the same metadata with the
-    // plain GPT-2 byte-level pre-tokenizer, and normlab follows it (its
-    // reference here). SmolLM2's own tokenizer.json, and llama.cpp's
-    // "smollm" pre-tokenizer, also split digits one by one, so numbers may
-    // tokenize differently there.
-    tok.with_pre_tokenizer(Some(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-        false, true, true,
-    ))));
-    tok.with_decoder(Some(ByteLevelDecoder::default()));
-    // Control tokens (type 3) match as whole strings, as in tokenizer.json.
-    let special: Vec<AddedToken> = tokens
-        .iter()
-        .zip(&types)
-        .filter(|(_, &ty)| ty == 3)
-        .map(|(s, _)| AddedToken::from(s.clone(), true))
-        .collect();
-    tok.add_special_tokens(special)
-        .map_err(|e| format!("tokenizer: {e}"))?;
-    Ok(tok)
-}
-
-/// One layer's row of `normlab inspect` for a Llama model: means over the
-/// texts (maxima for the maxima).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct LlamaLayerRow {
-    /// Block index.
-    pub layer: usize,
-    /// RMS of the residual stream entering the block.
-    pub rms_in: f64,
-    /// After the attention write.
-    pub rms_attn: f64,
-    /// After the MLP write.
-    pub rms_out: f64,
-    /// Largest |activation| of the stream after the block (massive activations).
-    pub max_abs: f64,
-    /// ||attention write|| / ||stream||.
-    pub attn_write: f64,
-    /// ||MLP write|| / ||stream||.
-    pub mlp_write: f64,
-    /// Largest attention logit.
-    pub attn_max_logit: f64,
-    /// Mean attention entropy (nats).
-    pub attn_entropy: f64,
-    /// Attention RMSNorm gain: mean, std, min, max.
-    pub attn_gain: [f64; 4],
-    /// MLP RMSNorm gain: mean, std, min, max.
-    pub mlp_gain: [f64; 4],
-    /// Smallest mean square of a row entering the block's norms.
-    pub ms_min: f64,
-    /// Mean over rows of |row mean of `x / rms(x)`| at the attention norm.
-    pub xhat_mean: f64,
-}
-
-/// The lesson's claims measured on the model (issue 15 item 5; not yet a
-/// registered experiment).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ModelClaims {
-    /// C3: stream RMS after the last block over the RMS entering block 1
-    /// (block 0 lifts the small embeddings and is left out).
-    pub growth_total: f64,
-    /// C3: the geometric mean growth per block over the same span.
-    pub growth_per_block: f64,
-    /// C3: blocks (of 1..L) after which the stream's RMS is larger.
-    pub blocks_growing: usize,
-    /// C3: the largest one-block growth factor, and its block.
-    pub largest_jump: (f64, usize),
-    /// C6: the largest mean |row mean of x / rms(x)| over the blocks.
-    pub xhat_mean_max_abs: f64,
-    /// C8: the smallest row mean square entering any norm, over eps.
-    pub ms_min_over_eps: f64,
-    /// C21 reversed: held-out loss with every RMSNorm replaced by a
-    /// LayerNorm keeping its gain (and the loss with the model's own).
-    pub loss_layernorm: f64,
-}
-
-/// What the final RMSNorm does, measured on held-out text.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct FinalNormEffect {
-    /// Gain statistics: mean, std, min, max.
-    pub gain: [f64; 4],
-    /// Held-out tokens scored.
-    pub tokens: usize,
-    /// Held-out loss (nats/token) with the final norm.
-    pub loss_with: f64,
-    /// Without it (the head reads the raw residual stream).
-    pub loss_without: f64,
-    /// RMS of the logit change when it is removed, relative to the logits' RMS.
-    pub logit_change: f64,
-}
-
-fn gain_stats(g: &[f32]) -> [f64; 4] {
-    let n = g.len().max(1) as f64;
-    let mean = g.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-    let var = g
-        .iter()
-        .map(|&x| (f64::from(x) - mean).powi(2))
-        .sum::<f64>()
-        / n;
-    let (lo, hi) = g
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-            (a.min(f64::from(x)), b.max(f64::from(x)))
-        });
-    [mean, var.sqrt(), lo, hi]
-}
-
-/// Per-layer diagnostics over `texts`, and the final norm's effect on
-/// `held_out` (at most `max_tokens` tokens).
-pub fn inspect(
-    m: &Llama,
-    texts: &[String],
-    held_out: &str,
-    max_tokens: usize,
-) -> Result<(Vec<LlamaLayerRow>, FinalNormEffect, ModelClaims)> {
-    let l = m.cfg.layers;
-    let mut sum = vec![[0f64; 10]; l];
-    for s in &mut sum {
-        s[8] = f64::INFINITY;
-    }
-    let mut count = 0usize;
-    for text in texts {
-        let ids = m.encode(text)?;
-        if ids.is_empty() {
-            continue;
-        }
-        let mut tr = LlamaTrace::default();
-        m.hidden(&ids, Some(&mut tr))?;
-        for (i, s) in sum.iter_mut().enumerate() {
-            s[0] += tr.rms_in[i];
-            s[1] += tr.rms_attn[i];
-            s[2] += tr.rms_out[i];
-            s[3] = s[3].max(tr.max_abs[i]);
-            s[4] += tr.attn_write[i];
-            s[5] += tr.mlp_write[i];
-            s[6] = s[6].max(tr.attn_max_logit[i]);
-            s[7] += tr.attn_entropy[i];
-            s[8] = s[8].min(tr.ms_min[i]);
-            s[9] += tr.xhat_mean[i];
-        }
-        count += 1;
-    }
-    if count == 0 {
-        return Err("no text produced any token".to_string().into());
-    }
-    let c = count as f64;
-    let rows = sum
-        .iter()
-        .enumerate()
-        .map(|(i, s)| LlamaLayerRow {
-            layer: i,
-            rms_in: s[0] / c,
-            rms_attn: s[1] / c,
-            rms_out: s[2] / c,
-            max_abs: s[3],
-            attn_write: s[4] / c,
-            mlp_write: s[5] / c,
-            attn_max_logit: s[6],
-            attn_entropy: s[7] / c,
-            attn_gain: gain_stats(&m.layers[i].attn_norm),
-            mlp_gain: gain_stats(&m.layers[i].ffn_norm),
-            ms_min: s[8],
-            xhat_mean: s[9] / c,
-        })
-        .collect::<Vec<_>>();
-    let mut ids = m.encode(held_out)?;
-    ids.truncate(max_tokens + 1);
-    if ids.len() < 2 {
-        return Err("the held-out text has fewer than 2 tokens"
-            .to_string()
-            .into());
-    }
-    let window = 256;
-    let loss_with = m.nll(&ids, window, true)?;
-    let loss_without = m.nll(&ids, window, false)?;
-    let w = &ids[..ids.len().min(window + 1) - 1];
-    let h = m.hidden(w, None)?;
-    let (a, b) = (m.logits_from(&h, true), m.logits_from(&h, false));
-    let diff = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| f64::from(x - y).powi(2))
-        .sum::<f64>();
-    let base = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>();
-    let span = &rows[1.min(rows.len() - 1)..];
-    let first = span[0].rms_in.max(1e-30);
-    let growth_total = span[span.len() - 1].rms_out / first;
-    let largest_jump = span
-        .iter()
-        .map(|r| (r.rms_out / r.rms_in.max(1e-30), r.layer))
-        .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
-    let claims = ModelClaims {
-        growth_total,
-        growth_per_block: growth_total.powf(1.0 / span.len() as f64),
-        blocks_growing: span.iter().filter(|r| r.rms_out > r.rms_in).count(),
-        largest_jump,
-        xhat_mean_max_abs: rows.iter().fold(0f64, |a, r| a.max(r.xhat_mean.abs())),
-        ms_min_over_eps: rows.iter().fold(f64::INFINITY, |a, r| a.min(r.ms_min))
-            / f64::from(m.cfg.eps),
-        loss_layernorm: m.nll_kind(&ids, window, NormKind::LayerNorm, true)?,
-    };
-    Ok((
-        rows,
-        FinalNormEffect {
-            gain: gain_stats(&m.final_norm),
-            tokens: ids.len() - 1,
-            loss_with,
-            loss_without,
-            logit_change: (diff / base.max(1e-30)).sqrt(),
-        },
-        claims,
-    ))
 }
