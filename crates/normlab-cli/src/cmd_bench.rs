@@ -28,6 +28,11 @@ pub struct LlamaBenchArgs {
     /// Prompt length in tokens.
     #[arg(long, default_value_t = 256)]
     tokens: usize,
+    /// Tokens generated after the prompt (greedy, over the key/value cache;
+    /// 0: prompt processing only). Timed from the first generated token to
+    /// the last, so the prompt's pass is not counted.
+    #[arg(long, default_value_t = 64)]
+    generate: usize,
     /// Thread counts, comma-separated (default: 1 and all cores).
     #[arg(long)]
     threads: Option<String>,
@@ -124,26 +129,57 @@ fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
         return bad(format!("the bundled text gives only {} tokens", ids.len()));
     }
     ids.truncate(a.tokens);
+    if a.generate == 1 || ids.len() + a.generate > m.cfg.context {
+        return bad(format!(
+            "--generate must be 0 or at least 2, and the prompt plus it within the context of {}",
+            m.cfg.context
+        ));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
     let mut recs = Vec::new();
     for &t in &threads {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build()?;
-        let mut times = Vec::with_capacity(a.reps);
+        let (mut prompt, mut gen) = (Vec::new(), Vec::new());
         pool.install(|| -> anyhow::Result<()> {
             m.logits(&ids)?;
             for _ in 0..a.reps {
                 let t0 = std::time::Instant::now();
                 std::hint::black_box(m.logits(&ids)?);
-                times.push(t0.elapsed().as_secs_f64());
+                prompt.push(t0.elapsed().as_secs_f64());
+            }
+            for _ in 0..a.reps.min(3) * usize::from(a.generate > 0) {
+                // Seconds per token between the first generated token and
+                // the last (each step: one token through the blocks over
+                // the cache, then the head).
+                let mut at = Vec::with_capacity(a.generate);
+                m.generate(&ids, a.generate, false, |_| {
+                    at.push(std::time::Instant::now())
+                })?;
+                let span = at[at.len() - 1] - at[0];
+                gen.push(span.as_secs_f64() / (at.len() - 1) as f64);
             }
             Ok(())
         })?;
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
-        recs.push(serde_json::json!({
-            "threads": t, "tokens": a.tokens, "median_s": median,
-            "min_s": times[0], "max_s": times[times.len() - 1],
-            "tokens_per_s": a.tokens as f64 / median,
-        }));
+        for (phase, times, tokens) in [("prompt", prompt, a.tokens), ("generate", gen, a.generate)]
+        {
+            if times.is_empty() {
+                continue;
+            }
+            let (med, lo, hi) = median(times);
+            // prompt: seconds per pass over the prompt; generate: per token.
+            let per_token = if phase == "prompt" {
+                med / tokens as f64
+            } else {
+                med
+            };
+            recs.push(serde_json::json!({
+                "threads": t, "phase": phase, "tokens": tokens, "median_s": med,
+                "min_s": lo, "max_s": hi, "tokens_per_s": 1.0 / per_token,
+            }));
+        }
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&recs)?);
@@ -151,26 +187,29 @@ fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
     }
     let mut tab = Table::new(&[
         "threads",
-        "prompt tokens",
+        "phase",
+        "tokens",
         "median s",
         "min-max s",
         "tokens/s",
     ])
-    .right(&[0, 1, 2, 3, 4]);
+    .right(&[0, 2, 3, 4, 5]);
     for r in &recs {
         tab.row(vec![
             r["threads"].to_string(),
+            r["phase"].as_str().unwrap_or("").to_string(),
             r["tokens"].to_string(),
-            format!("{:.3}", r["median_s"].as_f64().unwrap()),
+            format!("{:.4}", r["median_s"].as_f64().unwrap()),
             format!(
-                "{:.3}-{:.3}",
+                "{:.4}-{:.4}",
                 r["min_s"].as_f64().unwrap(),
                 r["max_s"].as_f64().unwrap()
             ),
-            format!("{:.0}", r["tokens_per_s"].as_f64().unwrap()),
+            format!("{:.1}", r["tokens_per_s"].as_f64().unwrap()),
         ]);
     }
     print!("{tab}");
+    println!("(prompt: seconds per pass over the prompt; generate: seconds per generated token, the prompt's pass not counted)");
     Ok(())
 }
 

@@ -5,6 +5,7 @@ mod cmd_bench;
 mod cmd_calc;
 mod cmd_convert;
 mod cmd_exp;
+mod cmd_generate;
 mod cmd_inspect;
 mod cmd_sweep;
 mod cmd_train;
@@ -48,6 +49,8 @@ enum Command {
     Convert(cmd_convert::ConvertCmd),
     /// Inspect a pretrained BERT-style model: residual stream, sublayer writes, norm gains.
     Inspect(cmd_inspect::InspectCmd),
+    /// Continue a prompt with a Llama-architecture GGUF model (greedy, over a key/value cache).
+    Generate(cmd_generate::GenerateCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Serve(c) => web::run(c),
         Command::Convert(c) => cmd_convert::run(c),
         Command::Inspect(c) => cmd_inspect::run(c),
+        Command::Generate(c) => cmd_generate::run(c),
         Command::Sweep(c) => cmd_sweep::sweep_run(c),
         Command::Report(c) => cmd_sweep::report_run(c),
     };

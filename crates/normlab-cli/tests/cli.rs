@@ -481,6 +481,88 @@ fn inspect_a_pretrained_pre_rmsnorm_decoder() {
     assert_ne!(o.status.code(), Some(0));
 }
 
+#[test]
+fn generate_continues_a_prompt_as_transformers_does() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let model = root.join("models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !model.exists() {
+        assert!(
+            std::env::var_os("NORMLAB_REQUIRE_MODEL").is_none(),
+            "model missing but NORMLAB_REQUIRE_MODEL is set"
+        );
+        eprintln!("SKIPPED generate_continues_a_prompt_as_transformers_does: run scripts/fetch_smollm2.sh");
+        return;
+    }
+    // The fixtures' greedy continuations (transformers' generate): one that
+    // ends with the end-of-sequence token, one that runs to 32 tokens.
+    let fx: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("crates/normlab/tests/fixtures/smollm2.json")).unwrap(),
+    )
+    .unwrap();
+    let m = normlab::model::llama::Llama::load(&model).unwrap();
+    let mut ended = 0;
+    for p in fx["prompts"].as_array().unwrap() {
+        let Some(g) = p.get("greedy") else { continue };
+        let text = p["text"].as_str().unwrap();
+        let mut want: Vec<u32> = g
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let eos = want.last() == m.eos.as_ref();
+        if eos {
+            want.pop();
+            ended += 1;
+        }
+        let o = normlab(&[
+            "generate",
+            model.to_str().unwrap(),
+            "--prompt",
+            text,
+            "--tokens",
+            "32",
+            "--threads",
+            "1",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let expect = format!("{text}{}\n", m.decode(&want).unwrap());
+        assert_eq!(String::from_utf8_lossy(&o.stdout), expect, "{text:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("tokens/s after the first"), "{err}");
+        assert_eq!(err.contains("end-of-sequence"), eos, "{err}");
+    }
+    assert!(
+        ended >= 1,
+        "no fixture continuation ends with end-of-sequence"
+    );
+    for bad in [
+        vec!["generate", model.to_str().unwrap(), "--prompt", ""],
+        vec![
+            "generate",
+            model.to_str().unwrap(),
+            "--prompt",
+            "hi",
+            "--tokens",
+            "0",
+        ],
+        vec![
+            "generate",
+            model.to_str().unwrap(),
+            "--prompt",
+            "hi",
+            "--tokens",
+            "9000",
+        ],
+        vec!["generate", "/nonexistent.gguf", "--prompt", "hi"],
+        vec!["generate", "models", "--prompt", "hi"],
+    ] {
+        let o = normlab(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(o.stdout.is_empty(), "{bad:?}");
+    }
+}
+
 /// Temp files of atomic writes (`.<name>.<pid>.tmp`) anywhere under `dir`.
 fn temp_files(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -6,7 +6,8 @@
 //! NORMLAB_REQUIRE_MODEL=1.
 
 use normlab::gguf::Gguf;
-use normlab::model::llama::{argmax, Llama};
+use normlab::kernels::norm::NormKind;
+use normlab::model::llama::{argmax, KvCache, Llama};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -125,4 +126,42 @@ fn smollm2_matches_transformers() {
         (ppl / want - 1.0).abs() < 1e-3,
         "perplexity {ppl} vs {want}"
     );
+    // The key/value cache: a prompt in parts (5 tokens, then 3, then one at
+    // a time) gives the hidden states of the whole prompt in one pass, to
+    // float rounding (the matmuls see other shapes), and more calls than the
+    // context allows are refused.
+    let toks = &toks[..12];
+    let d = m.cfg.d;
+    let full = m.hidden(toks, None).unwrap();
+    let mut cache = KvCache::new(&m);
+    let mut parts = m
+        .forward(&toks[..5], NormKind::RmsNorm, &mut cache, None)
+        .unwrap();
+    parts.extend(
+        m.forward(&toks[5..8], NormKind::RmsNorm, &mut cache, None)
+            .unwrap(),
+    );
+    for &t in &toks[8..] {
+        parts.extend(
+            m.forward(&[t], NormKind::RmsNorm, &mut cache, None)
+                .unwrap(),
+        );
+    }
+    assert_eq!(cache.len(), toks.len());
+    assert_eq!(parts.len(), full.len());
+    for (r, (a, b)) in parts.chunks(d).zip(full.chunks(d)).enumerate() {
+        let scale = b.iter().fold(0f32, |s, x| s.max(x.abs()));
+        let err = a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+        assert!(err <= 1e-4 * scale, "position {r}: cached {err} of {scale}");
+    }
+    let mut short = KvCache::new(&m);
+    let e = m
+        .forward(
+            &vec![1; m.cfg.context + 1],
+            NormKind::RmsNorm,
+            &mut short,
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("exceed the context"), "{e}");
 }

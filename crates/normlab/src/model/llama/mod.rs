@@ -11,9 +11,10 @@
 //! Both rotate the same pairs by the same angles, and attention scores sum
 //! over all dimensions, so the outputs agree without un-permuting.
 //!
-//! Files: this one (configuration, weights, forward pass), `tokenizer.rs`
-//! (the tokenizer from the GGUF metadata), `inspect.rs` (what `normlab
-//! inspect` and `exp llm` report).
+//! Files: this one (configuration, weights, logits, generation, perplexity),
+//! `forward.rs` (the blocks, with a key/value cache), `tokenizer.rs` (the
+//! tokenizer from the GGUF metadata), `inspect.rs` (what `normlab inspect`
+//! and `exp llm` report).
 //!
 //! A trace records what `normlab inspect` reports per layer: the residual
 //! stream's RMS entering each block and after each sublayer, its largest
@@ -22,13 +23,15 @@
 
 use crate::error::Result;
 use crate::gguf::Gguf;
-use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
-use rayon::prelude::*;
 use std::path::Path;
 
+mod forward;
 mod inspect;
 mod tokenizer;
+
+use forward::linear;
+pub use forward::KvCache;
 
 pub use inspect::{inspect, FinalNormEffect, LlamaLayerRow, ModelClaims};
 use tokenizer::tokenizer_from_gguf;
@@ -126,25 +129,6 @@ pub struct LlamaTrace {
     /// Mean over rows of |the row mean of `x / rms(x)`| at the attention
     /// norm (RMSNorm does not centre: LayerNorm's would be 0).
     pub xhat_mean: Vec<f64>,
-}
-
-/// Per row of `[rows, d]`: the smallest mean square, and the mean over rows
-/// of |the row mean of `x / rms(x)`|.
-fn row_stats(x: &[f32], d: usize) -> (f64, f64) {
-    let (mut min, mut mean, mut n) = (f64::INFINITY, 0f64, 0usize);
-    for r in x.chunks_exact(d) {
-        let ms = r.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / d as f64;
-        min = min.min(ms);
-        if ms > 0.0 {
-            mean += (r.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64 / ms.sqrt()).abs();
-        }
-        n += 1;
-    }
-    (min, mean / n.max(1) as f64)
-}
-
-fn rms(v: &[f32]) -> f64 {
-    (v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / v.len().max(1) as f64).sqrt()
 }
 
 impl Llama {
@@ -261,156 +245,6 @@ impl Llama {
         }
     }
 
-    /// [`Llama::hidden`] with every block norm applied as `kind`.
-    pub fn hidden_kind(
-        &self,
-        ids: &[u32],
-        kind: NormKind,
-        mut trace: Option<&mut LlamaTrace>,
-    ) -> Result<Vec<f32>> {
-        let c = &self.cfg;
-        let (d, t, hd) = (c.d, ids.len(), c.head_dim());
-        let kvd = c.kv_heads * hd;
-        if t == 0 {
-            return Err("no tokens".to_string().into());
-        }
-        if t > c.context {
-            return Err(format!("{t} tokens exceed the context of {}", c.context).into());
-        }
-        let mut h = vec![0f32; t * d];
-        for (r, &id) in ids.iter().enumerate() {
-            let id = id as usize;
-            if id >= c.vocab {
-                return Err(
-                    format!("token id {id} is outside the vocabulary ({})", c.vocab).into(),
-                );
-            }
-            h[r * d..(r + 1) * d].copy_from_slice(&self.emb[id * d..(id + 1) * d]);
-        }
-        let (cos, sin) = rope_table(t, hd, c.rope_base);
-        let mut a = vec![0f32; t * d];
-        let mut stats = vec![0f32; norm::stats_len(t)];
-        let (mut q, mut k, mut v) = (vec![0f32; t * d], vec![0f32; t * kvd], vec![0f32; t * kvd]);
-        let mut att = vec![0f32; t * d];
-        let mut o = vec![0f32; t * d];
-        let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; t * c.ffn]);
-        let scale = 1.0 / (hd as f32).sqrt();
-        let group = c.heads / c.kv_heads;
-        // The trace's statistics cost passes over the stream: only when tracing.
-        let tracing = trace.is_some();
-        let probe = |x: &[f32]| -> (f64, f64, f64) {
-            if !tracing {
-                return (0.0, 0.0, 0.0);
-            }
-            let (ms_min, xhat_mean) = row_stats(x, d);
-            (rms(x), ms_min, xhat_mean)
-        };
-        let write = |o: &[f32], read: f64| {
-            if tracing {
-                rms(o) / read.max(1e-30)
-            } else {
-                0.0
-            }
-        };
-        for layer in &self.layers {
-            let (rms_in, ms_min_attn, xhat_mean) = probe(&h);
-            self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
-            linear(&a, &layer.wq, t, d, d, &mut q);
-            linear(&a, &layer.wk, t, d, kvd, &mut k);
-            linear(&a, &layer.wv, t, d, kvd, &mut v);
-            apply_rope(&mut q, t, c.heads, hd, &cos, &sin);
-            apply_rope(&mut k, t, c.kv_heads, hd, &cos, &sin);
-            // Each head on its own (in parallel): its output [t, hd], its
-            // largest logit and its summed entropy; then scattered into att.
-            let heads: Vec<(Vec<f32>, f64, f64)> = (0..c.heads)
-                .into_par_iter()
-                .map(|head| {
-                    let kh = head / group;
-                    // Scores Q_h K_h^T (all t x t; the causal half is masked
-                    // below), then P V_h, both through the matmul kernel.
-                    let view = |buf, off, rs| head_view(buf, off, t, hd, rs);
-                    let mut p = vec![0f32; t * t];
-                    gemm(
-                        scale,
-                        view(&q, head * hd, d),
-                        view(&k, kh * hd, kvd).t(),
-                        0.0,
-                        &mut p,
-                        t,
-                    );
-                    let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
-                    for i in 0..t {
-                        let row = &mut p[i * t..(i + 1) * t];
-                        let m = row[..=i].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                        max_logit = max_logit.max(f64::from(m));
-                        let mut z = 0f32;
-                        for pj in &mut row[..=i] {
-                            *pj = (*pj - m).exp();
-                            z += *pj;
-                        }
-                        for pj in &mut row[..=i] {
-                            *pj /= z;
-                            if *pj > 0.0 {
-                                entropy -= f64::from(*pj) * f64::from(*pj).ln();
-                            }
-                        }
-                        row[i + 1..].fill(0.0);
-                    }
-                    let mut out = vec![0f32; t * hd];
-                    gemm(
-                        1.0,
-                        Mat::rows(&p, t, t),
-                        view(&v, kh * hd, kvd),
-                        0.0,
-                        &mut out,
-                        hd,
-                    );
-                    (out, max_logit, entropy)
-                })
-                .collect();
-            let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
-            for (head, (out, m, e)) in heads.iter().enumerate() {
-                for i in 0..t {
-                    att[i * d + head * hd..i * d + (head + 1) * hd]
-                        .copy_from_slice(&out[i * hd..(i + 1) * hd]);
-                }
-                max_logit = max_logit.max(*m);
-                entropy += e;
-            }
-            linear(&att, &layer.wo, t, d, d, &mut o);
-            let attn_write = write(&o, rms_in);
-            for (hh, oo) in h.iter_mut().zip(&o) {
-                *hh += oo;
-            }
-            let (rms_attn, ms_min_mlp, _) = probe(&h);
-            self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
-            linear(&a, &layer.gate, t, d, c.ffn, &mut gb);
-            linear(&a, &layer.up, t, d, c.ffn, &mut ub);
-            for (g, u) in gb.iter_mut().zip(&ub) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            }
-            linear(&gb, &layer.down, t, c.ffn, d, &mut o);
-            let mlp_write = write(&o, rms_attn);
-            for (hh, oo) in h.iter_mut().zip(&o) {
-                *hh += oo;
-            }
-            if let Some(tr) = trace.as_deref_mut() {
-                tr.rms_in.push(rms_in);
-                tr.rms_attn.push(rms_attn);
-                tr.rms_out.push(rms(&h));
-                tr.max_abs
-                    .push(h.iter().fold(0f64, |m, &x| m.max(f64::from(x.abs()))));
-                tr.attn_write.push(attn_write);
-                tr.mlp_write.push(mlp_write);
-                tr.attn_max_logit.push(max_logit);
-                tr.attn_entropy.push(entropy / (c.heads * t) as f64);
-                tr.ms_min.push(ms_min_attn.min(ms_min_mlp));
-                tr.xhat_mean.push(xhat_mean);
-            }
-        }
-        Ok(h)
-    }
-
     /// Logits `[T, vocab]` from hidden states, with the final norm (or
     /// without it, to measure what it does).
     pub fn logits_from(&self, h: &[f32], final_norm: bool) -> Vec<f32> {
@@ -437,24 +271,47 @@ impl Llama {
         Ok(self.logits_from(&self.hidden(ids, None)?, true))
     }
 
+    /// [`Llama::hidden`] with every block norm applied as `kind`.
+    pub fn hidden_kind(
+        &self,
+        ids: &[u32],
+        kind: NormKind,
+        trace: Option<&mut LlamaTrace>,
+    ) -> Result<Vec<f32>> {
+        self.forward(ids, kind, &mut KvCache::new(self), trace)
+    }
+
     /// Up to `n` greedy tokens after `ids`, ending early with the
-    /// end-of-sequence token (as transformers' `generate` does); each step
-    /// recomputes the whole sequence: simple, and fast enough for short
-    /// continuations.
+    /// end-of-sequence token (as transformers' `generate` does): the prompt
+    /// in one pass, then one token per pass over the key/value cache.
     pub fn greedy(&self, ids: &[u32], n: usize) -> Result<Vec<u32>> {
-        let mut seq = ids.to_vec();
-        let v = self.cfg.vocab;
-        for _ in 0..n {
-            let h = self.hidden(&seq, None)?;
-            let last = &h[h.len() - self.cfg.d..];
-            let l = self.logits_from(last, true);
+        self.generate(ids, n, true, |_| {})
+    }
+
+    /// Up to `n` greedy tokens after `ids` (stopping at the end-of-sequence
+    /// token when `stop_at_eos`), handing each to `each` as it is chosen.
+    pub fn generate(
+        &self,
+        ids: &[u32],
+        n: usize,
+        stop_at_eos: bool,
+        mut each: impl FnMut(u32),
+    ) -> Result<Vec<u32>> {
+        let (d, v) = (self.cfg.d, self.cfg.vocab);
+        let mut cache = KvCache::new(self);
+        let mut out = Vec::with_capacity(n);
+        let mut h = self.forward(ids, NormKind::RmsNorm, &mut cache, None)?;
+        for i in 0..n {
+            let l = self.logits_from(&h[h.len() - d..], true);
             let best = argmax(&l[..v]) as u32;
-            seq.push(best);
-            if Some(best) == self.eos {
+            out.push(best);
+            each(best);
+            if stop_at_eos && Some(best) == self.eos || i + 1 == n {
                 break;
             }
+            h = self.forward(&[best], NormKind::RmsNorm, &mut cache, None)?;
         }
-        Ok(seq[ids.len()..].to_vec())
+        Ok(out)
     }
 
     /// Mean negative log-likelihood (nats per token) of `ids`, in windows
@@ -497,30 +354,6 @@ impl Llama {
     }
 }
 
-/// Rows per parallel task of [`linear`]: fixed, so results do not depend on
-/// the thread count.
-const ROWS_PER_TASK: usize = 128;
-
-/// `y = x W^T` in row blocks over rayon's current pool.
-fn linear(x: &[f32], w: &[f32], rows: usize, d_in: usize, d_out: usize, y: &mut [f32]) {
-    debug_assert_eq!(x.len(), rows * d_in);
-    y.par_chunks_mut(ROWS_PER_TASK * d_out)
-        .zip(x.par_chunks(ROWS_PER_TASK * d_in))
-        .for_each(|(yc, xc)| linear_forward(xc, w, None, xc.len() / d_in, d_in, d_out, yc));
-}
-
-/// The `rows x cols` view starting at `off` with row stride `rs` (one
-/// head's slice of a `[t, heads * hd]` activation).
-fn head_view(buf: &[f32], off: usize, rows: usize, cols: usize, rs: usize) -> Mat<'_> {
-    Mat {
-        data: &buf[off..],
-        rows,
-        cols,
-        rs,
-        cs: 1,
-    }
-}
-
 /// Index of the largest value (the first on ties).
 pub fn argmax(v: &[f32]) -> usize {
     let mut best = 0;
@@ -530,37 +363,4 @@ pub fn argmax(v: &[f32]) -> usize {
         }
     }
     best
-}
-
-/// cos/sin of position p times frequency i, `[t, hd/2]`, computed in f64.
-fn rope_table(t: usize, hd: usize, base: f64) -> (Vec<f32>, Vec<f32>) {
-    let half = hd / 2;
-    let mut cos = vec![0f32; t * half];
-    let mut sin = vec![0f32; t * half];
-    for p in 0..t {
-        for i in 0..half {
-            // As Hugging Face computes it: the inverse frequency in f32.
-            let inv = (1.0 / base.powf((2 * i) as f64 / hd as f64)) as f32;
-            let ang = f64::from(p as f32 * inv);
-            cos[p * half + i] = ang.cos() as f32;
-            sin[p * half + i] = ang.sin() as f32;
-        }
-    }
-    (cos, sin)
-}
-
-/// Rotate adjacent pairs (2i, 2i+1) of each head (llama.cpp's row order).
-fn apply_rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin: &[f32]) {
-    let half = hd / 2;
-    for p in 0..t {
-        for h in 0..heads {
-            let row = &mut x[(p * heads + h) * hd..(p * heads + h + 1) * hd];
-            for i in 0..half {
-                let (c, s) = (cos[p * half + i], sin[p * half + i]);
-                let (a, b) = (row[2 * i], row[2 * i + 1]);
-                row[2 * i] = a * c - b * s;
-                row[2 * i + 1] = a * s + b * c;
-            }
-        }
-    }
 }

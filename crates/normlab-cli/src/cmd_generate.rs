@@ -1,0 +1,121 @@
+//! `normlab generate FILE.gguf --prompt TEXT`: the greedy continuation of a
+//! prompt by a Llama-architecture model (the prompt in one pass, then one
+//! token per pass over the key/value cache), printed as it is generated,
+//! then the speed of both phases.
+
+use crate::ui::bad;
+use clap::Args;
+use normlab::model::llama::Llama;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Continue a prompt with a Llama-architecture GGUF model (greedy decoding).
+#[derive(Args, Debug)]
+pub struct GenerateCmd {
+    /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh).
+    model: PathBuf,
+    /// The text to continue (used as given: no chat template).
+    #[arg(long)]
+    prompt: String,
+    /// Most tokens to generate (fewer if the model ends the text).
+    #[arg(long, default_value_t = 64)]
+    tokens: usize,
+    /// Keep generating after the end-of-sequence token.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
+    if !c
+        .model
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return bad(format!(
+            "{}: generate needs a Llama-architecture .gguf file",
+            c.model.display()
+        ));
+    }
+    if c.prompt.is_empty() {
+        return bad("--prompt must not be empty");
+    }
+    if c.tokens == 0 {
+        return bad("--tokens must be at least 1");
+    }
+    let threads = c.threads.unwrap_or_else(crate::cmd_train::default_threads);
+    normlab::limits::check_threads("--threads", threads)?;
+    let m = Llama::load(&c.model)?;
+    let ids = m.encode(&c.prompt)?;
+    if ids.is_empty() {
+        return bad("--prompt gives no tokens");
+    }
+    if ids.len() + c.tokens > m.cfg.context {
+        return bad(format!(
+            "the prompt ({} tokens) and --tokens {} exceed the model's context of {}",
+            ids.len(),
+            c.tokens,
+            m.cfg.context
+        ));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    let mut out = std::io::stdout();
+    write!(out, "{}", c.prompt)?;
+    out.flush()?;
+    let (mut got, mut printed, mut stamps) = (Vec::new(), 0usize, Vec::new());
+    let start = Instant::now();
+    let (mut failed, mut ended) = (None, false);
+    pool.install(|| {
+        m.generate(&ids, c.tokens, !c.ignore_eos, |tok| {
+            stamps.push(Instant::now());
+            if Some(tok) == m.eos && !c.ignore_eos {
+                ended = true;
+                return;
+            }
+            got.push(tok);
+            // Print the text decoded so far, less what is already printed,
+            // once it does not end inside a multi-byte character.
+            match m.decode(&got) {
+                Ok(text) if !text.ends_with('\u{FFFD}') && text.len() > printed => {
+                    let new = text.get(printed..).unwrap_or("");
+                    if write!(out, "{new}").and_then(|_| out.flush()).is_err() {
+                        failed = Some("stdout closed");
+                    }
+                    printed = text.len();
+                }
+                Ok(_) => {}
+                Err(_) => failed = Some("the tokenizer could not decode a token"),
+            }
+        })
+    })?;
+    if let Some(e) = failed {
+        anyhow::bail!("{e}");
+    }
+    let text = m.decode(&got)?;
+    writeln!(out, "{}", text.get(printed..).unwrap_or(""))?;
+    let prompt_s = (stamps[0] - start).as_secs_f64();
+    let mut line = format!(
+        "[{} prompt tokens in {:.3} s ({:.0} tokens/s); {} generated",
+        ids.len(),
+        prompt_s,
+        ids.len() as f64 / prompt_s,
+        stamps.len()
+    );
+    if stamps.len() > 1 {
+        let gen_s = (stamps[stamps.len() - 1] - stamps[0]).as_secs_f64();
+        line += &format!(
+            ", {:.1} tokens/s after the first",
+            (stamps.len() - 1) as f64 / gen_s
+        );
+    }
+    if ended {
+        line += ", the last the end-of-sequence token (not printed)";
+    }
+    eprintln!("{line}; {threads} thread(s)]");
+    Ok(())
+}
