@@ -132,6 +132,8 @@ fn bad_input_gives_one_line_and_exit_2() {
         vec!["calc", "--x", "1,2", "--bogus"],
         vec!["bench", "norms", "--shapes", "0x4"],
         vec!["bench", "norms", "--kinds", "batchnorm"],
+        vec!["bench", "norms", "--dtype", "f8"],
+        vec!["bench", "norms", "--dtype", ""],
     ] {
         let out = normlab(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -173,6 +175,35 @@ fn bench_norms_json_records() {
         assert!(
             r["median_us"].as_f64().unwrap() > 0.0 && r["roofline_gbps"].as_f64().unwrap() > 0.0
         );
+        assert_eq!(r["dtype"], "f32");
+    }
+    // 16-bit storage next to f32: every point in each type, and half the
+    // bytes counted for the 16-bit ones.
+    let v = json(&[
+        "bench",
+        "norms",
+        "--shapes",
+        "64x48",
+        "--threads",
+        "1",
+        "--kinds",
+        "rmsnorm",
+        "--dtype",
+        "f32,bf16,f16",
+        "--seconds",
+        "0.01",
+        "--json",
+    ]);
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs.len(), 3 * 2);
+    for t in ["f32", "bf16", "f16"] {
+        let r = recs
+            .iter()
+            .find(|r| r["dtype"] == t && r["pass"] == "forward")
+            .unwrap();
+        let bytes = r["gbps"].as_f64().unwrap() * r["median_us"].as_f64().unwrap() * 1e3;
+        let want = 64.0 * 48.0 * if t == "f32" { 8.0 } else { 4.0 };
+        assert!((bytes / want - 1.0).abs() < 1e-6, "{t}: {bytes} bytes");
     }
 }
 

@@ -27,6 +27,7 @@
 
 pub mod act;
 pub mod buf;
+pub mod half16;
 pub mod matmul;
 pub mod norm;
 pub mod reference;

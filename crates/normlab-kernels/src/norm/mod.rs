@@ -32,6 +32,7 @@
 
 pub mod batchnorm;
 pub mod layernorm;
+pub mod lowp;
 pub mod pointwise;
 pub mod rmsnorm;
 pub mod scalenorm;
@@ -305,12 +306,12 @@ pub fn stats_len(rows: usize) -> usize {
     rows * STATS
 }
 
-fn check_shapes(
+fn check_shapes<T>(
     kind: NormKind,
     d: usize,
-    x: &[f32],
+    x: &[T],
     params: &[f32],
-    out: &[f32],
+    out: &[T],
     stats: &[f32],
 ) -> usize {
     assert!(d > 0, "feature size d must be positive");
@@ -335,9 +336,9 @@ fn check_shapes(
 
 /// Run `f(x_chunk, out_chunk, stats_chunk)` over the row chunks, in
 /// parallel when there is more than one chunk.
-fn for_chunks<F>(d: usize, x: &[f32], out: &mut [f32], stats: &mut [f32], f: F)
+fn for_chunks<T: Send + Sync, F>(d: usize, x: &[T], out: &mut [T], stats: &mut [f32], f: F)
 where
-    F: Fn(&[f32], &mut [f32], &mut [f32]) + Sync,
+    F: Fn(&[T], &mut [T], &mut [f32]) + Sync,
 {
     let rows = x.len() / d;
     if rows == 0 {
@@ -361,18 +362,18 @@ where
 /// chunk's zeroed slice of `scratch` of length `np`, then add the partials in
 /// chunk order (in f64) into `dparams`.
 #[allow(clippy::too_many_arguments)]
-fn for_chunks_backward<F>(
+fn for_chunks_backward<T: Send + Sync, F>(
     d: usize,
     np: usize,
-    x: &[f32],
-    dy: &[f32],
+    x: &[T],
+    dy: &[T],
     stats: &[f32],
-    dx: &mut [f32],
+    dx: &mut [T],
     dparams: &mut [f32],
     scratch: &mut [f32],
     f: F,
 ) where
-    F: Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync,
+    F: Fn(&[T], &[T], &[f32], &mut [T], &mut [f32]) + Sync,
 {
     let rows = x.len() / d;
     if rows == 0 {
@@ -438,25 +439,39 @@ pub fn forward(
 ) {
     check_shapes(kind, d, x, params, y, stats);
     let stream = crate::simd::should_stream(y, d);
-    let mut chunks = |rows: &ForwardRows| for_chunks(d, x, y, stats, rows);
+    with_forward_rows(kind, d, eps, params, stream, &mut |rows| {
+        for_chunks(d, x, y, stats, rows)
+    });
+}
+
+/// Hand `run` the kind's forward over one chunk of rows (the f32 kernel
+/// every storage type goes through), with its parameters bound.
+pub(crate) fn with_forward_rows(
+    kind: NormKind,
+    d: usize,
+    eps: f32,
+    params: &[f32],
+    stream: bool,
+    run: &mut dyn FnMut(&ForwardRows),
+) {
     match kind {
         NormKind::LayerNorm => {
             let (gamma, beta) = params.split_at(d);
-            chunks(&|x, y, s| layernorm::forward_rows(d, eps, stream, x, gamma, beta, y, s))
+            run(&|x, y, s| layernorm::forward_rows(d, eps, stream, x, gamma, beta, y, s))
         }
         NormKind::RmsNorm | NormKind::ZRmsNorm => {
             let offset = zero_centred_offset(kind);
-            chunks(&|x, y, s| rmsnorm::forward_rows(d, eps, offset, stream, x, params, y, s))
+            run(&|x, y, s| rmsnorm::forward_rows(d, eps, offset, stream, x, params, y, s))
         }
         NormKind::ScaleNorm => {
             let g = params[0];
-            chunks(&|x, y, s| scalenorm::forward_rows(d, eps, g, x, y, s))
+            run(&|x, y, s| scalenorm::forward_rows(d, eps, g, x, y, s))
         }
         NormKind::Dyt | NormKind::Derf => {
             let f = squash(kind);
-            chunks(&|x, y, s| pointwise::forward_rows(d, f, stream, x, params, y, s))
+            run(&|x, y, s| pointwise::forward_rows(d, f, stream, x, params, y, s))
         }
-        NormKind::None => chunks(&|x, y, s| {
+        NormKind::None => run(&|x, y, s| {
             y.copy_from_slice(x);
             for st in s.chunks_exact_mut(STATS) {
                 st.copy_from_slice(&[0.0, 0.0, 1.0]);
@@ -467,11 +482,12 @@ pub fn forward(
 }
 
 /// A kind's forward over one chunk of rows: `(x, y, stats)`.
-type ForwardRows<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+pub(crate) type ForwardRows<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32]) + Sync + 'a;
 
 /// A kind's backward over one chunk of rows: `(x, dy, stats, dx, partial
 /// parameter gradients)`.
-type BackwardRows<'a> = dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+pub(crate) type BackwardRows<'a> =
+    dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync + 'a;
 
 /// The squashing function of a point-wise kind.
 fn squash(kind: NormKind) -> pointwise::Squash {
@@ -508,31 +524,43 @@ pub fn backward(
     let stream = crate::simd::should_stream(dx, d);
     assert_eq!(dy.len(), x.len(), "dy length");
     let np = kind.num_params(d);
-    let mut chunks =
-        |rows: &BackwardRows| for_chunks_backward(d, np, x, dy, stats, dx, dparams, scratch, rows);
+    with_backward_rows(kind, d, params, stream, &mut |rows| {
+        for_chunks_backward(d, np, x, dy, stats, dx, dparams, scratch, rows)
+    });
+}
+
+/// Hand `run` the kind's backward over one chunk of rows (the f32 kernel
+/// every storage type goes through), with its parameters bound.
+pub(crate) fn with_backward_rows(
+    kind: NormKind,
+    d: usize,
+    params: &[f32],
+    stream: bool,
+    run: &mut dyn FnMut(&BackwardRows),
+) {
     match kind {
         NormKind::LayerNorm => {
             let gamma = &params[..d];
-            chunks(&|x, dy, s, dx, p| {
+            run(&|x, dy, s, dx, p| {
                 let (pg, pb) = p.split_at_mut(d);
                 layernorm::backward_rows(d, stream, x, dy, gamma, s, dx, pg, pb)
             })
         }
         NormKind::RmsNorm | NormKind::ZRmsNorm => {
             let offset = zero_centred_offset(kind);
-            chunks(&|x, dy, s, dx, p| {
+            run(&|x, dy, s, dx, p| {
                 rmsnorm::backward_rows(d, offset, stream, x, dy, params, s, dx, p)
             })
         }
         NormKind::ScaleNorm => {
             let g = params[0];
-            chunks(&|x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p))
+            run(&|x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p))
         }
         NormKind::Dyt | NormKind::Derf => {
             let f = squash(kind);
-            chunks(&|x, dy, _, dx, p| pointwise::backward_rows(d, f, x, dy, params, dx, p))
+            run(&|x, dy, _, dx, p| pointwise::backward_rows(d, f, x, dy, params, dx, p))
         }
-        NormKind::None => chunks(&|_, dy, _, dx, _| dx.copy_from_slice(dy)),
+        NormKind::None => run(&|_, dy, _, dx, _| dx.copy_from_slice(dy)),
         NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),
     }
 }

@@ -3,20 +3,22 @@
 //! allocated and touched before timing starts (no page faults are timed).
 //!
 //! Effective bandwidth counts the bytes a fused kernel must move:
-//! forward reads x and writes y (8 bytes per element);
-//! forward+backward also reads x and dy and writes dx (20 bytes in all).
-//! The roofline is the bandwidth of a parallel copy (read + write; the
-//! better of memcpy and a streaming-store copy) at the same memory footprint
-//! and thread count: n floats for forward (x -> y), 2n floats for
-//! forward+backward (x, dy, y, dx).
+//! forward reads x and writes y (8 bytes per element in f32, 4 in bf16 or
+//! f16); forward+backward also reads x and dy and writes dx (20 bytes in
+//! all in f32, 10 in 16 bits). The roofline is the bandwidth of a parallel
+//! copy (read + write; the better of memcpy and a streaming-store copy) at
+//! the same memory footprint and thread count: the bytes of x for forward
+//! (x -> y), of x and dy for forward+backward (x, dy, y, dx).
 
 pub mod compare;
 
 use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
+use crate::kernels::half16::{bf16, f16, Half};
 use crate::kernels::norm::{self, NormKind};
 use crate::kernels::rng::Rng;
 use crate::kernels::simd;
+use crate::precision::Dtype;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;
@@ -40,11 +42,12 @@ impl Pass {
         }
     }
 
-    /// Bytes per element a fused implementation moves.
-    pub fn bytes_per_elem(self) -> usize {
+    /// Bytes per element a fused implementation moves with `size`-byte
+    /// storage.
+    pub fn bytes_per_elem(self, size: usize) -> usize {
         match self {
-            Pass::Forward => 8,
-            Pass::ForwardBackward => 20,
+            Pass::Forward => 2 * size,
+            Pass::ForwardBackward => 5 * size,
         }
     }
 }
@@ -54,6 +57,8 @@ impl Pass {
 pub struct NormBenchRecord {
     /// Norm kind name.
     pub kind: String,
+    /// Storage type of x, y, dy, dx (`f32`, `bf16`, `f16`).
+    pub dtype: Dtype,
     /// `forward` or `forward_backward`.
     pub pass: Pass,
     /// Rows (tokens).
@@ -79,6 +84,8 @@ pub struct NormBenchRecord {
 pub struct NormBenchConfig {
     /// Kinds to time.
     pub kinds: Vec<NormKind>,
+    /// Storage types to time (each point in every type, one after another).
+    pub dtypes: Vec<Dtype>,
     /// Shapes (rows, d).
     pub shapes: Vec<(usize, usize)>,
     /// Thread counts.
@@ -99,6 +106,7 @@ impl NormBenchConfig {
         }
         NormBenchConfig {
             kinds: vec![NormKind::LayerNorm, NormKind::RmsNorm, NormKind::ZRmsNorm],
+            dtypes: vec![Dtype::F32],
             shapes: vec![
                 (512, 64),
                 (8192, 256),
@@ -199,12 +207,78 @@ impl NormBenchConfig {
     }
 }
 
+/// The buffers of one shape, in each storage type.
+struct Bufs<T> {
+    x: Vec<T>,
+    dy: Vec<T>,
+    y: Vec<T>,
+    dx: Vec<T>,
+}
+
+impl<T: Half> Bufs<T> {
+    fn from(x: &[f32], dy: &[f32]) -> Bufs<T> {
+        let round = |v: &[f32]| {
+            let mut o = vec![T::default(); v.len()];
+            T::narrow(v, &mut o);
+            o
+        };
+        Bufs {
+            x: round(x),
+            dy: round(dy),
+            y: round(x),
+            dx: round(dy),
+        }
+    }
+}
+
+/// The state one timed point works on: parameters, their gradients,
+/// statistics and backward scratch.
+struct Work {
+    kind: NormKind,
+    d: usize,
+    eps: f32,
+    params: Vec<f32>,
+    dparams: Vec<f32>,
+    stats: Vec<f32>,
+    scratch: Vec<f32>,
+}
+
+impl Work {
+    /// One forward (and backward) call on 16-bit buffers.
+    fn run16<T: Half>(&mut self, b: &mut Bufs<T>, pass: Pass) {
+        let (kind, d) = (self.kind, self.d);
+        norm::lowp::forward(
+            kind,
+            d,
+            self.eps,
+            &b.x,
+            &self.params,
+            &mut b.y,
+            &mut self.stats,
+        );
+        if pass == Pass::ForwardBackward {
+            norm::lowp::backward(
+                kind,
+                d,
+                &b.x,
+                &b.dy,
+                &self.params,
+                &self.stats,
+                &mut b.dx,
+                &mut self.dparams,
+                &mut self.scratch,
+            );
+        }
+    }
+}
+
 /// Run the benchmark; `progress` is called after each record.
 pub fn run_norm_bench(
     cfg: &NormBenchConfig,
     mut progress: impl FnMut(&NormBenchRecord),
 ) -> Vec<NormBenchRecord> {
     let mut out = Vec::new();
+    let size = |t: Dtype| if t == Dtype::F32 { 4 } else { 2 };
     for &threads in &cfg.threads {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -212,70 +286,107 @@ pub fn run_norm_bench(
             .expect("thread pool");
         for &(rows, d) in &cfg.shapes {
             let n = rows * d;
-            // Rooflines at the same memory footprint: forward touches x and y
-            // (a copy of n floats); forward+backward touches x, y, dy and dx
-            // (a copy of 2n floats).
-            let roof_fwd = pool.install(|| copy_roofline_gbps(n, cfg.target_seconds, cfg.min_reps));
-            let roof_fwd_bwd =
-                pool.install(|| copy_roofline_gbps(2 * n, cfg.target_seconds, cfg.min_reps));
-            let mut rng = Rng::new(1);
-            let x = AlignedBuf::from_slice(&rng.normal_vec(n, 0.5, 2.0));
-            let dy = AlignedBuf::from_slice(&rng.normal_vec(n, 0.0, 1.0));
-            let mut y = AlignedBuf::from_slice(&vec![0.5f32; n]);
-            let mut dx = AlignedBuf::from_slice(&vec![0.5f32; n]);
-            let mut stats = vec![0.0f32; norm::stats_len(rows)];
-            for &kind in &cfg.kinds {
-                let eps = kind.default_eps();
-                let mut params = vec![0.0; kind.num_params(d)];
-                kind.init_params(d, &mut params);
-                let mut dparams = vec![0.0; params.len()];
-                let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
-                for pass in [Pass::Forward, Pass::ForwardBackward] {
-                    let (t, reps) = pool.install(|| {
-                        time_median(
-                            || {
-                                norm::forward(kind, d, eps, &x, &params, &mut y, &mut stats);
-                                if pass == Pass::ForwardBackward {
-                                    norm::backward(
-                                        kind,
-                                        d,
-                                        &x,
-                                        &dy,
-                                        &params,
-                                        &stats,
-                                        &mut dx,
-                                        &mut dparams,
-                                        &mut scratch,
-                                    );
-                                }
-                            },
-                            cfg.target_seconds,
-                            cfg.min_reps,
-                        )
+            // Rooflines at the same memory footprint, per storage size:
+            // forward touches x and y (a copy of x's bytes); forward+backward
+            // touches x, y, dy and dx (a copy of x's and dy's bytes).
+            let mut roofs = Vec::new();
+            for &t in &cfg.dtypes {
+                let floats = n * size(t) / 4;
+                if !roofs.iter().any(|(s, _, _)| *s == size(t)) {
+                    let f = pool
+                        .install(|| copy_roofline_gbps(floats, cfg.target_seconds, cfg.min_reps));
+                    let fb = pool.install(|| {
+                        copy_roofline_gbps(2 * floats, cfg.target_seconds, cfg.min_reps)
                     });
-                    let gbps = (n * pass.bytes_per_elem()) as f64 / t / 1e9;
-                    let roof = if pass == Pass::Forward {
-                        roof_fwd
-                    } else {
-                        roof_fwd_bwd
-                    };
-                    let rec = NormBenchRecord {
-                        kind: kind.name().to_string(),
-                        pass,
-                        rows,
-                        d,
-                        threads,
-                        median_us: t * 1e6,
-                        gbps,
-                        roofline_gbps: roof,
-                        roofline_fraction: gbps / roof,
-                        reps,
-                    };
-                    progress(&rec);
-                    out.push(rec);
+                    roofs.push((size(t), f, fb));
                 }
             }
-            std::hint::black_box((&*y, &*dx));
+            let mut rng = Rng::new(1);
+            let xs = rng.normal_vec(n, 0.5, 2.0);
+            let dys = rng.normal_vec(n, 0.0, 1.0);
+            let x = AlignedBuf::from_slice(&xs);
+            let dy = AlignedBuf::from_slice(&dys);
+            let mut y = AlignedBuf::from_slice(&vec![0.5f32; n]);
+            let mut dx = AlignedBuf::from_slice(&vec![0.5f32; n]);
+            let has = |t| cfg.dtypes.contains(&t);
+            let mut b16 = has(Dtype::Bf16).then(|| Bufs::<bf16>::from(&xs, &dys));
+            let mut h16 = has(Dtype::F16).then(|| Bufs::<f16>::from(&xs, &dys));
+            for &kind in &cfg.kinds {
+                let mut params = vec![0.0; kind.num_params(d)];
+                kind.init_params(d, &mut params);
+                let mut w = Work {
+                    kind,
+                    d,
+                    eps: kind.default_eps(),
+                    dparams: vec![0.0; params.len()],
+                    params,
+                    stats: vec![0.0f32; norm::stats_len(rows)],
+                    scratch: vec![0.0; norm::backward_scratch_len(kind, rows, d)],
+                };
+                for pass in [Pass::Forward, Pass::ForwardBackward] {
+                    for &dtype in &cfg.dtypes {
+                        let (t, reps) = pool.install(|| {
+                            time_median(
+                                || match dtype {
+                                    Dtype::Bf16 => {
+                                        w.run16(b16.as_mut().expect("bf16 buffers"), pass)
+                                    }
+                                    Dtype::F16 => w.run16(h16.as_mut().expect("f16 buffers"), pass),
+                                    Dtype::F32 => {
+                                        norm::forward(
+                                            kind,
+                                            d,
+                                            w.eps,
+                                            &x,
+                                            &w.params,
+                                            &mut y,
+                                            &mut w.stats,
+                                        );
+                                        if pass == Pass::ForwardBackward {
+                                            norm::backward(
+                                                kind,
+                                                d,
+                                                &x,
+                                                &dy,
+                                                &w.params,
+                                                &w.stats,
+                                                &mut dx,
+                                                &mut w.dparams,
+                                                &mut w.scratch,
+                                            );
+                                        }
+                                    }
+                                },
+                                cfg.target_seconds,
+                                cfg.min_reps,
+                            )
+                        });
+                        let gbps = (n * pass.bytes_per_elem(size(dtype))) as f64 / t / 1e9;
+                        let (_, rf, rfb) = roofs
+                            .iter()
+                            .find(|(s, _, _)| *s == size(dtype))
+                            .copied()
+                            .expect("roofline measured");
+                        let roof = if pass == Pass::Forward { rf } else { rfb };
+                        let rec = NormBenchRecord {
+                            kind: kind.name().to_string(),
+                            dtype,
+                            pass,
+                            rows,
+                            d,
+                            threads,
+                            median_us: t * 1e6,
+                            gbps,
+                            roofline_gbps: roof,
+                            roofline_fraction: gbps / roof,
+                            reps,
+                        };
+                        progress(&rec);
+                        out.push(rec);
+                    }
+                }
+            }
+            std::hint::black_box((&*y, &*dx, &b16, &h16));
         }
     }
     out
