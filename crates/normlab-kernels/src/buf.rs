@@ -36,6 +36,31 @@ impl AlignedBuf {
     }
 }
 
+impl AlignedBuf {
+    /// The first `n` values of the buffer as storage type `T` (f32 or a
+    /// 16-bit type: plain data, valid for any bits), 64-byte aligned.
+    /// Panics if they do not fit.
+    pub fn as_elems<T: crate::simd::Elem>(&self, n: usize) -> &[T] {
+        assert!(
+            n * std::mem::size_of::<T>() <= self.len * 4,
+            "as_elems: {n} do not fit"
+        );
+        // SAFETY: in bounds (checked); T is f32, bf16 or f16, whose every bit
+        // pattern is a value, with alignment at most 4 (lines are 64-aligned).
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const T, n) }
+    }
+
+    /// [`AlignedBuf::as_elems`], mutable.
+    pub fn as_elems_mut<T: crate::simd::Elem>(&mut self, n: usize) -> &mut [T] {
+        assert!(
+            n * std::mem::size_of::<T>() <= self.len * 4,
+            "as_elems: {n} do not fit"
+        );
+        // SAFETY: as in as_elems, and the borrow is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut T, n) }
+    }
+}
+
 impl Deref for AlignedBuf {
     type Target = [f32];
     fn deref(&self) -> &[f32] {

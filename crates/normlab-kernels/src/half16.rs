@@ -18,33 +18,21 @@
 
 pub use half::{bf16, f16};
 
-/// A 16-bit storage type: what the kernels read and write, while every
-/// statistic is computed in f32 (sums in f64) from the widened values.
-pub trait Half: Copy + Default + Send + Sync + 'static {
-    /// `"bf16"` or `"f16"`.
-    const NAME: &'static str;
-    /// `dst[i] = src[i]` as f32 (exact), prefetching `ahead` (the part of
-    /// the buffer [`AHEAD`] values past `src`'s start) as it goes.
-    fn widen(src: &[Self], dst: &mut [f32], ahead: &[Self]);
-    /// `dst[i] = src[i]` rounded to this type (see the module comment).
-    fn narrow(src: &[f32], dst: &mut [Self]);
-    /// One value, widened.
-    fn to_f32(self) -> f32;
-    /// One value, rounded as [`Half::narrow`] rounds it.
-    fn from_f32(v: f32) -> Self;
-}
+/// The kernels' storage-type trait under the name this module's users know.
+pub use crate::simd::Elem as Half;
+use crate::simd::{Elem, LANES};
 
 /// How far ahead (in 16-bit values: 3 KiB) widening prefetches, as the f32
 /// kernels do ([`crate::simd::PREFETCH_DIST`] f32 values, the same bytes).
 pub const AHEAD: usize = 2 * crate::simd::PREFETCH_DIST;
 
-/// Whether the AVX-512 conversions run: the CPU has AVX-512 F (and BF16 for
-/// bf16 narrowing) and the kernels' level ([`crate::simd::level`]) is AVX-512.
+/// Whether the AVX-512 conversions run: the kernels' level
+/// ([`crate::simd::level`]) is AVX-512.
 fn avx512() -> bool {
     crate::simd::level() == crate::simd::Level::Avx512
 }
 
-/// Whether bf16 narrowing uses AVX-512 BF16's `vcvtneps2bf16`.
+/// Whether bf16 slice narrowing uses AVX-512 BF16's `vcvtneps2bf16`.
 pub fn bf16_instructions() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -54,14 +42,60 @@ pub fn bf16_instructions() -> bool {
     false
 }
 
-/// Whether f16 conversion uses AVX-512 F's `vcvtph2ps` / `vcvtps2ph`
-/// (otherwise the `half` crate's, with F16C where the CPU has it).
+/// Whether f16 slice conversion uses AVX-512 F's `vcvtph2ps` / `vcvtps2ph`.
 pub fn f16_instructions() -> bool {
     cfg!(target_arch = "x86_64") && avx512()
 }
 
-impl Half for f16 {
+/// Store 16 16-bit values with non-temporal stores (`dst` 16-byte aligned).
+#[inline(always)]
+fn stream16(dst: &mut [u16], v: &[u16; LANES]) {
+    let dst = &mut dst[..LANES];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        assert!(
+            (dst.as_ptr() as usize).is_multiple_of(16),
+            "stream16 needs 16-byte alignment"
+        );
+        // SAFETY: dst holds 16 values (32 bytes) and is 16-byte aligned
+        // (checked); SSE2 is part of the x86-64 baseline.
+        unsafe {
+            let p = dst.as_mut_ptr() as *mut __m128i;
+            let s = v.as_ptr() as *const __m128i;
+            _mm_stream_si128(p, _mm_loadu_si128(s));
+            _mm_stream_si128(p.add(1), _mm_loadu_si128(s.add(1)));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst.copy_from_slice(v);
+}
+
+impl Elem for f16 {
     const NAME: &'static str = "f16";
+    #[inline(always)]
+    fn get(self) -> f32 {
+        f16_to_f32(self.to_bits())
+    }
+    #[inline(always)]
+    fn put(v: f32) -> f16 {
+        f16::from_bits(f32_to_f16(v))
+    }
+    #[inline(always)]
+    fn stream(dst: &mut [f16], b: &[f32; LANES]) {
+        let mut v = [0u16; LANES];
+        for i in 0..LANES {
+            v[i] = f32_to_f16(b[i]);
+        }
+        // SAFETY: f16 is a transparent u16.
+        stream16(unsafe { &mut *(dst as *mut [f16] as *mut [u16]) }, &v)
+    }
+    fn as_f32(_: &[f16]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [f16]) -> Option<&mut [f32]> {
+        None
+    }
     fn widen(src: &[f16], dst: &mut [f32], ahead: &[f16]) {
         assert_eq!(src.len(), dst.len(), "widen lengths");
         #[cfg(target_arch = "x86_64")]
@@ -69,9 +103,7 @@ impl Half for f16 {
             // SAFETY: AVX-512 F is present (the level says so).
             return unsafe { x86::widen_f16(src, dst, ahead) };
         }
-        let _ = ahead;
-        use half::slice::HalfFloatSliceExt;
-        src.convert_to_f32_slice(dst);
+        widen_portable(src, dst, ahead)
     }
     fn narrow(src: &[f32], dst: &mut [f16]) {
         assert_eq!(src.len(), dst.len(), "narrow lengths");
@@ -80,22 +112,38 @@ impl Half for f16 {
             // SAFETY: AVX-512 F is present (the level says so).
             return unsafe { x86::narrow_f16(src, dst) };
         }
-        use half::slice::HalfFloatSliceExt;
-        dst.convert_from_f32_slice(src);
-    }
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> f16 {
-        f16::from_f32(v)
+        narrow_portable(src, dst)
     }
 }
 
-impl Half for bf16 {
+impl Elem for bf16 {
     const NAME: &'static str = "bf16";
+    #[inline(always)]
+    fn get(self) -> f32 {
+        f32::from_bits(u32::from(self.to_bits()) << 16)
+    }
+    #[inline(always)]
+    fn put(v: f32) -> bf16 {
+        bf16::from_bits(bf16_bits(v))
+    }
+    #[inline(always)]
+    fn stream(dst: &mut [bf16], b: &[f32; LANES]) {
+        let mut v = [0u16; LANES];
+        for i in 0..LANES {
+            v[i] = bf16_bits(b[i]);
+        }
+        // SAFETY: bf16 is a transparent u16.
+        stream16(unsafe { &mut *(dst as *mut [bf16] as *mut [u16]) }, &v)
+    }
+    fn as_f32(_: &[bf16]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [bf16]) -> Option<&mut [f32]> {
+        None
+    }
     fn widen(src: &[bf16], dst: &mut [f32], ahead: &[bf16]) {
         assert_eq!(src.len(), dst.len(), "widen lengths");
-        widen_bf16(src, dst, ahead)
+        widen_portable(src, dst, ahead)
     }
     fn narrow(src: &[f32], dst: &mut [bf16]) {
         assert_eq!(src.len(), dst.len(), "narrow lengths");
@@ -104,13 +152,73 @@ impl Half for bf16 {
             // SAFETY: the CPU has AVX-512 F and BF16 (checked just above).
             return unsafe { x86::narrow_bf16(src, dst) };
         }
-        narrow_bf16_portable(src, dst)
+        narrow_portable(src, dst)
     }
-    fn to_f32(self) -> f32 {
-        f32::from_bits(u32::from(self.to_bits()) << 16)
+}
+
+/// f16 bits -> f32, exactly (subnormals through one exact multiply by
+/// 2^112, infinities and NaNs by their exponent, NaNs quieted as
+/// `vcvtph2ps` quiets them). Branch-free, so loops over it vectorise.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let h = u32::from(h);
+    let em = h & 0x7fff;
+    let scaled = (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits();
+    let special = (em << 13) | 0x7f80_0000 | if em > 0x7c00 { 0x0040_0000 } else { 0 };
+    let v = if em >= 0x7c00 { special } else { scaled };
+    f32::from_bits(v | ((h & 0x8000) << 16))
+}
+
+/// f32 -> f16 bits, round to nearest even, f16 subnormals kept, NaN quieted
+/// with its payload's top bits (as `vcvtps2ph`): F. Giesen's branch-free
+/// method (the subnormal case by one float addition that rounds).
+#[inline(always)]
+pub fn f32_to_f16(v: f32) -> u16 {
+    let x = v.to_bits();
+    let sign = (x >> 16) & 0x8000;
+    let a = x & 0x7fff_ffff;
+    let nan_inf = if a > 0x7f80_0000 {
+        0x7e00 | ((a >> 13) & 0x3ff)
+    } else {
+        0x7c00
+    };
+    // |v| < 2^-14: the f16 result is subnormal or zero; adding 0.5 leaves
+    // the rounded f16 mantissa in the low bits.
+    let sub = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3f00_0000);
+    let norm = a
+        .wrapping_add(0xc800_0fff) // exponent -112 << 23, plus the rounding bias
+        .wrapping_add((a >> 13) & 1)
+        >> 13;
+    let o = if a >= 0x4780_0000 {
+        nan_inf
+    } else if a < 0x3880_0000 {
+        sub
+    } else {
+        norm
+    };
+    (o | sign) as u16
+}
+
+crate::multiversion! {
+    /// 16-bit -> f32 with [`Elem::get`], prefetching `ahead` every 64 bytes.
+    fn widen_portable<T: Elem>(src: &[T], dst: &mut [f32], ahead: &[T]) {
+        for (k, (d, s)) in dst.chunks_mut(32).zip(src.chunks(32)).enumerate() {
+            crate::simd::prefetch_block(ahead, 32 * k);
+            for (d, s) in d.iter_mut().zip(s) {
+                *d = s.get();
+            }
+        }
     }
-    fn from_f32(v: f32) -> bf16 {
-        bf16::from_bits(bf16_bits(v))
+}
+
+crate::multiversion! {
+    /// f32 -> 16-bit with [`Elem::put`] (LLVM vectorises it).
+    pub fn narrow_portable<T: Elem>(src: &[f32], dst: &mut [T]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = T::put(s);
+        }
     }
 }
 
@@ -128,40 +236,11 @@ pub fn bf16_bits(x: f32) -> u16 {
     (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
-/// Prefetch the cache line of `ahead` at value `j` (every 32 values: 64 bytes).
-#[inline(always)]
-fn prefetch16<T>(ahead: &[T], j: usize) {
-    if j < ahead.len() && j.is_multiple_of(32) {
-        crate::simd::prefetch(ahead[j..].as_ptr() as *const f32);
-    }
-}
-
-crate::multiversion! {
-    /// bf16 -> f32: the 16 bits become the top half of the f32.
-    fn widen_bf16(src: &[bf16], dst: &mut [f32], ahead: &[bf16]) {
-        for (k, (d, s)) in dst.chunks_mut(32).zip(src.chunks(32)).enumerate() {
-            prefetch16(ahead, 32 * k);
-            for (d, s) in d.iter_mut().zip(s) {
-                *d = f32::from_bits(u32::from(s.to_bits()) << 16);
-            }
-        }
-    }
-}
-
-crate::multiversion! {
-    /// f32 -> bf16 with [`bf16_bits`], element by element (LLVM vectorises it).
-    pub fn narrow_bf16_portable(src: &[f32], dst: &mut [bf16]) {
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = bf16::from_bits(bf16_bits(s));
-        }
-    }
-}
-
-/// The AVX-512 conversions, 16 values per instruction; tails through the
-/// portable paths (the same rounding).
+/// The AVX-512 slice conversions, 16 values per instruction; tails through
+/// the portable paths (the same rounding).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{bf16, f16, narrow_bf16_portable, prefetch16};
+    use super::{bf16, f16, narrow_portable, widen_portable};
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx512f,avx512bf16")]
@@ -178,7 +257,7 @@ mod x86 {
                 );
             }
         }
-        narrow_bf16_portable(&src[full..n], &mut dst[full..n]);
+        narrow_portable(&src[full..n], &mut dst[full..n]);
     }
 
     #[target_feature(enable = "avx512f")]
@@ -186,16 +265,16 @@ mod x86 {
         let n = src.len().min(dst.len());
         let full = n - n % 16;
         for i in (0..full).step_by(16) {
-            prefetch16(ahead, i);
+            if i % 32 == 0 {
+                crate::simd::prefetch_block(ahead, i);
+            }
             // SAFETY: i + 16 <= n for both slices; unaligned loads and stores.
             unsafe {
                 let h = _mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i);
                 _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
             }
         }
-        for i in full..n {
-            dst[i] = src[i].to_f32();
-        }
+        widen_portable(&src[full..n], &mut dst[full..n], &[]);
     }
 
     #[target_feature(enable = "avx512f")]
@@ -210,9 +289,7 @@ mod x86 {
                 _mm256_storeu_si256(dst.as_mut_ptr().add(i) as *mut __m256i, h);
             }
         }
-        for i in full..n {
-            dst[i] = f16::from_f32(src[i]);
-        }
+        narrow_portable(&src[full..n], &mut dst[full..n]);
     }
 }
 
@@ -262,7 +339,7 @@ mod tests {
         let x = specials();
         let mut a = vec![bf16::ZERO; x.len()];
         let mut b = vec![bf16::ZERO; x.len()];
-        narrow_bf16_portable(&x, &mut a);
+        narrow_portable(&x, &mut a);
         <bf16 as Half>::narrow(&x, &mut b);
         for ((xi, ai), bi) in x.iter().zip(&a).zip(&b) {
             assert_eq!(ai.to_bits(), bi.to_bits(), "{xi:e} ({:#x})", xi.to_bits());
@@ -273,18 +350,18 @@ mod tests {
     #[test]
     fn bf16_rounding_is_half_crates_except_subnormals() {
         for x in specials() {
-            let ours = <bf16 as Half>::from_f32(x);
+            let ours = <bf16 as Elem>::put(x);
             let theirs = half::bf16::from_f32(x);
             if x.is_nan() {
                 assert!(ours.is_nan());
             } else if x != 0.0 && x.abs() < f32::MIN_POSITIVE {
-                assert_eq!(Half::to_f32(ours), 0.0 * x.signum(), "{x:e}");
-                assert_eq!(Half::to_f32(ours).is_sign_negative(), x.is_sign_negative());
+                assert_eq!(Elem::get(ours), 0.0 * x.signum(), "{x:e}");
+                assert_eq!(Elem::get(ours).is_sign_negative(), x.is_sign_negative());
             } else {
                 assert_eq!(ours.to_bits(), theirs.to_bits(), "{x:e}");
             }
             // Widening is exact: the rounded value is the nearest bf16.
-            let w = Half::to_f32(ours);
+            let w = Elem::get(ours);
             if x.is_finite() && x.abs() >= f32::MIN_POSITIVE && w.is_finite() {
                 let ulp = f32::from_bits(w.abs().to_bits() & 0x7f80_0000) * 2f32.powi(-7);
                 assert!((w - x).abs() <= ulp / 2.0, "{x:e} -> {w:e}");
@@ -293,28 +370,38 @@ mod tests {
     }
 
     #[test]
-    fn f16_round_trip_of_every_value_and_agreement_with_software() {
+    fn f16_conversions_agree_with_half_and_between_paths() {
+        // Widening every f16 value: as the half crate's software
+        // conversion (NaNs: NaN, quieted).
         let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
-        let mut w = vec![0f32; all.len()];
-        f16::widen(&all, &mut w, &[]);
-        let mut back = vec![f16::ZERO; all.len()];
-        f16::narrow(&w, &mut back);
-        for (a, b) in all.iter().zip(&back) {
-            if a.is_nan() {
-                assert!(b.is_nan());
+        for h in &all {
+            let (ours, theirs) = (f16_to_f32(h.to_bits()), h.to_f32_const());
+            if theirs.is_nan() {
+                assert!(ours.is_nan() && ours.to_bits() & 0x0040_0000 != 0);
             } else {
-                assert_eq!(a.to_bits(), b.to_bits());
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{:#x}", h.to_bits());
             }
         }
+        // Narrowing: as the half crate's software rounding on every class.
         let x = specials();
-        let mut y = vec![f16::ZERO; x.len()];
-        f16::narrow(&x, &mut y);
-        for (xi, yi) in x.iter().zip(&y) {
-            let s = half::f16::from_f32_const(*xi);
-            assert!(
-                s.to_bits() == yi.to_bits() || (s.is_nan() && yi.is_nan()),
-                "{xi:e}"
-            );
+        for xi in &x {
+            let (ours, theirs) = (f32_to_f16(*xi), half::f16::from_f32_const(*xi));
+            if theirs.is_nan() {
+                assert!(f16::from_bits(ours).is_nan());
+            } else {
+                assert_eq!(ours, theirs.to_bits(), "{xi:e}");
+            }
         }
+        // Slice paths (AVX-512 where present) against the portable ones, bit for bit.
+        let mut a = vec![f16::ZERO; x.len()];
+        let mut b = vec![f16::ZERO; x.len()];
+        narrow_portable(&x, &mut a);
+        <f16 as Elem>::narrow(&x, &mut b);
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+        let (mut wa, mut wb) = (vec![0f32; all.len()], vec![0f32; all.len()]);
+        widen_portable(&all, &mut wa, &[]);
+        <f16 as Elem>::widen(&all, &mut wb, &[]);
+        assert!(wa.iter().zip(&wb).all(|(p, q)| p.to_bits() == q.to_bits()));
+        eprintln!("AVX-512 f16 conversions used: {}", f16_instructions());
     }
 }

@@ -19,6 +19,70 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// widest f64 vector, 8 lanes of AVX-512, times two to hide add latency).
 pub const LANES: usize = 16;
 
+/// A storage type the kernels read and write: f32, or a 16-bit type
+/// ([`crate::half16`]) widened to f32 on load and rounded on store. Every
+/// kernel computes in f32 (sums in f64) whatever the storage.
+pub trait Elem: Copy + Default + Send + Sync + 'static {
+    /// `"f32"`, `"bf16"` or `"f16"`.
+    const NAME: &'static str;
+    /// The value as f32 (exact).
+    fn get(self) -> f32;
+    /// `v` rounded to this type.
+    fn put(v: f32) -> Self;
+    /// Store one block of values with non-temporal stores (see
+    /// [`stream_block`]): `dst` must hold `LANES` values and start 16-byte
+    /// aligned.
+    fn stream(dst: &mut [Self], b: &[f32; LANES]);
+    /// The slice itself when the type is f32 (kernels written for f32 only
+    /// then run on it in place); `None` for a 16-bit type.
+    fn as_f32(s: &[Self]) -> Option<&[f32]>;
+    /// [`Elem::as_f32`] for a mutable slice.
+    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
+    /// `dst[i] = src[i]` as f32, prefetching `ahead` (see [`ahead`]).
+    fn widen(src: &[Self], dst: &mut [f32], ahead: &[Self]);
+    /// `dst[i] = src[i]` rounded to this type, exactly as [`Elem::put`].
+    fn narrow(src: &[f32], dst: &mut [Self]);
+}
+
+impl Elem for f32 {
+    const NAME: &'static str = "f32";
+    #[inline(always)]
+    fn get(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn put(v: f32) -> f32 {
+        v
+    }
+    #[inline(always)]
+    fn stream(dst: &mut [f32], b: &[f32; LANES]) {
+        stream_block(dst, b)
+    }
+    fn as_f32(s: &[f32]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn as_f32_mut(s: &mut [f32]) -> Option<&mut [f32]> {
+        Some(s)
+    }
+    fn widen(src: &[f32], dst: &mut [f32], _ahead: &[f32]) {
+        dst.copy_from_slice(src)
+    }
+    fn narrow(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src)
+    }
+}
+
+/// One `LANES`-block of `src` (which holds at least `LANES` values) as f32.
+#[inline(always)]
+pub fn load_block<T: Elem>(src: &[T]) -> [f32; LANES] {
+    let src = &src[..LANES];
+    let mut b = [0f32; LANES];
+    for i in 0..LANES {
+        b[i] = src[i].get();
+    }
+    b
+}
+
 /// The instruction-set level a multiversioned kernel runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -104,6 +168,31 @@ pub fn set_level(wanted: Level) -> Level {
 /// (that would make results depend on the level).
 #[macro_export]
 macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident<$g:ident: $bound:path>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name<$g: $bound>($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn body<$g: $bound>($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn v4<$g: $bound>($($arg: $ty),*) $(-> $ret)? { body::<$g>($($arg),*) }
+                #[target_feature(enable = "avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn v3<$g: $bound>($($arg: $ty),*) $(-> $ret)? { body::<$g>($($arg),*) }
+                match $crate::simd::level() {
+                    // SAFETY: level() never reports a level the CPU lacks.
+                    $crate::simd::Level::Avx512 => return unsafe { v4::<$g>($($arg),*) },
+                    $crate::simd::Level::Avx2 => return unsafe { v3::<$g>($($arg),*) },
+                    $crate::simd::Level::Generic => {}
+                }
+            }
+            body::<$g>($($arg),*)
+        }
+    };
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
         #[allow(clippy::too_many_arguments)]
@@ -155,16 +244,18 @@ pub const PREFETCH_DIST: usize = 768;
 
 /// The part of `buf` that lies [`PREFETCH_DIST`] elements after `start`
 /// (empty near the end): pass it as an `ahead` slice to [`for_blocks!`].
+/// For a 16-bit buffer the distance is the same in bytes (twice the values).
 #[inline(always)]
-pub fn ahead(buf: &[f32], start: usize) -> &[f32] {
-    buf.get(start + PREFETCH_DIST..).unwrap_or(&[])
+pub fn ahead<T>(buf: &[T], start: usize) -> &[T] {
+    buf.get(start + PREFETCH_DIST * 4 / std::mem::size_of::<T>()..)
+        .unwrap_or(&[])
 }
 
 /// Prefetch the `LANES`-block of `ahead` at offset `j0` (no-op past its end).
 #[inline(always)]
-pub fn prefetch_block(ahead: &[f32], j0: usize) {
+pub fn prefetch_block<T>(ahead: &[T], j0: usize) {
     if j0 < ahead.len() {
-        prefetch(ahead[j0..].as_ptr());
+        prefetch(ahead[j0..].as_ptr() as *const f32);
     }
 }
 
@@ -181,9 +272,9 @@ pub const STREAM_MIN_BYTES: usize = 16 << 20;
 /// Whether a kernel writing `out` (rows of `d` floats) should stream: large
 /// enough, 64-byte aligned and whole 16-float blocks per row.
 #[inline]
-pub fn should_stream(out: &[f32], d: usize) -> bool {
+pub fn should_stream<T>(out: &[T], d: usize) -> bool {
     cfg!(target_arch = "x86_64")
-        && out.len() * 4 >= STREAM_MIN_BYTES
+        && std::mem::size_of_val(out) >= STREAM_MIN_BYTES
         && d.is_multiple_of(LANES)
         && (out.as_ptr() as usize).is_multiple_of(64)
 }
@@ -232,31 +323,31 @@ pub fn stream_fence() {
 #[macro_export]
 macro_rules! write_row {
     ($dst:expr, $stream:expr, ($($src:ident),+) => $val:expr) => {{
-        let dst: &mut [f32] = $dst;
+        let dst = $dst;
         let d = dst.len();
-        $(let $src: &[f32] = &$src[..d];)+
+        $(let $src = &$src[..d];)+
         if $stream {
             let mut j0 = 0;
             while j0 + $crate::simd::LANES <= d {
                 let mut b = [0f32; $crate::simd::LANES];
                 {
-                    $(let $src: &[f32; $crate::simd::LANES] = $src[j0..j0 + $crate::simd::LANES].try_into().unwrap();)+
+                    $(let $src: [f32; $crate::simd::LANES] = $crate::simd::load_block(&$src[j0..]);)+
                     for i in 0..$crate::simd::LANES {
                         $(let $src = $src[i];)+
                         b[i] = $val;
                     }
                 }
-                $crate::simd::stream_block(&mut dst[j0..], &b);
+                $crate::simd::Elem::stream(&mut dst[j0..], &b);
                 j0 += $crate::simd::LANES;
             }
             for j in j0..d {
-                $(let $src = $src[j];)+
-                dst[j] = $val;
+                $(let $src = $crate::simd::Elem::get($src[j]);)+
+                dst[j] = $crate::simd::Elem::put($val);
             }
         } else {
             for j in 0..d {
-                $(let $src = $src[j];)+
-                dst[j] = $val;
+                $(let $src = $crate::simd::Elem::get($src[j]);)+
+                dst[j] = $crate::simd::Elem::put($val);
             }
         }
     }};
@@ -295,7 +386,7 @@ macro_rules! for_blocks {
         let mut j0 = 0;
         while j0 < full {
             $($crate::simd::prefetch_block($ahead, j0);)*
-            $(let $x: &[f32; $crate::simd::LANES] = $src[j0..j0 + $crate::simd::LANES].try_into().unwrap();)+
+            $(let $x: &[f32; $crate::simd::LANES] = &$crate::simd::load_block(&$src[j0..]);)+
             $($(let $y: &mut [f32; $crate::simd::LANES] = (&mut $dst[j0..j0 + $crate::simd::LANES]).try_into().unwrap();)+)?
             $body
             j0 += $crate::simd::LANES;
@@ -309,7 +400,9 @@ macro_rules! for_blocks {
                 {
                     first = false;
                 }
-                pad_block[..t].copy_from_slice(&$src[full..n]);
+                for i in 0..t {
+                    pad_block[i] = $crate::simd::Elem::get($src[full + i]);
+                }
                 let $x: &[f32; $crate::simd::LANES] = &pad_block;
             )+
             let _ = first;
@@ -340,7 +433,7 @@ macro_rules! __first_len {
 /// accurate even when |mean| >> std: the cancellation error is bounded by
 /// (|mean - k| / std)^2 * 2^-53, and |mean - k| <= std * sqrt(n).
 #[inline(always)]
-pub fn shifted_sums(x: &[f32], k: f32, ahead: &[f32]) -> (f64, f64) {
+pub fn shifted_sums<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
     let mut s1 = [0f64; LANES];
     let mut s2 = [0f64; LANES];
     let kd = k as f64;
@@ -357,7 +450,7 @@ pub fn shifted_sums(x: &[f32], k: f32, ahead: &[f32]) -> (f64, f64) {
 /// `sum(x^2)` in f64 (no overflow for |x| up to f32::MAX, no underflow for
 /// |x| down to 1e-38).
 #[inline(always)]
-pub fn sum_squares(x: &[f32], ahead: &[f32]) -> f64 {
+pub fn sum_squares<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
     let mut s = [0f64; LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ahead], c in x => {
         for i in 0..LANES {

@@ -1,6 +1,7 @@
 //! The 16-bit (bf16, f16) norm kernels, three ways:
 //! - exactly the f32 kernel on the widened inputs, rounded once (bit for
-//!   bit, dparams included), for every row-wise kind, sizes across
+//!   bit, dparams included), for every row-wise kind (the generic fused
+//!   kernels and the others through widened sub-blocks), sizes across
 //!   sub-blocks and chunks; so the f32 kernel's finite-difference checks
 //!   (finite_diff.rs) cover them too: in 16 bits a finite difference would
 //!   measure the rounding, not the derivative;
@@ -12,7 +13,7 @@
 //! - and bit-identical for 1 and 2 threads and across SIMD levels.
 
 use normlab_kernels::half16::{bf16, f16, Half};
-use normlab_kernels::norm::{self, lowp, NormKind};
+use normlab_kernels::norm::{self, NormKind};
 use normlab_kernels::reference;
 use normlab_kernels::rng::Rng;
 use serde::Deserialize;
@@ -29,11 +30,11 @@ fn params(kind: NormKind, d: usize, rng: &mut Rng) -> Vec<f32> {
 }
 
 fn round<T: Half>(v: &[f32]) -> Vec<T> {
-    v.iter().map(|&x| T::from_f32(x)).collect()
+    v.iter().map(|&x| T::put(x)).collect()
 }
 
 fn widen<T: Half>(v: &[T]) -> Vec<f32> {
-    v.iter().map(|x| x.to_f32()).collect()
+    v.iter().map(|x| x.get()).collect()
 }
 
 /// 16-bit forward and backward: (y, stats, dx, dparams).
@@ -48,11 +49,11 @@ fn run16<T: Half>(
     let rows = x.len() / d;
     let mut y = vec![T::default(); x.len()];
     let mut st = vec![0.0; norm::stats_len(rows)];
-    lowp::forward(kind, d, eps, x, p, &mut y, &mut st);
+    norm::forward(kind, d, eps, x, p, &mut y, &mut st);
     let mut dx = vec![T::default(); x.len()];
     let mut dp = vec![0.0; p.len()];
     let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
-    lowp::backward(kind, d, x, dy, p, &st, &mut dx, &mut dp, &mut scratch);
+    norm::backward(kind, d, x, dy, p, &st, &mut dx, &mut dp, &mut scratch);
     (y, st, dx, dp)
 }
 
@@ -77,7 +78,7 @@ fn run32(
 }
 
 fn bits<T: Half>(v: &[T]) -> Vec<u32> {
-    v.iter().map(|x| x.to_f32().to_bits()).collect()
+    v.iter().map(|x| x.get().to_bits()).collect()
 }
 
 fn f32_kernel_rounded_once<T: Half>() {
@@ -166,12 +167,12 @@ fn matches_f64_reference<T: Half>() {
                 for j in row {
                     // Rounded once from an f32 result within ~1e-5 of the
                     // row's scale (offset rows) of the exact one.
-                    let (a, b) = (f64::from(y[j].to_f32()), yr[j]);
+                    let (a, b) = (f64::from(y[j].get()), yr[j]);
                     assert!(
                         (a - b).abs() <= h * b.abs() + 2e-5 * sy,
                         "{tag} y[{j}]: {a} vs {b}"
                     );
-                    let (a, b) = (f64::from(dx[j].to_f32()), dxr[j]);
+                    let (a, b) = (f64::from(dx[j].get()), dxr[j]);
                     assert!(
                         (a - b).abs() <= h * b.abs() + 2e-5 * sdx,
                         "{tag} dx[{j}]: {a} vs {b}"
@@ -230,7 +231,7 @@ struct Case {
 fn worst<T: Half>(ours: &[T], torch: &[u16], of: fn(u16) -> T, slack: f64) -> f64 {
     let mut worst = 0f64;
     for (a, &b) in ours.iter().zip(torch) {
-        let (a, b) = (f64::from(a.to_f32()), f64::from(of(b).to_f32()));
+        let (a, b) = (f64::from(a.get()), f64::from(of(b).get()));
         let allowed = 4.0 * half_ulp::<T>() * b.abs() + slack;
         worst = worst.max((a - b).abs() / allowed.max(1e-30));
     }
@@ -279,9 +280,9 @@ fn check_fixtures<T: Half>(name: &str, of: fn(u16) -> T) -> usize {
             let gmax = (0..d).fold(0f64, |m, j| m.max(gain(j).abs()));
             let ymax = y[row.clone()]
                 .iter()
-                .fold(0f64, |m, v| m.max(f64::from(v.to_f32()).abs()));
+                .fold(0f64, |m, v| m.max(f64::from(v.get()).abs()));
             let g = (0..d).fold(0f64, |m, j| {
-                m.max((f64::from(dy[r * d + j].to_f32()) * gain(j)).abs())
+                m.max((f64::from(dy[r * d + j].get()) * gain(j)).abs())
             });
             let slack_y = e * (ymax + mean * rstd * gmax);
             let slack_dx = e * rstd * g * (1.0 + mean * rstd);

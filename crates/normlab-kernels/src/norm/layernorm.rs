@@ -27,7 +27,7 @@
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, BETA, GAMMA};
-use crate::simd::{ahead, shifted_sums, stream_fence, tree_sum, LANES};
+use crate::simd::{ahead, shifted_sums, stream_fence, tree_sum, Elem, LANES};
 
 /// LayerNorm's description: gamma and beta per feature, eps 1e-5.
 pub const SPEC: KindSpec = KindSpec {
@@ -43,8 +43,8 @@ pub const SPEC: KindSpec = KindSpec {
 
 /// Statistics of one row: (mean hi, mean lo, rstd).
 #[inline(always)]
-fn row_stats(xr: &[f32], eps: f32, ahead: &[f32]) -> (f32, f32, f32) {
-    let k = xr[0];
+fn row_stats<T: Elem>(xr: &[T], eps: f32, ahead: &[T]) -> (f32, f32, f32) {
+    let k = xr[0].get();
     let (s1, s2) = shifted_sums(xr, k, ahead);
     let n = xr.len() as f64;
     let m1 = s1 / n;
@@ -65,7 +65,7 @@ fn row_stats(xr: &[f32], eps: f32, ahead: &[f32]) -> (f32, f32, f32) {
 
 crate::multiversion! {
     /// Forward over whole rows: `x`, `y` are `[rows, d]`, `stats` `[rows, STATS]`.
-    pub fn forward_rows(d: usize, eps: f32, stream: bool, x: &[f32], gamma: &[f32], beta: &[f32], y: &mut [f32], stats: &mut [f32]) {
+    pub fn forward_rows<T: Elem>(d: usize, eps: f32, stream: bool, x: &[T], gamma: &[f32], beta: &[f32], y: &mut [T], stats: &mut [f32]) {
         let gamma = &gamma[..d];
         let beta = &beta[..d];
         for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
@@ -107,7 +107,7 @@ fn bwd_block(
 crate::multiversion! {
     /// Backward over whole rows: writes `dx`, accumulates this chunk's
     /// dgamma/dbeta into `pg`/`pb`.
-    pub fn backward_rows(d: usize, stream: bool, x: &[f32], dy: &[f32], gamma: &[f32], stats: &[f32], dx: &mut [f32], pg: &mut [f32], pb: &mut [f32]) {
+    pub fn backward_rows<T: Elem>(d: usize, stream: bool, x: &[T], dy: &[T], gamma: &[f32], stats: &[f32], dx: &mut [T], pg: &mut [f32], pb: &mut [f32]) {
         let gamma = &gamma[..d];
         let pg = &mut pg[..d];
         let pb = &mut pb[..d];

@@ -1,23 +1,29 @@
-//! The row-wise norms with 16-bit storage (bf16 or f16): `x`, `y`, `dy` and
-//! `dx` are 16-bit, parameters, their gradients and the per-row statistics
-//! stay f32. No kernel is written again per type: each chunk of rows (the
-//! same chunks as the f32 path, so results do not depend on the thread
-//! count) is processed in sub-blocks of about [`SUB_ELEMS`] values that are
-//! widened into f32 buffers small enough to stay in the L1 cache, run
-//! through the kind's f32 kernel, and rounded back. So every statistic is
-//! computed in f32 (sums in f64) from the exactly widened inputs, and the
-//! 16-bit result is the f32 kernel's result rounded once: what PyTorch's
-//! CPU kernels do for these types ("upcast"), as opposed to the naive mode
-//! of [`crate`]'s users that rounds every intermediate.
+//! 16-bit storage (bf16, f16) for the row-wise norms. `x`, `y`, `dy` and
+//! `dx` are 16-bit; parameters, their gradients and the per-row statistics
+//! stay f32. No kernel is written again per type:
+//!
+//! - layernorm, rmsnorm and zrmsnorm are generic over the storage type
+//!   ([`crate::simd::Elem`]): each value is widened to f32 as it is loaded
+//!   and rounded once as it is stored, in the same fused sweeps as f32, so
+//!   they move half the bytes;
+//! - the other kinds' kernels are f32 only; [`via_f32`] runs them on 16-bit
+//!   rows by widening sub-blocks of about [`SUB_ELEMS`] values into f32
+//!   buffers small enough to stay in the level-1 cache and rounding the
+//!   result back (the same values, with two extra passes over cached data).
+//!
+//! Either way every statistic is computed in f32 (sums in f64) from exactly
+//! widened inputs, and each 16-bit output is the f32 computation rounded
+//! once: what PyTorch's CPU kernels do for these types ("upcast"), as
+//! opposed to the naive mode of `normlab calc --naive` and `exp precision`,
+//! which rounds every intermediate. Chunks are the f32 path's, so results do
+//! not depend on the thread count.
 
-use super::{
-    check_shapes, for_chunks, for_chunks_backward, with_backward_rows, with_forward_rows, NormKind,
-    STATS,
-};
-use crate::half16::{Half, AHEAD};
+use super::STATS;
+use crate::half16::AHEAD;
+use crate::simd::Elem;
 
-/// Values per sub-block: x and y (forward) or x, dy and dx (backward) as f32
-/// take 32-48 KiB, the size of a level-1 data cache.
+/// Values per sub-block of [`via_f32`]: x and y (forward) or x, dy and dx
+/// (backward) as f32 take 32-48 KiB, the size of a level-1 data cache.
 pub const SUB_ELEMS: usize = 4096;
 
 /// The part of `buf` [`AHEAD`] values after `start` (empty near its end).
@@ -25,89 +31,75 @@ fn ahead<T>(buf: &[T], start: usize) -> &[T] {
     buf.get(start + AHEAD..).unwrap_or(&[])
 }
 
+/// An f32-only forward over rows: `(x, y, stats, in_place)`.
+type F32Forward<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32], bool) + 'a;
+
+/// An f32-only backward over rows: `(x, dy, stats, dx, partial dparams)`.
+type F32Backward<'a> = dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + 'a;
+
 /// Rows per sub-block for feature size `d` (at least one).
 fn sub_rows(d: usize) -> usize {
     (SUB_ELEMS / d).max(1)
 }
 
-/// Forward of a row-wise norm on 16-bit rows: writes `y` and the f32 `stats`
-/// (the same contract as [`super::forward`]).
-pub fn forward<T: Half>(
-    kind: NormKind,
+/// An f32-only forward `f(x, y, stats, in_place)` over rows of any storage
+/// type: in place for f32 (`in_place` true), else through widened
+/// sub-blocks.
+pub(crate) fn via_f32<T: Elem>(
     d: usize,
-    eps: f32,
     x: &[T],
-    params: &[f32],
     y: &mut [T],
-    stats: &mut [f32],
+    st: &mut [f32],
+    f: &F32Forward,
 ) {
-    check_shapes(kind, d, x, params, y, stats);
+    if let (Some(x32), Some(y32)) = (T::as_f32(x), T::as_f32_mut(y)) {
+        return f(x32, y32, st, true);
+    }
     let sub = sub_rows(d) * d;
-    with_forward_rows(kind, d, eps, params, false, &mut |rows| {
-        for_chunks(d, x, y, stats, |x, y, st| {
-            let n = sub.min(x.len());
-            let (mut xs, mut ys) = (vec![0f32; n], vec![0f32; n]);
-            for (k, ((xb, yb), sb)) in x
-                .chunks(sub)
-                .zip(y.chunks_mut(sub))
-                .zip(st.chunks_mut(sub / d * STATS))
-                .enumerate()
-            {
-                let m = xb.len();
-                T::widen(xb, &mut xs[..m], ahead(x, k * sub));
-                rows(&xs[..m], &mut ys[..m], sb);
-                T::narrow(&ys[..m], yb);
-            }
-        })
-    });
+    let n = sub.min(x.len());
+    let (mut xs, mut ys) = (vec![0f32; n], vec![0f32; n]);
+    for (k, ((xb, yb), sb)) in x
+        .chunks(sub)
+        .zip(y.chunks_mut(sub))
+        .zip(st.chunks_mut(sub / d * STATS))
+        .enumerate()
+    {
+        let m = xb.len();
+        T::widen(xb, &mut xs[..m], ahead(x, k * sub));
+        f(&xs[..m], &mut ys[..m], sb, false);
+        T::narrow(&ys[..m], yb);
+    }
 }
 
-/// Backward of a row-wise norm on 16-bit rows: writes `dx`, accumulates the
-/// f32 `dparams` (the same contract as [`super::backward`], with the same
-/// scratch length).
-#[allow(clippy::too_many_arguments)]
-pub fn backward<T: Half>(
-    kind: NormKind,
+/// An f32-only backward `f(x, dy, stats, dx, partial dparams)` over rows of
+/// any storage type, as [`via_f32`] (the partials accumulate across
+/// sub-blocks in row order, as they do across the rows of one call).
+pub(crate) fn via_f32_backward<T: Elem>(
     d: usize,
     x: &[T],
     dy: &[T],
-    params: &[f32],
-    stats: &[f32],
+    st: &[f32],
     dx: &mut [T],
-    dparams: &mut [f32],
-    scratch: &mut [f32],
+    p: &mut [f32],
+    f: &F32Backward,
 ) {
-    check_shapes(kind, d, x, params, dx, stats);
-    assert_eq!(dy.len(), x.len(), "dy length");
-    let np = kind.num_params(d);
+    if let (Some(x32), Some(dy32), Some(dx32)) = (T::as_f32(x), T::as_f32(dy), T::as_f32_mut(dx)) {
+        return f(x32, dy32, st, dx32, p);
+    }
     let sub = sub_rows(d) * d;
-    with_backward_rows(kind, d, params, false, &mut |rows| {
-        for_chunks_backward(
-            d,
-            np,
-            x,
-            dy,
-            stats,
-            dx,
-            dparams,
-            scratch,
-            |x, dy, st, dx, p| {
-                let n = sub.min(x.len());
-                let (mut xs, mut dys, mut dxs) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
-                for (k, (((xb, dyb), sb), dxb)) in x
-                    .chunks(sub)
-                    .zip(dy.chunks(sub))
-                    .zip(st.chunks(sub / d * STATS))
-                    .zip(dx.chunks_mut(sub))
-                    .enumerate()
-                {
-                    let m = xb.len();
-                    T::widen(xb, &mut xs[..m], ahead(x, k * sub));
-                    T::widen(dyb, &mut dys[..m], ahead(dy, k * sub));
-                    rows(&xs[..m], &dys[..m], sb, &mut dxs[..m], p);
-                    T::narrow(&dxs[..m], dxb);
-                }
-            },
-        )
-    });
+    let n = sub.min(x.len());
+    let (mut xs, mut dys, mut dxs) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+    for (k, (((xb, dyb), sb), dxb)) in x
+        .chunks(sub)
+        .zip(dy.chunks(sub))
+        .zip(st.chunks(sub / d * STATS))
+        .zip(dx.chunks_mut(sub))
+        .enumerate()
+    {
+        let m = xb.len();
+        T::widen(xb, &mut xs[..m], ahead(x, k * sub));
+        T::widen(dyb, &mut dys[..m], ahead(dy, k * sub));
+        f(&xs[..m], &dys[..m], sb, &mut dxs[..m], p);
+        T::narrow(&dxs[..m], dxb);
+    }
 }

@@ -38,6 +38,7 @@ pub mod rmsnorm;
 pub mod scalenorm;
 pub mod spec;
 
+use crate::simd::Elem;
 use rayon::prelude::*;
 use std::fmt;
 use std::str::FromStr;
@@ -424,17 +425,19 @@ fn for_chunks_backward<T: Send + Sync, F>(
     }
 }
 
-/// Forward of a row-wise norm: writes `y` and the per-row `stats`.
+/// Forward of a row-wise norm: writes `y` and the per-row `stats`. The
+/// storage type `T` of `x` and `y` is f32, bf16 or f16 (see [`lowp`]);
+/// parameters and statistics are f32 whatever it is.
 ///
 /// Panics on mismatched lengths, and for [`NormKind::BatchNorm`], whose
 /// statistics are per feature and which has its own state ([`BatchNorm`]).
-pub fn forward(
+pub fn forward<T: Elem>(
     kind: NormKind,
     d: usize,
     eps: f32,
-    x: &[f32],
+    x: &[T],
     params: &[f32],
-    y: &mut [f32],
+    y: &mut [T],
     stats: &mut [f32],
 ) {
     check_shapes(kind, d, x, params, y, stats);
@@ -446,13 +449,13 @@ pub fn forward(
 
 /// Hand `run` the kind's forward over one chunk of rows (the f32 kernel
 /// every storage type goes through), with its parameters bound.
-pub(crate) fn with_forward_rows(
+fn with_forward_rows<T: Elem>(
     kind: NormKind,
     d: usize,
     eps: f32,
     params: &[f32],
     stream: bool,
-    run: &mut dyn FnMut(&ForwardRows),
+    run: &mut dyn FnMut(&ForwardRows<T>),
 ) {
     match kind {
         NormKind::LayerNorm => {
@@ -465,11 +468,19 @@ pub(crate) fn with_forward_rows(
         }
         NormKind::ScaleNorm => {
             let g = params[0];
-            run(&|x, y, s| scalenorm::forward_rows(d, eps, g, x, y, s))
+            run(&|x, y, s| {
+                lowp::via_f32(d, x, y, s, &|x, y, s, _| {
+                    scalenorm::forward_rows(d, eps, g, x, y, s)
+                })
+            })
         }
         NormKind::Dyt | NormKind::Derf => {
             let f = squash(kind);
-            run(&|x, y, s| pointwise::forward_rows(d, f, stream, x, params, y, s))
+            run(&|x, y, s| {
+                lowp::via_f32(d, x, y, s, &|x, y, s, in_place| {
+                    pointwise::forward_rows(d, f, stream && in_place, x, params, y, s)
+                })
+            })
         }
         NormKind::None => run(&|x, y, s| {
             y.copy_from_slice(x);
@@ -482,12 +493,11 @@ pub(crate) fn with_forward_rows(
 }
 
 /// A kind's forward over one chunk of rows: `(x, y, stats)`.
-pub(crate) type ForwardRows<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+pub(crate) type ForwardRows<'a, T> = dyn Fn(&[T], &mut [T], &mut [f32]) + Sync + 'a;
 
 /// A kind's backward over one chunk of rows: `(x, dy, stats, dx, partial
 /// parameter gradients)`.
-pub(crate) type BackwardRows<'a> =
-    dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + Sync + 'a;
+pub(crate) type BackwardRows<'a, T> = dyn Fn(&[T], &[T], &[f32], &mut [T], &mut [f32]) + Sync + 'a;
 
 /// The squashing function of a point-wise kind.
 fn squash(kind: NormKind) -> pointwise::Squash {
@@ -505,18 +515,19 @@ fn zero_centred_offset(kind: NormKind) -> f32 {
     }
 }
 
-/// Backward of a row-wise norm: writes `dx`, accumulates `dparams`.
+/// Backward of a row-wise norm: writes `dx`, accumulates `dparams` (x, dy
+/// and dx in the storage type `T`, as for [`forward`]).
 /// `stats` must be what [`forward`] wrote for the same `x`; `scratch` must
 /// hold at least [`backward_scratch_len`] floats.
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
+pub fn backward<T: Elem>(
     kind: NormKind,
     d: usize,
-    x: &[f32],
-    dy: &[f32],
+    x: &[T],
+    dy: &[T],
     params: &[f32],
     stats: &[f32],
-    dx: &mut [f32],
+    dx: &mut [T],
     dparams: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -531,12 +542,12 @@ pub fn backward(
 
 /// Hand `run` the kind's backward over one chunk of rows (the f32 kernel
 /// every storage type goes through), with its parameters bound.
-pub(crate) fn with_backward_rows(
+fn with_backward_rows<T: Elem>(
     kind: NormKind,
     d: usize,
     params: &[f32],
     stream: bool,
-    run: &mut dyn FnMut(&BackwardRows),
+    run: &mut dyn FnMut(&BackwardRows<T>),
 ) {
     match kind {
         NormKind::LayerNorm => {
@@ -554,11 +565,19 @@ pub(crate) fn with_backward_rows(
         }
         NormKind::ScaleNorm => {
             let g = params[0];
-            run(&|x, dy, s, dx, p| scalenorm::backward_rows(d, g, x, dy, s, dx, p))
+            run(&|x, dy, s, dx, p| {
+                lowp::via_f32_backward(d, x, dy, s, dx, p, &|x, dy, s, dx, p| {
+                    scalenorm::backward_rows(d, g, x, dy, s, dx, p)
+                })
+            })
         }
         NormKind::Dyt | NormKind::Derf => {
             let f = squash(kind);
-            run(&|x, dy, _, dx, p| pointwise::backward_rows(d, f, x, dy, params, dx, p))
+            run(&|x, dy, s, dx, p| {
+                lowp::via_f32_backward(d, x, dy, s, dx, p, &|x, dy, _, dx, p| {
+                    pointwise::backward_rows(d, f, x, dy, params, dx, p)
+                })
+            })
         }
         NormKind::None => run(&|_, dy, _, dx, _| dx.copy_from_slice(dy)),
         NormKind::BatchNorm => panic!("batchnorm statistics are per feature: use norm::BatchNorm"),

@@ -12,12 +12,15 @@
 //! dw += dy * xhat
 //! ```
 //!
+//! Generic over the storage type of x, y, dy, dx ([`Elem`]: f32, bf16, f16;
+//! values widened to f32 as they are loaded, rounded once as stored).
+//!
 //! No mean is subtracted, which is why RMSNorm is invariant to x -> a*x but
 //! not to x -> x + c, and why it needs one reduction fewer than LayerNorm.
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, GAMMA};
-use crate::simd::{ahead, stream_fence, sum_squares, tree_sum, LANES};
+use crate::simd::{ahead, stream_fence, sum_squares, tree_sum, Elem, LANES};
 
 /// RMSNorm's description: gamma per feature, eps 1e-6.
 pub const SPEC: KindSpec = KindSpec {
@@ -50,7 +53,7 @@ pub const ZERO_CENTRED_SPEC: KindSpec = KindSpec {
 
 crate::multiversion! {
     /// Forward over whole rows.
-    pub fn forward_rows(d: usize, eps: f32, offset: f32, stream: bool, x: &[f32], w: &[f32], y: &mut [f32], stats: &mut [f32]) {
+    pub fn forward_rows<T: Elem>(d: usize, eps: f32, offset: f32, stream: bool, x: &[T], w: &[f32], y: &mut [T], stats: &mut [f32]) {
         let w = &w[..d];
         for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
             let denom = sum_squares(xr, ahead(x, r * d)) / d as f64 + eps as f64;
@@ -88,7 +91,7 @@ fn bwd_block(
 crate::multiversion! {
     /// Backward over whole rows: writes `dx`, accumulates the chunk's partial
     /// gain gradient into `pw`.
-    pub fn backward_rows(d: usize, offset: f32, stream: bool, x: &[f32], dy: &[f32], w: &[f32], stats: &[f32], dx: &mut [f32], pw: &mut [f32]) {
+    pub fn backward_rows<T: Elem>(d: usize, offset: f32, stream: bool, x: &[T], dy: &[T], w: &[f32], stats: &[f32], dx: &mut [T], pw: &mut [f32]) {
         let w = &w[..d];
         let pw = &mut pw[..d];
         let n = d as f64;
