@@ -45,13 +45,7 @@ fn sub_rows(d: usize) -> usize {
 /// An f32-only forward `f(x, y, stats, in_place)` over rows of any storage
 /// type: in place for f32 (`in_place` true), else through widened
 /// sub-blocks.
-pub(crate) fn via_f32<T: Elem>(
-    d: usize,
-    x: &[T],
-    y: &mut [T],
-    st: &mut [f32],
-    f: &F32Forward,
-) {
+pub(crate) fn via_f32<T: Elem>(d: usize, x: &[T], y: &mut [T], st: &mut [f32], f: &F32Forward) {
     if let (Some(x32), Some(y32)) = (T::as_f32(x), T::as_f32_mut(y)) {
         return f(x32, y32, st, true);
     }
