@@ -22,6 +22,7 @@ a difference is called only when every round agrees.
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy ./python
     /tmp/venv/bin/python bench/torch_bridge.py [--quick] [--json out.json]
+        [--dtype f32|bf16|f16] [--shapes 8192x1024,...] [--kinds ...] [--skip-model]
 """
 
 from __future__ import annotations
@@ -70,10 +71,16 @@ def summarise(ta, tb):
             "ratio": statistics.median(ratios), "ratio_min": lo, "ratio_max": hi, "verdict": verdict}
 
 
-def norm_pair(kind, rows, d):
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def norm_pair(kind, rows, d, dtype=torch.float32):
+    """PyTorch's fwd+bwd and normlab's on the same tensors; x and dy in
+    `dtype` (bf16/f16: PyTorch's mixed-type path with f32 parameters, as
+    normlab's)."""
     g = torch.Generator().manual_seed(1)
-    x = (torch.randn(rows, d, generator=g) * 2 + 0.5).requires_grad_()
-    dy = torch.randn(rows, d, generator=g)
+    x = (torch.randn(rows, d, generator=g) * 2 + 0.5).to(dtype).requires_grad_()
+    dy = torch.randn(rows, d, generator=g).to(dtype)
     w = (1 + 0.1 * torch.randn(d, generator=g)).requires_grad_()
     b = (0.1 * torch.randn(d, generator=g)).requires_grad_()
     alpha = torch.full((1,), 0.5, requires_grad=True)
@@ -121,22 +128,28 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--kinds", default="layernorm,rmsnorm,zrmsnorm,dyt")
     ap.add_argument("--skip-model", action="store_true")
+    ap.add_argument("--dtype", default="f32", choices=sorted(DTYPES),
+                    help="storage type of x, y and their gradients (parameters stay f32)")
+    ap.add_argument("--shapes", default=None, help="ROWSxD,... (default: the bench norms shapes)")
     a = ap.parse_args()
     rounds = a.rounds or (4 if a.quick else 8)
     shapes = [(8192, 1024), (512, 64)] if a.quick else SHAPES
+    if a.shapes:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
     threads_all = len(os.sched_getaffinity(0))
     thread_counts = [1] + ([threads_all] if threads_all > 1 else [])
     out = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
            "cpus": threads_all, "torch": torch.__version__, "isa": normlab.isa(), "norms": [], "step": []}
     print(f"torch {torch.__version__}, normlab kernels {normlab.isa()}, {threads_all} CPUs, "
-          f"{rounds} interleaved rounds per comparison")
+          f"{rounds} interleaved rounds per comparison, x and gradients in {a.dtype}")
+    out["dtype"] = a.dtype
     print(f"{'kind':9} {'shape':>11} {'thr':>3} {'torch ms':>9} {'normlab ms':>10} "
           f"{'speed-up':>8} {'min-max':>11}  verdict")
     for th in thread_counts:
         torch.set_num_threads(th)
         for kind in a.kinds.split(","):
             for rows, d in shapes:
-                ref, ours = norm_pair(kind, rows, d)
+                ref, ours = norm_pair(kind, rows, d, DTYPES[a.dtype])
                 reps = max(3, int(2e7 / (rows * d)))
                 r = summarise(*interleaved(ref, ours, rounds, reps))
                 r.update(kind=kind, rows=rows, d=d, threads=th)

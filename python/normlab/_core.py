@@ -84,15 +84,18 @@ def default_threads() -> int:
 
 
 def forward_raw(kind: str, d: int, eps: float, n: int, x: int, params: int, np_: int,
-                y: int, stats: int, threads: int) -> None:
-    """Forward over buffers at these addresses (checked by the caller)."""
-    _native.forward(kind, d, float(eps), n, x, params, np_, y, stats, max(1, int(threads)))
+                y: int, stats: int, threads: int, dtype: str = "f32") -> None:
+    """Forward over buffers at these addresses (checked by the caller); x
+    and y stored as ``dtype`` ("f32", "bf16", "f16"), params and stats f32."""
+    _native.forward(kind, d, float(eps), n, x, params, np_, y, stats, max(1, int(threads)), dtype)
 
 
 def backward_raw(kind: str, d: int, n: int, x: int, dy: int, params: int, np_: int,
-                 stats: int, dx: int, dparams: int, threads: int) -> None:
-    """Backward over buffers at these addresses; ``dparams`` is added to."""
-    _native.backward(kind, d, n, x, dy, params, np_, stats, dx, dparams, max(1, int(threads)))
+                 stats: int, dx: int, dparams: int, threads: int, dtype: str = "f32") -> None:
+    """Backward over buffers at these addresses; ``dparams`` (f32) is added
+    to; x, dy, dx stored as ``dtype``."""
+    _native.backward(kind, d, n, x, dy, params, np_, stats, dx, dparams, max(1, int(threads)),
+                     dtype)
 
 
 def isa() -> str:

@@ -7,11 +7,15 @@ In eager mode the modules and functions call the kernels through a plain
 ``torch.autograd.Function`` (the operator dispatcher's Python overhead,
 about 0.1 ms per call, dominated small shapes); under ``torch.compile`` they
 use the registered operators ``normlab::norm_fwd`` / ``normlab::norm_bwd``.
-Both run the same two functions below. The operators take float32 CPU
-tensors. Contiguous inputs are read in place
-(zero-copy); non-contiguous ones are made contiguous first (one copy).
-Other devices or dtypes raise a ``TypeError`` naming what was given: there
-is no silent fall-back. The GIL is released while a kernel runs, on
+Both run the same two functions below. The operators take CPU tensors in
+float32, bfloat16 or float16: the input, output and their gradients stay in
+that type (read and written in it by the kernels, which compute every
+statistic in float32 and round each output once), while the parameters are
+used, and their gradients computed, in float32 (a bfloat16 module's weights
+are widened for the call; their gradients come back in their own type).
+Contiguous inputs are read in place (zero-copy); non-contiguous ones are
+made contiguous first (one copy). Other devices or dtypes raise a
+``TypeError`` naming what was given: there is no silent fall-back. The GIL is released while a kernel runs, on
 ``torch.get_num_threads()`` threads; results are bit-identical for any
 thread count.
 """
@@ -33,14 +37,17 @@ __all__ = [
 ]
 
 
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
 def _check_tensor(t: Tensor, what: str) -> None:
     if t.device.type != "cpu":
         raise TypeError(
             f"normlab's kernels run on the CPU: {what} is on {t.device} "
             "(use torch.nn's norms on other devices)")
-    if t.dtype != torch.float32:
+    if t.dtype not in _DTYPES:
         raise TypeError(
-            f"normlab's kernels take float32: {what} is {t.dtype} "
+            f"normlab's kernels take float32, bfloat16 or float16: {what} is {t.dtype} "
             "(convert with .float(), or keep torch.nn's norm for this dtype)")
 
 
@@ -52,7 +59,7 @@ def _fwd_impl(x: Tensor, params: Tensor, kind: str, d: int, eps: float) -> tuple
     stats = torch.empty(rows * STATS, dtype=torch.float32)
     if x.numel():
         forward_raw(kind, d, eps, x.numel(), x.data_ptr(), params.data_ptr(), params.numel(),
-                    y.data_ptr(), stats.data_ptr(), torch.get_num_threads())
+                    y.data_ptr(), stats.data_ptr(), torch.get_num_threads(), _DTYPES[x.dtype])
     return y, stats
 
 
@@ -64,12 +71,13 @@ def _norm_fwd(x: Tensor, params: Tensor, kind: str, d: int, eps: float) -> tuple
 @_norm_fwd.register_fake
 def _(x, params, kind, d, eps):
     rows = x.numel() // d
-    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(rows * STATS)
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(rows * STATS, dtype=torch.float32))
 
 
 def _bwd_impl(dy: Tensor, x: Tensor, params: Tensor, stats: Tensor, kind: str,
               d: int) -> tuple[Tensor, Tensor]:
-    dy = dy.contiguous()
+    dy = dy.contiguous().to(x.dtype)
     x = x.contiguous()
     params = params.contiguous()
     stats = stats.contiguous()
@@ -78,7 +86,7 @@ def _bwd_impl(dy: Tensor, x: Tensor, params: Tensor, stats: Tensor, kind: str,
     if x.numel():
         backward_raw(kind, d, x.numel(), x.data_ptr(), dy.data_ptr(), params.data_ptr(),
                      params.numel(), stats.data_ptr(), dx.data_ptr(), dparams.data_ptr(),
-                     torch.get_num_threads())
+                     torch.get_num_threads(), _DTYPES[x.dtype])
     return dx, dparams
 
 
@@ -161,8 +169,8 @@ def norm(kind: str, x: Tensor, normalized_shape, params: Sequence[Tensor | None]
         if p.numel() != spec.numel(d):
             want = ns if spec.per_feature else (1,)
             raise ValueError(f"{info.name} {spec.suffix} must have shape {want}, got {tuple(p.shape)}")
-        flat.append(p.reshape(-1))
-    flat_params = torch.cat(flat) if flat else x.new_zeros(0)
+        flat.append(p.reshape(-1).float())
+    flat_params = torch.cat(flat) if flat else x.new_zeros(0, dtype=torch.float32)
     eps = info.default_eps if eps is None else float(eps)
     if torch.compiler.is_compiling():
         return torch.ops.normlab.norm_fwd(x, flat_params, info.name, d, eps)[0]
@@ -197,8 +205,8 @@ class Norm(nn.Module):
         info = kind_info(kind)
         if device is not None and torch.device(device).type != "cpu":
             raise TypeError(f"normlab's kernels run on the CPU, not {device}")
-        if dtype is not None and dtype != torch.float32:
-            raise TypeError(f"normlab's kernels take float32, not {dtype}")
+        if dtype is not None and dtype not in _DTYPES:
+            raise TypeError(f"normlab's kernels take float32, bfloat16 or float16, not {dtype}")
         self.kind = info.name
         self.normalized_shape = _normalized_shape(normalized_shape)
         self.eps = eps
@@ -216,7 +224,7 @@ class Norm(nn.Module):
             shape = self.normalized_shape if spec.per_feature else (1,)
             value = init.pop(spec.suffix, spec.init_value(d))
             self.register_parameter(spec.suffix, nn.Parameter(
-                torch.full(shape, float(value), dtype=torch.float32)))
+                torch.full(shape, float(value), dtype=dtype or torch.float32)))
         if init:
             raise ValueError(f"{info.name} has no parameter {', '.join(init)}")
 

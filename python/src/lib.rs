@@ -1,7 +1,9 @@
 //! `normlab._native`: the Python extension module over normlab's fused
 //! row-wise norm kernels (`normlab-kernels`; no kernel code lives here).
 //!
-//! The functions take the *addresses* of float32 buffers, so that PyTorch
+//! The functions take the *addresses* of float32 buffers (or bfloat16 /
+//! float16 ones for x, y, dy, dx with `dtype` "bf16" / "f16": parameters,
+//! their gradients and statistics stay float32), so that PyTorch
 //! tensors and NumPy arrays are read and written in place (zero-copy). They
 //! are private: the Python wrappers (`normlab/_core.py`) check dtype,
 //! device, contiguity, shapes and aliasing before calling them, and keep the
@@ -18,7 +20,9 @@
 //! 32 MiB tensor, 16.6 ms -> 8.2 ms on the 2-core dev VM). Only the advice
 //! for memory the call writes anyway; it changes no value.
 
+use normlab_kernels::half16::{bf16, f16};
 use normlab_kernels::norm::{self, NormKind, ParamInit, ParamLen, ParamRole};
+use normlab_kernels::simd::Elem;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -85,35 +89,62 @@ struct Addr(usize);
 
 impl Addr {
     /// # Safety
-    /// `self` must point to `len` readable, initialised, 4-byte-aligned f32.
-    unsafe fn slice<'a>(self, len: usize) -> &'a [f32] {
+    /// `self` must point to `len` readable, initialised, aligned values of `T`.
+    unsafe fn slice<'a, T>(self, len: usize) -> &'a [T] {
         if len == 0 {
             return &[];
         }
-        std::slice::from_raw_parts(self.0 as *const f32, len)
+        std::slice::from_raw_parts(self.0 as *const T, len)
     }
     /// # Safety
-    /// `self` must point to `len` writable, aligned f32 that nothing else
-    /// reads or writes during the call.
+    /// `self` must point to `len` writable, aligned values of `T` that
+    /// nothing else reads or writes during the call.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice_mut<'a>(self, len: usize) -> &'a mut [f32] {
+    unsafe fn slice_mut<'a, T>(self, len: usize) -> &'a mut [T] {
         if len == 0 {
             return &mut [];
         }
-        std::slice::from_raw_parts_mut(self.0 as *mut f32, len)
+        std::slice::from_raw_parts_mut(self.0 as *mut T, len)
+    }
+}
+
+/// The storage type of x, y, dy, dx.
+#[derive(Clone, Copy, PartialEq)]
+enum Dtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Dtype {
+    fn parse(s: &str) -> PyResult<Dtype> {
+        match s {
+            "f32" => Ok(Dtype::F32),
+            "bf16" => Ok(Dtype::Bf16),
+            "f16" => Ok(Dtype::F16),
+            _ => Err(PyValueError::new_err(format!(
+                "dtype must be f32, bf16 or f16, not '{s}'"
+            ))),
+        }
+    }
+    fn size(self) -> usize {
+        if self == Dtype::F32 {
+            4
+        } else {
+            2
+        }
     }
 }
 
 /// Ask for transparent huge pages on the 2 MiB-aligned interior of an
 /// output buffer of at least 4 MiB (a hint; failure is ignored).
-fn advise_huge_pages(addr: usize, floats: usize) {
+fn advise_huge_pages(addr: usize, bytes: usize) {
     if !HUGE_PAGES.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
-        let bytes = floats * 4;
         if bytes < 2 * HUGE {
             return;
         }
@@ -128,7 +159,7 @@ fn advise_huge_pages(addr: usize, floats: usize) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (addr, floats);
+    let _ = (addr, bytes);
 }
 
 /// The checks every kernel call makes before touching memory: the kind
@@ -141,7 +172,8 @@ fn prepare(
     d: usize,
     n: usize,
     np: usize,
-    bufs: &[usize],
+    (data, dtype): (&[usize], Dtype),
+    f32_bufs: &[usize],
     params_bufs: &[usize],
     threads: usize,
 ) -> PyResult<Option<(NormKind, usize, Arc<ThreadPool>)>> {
@@ -150,27 +182,29 @@ fn prepare(
     if n == 0 {
         return Ok(None);
     }
-    check_aligned(bufs)?;
+    check_aligned(data, dtype.size())?;
+    check_aligned(f32_bufs, 4)?;
     if np > 0 {
-        check_aligned(params_bufs)?;
+        check_aligned(params_bufs, 4)?;
     }
     Ok(Some((k, rows, pool(threads)?)))
 }
 
-fn check_aligned(addrs: &[usize]) -> PyResult<()> {
-    if addrs.iter().any(|a| *a == 0 || !a.is_multiple_of(4)) {
-        return Err(PyValueError::new_err(
-            "buffer address is null or not 4-byte aligned",
-        ));
+fn check_aligned(addrs: &[usize], align: usize) -> PyResult<()> {
+    if addrs.iter().any(|a| *a == 0 || !a.is_multiple_of(align)) {
+        return Err(PyValueError::new_err(format!(
+            "buffer address is null or not {align}-byte aligned"
+        )));
     }
     Ok(())
 }
 
-/// Forward of a row-wise norm over `n` floats at `x` (rows of `d`): writes
-/// `n` floats at `y` and `3 * rows` statistics at `stats`.
+/// Forward of a row-wise norm over `n` values at `x` (rows of `d`) stored
+/// as `dtype`: writes `n` values at `y` and `3 * rows` f32 statistics at
+/// `stats`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (kind_name, d, eps, n, x, params, np, y, stats, threads))]
+#[pyo3(signature = (kind_name, d, eps, n, x, params, np, y, stats, threads, dtype = "f32"))]
 fn forward(
     py: Python<'_>,
     kind_name: &str,
@@ -183,34 +217,62 @@ fn forward(
     y: usize,
     stats: usize,
     threads: usize,
+    dtype: &str,
 ) -> PyResult<()> {
-    let Some((k, rows, pool)) = prepare(kind_name, d, n, np, &[x, y, stats], &[params], threads)?
+    let t = Dtype::parse(dtype)?;
+    let Some((k, rows, pool)) = prepare(
+        kind_name,
+        d,
+        n,
+        np,
+        (&[x, y], t),
+        &[stats],
+        &[params],
+        threads,
+    )?
     else {
         return Ok(());
     };
-    advise_huge_pages(y, n);
+    advise_huge_pages(y, n * t.size());
     let (x, p, y, s) = (Addr(x), Addr(params), Addr(y), Addr(stats));
-    py.detach(move || {
-        // SAFETY: the Python wrapper passes live, contiguous, aligned float32
-        // buffers of these lengths, with y and stats freshly allocated.
+    fn run<T: Elem>(
+        k: NormKind,
+        d: usize,
+        eps: f32,
+        n: usize,
+        rows: usize,
+        np: usize,
+        (x, p, y, s): (Addr, Addr, Addr, Addr),
+    ) {
+        // SAFETY: the Python wrapper passes live, contiguous, aligned
+        // buffers of these lengths and types, with y and stats freshly
+        // allocated.
         let (x, p, y, s) = unsafe {
             (
-                x.slice(n),
-                p.slice(np),
-                y.slice_mut(n),
-                s.slice_mut(norm::stats_len(rows)),
+                x.slice::<T>(n),
+                p.slice::<f32>(np),
+                y.slice_mut::<T>(n),
+                s.slice_mut::<f32>(norm::stats_len(rows)),
             )
         };
-        pool.install(|| norm::forward(k, d, eps, x, p, y, s));
+        norm::forward(k, d, eps, x, p, y, s)
+    }
+    let bufs = (x, p, y, s);
+    py.detach(move || {
+        pool.install(|| match t {
+            Dtype::F32 => run::<f32>(k, d, eps, n, rows, np, bufs),
+            Dtype::Bf16 => run::<bf16>(k, d, eps, n, rows, np, bufs),
+            Dtype::F16 => run::<f16>(k, d, eps, n, rows, np, bufs),
+        })
     });
     Ok(())
 }
 
-/// Backward of a row-wise norm: writes `n` floats at `dx`, **adds** the
-/// parameter gradients into `np` floats at `dparams`.
+/// Backward of a row-wise norm: writes `n` values (`dtype`) at `dx`,
+/// **adds** the f32 parameter gradients into `np` floats at `dparams`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (kind_name, d, n, x, dy, params, np, stats, dx, dparams, threads))]
+#[pyo3(signature = (kind_name, d, n, x, dy, params, np, stats, dx, dparams, threads, dtype = "f32"))]
 fn backward(
     py: Python<'_>,
     kind_name: &str,
@@ -224,21 +286,24 @@ fn backward(
     dx: usize,
     dparams: usize,
     threads: usize,
+    dtype: &str,
 ) -> PyResult<()> {
+    let t = Dtype::parse(dtype)?;
     let Some((k, rows, pool)) = prepare(
         kind_name,
         d,
         n,
         np,
-        &[x, dy, stats, dx],
+        (&[x, dy, dx], t),
+        &[stats],
         &[params, dparams],
         threads,
     )?
     else {
         return Ok(());
     };
-    advise_huge_pages(dx, n);
-    let (x, dy, p, s, dx, dp) = (
+    advise_huge_pages(dx, n * t.size());
+    let bufs = (
         Addr(x),
         Addr(dy),
         Addr(params),
@@ -246,20 +311,35 @@ fn backward(
         Addr(dx),
         Addr(dparams),
     );
-    py.detach(move || {
+    type Bufs = (Addr, Addr, Addr, Addr, Addr, Addr);
+    fn run<T: Elem>(
+        k: NormKind,
+        d: usize,
+        n: usize,
+        rows: usize,
+        np: usize,
+        (x, dy, p, s, dx, dp): Bufs,
+    ) {
         let mut scratch = vec![0f32; norm::backward_scratch_len(k, rows, d)];
         // SAFETY: as in `forward`; dx and dparams are freshly allocated.
         let (x, dy, p, s, dx, dp) = unsafe {
             (
-                x.slice(n),
-                dy.slice(n),
-                p.slice(np),
-                s.slice(norm::stats_len(rows)),
-                dx.slice_mut(n),
-                dp.slice_mut(np),
+                x.slice::<T>(n),
+                dy.slice::<T>(n),
+                p.slice::<f32>(np),
+                s.slice::<f32>(norm::stats_len(rows)),
+                dx.slice_mut::<T>(n),
+                dp.slice_mut::<f32>(np),
             )
         };
-        pool.install(|| norm::backward(k, d, x, dy, p, s, dx, dp, &mut scratch));
+        norm::backward(k, d, x, dy, p, s, dx, dp, &mut scratch)
+    }
+    py.detach(move || {
+        pool.install(|| match t {
+            Dtype::F32 => run::<f32>(k, d, n, rows, np, bufs),
+            Dtype::Bf16 => run::<bf16>(k, d, n, rows, np, bufs),
+            Dtype::F16 => run::<f16>(k, d, n, rows, np, bufs),
+        })
     });
     Ok(())
 }
