@@ -409,3 +409,47 @@ fn runs_recorded_by_pytorch_are_read_leniently_and_never_resumed() {
     assert!(e.contains("cannot train or resume"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn metric_lines_with_non_finite_values_are_read_back() {
+    // serde_json writes NaN and inf as null; a diverging run's lines must
+    // still be read (as NaN), not dropped.
+    use normlab::train::folder::read_metrics;
+    use normlab::train::trainer::StepRecord;
+    let dir = std::env::temp_dir().join(format!("normlab-nan-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = StepRecord {
+        step: 3,
+        loss: f64::NAN,
+        lr: 1e-3,
+        grad_norm: f64::INFINITY,
+        grad_norm_per_block: vec![1.0, f64::NAN],
+        residual_rms: vec![f64::INFINITY, 2.0],
+        update_ratio: Some(f64::NAN),
+        update_ratio_per_block: vec![f64::NAN],
+        eval_loss: None,
+        attn_max_logit: vec![f64::NAN],
+        attn_entropy: vec![],
+        norm_alpha: vec![],
+        norm_saturation: vec![],
+        gate: vec![],
+    };
+    let ok = StepRecord {
+        step: 4,
+        loss: 1.5,
+        ..rec.clone()
+    };
+    let text = format!(
+        "{}\n{}\n",
+        serde_json::to_string(&rec).unwrap(),
+        serde_json::to_string(&ok).unwrap()
+    );
+    assert!(text.contains("null"), "{text}");
+    std::fs::write(dir.join("metrics.jsonl"), text).unwrap();
+    let back = read_metrics(&dir);
+    assert_eq!(back.len(), 2, "a line with NaN values was dropped");
+    assert!(back[0].loss.is_nan() && back[0].grad_norm.is_nan());
+    assert!(back[0].grad_norm_per_block[1].is_nan() && back[0].grad_norm_per_block[0] == 1.0);
+    assert!(back[0].residual_rms[0].is_nan() && back[1].loss == 1.5);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -20,39 +20,79 @@ pub struct StepRecord {
     /// 1-based step number (after this many updates).
     pub step: usize,
     /// Mean training loss of the step's batch.
+    #[serde(deserialize_with = "f64_or_nan")]
     pub loss: f64,
     /// Learning rate used.
     pub lr: f32,
     /// Global gradient norm before clipping.
+    #[serde(deserialize_with = "f64_or_nan")]
     pub grad_norm: f64,
     /// Gradient norm of each block's parameters.
+    #[serde(deserialize_with = "vec_or_nan")]
     pub grad_norm_per_block: Vec<f64>,
     /// RMS of the residual stream after each block.
+    #[serde(deserialize_with = "vec_or_nan")]
     pub residual_rms: Vec<f64>,
     /// ||update|| / ||weights|| over all parameters.
     pub update_ratio: Option<f64>,
     /// The same per block.
+    #[serde(deserialize_with = "vec_or_nan")]
     pub update_ratio_per_block: Vec<f64>,
     /// Held-out loss, on evaluation steps.
     pub eval_loss: Option<f64>,
     /// Largest pre-softmax attention logit per block (gpt, logged steps).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
     pub attn_max_logit: Vec<f64>,
     /// Mean attention entropy (nats) per block (gpt, logged steps).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
     pub attn_entropy: Vec<f64>,
     /// Alpha of each point-wise norm (dyt, derf) in model order, QK-Norm
     /// excluded (logged steps).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
     pub norm_alpha: Vec<f64>,
     /// Share of each point-wise norm's inputs in the saturated region
     /// |alpha x + s| > 2, over the step's batch (logged steps).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
     pub norm_saturation: Vec<f64>,
     /// Each sublayer's branch gate: ReZero's scalar, or the RMS of
     /// LayerScale's vector (logged steps).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
     pub gate: Vec<f64>,
+}
+
+/// An f64 written by serde_json, which writes NaN and infinities as null:
+/// null reads back as NaN (a diverged step is a result to show, not a line
+/// to drop).
+fn f64_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// A list of f64 with nulls read as NaN (see [`f64_or_nan`]).
+fn vec_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Option<f64>>::deserialize(d)?
+        .into_iter()
+        .map(|v| v.unwrap_or(f64::NAN))
+        .collect())
 }
 
 /// Everything a running training holds.
