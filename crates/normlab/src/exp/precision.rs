@@ -11,6 +11,9 @@
 //!   variance, eps itself, var + eps, the square root, its reciprocal, and
 //!   each output element.
 //!
+//! - `kernel`: normlab's own kernel with that storage type (`norm::forward`
+//!   on bf16/f16 rows, the code PyTorch users reach through the bridge).
+//!
 //! Each output is compared with an f64 computation on the same stored
 //! inputs (relative RMS error); where the mean square underflows to 0 or
 //! overflows to inf, the table says so. Also: how much eps changes the
@@ -21,7 +24,10 @@
 use super::claims::{ClaimCheck, Verdict};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
+use crate::kernels::half16::{bf16, f16};
+use crate::kernels::norm::{self, NormKind};
 use crate::kernels::rng::Rng;
+use crate::kernels::simd::Elem;
 use crate::precision::Dtype;
 use crate::present::{Figure, LineChart, Series, Table};
 use serde_json::json;
@@ -41,15 +47,49 @@ pub const EXPERIMENT: Experiment = Experiment {
 enum Mode {
     Upcast,
     Naive,
+    /// normlab's own kernel with the storage type (`norm::forward` on
+    /// bf16/f16 rows: f32 statistics with f64 sums, output rounded once).
+    Kernel,
 }
 
 impl Mode {
+    const ALL: [Mode; 3] = [Mode::Upcast, Mode::Naive, Mode::Kernel];
+
     fn name(self) -> &'static str {
         match self {
             Mode::Upcast => "upcast",
             Mode::Naive => "naive",
+            Mode::Kernel => "kernel",
         }
     }
+}
+
+/// normlab's kernel on the stored row (unit gain, zero bias): the output,
+/// and NaN for the second moment (the kernel keeps only rstd, from which
+/// the mean square cannot be recovered when eps dominates it).
+fn kernel_norm(kind: Kind, dtype: Dtype, stored: &[f64], eps: f64) -> (Vec<f64>, f64) {
+    fn run<T: Elem>(k: NormKind, x: &[f64], eps: f32) -> Vec<f64> {
+        let d = x.len();
+        let xs: Vec<T> = x.iter().map(|&v| T::put(v as f32)).collect();
+        let mut p = vec![0.0; k.num_params(d)];
+        k.init_params(d, &mut p);
+        let mut y = vec![T::default(); d];
+        let mut st = vec![0.0; norm::stats_len(1)];
+        norm::forward(k, d, eps, &xs, &p, &mut y, &mut st);
+        y.iter().map(|v| f64::from(v.get())).collect()
+    }
+    let k = if kind == Kind::Ln {
+        NormKind::LayerNorm
+    } else {
+        NormKind::RmsNorm
+    };
+    let e = eps as f32;
+    let y = match dtype {
+        Dtype::F32 => run::<f32>(k, stored, e),
+        Dtype::Bf16 => run::<bf16>(k, stored, e),
+        Dtype::F16 => run::<f16>(k, stored, e),
+    };
+    (y, f64::NAN)
 }
 
 /// LayerNorm (centred) or RMSNorm.
@@ -93,6 +133,7 @@ fn cell(kind: Kind, dtype: Dtype, mode: Mode, row: &[f64], eps: f64) -> Cell {
             (y.iter().map(|&v| dtype.round(v)).collect::<Vec<_>>(), m2)
         }
         Mode::Naive => norm_with(kind, &stored, eps, &|v| dtype.round(v)),
+        Mode::Kernel => kernel_norm(kind, dtype, &stored, eps),
     };
     let num: f64 = y.iter().zip(&reference).map(|(a, b)| (a - b).powi(2)).sum();
     let den: f64 = reference.iter().map(|b| b * b).sum();
@@ -145,7 +186,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         .map(f64::from)
         .collect();
     let mut out = result(
-        json!({"d": d, "magnitudes": MAGNITUDES, "eps": EPSS, "dtypes": ["f32", "bf16", "f16"], "modes": ["upcast", "naive"], "row": "magnitude * N(0, 1)"}),
+        json!({"d": d, "magnitudes": MAGNITUDES, "eps": EPSS, "dtypes": ["f32", "bf16", "f16"], "modes": ["upcast", "naive", "kernel"], "row": "magnitude * N(0, 1)"}),
         vec![seed],
     );
     let mag_labels: Vec<String> = MAGNITUDES.iter().map(|m| format!("{m:e}")).collect();
@@ -153,6 +194,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let mut naive_underflow: Vec<String> = Vec::new();
     let mut naive_overflow: Vec<String> = Vec::new();
     let mut upcast_worst = [0f64; 3];
+    let mut kernel_worst = [0f64; 3];
     let mut naive_unit = [0f64; 3];
     let mut panels = Vec::new();
     for kind in [Kind::Ln, Kind::Rms] {
@@ -164,7 +206,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         );
         let mut series = Vec::new();
         for dtype in Dtype::ALL {
-            for mode in [Mode::Upcast, Mode::Naive] {
+            for mode in Mode::ALL {
                 for eps in EPSS {
                     let mut row = vec![
                         dtype.name().to_string(),
@@ -198,6 +240,9 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
                         }
                         if finite && mode == Mode::Upcast && eps == 0.0 {
                             upcast_worst[di] = upcast_worst[di].max(c.err);
+                        }
+                        if finite && mode == Mode::Kernel && eps == 0.0 {
+                            kernel_worst[di] = kernel_worst[di].max(c.err);
                         }
                         if finite && eps == 1e-5 {
                             pts.push((m.log10(), c.err.clamp(1e-12, 10.0).log10()));
@@ -336,10 +381,13 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
 
     let silu10 = silu(10.0) * 10.0;
     out.conclusion = format!(
-        "Upcast (f32 statistics) keeps every norm as close to f64 as the output's own rounding allows (relative error at most {:.1e} f32, {:.1e} bf16, {:.1e} f16, eps 0) at every magnitude whose inputs the type can store. A naive half-precision norm fails: its mean square underflows to 0 ({}) and overflows to inf ({}); at unit scale naive bf16 is off by {:.1e} (its running sum over d {d} terms keeps 8 significant bits, so later terms stop counting; naive f16 {:.1e}). eps changes the output by 1 - sqrt(ms/(ms + eps)), as measured: the change was below 1e-3 from mean square / eps = {} up, and 1e-3 or more at {} and below. In f16 the outputs span at most {:.2} (LayerNorm) and {:.2} (RMSNorm) over the offset rows; RMSNorm's output sits near 1 when the row has an offset, so f16 rounding removes most of its variation. SwiGLU's SiLU(10) * 10 = {silu10:.3}; its output overflows f16 (max {}) at a = b = {} and stays finite in bf16 (max {:.2e}).",
+        "Upcast (f32 statistics) keeps every norm as close to f64 as the output's own rounding allows (relative error at most {:.1e} f32, {:.1e} bf16, {:.1e} f16, eps 0) at every magnitude whose inputs the type can store; normlab's own kernel with that storage type does the same (at most {:.1e} f32, {:.1e} bf16, {:.1e} f16). A naive half-precision norm fails: its mean square underflows to 0 ({}) and overflows to inf ({}); at unit scale naive bf16 is off by {:.1e} (its running sum over d {d} terms keeps 8 significant bits, so later terms stop counting; naive f16 {:.1e}). eps changes the output by 1 - sqrt(ms/(ms + eps)), as measured: the change was below 1e-3 from mean square / eps = {} up, and 1e-3 or more at {} and below. In f16 the outputs span at most {:.2} (LayerNorm) and {:.2} (RMSNorm) over the offset rows; RMSNorm's output sits near 1 when the row has an offset, so f16 rounding removes most of its variation. SwiGLU's SiLU(10) * 10 = {silu10:.3}; its output overflows f16 (max {}) at a = b = {} and stays finite in bf16 (max {:.2e}).",
         upcast_worst[0],
         upcast_worst[1],
         upcast_worst[2],
+        kernel_worst[0],
+        kernel_worst[1],
+        kernel_worst[2],
         if naive_underflow.is_empty() { "never".to_string() } else { naive_underflow.join(", ") },
         if naive_overflow.is_empty() { "never".to_string() } else { naive_overflow.join(", ") },
         naive_unit[1],
@@ -352,9 +400,16 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         f16_overflow_at.map_or("-".to_string(), |v| format!("{v}")),
         Dtype::Bf16.max(),
     );
+    out.data.insert(
+        "kernel_worst_rel_error".into(),
+        json!({"f32": kernel_worst[0], "bf16": kernel_worst[1], "f16": kernel_worst[2]}),
+    );
     out.checks.push(check_c8(
         &naive_underflow,
-        upcast_worst[1].max(upcast_worst[2]),
+        upcast_worst[1]
+            .max(upcast_worst[2])
+            .max(kernel_worst[1])
+            .max(kernel_worst[2]),
         eps_ok,
         ln_range_max,
         rms_range_max,
