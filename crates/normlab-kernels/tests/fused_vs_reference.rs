@@ -282,6 +282,25 @@ fn bit_identical_for_1_and_2_threads() {
 }
 
 #[test]
+fn sequential_chunks_give_the_same_bits() {
+    let mut rng = Rng::new(12);
+    let (rows, d) = (1000, 200);
+    let x = rng.normal_vec(rows * d, -0.3, 1.1);
+    let dy = rng.normal_vec(rows * d, 0.0, 1.0);
+    assert!(norm::Chunks::new(rows, d).count > 2);
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    for kind in row_kinds() {
+        let p = random_params(kind, d, &mut rng);
+        let par = two.install(|| run_bits(kind, d, &x, &p, &dy));
+        let seq = two.install(|| norm::sequential(|| run_bits(kind, d, &x, &p, &dy)));
+        assert!(par == seq, "{kind}: sequential chunks differ");
+    }
+}
+
+#[test]
 fn bit_identical_across_simd_levels() {
     let mut rng = Rng::new(12);
     let (rows, d) = (40, 1031);

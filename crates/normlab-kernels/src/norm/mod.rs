@@ -44,7 +44,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use batchnorm::BatchNorm;
-pub use chunks::{backward_scratch_len, stats_len, Chunks};
+pub use chunks::{backward_scratch_len, sequential, stats_len, Chunks};
 use chunks::{check_shapes, for_chunks, for_chunks_backward};
 pub use spec::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, BETA, GAMMA};
 
