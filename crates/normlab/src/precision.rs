@@ -10,10 +10,11 @@ use crate::kernels::norm::NormKind;
 use serde::Serialize;
 
 /// A storage type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     /// IEEE single.
+    #[default]
     F32,
     /// bfloat16: f32's exponent, 8 significant bits.
     Bf16,
@@ -31,6 +32,35 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::Bf16 => "bf16",
             Dtype::F16 => "f16",
+        }
+    }
+
+    /// Names, for flags.
+    pub fn names() -> Vec<&'static str> {
+        Dtype::ALL.iter().map(|t| t.name()).collect()
+    }
+
+    /// Whether this is f32 (the default, left out of saved configs).
+    pub fn is_f32(&self) -> bool {
+        *self == Dtype::F32
+    }
+
+    /// Round every value of `v` to this type in place, as the 16-bit
+    /// kernels store it (`simd::Elem::put`: nearest even; for bf16 an f32
+    /// subnormal becomes a signed zero). f32: nothing. Elementwise, in
+    /// fixed chunks over rayon's current pool.
+    pub fn round_in_place(self, v: &mut [f32]) {
+        use crate::kernels::half16::{bf16, f16};
+        use rayon::prelude::*;
+        let f: fn(&mut [f32]) = match self {
+            Dtype::F32 => return,
+            Dtype::Bf16 => round_as::<bf16>,
+            Dtype::F16 => round_as::<f16>,
+        };
+        if v.len() <= 64 * 1024 {
+            f(v)
+        } else {
+            v.par_chunks_mut(64 * 1024).for_each(f)
         }
     }
 
@@ -61,6 +91,15 @@ impl std::str::FromStr for Dtype {
             "bf16" | "bfloat16" => Ok(Dtype::Bf16),
             "f16" | "fp16" | "float16" | "half" => Ok(Dtype::F16),
             _ => Err(format!("unknown dtype '{s}' (expected f32, bf16 or f16)")),
+        }
+    }
+}
+
+crate::kernels::multiversion! {
+    /// Each value rounded to `T` and widened back.
+    fn round_as<T: crate::kernels::simd::Elem>(v: &mut [f32]) {
+        for x in v.iter_mut() {
+            *x = T::put(*x).get();
         }
     }
 }

@@ -58,6 +58,14 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 4, "batch": 4, "shards": 2, "eval_sequences": 8, "norm": "derf", "placement": "none", "rezero": true}),
         ),
+        // Low-precision storage (rounding is elementwise; f16's loss scaler
+        // sees the shard-summed gradient).
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "dtype": "bf16", "placement": "post"}),
+        ),
+        cfg(
+            json!({"model": "toy", "layers": 3, "steps": 8, "batch": 8, "shards": 2, "eval_sequences": 16, "dtype": "f16", "norm": "rmsnorm"}),
+        ),
     ] {
         let one = run_collect(
             &c,
@@ -102,6 +110,13 @@ fn resume_is_bit_identical() {
         }
         resume_matches_uninterrupted(&cfg(v), tag);
     }
+    // f16: the loss scaler's state travels in the snapshot.
+    resume_matches_uninterrupted(
+        &cfg(
+            json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "dtype": "f16"}),
+        ),
+        "f16",
+    );
 }
 
 fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {
@@ -433,6 +448,8 @@ fn metric_lines_with_non_finite_values_are_read_back() {
         norm_alpha: vec![],
         norm_saturation: vec![],
         gate: vec![],
+        loss_scale: Some(65536.0),
+        skipped_steps: Some(1),
     };
     let ok = StepRecord {
         step: 4,
@@ -452,4 +469,66 @@ fn metric_lines_with_non_finite_values_are_read_back() {
     assert!(back[0].grad_norm_per_block[1].is_nan() && back[0].grad_norm_per_block[0] == 1.0);
     assert!(back[0].residual_rms[0].is_nan() && back[1].loss == 1.5);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn low_precision_storage_rounds_and_f16_scales_the_loss() {
+    use normlab::precision::Dtype;
+    use normlab::train::trainer::LossScaler;
+    // The same run in f32, bf16, f16: the rounding changes the numbers
+    // (bf16 by more than f16: 8 significant bits against 11), all train.
+    let base = json!({"model": "toy", "layers": 3, "steps": 150, "batch": 8, "eval_every": 150, "eval_sequences": 32, "log_every": 1, "lr": 3e-3});
+    let run = |t: &str| {
+        let mut v = base.clone();
+        v["dtype"] = json!(t);
+        run_collect(&cfg(v), &RunOptions::default()).0
+    };
+    let (f32r, bf, h) = (run("f32"), run("bf16"), run("f16"));
+    let gap = |a: &[StepRecord], b: &[StepRecord]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x.loss - y.loss).abs())
+            .fold(0f64, f64::max)
+    };
+    assert!(gap(&f32r, &bf) > 0.0 && gap(&f32r, &h) > 0.0);
+    assert!(
+        gap(&f32r, &bf) > gap(&f32r, &h),
+        "bf16 {} vs f16 {}",
+        gap(&f32r, &bf),
+        gap(&f32r, &h)
+    );
+    for r in [&f32r, &bf, &h] {
+        let tail = r[r.len() - 10..].iter().map(|x| x.loss).sum::<f64>() / 10.0;
+        assert!(tail < 0.8 * r[0].loss, "{tail} vs {}", r[0].loss);
+    }
+    assert!(
+        f32r.iter().all(|r| r.loss_scale.is_none()) && bf.iter().all(|r| r.loss_scale.is_none())
+    );
+    assert!(h
+        .iter()
+        .all(|r| r.loss_scale == Some(LossScaler::INIT) && r.skipped_steps == Some(0)));
+    // The scaler: an overflowed gradient is dropped and the scale halved;
+    // a finite one is unscaled exactly; 2000 good steps double the scale.
+    let mut sc = LossScaler::new();
+    let mut g = vec![1.0f32, f32::INFINITY, 3.0];
+    assert!(!sc.update(&mut g));
+    assert_eq!(
+        (g, sc.scale, sc.skipped),
+        (vec![0.0; 3], LossScaler::INIT / 2.0, 1)
+    );
+    let mut g = vec![sc.scale as f32 * 0.375, -(sc.scale as f32)];
+    assert!(sc.update(&mut g));
+    assert_eq!(g, vec![0.375, -1.0]);
+    for _ in 1..LossScaler::GROWTH_INTERVAL {
+        assert!(sc.update(&mut [1.0]));
+    }
+    assert_eq!((sc.scale, sc.good), (LossScaler::INIT, 0));
+    // Rounding in place: as the 16-bit kernels store values.
+    let mut v = vec![1.0f32 + 1.0 / 512.0, 70000.0, 1e-30];
+    Dtype::F16.round_in_place(&mut v);
+    assert_eq!(v[0], 1.0 + 1.0 / 512.0);
+    assert!(v[1].is_infinite() && v[2] == 0.0);
+    let mut v = vec![1.0f32 + 1.0 / 512.0];
+    Dtype::Bf16.round_in_place(&mut v);
+    assert_eq!(v[0], 1.0);
 }

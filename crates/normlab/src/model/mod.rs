@@ -381,6 +381,8 @@ impl Model {
     pub fn forward_logits<'a>(&self, params: &[f32], ws: &'a mut Workspace) -> &'a [f32] {
         let (rows, d, v) = (ws.batch * ws.t, self.cfg.d_model, self.cfg.vocab);
         self.emb.forward(params, &ws.tokens, ws.t, &mut ws.x0);
+        let r = ws.scratch.round;
+        r.round_in_place(&mut ws.x0);
         for i in 0..self.blocks.len() {
             let (done, rest) = ws.blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
@@ -391,6 +393,7 @@ impl Model {
         let fin: &[f32] = match &self.final_norm {
             Some(n) => {
                 n.forward(params, last, &mut ws.fin, ws.fin_c.as_mut().unwrap());
+                r.round_in_place(&mut ws.fin);
                 &ws.fin
             }
             None => last,
@@ -482,6 +485,7 @@ impl Model {
                 d1
             }
         };
+        scratch.round.round_in_place(dcur);
         let mut dnext: &mut AlignedBuf = d2;
         for i in (0..self.blocks.len()).rev() {
             let (done, rest) = blocks.split_at_mut(i);
@@ -518,6 +522,12 @@ impl Model {
 }
 
 impl Workspace {
+    /// Round activations and their gradients to `t` between layers (see
+    /// `TrainConfig::dtype`; f32, the default: no rounding).
+    pub fn set_storage(&mut self, t: crate::precision::Dtype) {
+        self.scratch.round = t;
+    }
+
     /// Rows (tokens) in the shard.
     pub fn rows(&self) -> usize {
         self.batch * self.t

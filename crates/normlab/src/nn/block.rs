@@ -11,7 +11,8 @@
 //! caller-provided buffer.
 
 use super::norm::Norm;
-use super::sublayer::{Scratch, Sublayer, SublayerCache};
+use super::scratch::Scratch;
+use super::sublayer::{Sublayer, SublayerCache};
 
 /// Where a norm sits (see [`Block::norms`] and `Model::norms`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@ pub mod linear;
 pub mod mixer;
 pub mod mlp;
 pub mod norm;
+pub mod scratch;
 pub mod sublayer;
 
 pub use attention::{Attention, AttentionCache};
@@ -25,4 +26,5 @@ pub use linear::Linear;
 pub use mixer::{ToyMixer, ToyMixerCache};
 pub use mlp::{Activation, Mlp, MlpCache};
 pub use norm::{Norm, NormCache};
-pub use sublayer::{Op, OpCache, Placement, Scratch, Sublayer, SublayerCache};
+pub use scratch::Scratch;
+pub use sublayer::{Op, OpCache, Placement, Sublayer, SublayerCache};

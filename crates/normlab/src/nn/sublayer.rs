@@ -23,6 +23,7 @@ use super::linear::Linear;
 use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
 use super::norm::{buf, Norm, NormCache};
+use super::scratch::Scratch;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::params::sum_squares;
@@ -157,7 +158,7 @@ pub enum Op {
 
 impl Op {
     /// Floats per row of S's own scratch (`op1`, `op2`, `op3` of [`Scratch`]).
-    fn scratch_widths(&self) -> (usize, usize, usize) {
+    pub(super) fn scratch_widths(&self) -> (usize, usize, usize) {
         match self {
             Op::Mlp(m) => m.scratch_widths(),
             Op::Mixer(m) => (m.d, 0, 0),
@@ -282,53 +283,6 @@ pub struct SublayerCache {
     pub track_output: bool,
 }
 
-/// Buffers a sublayer needs only while it runs (backward's gradients, and
-/// the input norm's and S's outputs when no backward reads them): one set
-/// per workspace, shared by every sublayer, so that they stay in cache.
-/// Deep nets on a CPU are bound by memory traffic as much as by arithmetic.
-#[derive(Clone, Debug)]
-pub struct Scratch {
-    a: AlignedBuf,
-    s: AlignedBuf,
-    dh: AlignedBuf,
-    dbr: AlignedBuf,
-    ds: AlignedBuf,
-    da: AlignedBuf,
-    dxb: AlignedBuf,
-    op1: AlignedBuf,
-    op2: AlignedBuf,
-    op3: AlignedBuf,
-}
-
-impl Scratch {
-    /// Scratch for `rows` rows of any of `subs`.
-    pub fn new<'a>(subs: impl IntoIterator<Item = &'a Sublayer>, rows: usize) -> Scratch {
-        let subs: Vec<&Sublayer> = subs.into_iter().collect();
-        let d = subs.first().map_or(0, |s| s.d);
-        let (mut w1, mut w2, mut w3) = (0, 0, 0);
-        for sub in &subs {
-            let (a, b, c) = sub.op.scratch_widths();
-            w1 = w1.max(a);
-            w2 = w2.max(b);
-            w3 = w3.max(c);
-        }
-        let n = rows * d;
-        let any_norm_out = subs.iter().any(|s| s.norm_out_in_scratch());
-        Scratch {
-            a: buf(if any_norm_out { n } else { 0 }),
-            s: buf(n),
-            dh: buf(n),
-            dbr: buf(n),
-            ds: buf(n),
-            da: buf(n),
-            dxb: buf(n),
-            op1: buf(rows * w1),
-            op2: buf(rows * w2),
-            op3: buf(rows * w3),
-        }
-    }
-}
-
 impl SublayerCache {
     /// The sublayer's output x' from the last forward.
     pub fn output(&self) -> &[f32] {
@@ -369,7 +323,7 @@ impl SublayerCache {
 impl Sublayer {
     /// Whether the input norm's output lives in [`Scratch`] (S's backward
     /// does not read it) rather than in the cache.
-    fn norm_out_in_scratch(&self) -> bool {
+    pub(super) fn norm_out_in_scratch(&self) -> bool {
         self.in_norm.is_some() && !self.op.backward_reads_input()
     }
 
@@ -431,6 +385,9 @@ impl Sublayer {
             ..
         } = c;
         let rows = x.len() / self.d;
+        // Activations are rounded to the storage type where a
+        // mixed-precision framework keeps them (f32: no-op).
+        let r = scr.round;
         let a: &[f32] = match &self.in_norm {
             Some(n) => {
                 let a: &mut [f32] = if self.norm_out_in_scratch() {
@@ -443,6 +400,7 @@ impl Sublayer {
                     let c = self.in_scale;
                     a.iter_mut().for_each(|v| *v *= c);
                 }
+                r.round_in_place(a);
                 a
             }
             None => x,
@@ -458,12 +416,14 @@ impl Sublayer {
             (Op::Mixer(m), OpCache::Mixer(mc)) => m.forward(params, a, *t, s, mc),
             _ => unreachable!("cache does not match op"),
         }
+        r.round_in_place(s);
         let o: &[f32] = match &self.out_norm {
             Some(n) => {
                 n.forward(params, s, o, out_c.as_mut().unwrap());
                 if let Some(b) = &self.out_bias {
                     crate::kernels::matmul::add_bias_rows(o, b.get(params));
                 }
+                r.round_in_place(o);
                 o
             }
             None => s,
@@ -476,12 +436,19 @@ impl Sublayer {
             }
             None => o,
         };
-        match (&self.post_norm, *track_output) {
-            (None, true) => *output_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o),
+        match (&self.post_norm, *track_output, r.is_f32()) {
+            (None, true, true) => {
+                *output_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o)
+            }
             _ => act::axpby(h, self.skip, x, self.branch, o),
+        }
+        r.round_in_place(h);
+        if self.post_norm.is_none() && *track_output && !r.is_f32() {
+            *output_sumsq = sum_squares(h);
         }
         if let Some(n) = &self.post_norm {
             n.forward(params, h, y, post_c.as_mut().unwrap());
+            r.round_in_place(y);
             if *track_output {
                 *output_sumsq = sum_squares(y);
             }
@@ -522,9 +489,11 @@ impl Sublayer {
             &mut scr.dxb[..n],
         );
         // Through the post-norm: dh = dL/dh.
+        let r = scr.round;
         let dh: &[f32] = match &self.post_norm {
             Some(n) => {
                 n.backward(params, grads, h, dy, dh, post_c.as_mut().unwrap());
+                r.round_in_place(dh);
                 dh
             }
             None => dy,
@@ -546,6 +515,7 @@ impl Sublayer {
                     crate::kernels::matmul::add_column_sums(dbranch, self.d, b.get_mut(grads));
                 }
                 n.backward(params, grads, s, dbranch, ds, out_c.as_mut().unwrap());
+                r.round_in_place(ds);
                 ds
             }
             None => dbranch,
@@ -572,6 +542,7 @@ impl Sublayer {
             }
             _ => unreachable!("cache does not match op"),
         }
+        r.round_in_place(da);
         let dx_branch: &[f32] = match &self.in_norm {
             Some(n) => {
                 if self.in_scale != 1.0 {
@@ -579,6 +550,7 @@ impl Sublayer {
                     da.iter_mut().for_each(|v| *v *= c);
                 }
                 n.backward(params, grads, x, da, dxb, in_c.as_mut().unwrap());
+                r.round_in_place(dxb);
                 dxb
             }
             None => da,
@@ -587,6 +559,7 @@ impl Sublayer {
         // dx = skip * dh (identity path) + dx_branch (through S).
         let skip = self.skip;
         act::axpby(dx, skip, dh, 1.0, dx_branch);
+        r.round_in_place(dx);
         if c.track_paths {
             let (id2, br2) = (
                 (skip as f64) * (skip as f64) * sum_squares(dh),

@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::model::{ModelConfig, ModelKind};
+use crate::precision::Dtype;
 use crate::settings::{Field, Flag};
 use crate::train::optim::{OptimizerKind, ScheduleKind};
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,17 @@ crate::settings! {
         pub log_every: usize => Flag::Num,
         /// Write a checkpoint every this many steps (0 = only at the end).
         pub checkpoint_every: usize => Flag::Num,
+        /// Storage type of activations and their gradients: f32, bf16 or
+        /// f16. The values a mixed-precision framework keeps between layers
+        /// (the embedding output, each norm's output, each sublayer's output
+        /// and the residual stream, the final norm's output, and the
+        /// gradients flowing back through the same places) are rounded to
+        /// it; weights, gradients of weights and Adam stay f32, and kernels
+        /// compute in f32. f16 adds dynamic loss scaling (PyTorch
+        /// GradScaler's defaults: scale 65536, halved and the step skipped
+        /// on an inf/NaN gradient, doubled after 2000 good steps).
+        #[serde(default, skip_serializing_if = "Dtype::is_f32")]
+        pub dtype: Dtype => Flag::Choice(Dtype::names),
     }
 }
 
@@ -101,6 +113,7 @@ impl TrainConfig {
             eval_sequences: if toy { 512 } else { 64 },
             log_every: 10,
             checkpoint_every: 0,
+            dtype: Dtype::F32,
         }
     }
 

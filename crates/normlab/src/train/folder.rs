@@ -373,13 +373,17 @@ fn weights_bytes(tr: &Trainer) -> Result<Vec<u8>> {
 
 /// Write a checkpoint: the resume snapshot, then the weights.
 pub(crate) fn write_checkpoint(dir: &Path, tr: &Trainer, prog: &Progress) -> Result<()> {
-    let state = serde_json::json!({
+    let mut state = serde_json::json!({
         "format": SNAPSHOT_FORMAT,
         "step": prog.step,
         "adam_t": tr.opt.t,
         "progress": prog,
         "config": tr.cfg,
     });
+    if let Some(sc) = &tr.scaler {
+        // Only f16 runs have one: other snapshots keep their exact bytes.
+        state["scaler"] = serde_json::json!(sc);
+    }
     let mut meta = HashMap::new();
     meta.insert("normlab_resume".to_string(), state.to_string());
     let snap = safetensors_bytes(
@@ -438,9 +442,22 @@ pub(crate) fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> 
     let t = state["adam_t"]
         .as_u64()
         .ok_or_else(|| corrupt("lacks adam_t"))?;
-    if t as usize != prog.step || state["step"].as_u64() != Some(prog.step as u64) {
+    // f16's loss scaler (absent in snapshots of other runs): its skipped
+    // steps made no optimizer update, so Adam's t lags the step by them.
+    let scaler: Option<crate::train::trainer::LossScaler> = match state.get("scaler") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(
+            serde_json::from_value(v.clone()).map_err(|_| corrupt("has a bad scaler record"))?,
+        ),
+    };
+    if tr.scaler.is_some() != scaler.is_some() {
+        return Err(corrupt("disagrees with the config on loss scaling"));
+    }
+    let skipped = scaler.map_or(0, |s| s.skipped);
+    if (t + skipped) as usize != prog.step || state["step"].as_u64() != Some(prog.step as u64) {
         return Err(corrupt("disagrees with itself on the step"));
     }
+    tr.scaler = scaler;
     load_tensors(&bytes, &tr.model.layout, "", &mut tr.params, SNAPSHOT)?;
     load_tensors(&bytes, &tr.model.layout, "m.", &mut tr.opt.m, SNAPSHOT)?;
     load_tensors(&bytes, &tr.model.layout, "v.", &mut tr.opt.v, SNAPSHOT)?;

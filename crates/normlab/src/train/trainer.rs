@@ -78,6 +78,77 @@ pub struct StepRecord {
         deserialize_with = "vec_or_nan"
     )]
     pub gate: Vec<f64>,
+    /// The loss scale this step's backward used (`--dtype f16` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// Steps skipped so far because the scaled gradient overflowed
+    /// (`--dtype f16` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_steps: Option<u64>,
+}
+
+/// Dynamic loss scaling for f16 training, with PyTorch GradScaler's
+/// defaults: the loss (so every gradient) is multiplied by `scale` before
+/// backward and the weight gradients divided by it after; a step whose
+/// gradients hold an inf or NaN is skipped (no optimizer update) and the
+/// scale halved; after [`LossScaler::GROWTH_INTERVAL`] good steps in a row
+/// it doubles. Powers of two, so scaling and unscaling are exact.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LossScaler {
+    /// The current scale.
+    pub scale: f64,
+    /// Good steps since the scale last changed.
+    pub good: u64,
+    /// Steps skipped so far.
+    pub skipped: u64,
+}
+
+impl LossScaler {
+    /// The first scale (2^16).
+    pub const INIT: f64 = 65536.0;
+    /// Good steps before the scale doubles.
+    pub const GROWTH_INTERVAL: u64 = 2000;
+
+    /// A fresh scaler.
+    pub fn new() -> LossScaler {
+        LossScaler {
+            scale: LossScaler::INIT,
+            good: 0,
+            skipped: 0,
+        }
+    }
+
+    /// After a backward: unscale `grads` if finite (returns true) or
+    /// zero them and back off (returns false: skip the step).
+    pub fn update(&mut self, grads: &mut [f32]) -> bool {
+        use rayon::prelude::*;
+        let finite = grads
+            .par_chunks(16 * 1024)
+            .all(|c| c.iter().all(|g| g.is_finite()));
+        if finite {
+            let inv = (1.0 / self.scale) as f32;
+            grads
+                .par_chunks_mut(16 * 1024)
+                .for_each(|c| c.iter_mut().for_each(|g| *g *= inv));
+            self.good += 1;
+            if self.good == LossScaler::GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.good = 0;
+            }
+        } else {
+            grads.fill(0.0);
+            self.scale *= 0.5;
+            self.good = 0;
+            self.skipped += 1;
+        }
+        finite
+    }
+}
+
+impl Default for LossScaler {
+    fn default() -> LossScaler {
+        LossScaler::new()
+    }
 }
 
 /// An f64 written by serde_json, which writes NaN and infinities as null:
@@ -120,6 +191,8 @@ pub struct Trainer {
     /// by side in one sweep process do not share threads.
     pool: std::sync::Arc<rayon::ThreadPool>,
     threads: usize,
+    /// Dynamic loss scaling (`--dtype f16` only).
+    pub scaler: Option<LossScaler>,
 }
 
 /// Load the data a config asks for.
@@ -176,7 +249,11 @@ impl Trainer {
         };
         let per = cfg.batch / cfg.shards;
         let shards = (0..cfg.shards)
-            .map(|_| model.workspace(per, cfg.model.seq))
+            .map(|_| {
+                let mut ws = model.workspace(per, cfg.model.seq);
+                ws.set_storage(cfg.dtype);
+                ws
+            })
             .collect();
         let threads = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
@@ -198,6 +275,7 @@ impl Trainer {
             grads_zero: true,
             pool,
             threads,
+            scaler: (cfg.dtype == crate::precision::Dtype::F16).then(LossScaler::new),
         })
     }
 
@@ -232,6 +310,8 @@ impl Trainer {
         let total_tokens = (self.cfg.batch * t) as f32;
         let (model, params, data) = (&self.model, &self.params, &self.data);
         let track = want_stats;
+        let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
+        let backward_scale = (loss_scale / f64::from(total_tokens)) as f32;
         self.shards.par_iter_mut().enumerate().for_each(|(s, ws)| {
             for i in 0..per {
                 let r = i * t..(i + 1) * t;
@@ -246,7 +326,7 @@ impl Trainer {
             ws.track_paths(track);
             ws.diagnose_norms(want_stats);
             model.forward(params, ws);
-            model.backward(params, ws, 1.0 / total_tokens);
+            model.backward(params, ws, backward_scale);
         });
         let loss = self.shards.iter().map(|w| w.loss_sum).sum::<f64>() / total_tokens as f64;
         // Sum shard gradients in shard order (parallel over elements); one
@@ -273,6 +353,11 @@ impl Trainer {
                     }
                 });
         }
+        // f16: unscale, or skip the step when the scaled gradient overflowed.
+        let skipped = match &mut self.scaler {
+            Some(sc) => !sc.update(&mut self.grads),
+            None => false,
+        };
         let nb = self.cfg.model.layers;
         let d = self.cfg.model.d_model as f64;
         let residual_rms: Vec<f64> = (0..nb)
@@ -303,6 +388,8 @@ impl Trainer {
             norm_alpha: Vec::new(),
             norm_saturation: Vec::new(),
             gate: Vec::new(),
+            loss_scale: self.scaler.map(|_| loss_scale),
+            skipped_steps: self.scaler.map(|s| s.skipped),
         };
         if want_stats {
             self.pointwise_and_gate_stats(&mut rec);
@@ -328,6 +415,13 @@ impl Trainer {
         }
         if !loss.is_finite() || !grad_norm.is_finite() {
             return (rec, true);
+        }
+        if skipped {
+            // The overflowed gradient is gone (zeroed); no update this step.
+            rec.grad_norm = f64::NAN;
+            self.grads_zero = true;
+            self.step += 1;
+            return (rec, false);
         }
         if let Some(st) = self
             .opt
