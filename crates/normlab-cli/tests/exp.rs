@@ -365,6 +365,25 @@ fn training_experiments_show_the_known_effects() {
         peak(true),
         peak(false)
     );
+    // precision-train: with f32 statistics, 16-bit storage of activations
+    // barely moves a small net's held-out loss (and does move it: the
+    // rounding happens), and f16's loss scaler is on.
+    let r = run_exp("precision-train", &[], &dir);
+    let cfgs = r["configs"].as_array().unwrap();
+    assert_eq!(cfgs.len(), 10);
+    let (mut moved, mut most) = (0, 0f64);
+    for c in cfgs {
+        let l = |t: &str| num(&c["final_eval_loss"][t]);
+        for t in ["bf16", "f16"] {
+            moved += usize::from(l(t) != l("f32"));
+            most = most.max((l(t) - l("f32")).abs());
+        }
+    }
+    assert!(
+        moved > 0 && most < 0.05,
+        "moved {moved}, largest change {most}"
+    );
+    assert!(r["runs"].as_array().unwrap().len() == 30);
     // gain-decay: a plain gain decays toward 0, a (1 + w) gain toward 1.
     let r = run_exp("gain-decay", &[], &dir);
     assert!(

@@ -27,6 +27,7 @@ pub mod norm_kind;
 pub mod norm_stats;
 pub mod placements;
 pub mod precision;
+pub mod precision_train;
 pub mod qk_norm;
 pub mod residual_growth;
 pub mod runs;
@@ -100,6 +101,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &no_norm::EXPERIMENT,
     &depth_use::EXPERIMENT,
     &precision::EXPERIMENT,
+    &precision_train::EXPERIMENT,
     &llm::EXPERIMENT,
 ];
 
