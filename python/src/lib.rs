@@ -108,6 +108,17 @@ impl Addr {
     }
 }
 
+/// Call the generic `$f::<T>(args)` with `T` the storage type `$t` names.
+macro_rules! with_dtype {
+    ($t:expr, $f:ident($($a:expr),*)) => {
+        match $t {
+            Dtype::F32 => $f::<f32>($($a),*),
+            Dtype::Bf16 => $f::<bf16>($($a),*),
+            Dtype::F16 => $f::<f16>($($a),*),
+        }
+    };
+}
+
 /// The storage type of x, y, dy, dx.
 #[derive(Clone, Copy, PartialEq)]
 enum Dtype {
@@ -277,10 +288,8 @@ fn forward(
     }
     let bufs = (x, p, y, s);
     py.detach(move || {
-        on_pool(&pool, threads, n, || match t {
-            Dtype::F32 => run::<f32>(k, d, eps, n, rows, np, bufs),
-            Dtype::Bf16 => run::<bf16>(k, d, eps, n, rows, np, bufs),
-            Dtype::F16 => run::<f16>(k, d, eps, n, rows, np, bufs),
+        on_pool(&pool, threads, n, || {
+            with_dtype!(t, run(k, d, eps, n, rows, np, bufs))
         })
     });
     Ok(())
@@ -353,10 +362,8 @@ fn backward(
         norm::backward(k, d, x, dy, p, s, dx, dp, &mut scratch)
     }
     py.detach(move || {
-        on_pool(&pool, threads, n, || match t {
-            Dtype::F32 => run::<f32>(k, d, n, rows, np, bufs),
-            Dtype::Bf16 => run::<bf16>(k, d, n, rows, np, bufs),
-            Dtype::F16 => run::<f16>(k, d, n, rows, np, bufs),
+        on_pool(&pool, threads, n, || {
+            with_dtype!(t, run(k, d, n, rows, np, bufs))
         })
     });
     Ok(())

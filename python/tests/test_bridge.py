@@ -392,6 +392,11 @@ def train_logged(out, lr, steps=60, vocab=16):
         y = (t * 3 + 1) % vocab
         loss = F.cross_entropy(model(t).reshape(-1, vocab), y.reshape(-1))
         loss.backward()
+        if s == 0:
+            # each block's gradient norm, from its own parameters
+            log.expected_block_norms = [
+                math.sqrt(sum(float(p.grad.double().square().sum()) for p in b.parameters()))
+                for b in model.blocks]
         log.step(loss, lr=lr, targets=y)
         opt.step()
         opt.zero_grad()
@@ -413,8 +418,9 @@ def test_logger_writes_a_run_folder_normlab_reports(tmp_path):
     first = lines[0]
     assert first["step"] == 1 and len(first["residual_rms"]) == 3 and len(first["grad_norm_per_block"]) == 3
     assert all(v > 0 for v in first["residual_rms"])
-    # the blocks are part of the model: their gradient norm is at most the whole's,
-    # and the embedding and head hold the rest
+    # per block: the norm of that block's own parameter gradients; together
+    # at most the whole model's (the embedding and head hold the rest)
+    assert first["grad_norm_per_block"] == pytest.approx(log.expected_block_norms, rel=1e-6)
     blocks = math.sqrt(sum(v * v for v in first["grad_norm_per_block"]))
     assert blocks <= first["grad_norm"] * (1 + 1e-9) and blocks > 0
     evals = [l for l in lines if l["eval_loss"] is not None]

@@ -141,9 +141,10 @@ fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
             m.cfg.context
         ));
     }
+    // Median (normlab's one definition) and the range of a sample.
     let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0], v[v.len() - 1])
+        let m = bench::median(&mut v);
+        (m, v[0], v[v.len() - 1])
     };
     let mut recs = Vec::new();
     for &t in &threads {

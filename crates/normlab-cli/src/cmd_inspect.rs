@@ -114,13 +114,8 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     if texts.iter().any(|t| t.trim().is_empty()) {
         return bad("--text must not be empty");
     }
-    // Held-out text: the last tenth of the bundled Shakespeare.
-    let all = String::from_utf8_lossy(normlab::io::BUNDLED_TEXT);
-    let from = all
-        .char_indices()
-        .nth(all.chars().count() * 9 / 10)
-        .map_or(0, |(i, _)| i);
-    let (rows, fin, claims) = llama::inspect(&m, &texts, &all[from..], c.held_out_tokens)?;
+    let (rows, fin, claims) =
+        llama::inspect(&m, &texts, llama::held_out_text(), c.held_out_tokens)?;
     if let Some(dir) = &c.out {
         let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
             Series::new(name, rows.iter().map(|r| (r.layer as f64, f(r))).collect())

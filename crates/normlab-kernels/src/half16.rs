@@ -22,10 +22,6 @@ pub use half::{bf16, f16};
 pub use crate::simd::Elem as Half;
 use crate::simd::{Elem, LANES};
 
-/// How far ahead (in 16-bit values: 3 KiB) widening prefetches, as the f32
-/// kernels do ([`crate::simd::PREFETCH_DIST`] f32 values, the same bytes).
-pub const AHEAD: usize = 2 * crate::simd::PREFETCH_DIST;
-
 /// Whether the AVX-512 conversions run: the kernels' level
 /// ([`crate::simd::level`]) is AVX-512.
 fn avx512() -> bool {

@@ -37,8 +37,8 @@ fn widen<T: Half>(v: &[T]) -> Vec<f32> {
     v.iter().map(|x| x.get()).collect()
 }
 
-/// 16-bit forward and backward: (y, stats, dx, dparams).
-fn run16<T: Half>(
+/// Forward and backward in storage type `T`: (y, stats, dx, dparams).
+fn run<T: Half>(
     kind: NormKind,
     d: usize,
     eps: f32,
@@ -51,26 +51,6 @@ fn run16<T: Half>(
     let mut st = vec![0.0; norm::stats_len(rows)];
     norm::forward(kind, d, eps, x, p, &mut y, &mut st);
     let mut dx = vec![T::default(); x.len()];
-    let mut dp = vec![0.0; p.len()];
-    let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
-    norm::backward(kind, d, x, dy, p, &st, &mut dx, &mut dp, &mut scratch);
-    (y, st, dx, dp)
-}
-
-/// The f32 kernels on the same (widened) values.
-fn run32(
-    kind: NormKind,
-    d: usize,
-    eps: f32,
-    x: &[f32],
-    p: &[f32],
-    dy: &[f32],
-) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
-    let rows = x.len() / d;
-    let mut y = vec![0.0; x.len()];
-    let mut st = vec![0.0; norm::stats_len(rows)];
-    norm::forward(kind, d, eps, x, p, &mut y, &mut st);
-    let mut dx = vec![0.0; x.len()];
     let mut dp = vec![0.0; p.len()];
     let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
     norm::backward(kind, d, x, dy, p, &st, &mut dx, &mut dp, &mut scratch);
@@ -92,8 +72,8 @@ fn f32_kernel_rounded_once<T: Half>() {
             let dy = round::<T>(&rng.normal_vec(rows * d, 0.0, 1.0));
             let p = params(kind, d, &mut rng);
             let eps = kind.default_eps();
-            let (y, st, dx, dp) = run16(kind, d, eps, &x, &p, &dy);
-            let (y32, st32, dx32, dp32) = run32(kind, d, eps, &widen(&x), &p, &widen(&dy));
+            let (y, st, dx, dp) = run(kind, d, eps, &x, &p, &dy);
+            let (y32, st32, dx32, dp32) = run::<f32>(kind, d, eps, &widen(&x), &p, &widen(&dy));
             let tag = format!("{} {kind} {rows}x{d}", T::NAME);
             assert_eq!(bits(&y), bits(&round::<T>(&y32)), "{tag}: y");
             assert_eq!(st, st32, "{tag}: stats");
@@ -155,7 +135,7 @@ fn matches_f64_reference<T: Half>() {
             let dy = round::<T>(&rng.normal_vec(rows * d, 0.0, 1.0));
             let p = params(kind, d, &mut rng);
             let eps = 1e-5;
-            let (y, _, dx, dp) = run16(kind, d, eps, &x, &p, &dy);
+            let (y, _, dx, dp) = run(kind, d, eps, &x, &p, &dy);
             let (xw, dyw) = (widen(&x), widen(&dy));
             let yr = reference::forward(kind, d, eps, &xw, &p);
             let (dxr, dpr) = reference::backward(kind, d, eps, &xw, &dyw, &p);
@@ -256,7 +236,7 @@ fn check_fixtures<T: Half>(name: &str, of: fn(u16) -> T) -> usize {
         let d = c.d;
         let x: Vec<T> = c.x.iter().map(|&b| of(b)).collect();
         let dy: Vec<T> = c.dy.iter().map(|&b| of(b)).collect();
-        let (y, st, dx, dp) = run16(kind, d, c.eps, &x, &p, &dy);
+        let (y, st, dx, dp) = run(kind, d, c.eps, &x, &p, &dy);
         let tag = format!(
             "{} {} d={} eps={} (torch {})",
             name, c.op, d, c.eps, fx.torch
@@ -326,7 +306,7 @@ fn f16_matches_pytorch() {
 }
 
 fn all_bits<T: Half>(kind: NormKind, d: usize, x: &[T], p: &[f32], dy: &[T]) -> Vec<u32> {
-    let (y, st, dx, dp) = run16(kind, d, kind.default_eps(), x, p, dy);
+    let (y, st, dx, dp) = run(kind, d, kind.default_eps(), x, p, dy);
     let mut b = bits(&y);
     b.extend(bits(&dx));
     b.extend(st.iter().chain(&dp).map(|v| v.to_bits()));

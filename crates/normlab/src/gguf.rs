@@ -277,9 +277,21 @@ impl Gguf {
         }
         let data_start = c.pos.div_ceil(align) * align;
         for t in &tensors {
-            let end = data_start + t.offset + t.nbytes();
-            if end > data.len() {
-                return Err(format!("tensor {} runs past the end of the file", t.name).into());
+            // Checked: a crafted file must not overflow the size arithmetic.
+            let (per, bs) = t.ty.block();
+            let end = t
+                .dims
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .filter(|n| n % per == 0)
+                .and_then(|n| (n / per).checked_mul(bs))
+                .and_then(|b| data_start.checked_add(t.offset)?.checked_add(b));
+            if end.is_none_or(|e| e > data.len()) {
+                return Err(format!(
+                    "tensor {} has a bad size or runs past the end of the file",
+                    t.name
+                )
+                .into());
             }
         }
         Ok(Gguf {
@@ -344,8 +356,9 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
         GgmlType::Q8_0 => {
-            let mut out = Vec::with_capacity(bytes.len() / 34 * 32);
-            for b in bytes.chunks_exact(34) {
+            let (per, bs) = ty.block();
+            let mut out = Vec::with_capacity(bytes.len() / bs * per);
+            for b in bytes.chunks_exact(bs) {
                 let d = h(&b[..2]);
                 out.extend(b[2..].iter().map(|&q| d * (q as i8) as f32));
             }
@@ -353,9 +366,9 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
             let one = ty == GgmlType::Q4_1;
-            let bs = if one { 20 } else { 18 };
-            let mut out = vec![0f32; bytes.len() / bs * 32];
-            for (b, o) in bytes.chunks_exact(bs).zip(out.chunks_exact_mut(32)) {
+            let (per, bs) = ty.block();
+            let mut out = vec![0f32; bytes.len() / bs * per];
+            for (b, o) in bytes.chunks_exact(bs).zip(out.chunks_exact_mut(per)) {
                 let d = h(&b[..2]);
                 let (m, qs) = if one {
                     (h(&b[2..4]), &b[4..20])

@@ -19,17 +19,11 @@
 //! not depend on the thread count.
 
 use super::STATS;
-use crate::half16::AHEAD;
-use crate::simd::Elem;
+use crate::simd::{ahead, Elem};
 
 /// Values per sub-block of [`via_f32`]: x and y (forward) or x, dy and dx
 /// (backward) as f32 take 32-48 KiB, the size of a level-1 data cache.
 pub const SUB_ELEMS: usize = 4096;
-
-/// The part of `buf` [`AHEAD`] values after `start` (empty near its end).
-fn ahead<T>(buf: &[T], start: usize) -> &[T] {
-    buf.get(start + AHEAD..).unwrap_or(&[])
-}
 
 /// An f32-only forward over rows: `(x, y, stats, in_place)`.
 type F32Forward<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32], bool) + 'a;

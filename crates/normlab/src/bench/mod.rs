@@ -208,8 +208,8 @@ impl NormBenchConfig {
     }
 }
 
-/// The buffers of one shape in a 16-bit storage type (64-byte aligned, as
-/// the f32 ones, so the kernels stream their output the same way).
+/// The buffers of one shape in one storage type (f32, bf16, f16), 64-byte
+/// aligned so the kernels stream their output the same way in each.
 struct Bufs<T> {
     x: AlignedBuf,
     dy: AlignedBuf,
@@ -223,7 +223,7 @@ impl<T: Elem> Bufs<T> {
     fn from(x: &[f32], dy: &[f32]) -> Bufs<T> {
         let n = x.len();
         let round = |v: &[f32]| {
-            let mut b = AlignedBuf::zeros(n.div_ceil(2));
+            let mut b = AlignedBuf::zeros((n * std::mem::size_of::<T>()).div_ceil(4));
             T::narrow(v, b.as_elems_mut(n));
             b
         };
@@ -251,8 +251,8 @@ struct Work {
 }
 
 impl Work {
-    /// One forward (and backward) call on 16-bit buffers.
-    fn run16<T: Elem>(&mut self, b: &mut Bufs<T>, pass: Pass) {
+    /// One forward (and backward) call on the buffers of one storage type.
+    fn run<T: Elem>(&mut self, b: &mut Bufs<T>, pass: Pass) {
         let (kind, d, n) = (self.kind, self.d, b.n);
         let (x, dy) = (b.x.as_elems::<T>(n), b.dy.as_elems::<T>(n));
         let y = b.y.as_elems_mut::<T>(n);
@@ -306,11 +306,8 @@ pub fn run_norm_bench(
             let mut rng = Rng::new(1);
             let xs = rng.normal_vec(n, 0.5, 2.0);
             let dys = rng.normal_vec(n, 0.0, 1.0);
-            let x = AlignedBuf::from_slice(&xs);
-            let dy = AlignedBuf::from_slice(&dys);
-            let mut y = AlignedBuf::from_slice(&vec![0.5f32; n]);
-            let mut dx = AlignedBuf::from_slice(&vec![0.5f32; n]);
             let has = |t| cfg.dtypes.contains(&t);
+            let mut b32 = has(Dtype::F32).then(|| Bufs::<f32>::from(&xs, &dys));
             let mut b16 = has(Dtype::Bf16).then(|| Bufs::<bf16>::from(&xs, &dys));
             let mut h16 = has(Dtype::F16).then(|| Bufs::<f16>::from(&xs, &dys));
             for &kind in &cfg.kinds {
@@ -330,34 +327,9 @@ pub fn run_norm_bench(
                         let (t, reps) = pool.install(|| {
                             time_median(
                                 || match dtype {
-                                    Dtype::Bf16 => {
-                                        w.run16(b16.as_mut().expect("bf16 buffers"), pass)
-                                    }
-                                    Dtype::F16 => w.run16(h16.as_mut().expect("f16 buffers"), pass),
-                                    Dtype::F32 => {
-                                        norm::forward(
-                                            kind,
-                                            d,
-                                            w.eps,
-                                            &x,
-                                            &w.params,
-                                            &mut y,
-                                            &mut w.stats,
-                                        );
-                                        if pass == Pass::ForwardBackward {
-                                            norm::backward(
-                                                kind,
-                                                d,
-                                                &x,
-                                                &dy,
-                                                &w.params,
-                                                &w.stats,
-                                                &mut dx,
-                                                &mut w.dparams,
-                                                &mut w.scratch,
-                                            );
-                                        }
-                                    }
+                                    Dtype::F32 => w.run(b32.as_mut().expect("f32 buffers"), pass),
+                                    Dtype::Bf16 => w.run(b16.as_mut().expect("bf16 buffers"), pass),
+                                    Dtype::F16 => w.run(h16.as_mut().expect("f16 buffers"), pass),
                                 },
                                 cfg.target_seconds,
                                 cfg.min_reps,
@@ -388,8 +360,7 @@ pub fn run_norm_bench(
                     }
                 }
             }
-            std::hint::black_box((&*y, &*dx));
-            drop((b16, h16));
+            std::hint::black_box((&b32, &b16, &h16));
         }
     }
     out

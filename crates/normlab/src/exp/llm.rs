@@ -65,16 +65,6 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     Ok(runs::specs(vec![cfg(v)?]))
 }
 
-/// Growth of a stream's per-block sizes `v` (index 0 = the first block's
-/// input, i = after block i) from block 1 to the last: total, geometric
-/// mean per block, and how many blocks grow it.
-fn growth(v: &[f64]) -> (f64, f64, usize) {
-    let l = v.len() - 1;
-    let total = v[l] / v[1];
-    let per = total.powf(1.0 / (l - 1).max(1) as f64);
-    (total, per, (1..l).filter(|&i| v[i + 1] > v[i]).count())
-}
-
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let texts = sample_sentences(if a.quick { 4 } else { 16 }, 0, 53);
     let tokens = if a.quick { 128 } else { 512 };
@@ -94,12 +84,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         return Ok(out);
     };
     let m = Llama::load(&path)?;
-    let all = String::from_utf8_lossy(crate::io::BUNDLED_TEXT);
-    let from = all
-        .char_indices()
-        .nth(all.chars().count() * 9 / 10)
-        .map_or(0, |(i, _)| i);
-    let (rows, fin, cl) = llama::inspect(&m, &texts, &all[from..], tokens)?;
+    let (rows, fin, cl) = llama::inspect(&m, &texts, llama::held_out_text(), tokens)?;
     let mut table = Table::new(
         "Per block: residual-stream RMS entering it and after it, the largest |activation|, and the smallest row mean square entering its norms over eps",
         &["block", "RMS in", "RMS out", "max |x|", "|row mean| of x/rms(x)", "min mean square / eps"],
@@ -140,7 +125,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let specs = grid(a)?;
     let r = runs::run_grid(a, specs, true, progress)?.remove(0);
     let gpt = block_row_norms(&r.cfg, &final_params(a, &r)?)?;
-    let (g_total, g_per, g_growing) = growth(&gpt);
+    // From the first block's output on, as for the model (its block 0).
+    let (g_total, g_per, g_growing) = llama::stream_growth(&gpt[1..]);
     let g_layers = r.cfg.model.layers;
     out.data.insert(
         "own_gpt".into(),
@@ -168,9 +154,18 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         "on real activations the rows entering the RMSNorms are nearly centred: |row mean| of x / rms(x) is at most {} (block average), against 0.447 for the lesson's N(1.5, 3^2) rows; so RMSNorm's output is not zero-mean by construction, but here it nearly is",
         f(cl.xhat_mean_max_abs, 3)
     )));
-    out.checks.push(ClaimCheck::new("C8", Verdict::Holds, format!(
-        "the smallest mean square of any row entering any norm is {:.0} x eps (eps {:e} from the file): eps never comes near a row's mean square here, so it changes nothing (the claim says eps matters only when they are comparable)",
-        cl.ms_min_over_eps, m.cfg.eps
+    // eps changes a row's output by 1 - sqrt(ms / (ms + eps)).
+    let ms_eps = cl.ms_min_over_eps;
+    let eps_effect = 1.0 - (ms_eps / (ms_eps + 1.0)).sqrt();
+    let c8 = if ms_eps > 100.0 {
+        Verdict::Holds
+    } else {
+        Verdict::Partly
+    };
+    out.checks.push(ClaimCheck::new("C8", c8, format!(
+        "the smallest mean square of any row entering any norm is {:.0} x eps (eps {:e} from the file), so eps changes no row's output by more than {:.2e} (relative): {} (the claim says eps matters only when they are comparable)",
+        ms_eps, m.cfg.eps, eps_effect,
+        if ms_eps > 100.0 { "eps never comes near a row's mean square here, so it changes nothing" } else { "some rows come within 100x of eps, where eps starts to matter" }
     )));
     let c20 = if fin.loss_without > fin.loss_with + 0.1 {
         Verdict::Holds

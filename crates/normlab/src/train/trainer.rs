@@ -311,7 +311,9 @@ impl Trainer {
         let (model, params, data) = (&self.model, &self.params, &self.data);
         let track = want_stats;
         let loss_scale = self.scaler.map_or(1.0, |s| s.scale);
-        let backward_scale = (loss_scale / f64::from(total_tokens)) as f32;
+        // 1/tokens in f32 as always; the loss scale is a power of two, so
+        // the product is exact (and f32/bf16 runs keep their bits).
+        let backward_scale = loss_scale as f32 * (1.0 / total_tokens);
         self.shards.par_iter_mut().enumerate().for_each(|(s, ws)| {
             for i in 0..per {
                 let r = i * t..(i + 1) * t;

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
 use crate::kernels::simd;
+use crate::nn::norm::rms;
 use rayon::prelude::*;
 
 /// Keys (RoPE applied) and values of every position seen so far, per block.
@@ -54,10 +55,6 @@ fn row_stats(x: &[f32], d: usize) -> (f64, f64) {
         n += 1;
     }
     (min, mean / n.max(1) as f64)
-}
-
-fn rms(v: &[f32]) -> f64 {
-    (v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / v.len().max(1) as f64).sqrt()
 }
 
 impl Llama {
@@ -163,8 +160,11 @@ impl Llama {
                         }
                         for pj in &mut row[..seen] {
                             *pj /= z;
-                            if *pj > 0.0 {
-                                entropy -= f64::from(*pj) * f64::from(*pj).ln();
+                        }
+                        // The entropy costs a log per score: only for the trace.
+                        if tracing {
+                            for &pj in row[..seen].iter().filter(|&&pj| pj > 0.0) {
+                                entropy -= f64::from(pj) * f64::from(pj).ln();
                             }
                         }
                         row[seen..].fill(0.0);

@@ -147,28 +147,39 @@ pub fn inspect(
             .into());
     }
     let window = 256;
-    let loss_with = m.nll(&ids, window, true)?;
-    let loss_without = m.nll(&ids, window, false)?;
-    let w = &ids[..ids.len().min(window + 1) - 1];
-    let h = m.hidden(w, None)?;
-    let (a, b) = (m.logits_from(&h, true), m.logits_from(&h, false));
-    let diff = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| f64::from(x - y).powi(2))
-        .sum::<f64>();
-    let base = a.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>();
+    // One pass over the held-out windows: the loss with and without the
+    // final norm from the same hidden states, and the logit change on the
+    // first window.
+    let (mut with, mut without, mut n) = (0f64, 0f64, 0usize);
+    let (mut diff, mut base) = (0f64, 0f64);
+    m.for_windows(&ids, window, NormKind::RmsNorm, |h, targets| {
+        let (a, b) = (m.logits_from(h, true), m.logits_from(h, false));
+        if n == 0 {
+            diff = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| f64::from(x - y).powi(2))
+                .sum();
+            base = a.iter().map(|&x| f64::from(x).powi(2)).sum();
+        }
+        m.add_nll(&a, targets, &mut with);
+        m.add_nll(&b, targets, &mut without);
+        n += targets.len();
+    })?;
+    let (loss_with, loss_without) = (with / n as f64, without / n as f64);
     let span = &rows[1.min(rows.len() - 1)..];
-    let first = span[0].rms_in.max(1e-30);
-    let growth_total = span[span.len() - 1].rms_out / first;
+    let sizes: Vec<f64> = std::iter::once(span[0].rms_in)
+        .chain(span.iter().map(|r| r.rms_out))
+        .collect();
+    let (growth_total, growth_per_block, blocks_growing) = stream_growth(&sizes);
     let largest_jump = span
         .iter()
         .map(|r| (r.rms_out / r.rms_in.max(1e-30), r.layer))
         .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
     let claims = ModelClaims {
         growth_total,
-        growth_per_block: growth_total.powf(1.0 / span.len() as f64),
-        blocks_growing: span.iter().filter(|r| r.rms_out > r.rms_in).count(),
+        growth_per_block,
+        blocks_growing,
         largest_jump,
         xhat_mean_max_abs: rows.iter().fold(0f64, |a, r| a.max(r.xhat_mean.abs())),
         ms_min_over_eps: rows.iter().fold(f64::INFINITY, |a, r| a.min(r.ms_min))
@@ -186,4 +197,21 @@ pub fn inspect(
         },
         claims,
     ))
+}
+
+/// How a residual stream grows over consecutive blocks, from `sizes` (its
+/// size entering the first block, then after each block): the total factor,
+/// its geometric mean per block, and how many blocks grow it.
+pub fn stream_growth(sizes: &[f64]) -> (f64, f64, usize) {
+    let blocks = sizes.len().saturating_sub(1).max(1);
+    let total = sizes[sizes.len() - 1] / sizes[0].max(1e-30);
+    let growing = sizes.windows(2).filter(|w| w[1] > w[0]).count();
+    (total, total.powf(1.0 / blocks as f64), growing)
+}
+
+/// The held-out text of `normlab inspect` and `exp llm`: the last tenth of
+/// the bundled Shakespeare (plain ASCII).
+pub fn held_out_text() -> &'static str {
+    let all = std::str::from_utf8(crate::io::BUNDLED_TEXT).expect("the bundled text is UTF-8");
+    &all[all.len() * 9 / 10..]
 }

@@ -33,7 +33,9 @@ mod tokenizer;
 use forward::linear;
 pub use forward::KvCache;
 
-pub use inspect::{inspect, FinalNormEffect, LlamaLayerRow, ModelClaims};
+pub use inspect::{
+    held_out_text, inspect, stream_growth, FinalNormEffect, LlamaLayerRow, ModelClaims,
+};
 use tokenizer::tokenizer_from_gguf;
 
 /// The hyper-parameters read from the GGUF metadata (`llama.*`).
@@ -241,7 +243,8 @@ impl Llama {
                 p.resize(2 * d, 0.0);
                 norm::forward(kind, d, self.cfg.eps, x, &p, y, stats)
             }
-            _ => norm::forward(NormKind::RmsNorm, d, self.cfg.eps, x, g, y, stats),
+            NormKind::RmsNorm => norm::forward(kind, d, self.cfg.eps, x, g, y, stats),
+            other => panic!("a Llama norm runs as rmsnorm or layernorm, not {other}"),
         }
     }
 
@@ -328,29 +331,52 @@ impl Llama {
         kind: NormKind,
         final_norm: bool,
     ) -> Result<f64> {
-        let v = self.cfg.vocab;
         let (mut total, mut n) = (0f64, 0usize);
+        self.for_windows(ids, window, kind, |h, targets| {
+            self.add_nll(
+                &self.logits_kind(h, final_norm.then_some(kind)),
+                targets,
+                &mut total,
+            );
+            n += targets.len();
+        })?;
+        Ok(total / n.max(1) as f64)
+    }
+
+    /// Run `ids` in windows of `window` predictions (each window sees only
+    /// its own tokens), every norm as `kind`: `f(hidden states before the
+    /// final norm, the tokens they predict)` per window.
+    pub fn for_windows(
+        &self,
+        ids: &[u32],
+        window: usize,
+        kind: NormKind,
+        mut f: impl FnMut(&[f32], &[u32]),
+    ) -> Result<()> {
         let mut s = 0;
         while s + 1 < ids.len() {
             let e = (s + window + 1).min(ids.len());
             let w = &ids[s..e];
-            let h = self.hidden_kind(&w[..w.len() - 1], kind, None)?;
-            let l = self.logits_kind(&h, final_norm.then_some(kind));
-            for (r, &target) in w[1..].iter().enumerate() {
-                let row = &l[r * v..(r + 1) * v];
-                let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                let lse = f64::from(m)
-                    + row
-                        .iter()
-                        .map(|&x| f64::from(x - m).exp())
-                        .sum::<f64>()
-                        .ln();
-                total += lse - f64::from(row[target as usize]);
-                n += 1;
-            }
+            f(&self.hidden_kind(&w[..w.len() - 1], kind, None)?, &w[1..]);
             s += window;
         }
-        Ok(total / n.max(1) as f64)
+        Ok(())
+    }
+
+    /// Add the negative log-likelihood of each of `targets` under `logits`
+    /// (`[targets.len(), vocab]`) to `total`, one after another.
+    pub fn add_nll(&self, logits: &[f32], targets: &[u32], total: &mut f64) {
+        let v = self.cfg.vocab;
+        for (row, &target) in logits.chunks_exact(v).zip(targets) {
+            let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let lse = f64::from(m)
+                + row
+                    .iter()
+                    .map(|&x| f64::from(x - m).exp())
+                    .sum::<f64>()
+                    .ln();
+            *total += lse - f64::from(row[target as usize]);
+        }
     }
 }
 
