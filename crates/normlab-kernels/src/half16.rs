@@ -20,55 +20,25 @@ pub use half::{bf16, f16};
 
 /// The kernels' storage-type trait under the name this module's users know.
 pub use crate::simd::Elem as Half;
-use crate::simd::{Elem, LANES};
+use crate::simd::{Conv, Elem, LANES};
 
-/// Whether the AVX-512 conversions run: the kernels' level
-/// ([`crate::simd::level`]) is AVX-512.
-fn avx512() -> bool {
-    crate::simd::level() == crate::simd::Level::Avx512
-}
-
-/// Whether bf16 slice narrowing uses AVX-512 BF16's `vcvtneps2bf16`.
-pub fn bf16_instructions() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx512() && std::arch::is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// Whether f16 slice conversion uses AVX-512 F's `vcvtph2ps` / `vcvtps2ph`.
-pub fn f16_instructions() -> bool {
-    cfg!(target_arch = "x86_64") && avx512()
-}
-
-/// Store 16 16-bit values with non-temporal stores (`dst` 16-byte aligned).
+/// Whether bf16 narrowing uses AVX-512 BF16's `vcvtneps2bf16`: the
+/// kernels' level ([`crate::simd::level`]) is AVX-512 with BF16.
 #[inline(always)]
-fn stream16(dst: &mut [u16], v: &[u16; LANES]) {
-    let dst = &mut dst[..LANES];
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        assert!(
-            (dst.as_ptr() as usize).is_multiple_of(16),
-            "stream16 needs 16-byte alignment"
-        );
-        // SAFETY: dst holds 16 values (32 bytes) and is 16-byte aligned
-        // (checked); SSE2 is part of the x86-64 baseline.
-        unsafe {
-            let p = dst.as_mut_ptr() as *mut __m128i;
-            let s = v.as_ptr() as *const __m128i;
-            _mm_stream_si128(p, _mm_loadu_si128(s));
-            _mm_stream_si128(p.add(1), _mm_loadu_si128(s.add(1)));
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    dst.copy_from_slice(v);
+pub fn bf16_instructions() -> bool {
+    cfg!(target_arch = "x86_64") && crate::simd::level() == crate::simd::Level::Avx512Bf16
+}
+
+/// Whether f16 conversion uses AVX-512 F's `vcvtph2ps` / `vcvtps2ph`: the
+/// kernels' level is AVX-512 (with or without BF16).
+#[inline(always)]
+pub fn f16_instructions() -> bool {
+    cfg!(target_arch = "x86_64") && crate::simd::level() >= crate::simd::Level::Avx512
 }
 
 impl Elem for f16 {
     const NAME: &'static str = "f16";
+    const F32_SUMS: bool = true;
     #[inline(always)]
     fn get(self) -> f32 {
         f16_to_f32(self.to_bits())
@@ -78,13 +48,27 @@ impl Elem for f16 {
         f16::from_bits(f32_to_f16(v))
     }
     #[inline(always)]
-    fn stream(dst: &mut [f16], b: &[f32; LANES]) {
-        let mut v = [0u16; LANES];
-        for i in 0..LANES {
-            v[i] = f32_to_f16(b[i]);
+    fn hw() -> Conv {
+        Conv::checked(f16_instructions())
+    }
+    #[inline(always)]
+    fn load(src: &[f16], hw: Conv) -> [f32; LANES] {
+        #[cfg(target_arch = "x86_64")]
+        if hw.hw() {
+            // SAFETY: hw says the kernels' level has AVX-512 F;
+            // inside a kernel compiled for it this inlines to one instruction.
+            return unsafe { x86::load_f16(src) };
         }
-        // SAFETY: f16 is a transparent u16.
-        stream16(unsafe { &mut *(dst as *mut [f16] as *mut [u16]) }, &v)
+        let src = &src[..LANES];
+        let mut b = [0f32; LANES];
+        for i in 0..LANES {
+            b[i] = src[i].get();
+        }
+        b
+    }
+    #[inline(always)]
+    fn store(dst: &mut [f16], b: &[f32; LANES], hw: Conv) {
+        as_bits(dst)[..LANES].copy_from_slice(&f16_block(b, hw));
     }
     fn as_f32(_: &[f16]) -> Option<&[f32]> {
         None
@@ -114,6 +98,7 @@ impl Elem for f16 {
 
 impl Elem for bf16 {
     const NAME: &'static str = "bf16";
+    const F32_SUMS: bool = true;
     #[inline(always)]
     fn get(self) -> f32 {
         f32::from_bits(u32::from(self.to_bits()) << 16)
@@ -123,13 +108,12 @@ impl Elem for bf16 {
         bf16::from_bits(bf16_bits(v))
     }
     #[inline(always)]
-    fn stream(dst: &mut [bf16], b: &[f32; LANES]) {
-        let mut v = [0u16; LANES];
-        for i in 0..LANES {
-            v[i] = bf16_bits(b[i]);
-        }
-        // SAFETY: bf16 is a transparent u16.
-        stream16(unsafe { &mut *(dst as *mut [bf16] as *mut [u16]) }, &v)
+    fn hw() -> Conv {
+        Conv::checked(bf16_instructions())
+    }
+    #[inline(always)]
+    fn store(dst: &mut [bf16], b: &[f32; LANES], hw: Conv) {
+        as_bits(dst)[..LANES].copy_from_slice(&bf16_block(b, hw));
     }
     fn as_f32(_: &[bf16]) -> Option<&[f32]> {
         None
@@ -150,6 +134,45 @@ impl Elem for bf16 {
         }
         narrow_portable(src, dst)
     }
+}
+
+/// A 16-bit slice as its bits.
+#[inline(always)]
+fn as_bits<T: Elem>(s: &mut [T]) -> &mut [u16] {
+    assert_eq!(std::mem::size_of::<T>(), 2);
+    // SAFETY: T is a 16-bit transparent wrapper of u16 (bf16 or f16; size
+    // checked), so the slice's memory is that many valid u16s.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut u16, s.len()) }
+}
+
+/// One block rounded to f16 bits (`vcvtps2ph` when `hw`, [`Elem::hw`]).
+#[inline(always)]
+fn f16_block(b: &[f32; LANES], hw: Conv) -> [u16; LANES] {
+    #[cfg(target_arch = "x86_64")]
+    if hw.hw() {
+        // SAFETY: hw says the level has AVX-512 F.
+        return unsafe { x86::f16_bits(b) };
+    }
+    let mut v = [0u16; LANES];
+    for i in 0..LANES {
+        v[i] = f32_to_f16(b[i]);
+    }
+    v
+}
+
+/// One block rounded to bf16 bits (`vcvtneps2bf16` when `hw`, [`Elem::hw`]).
+#[inline(always)]
+fn bf16_block(b: &[f32; LANES], hw: Conv) -> [u16; LANES] {
+    #[cfg(target_arch = "x86_64")]
+    if hw.hw() {
+        // SAFETY: hw says the level has AVX-512 F and BF16.
+        return unsafe { x86::bf16_bits(b) };
+    }
+    let mut v = [0u16; LANES];
+    for i in 0..LANES {
+        v[i] = bf16_bits(b[i]);
+    }
+    v
 }
 
 /// f16 bits -> f32, exactly (subnormals through one exact multiply by
@@ -232,12 +255,47 @@ pub fn bf16_bits(x: f32) -> u16 {
     (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
-/// The AVX-512 slice conversions, 16 values per instruction; tails through
-/// the portable paths (the same rounding).
+/// The AVX-512 conversions, 16 values per instruction: of one block (the
+/// kernels' loads and stores; `#[inline]` so that a kernel compiled for the
+/// same features inlines them) and of slices (tails through the portable
+/// paths, the same rounding).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{bf16, f16, narrow_portable, widen_portable};
+    use crate::simd::LANES;
     use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub unsafe fn load_f16(src: &[f16]) -> [f32; LANES] {
+        let src = &src[..LANES];
+        // SAFETY: src holds 16 values (32 bytes); unaligned load.
+        unsafe {
+            let h = _mm256_loadu_si256(src.as_ptr() as *const __m256i);
+            std::mem::transmute::<__m512, [f32; LANES]>(_mm512_cvtph_ps(h))
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub unsafe fn f16_bits(b: &[f32; LANES]) -> [u16; LANES] {
+        // SAFETY: b holds 16 floats; unaligned load.
+        unsafe {
+            let v = _mm512_loadu_ps(b.as_ptr());
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            std::mem::transmute::<__m256i, [u16; LANES]>(h)
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[inline]
+    pub unsafe fn bf16_bits(b: &[f32; LANES]) -> [u16; LANES] {
+        // SAFETY: b holds 16 floats; unaligned load.
+        unsafe {
+            let h = _mm512_cvtneps_pbh(_mm512_loadu_ps(b.as_ptr()));
+            std::mem::transmute::<__m256bh, [u16; LANES]>(h)
+        }
+    }
 
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! k          = x[0]                       (shift: keeps the variance exact)
-//! s1, s2     = sum(x - k), sum((x - k)^2)  (f64, 16 accumulators)
+//! s1, s2     = sum(x - k), sum((x - k)^2)  (f64, 16 accumulators; 16-bit
+//!                                          rows: simd::shifted_sums)
 //! mean       = k + s1/d ;  var = s2/d - (s1/d)^2   (biased)
 //! rstd       = 1/sqrt(var + eps)
 //! y          = ((x - mean_hi) - mean_lo) * rstd * gamma + beta
@@ -23,11 +24,17 @@
 //! ```
 //!
 //! One sweep accumulates mean(g), mean(g*xhat) (f64) and the chunk's partial
-//! dgamma/dbeta; a second sweep writes dx.
+//! dgamma/dbeta; a second sweep writes dx. For 16-bit rows
+//! ([`Elem::F32_SUMS`]) the sums run in f32 partials per
+//! [`crate::simd::F32_CHUNK`] columns, in two sweeps of one accumulator each
+//! (LLVM did not vectorise one sweep with two f32 accumulators), redone in
+//! f64 if a partial overflows.
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, BETA, GAMMA};
-use crate::simd::{ahead, shifted_sums, stream_fence, tree_sum, Elem, LANES};
+use crate::simd::{
+    ahead, ahead_from, f32_chunks, shifted_sums, stream_fence, tree_sum, Acc, Elem, LANES,
+};
 
 /// LayerNorm's description: gamma and beta per feature, eps 1e-5.
 pub const SPEC: KindSpec = KindSpec {
@@ -81,24 +88,35 @@ crate::multiversion! {
     }
 }
 
-/// One block of backward sweep 1.
-#[allow(clippy::too_many_arguments)]
+/// The `sum(g)` and `sum(g * xhat)` terms of one block, g = dy * gamma.
 #[inline(always)]
-fn bwd_block(
+fn g_terms<A: Acc>(
     x: &[f32; LANES],
     dy: &[f32; LANES],
     gamma: &[f32; LANES],
     (hi, lo, rstd): (f32, f32, f32),
-    sg: &mut [f64; LANES],
-    sgx: &mut [f64; LANES],
+    sg: &mut [A; LANES],
+    sgx: &mut [A; LANES],
+) {
+    for i in 0..LANES {
+        let xhat = ((x[i] - hi) - lo) * rstd;
+        let g = dy[i] * gamma[i];
+        sg[i] += A::of(g);
+        sgx[i] += A::of(g * xhat);
+    }
+}
+
+/// The parameter gradient terms of one block: dy * xhat and dy.
+#[inline(always)]
+fn param_terms(
+    x: &[f32; LANES],
+    dy: &[f32; LANES],
+    (hi, lo, rstd): (f32, f32, f32),
     pg: &mut [f32; LANES],
     pb: &mut [f32; LANES],
 ) {
     for i in 0..LANES {
         let xhat = ((x[i] - hi) - lo) * rstd;
-        let g = dy[i] * gamma[i];
-        sg[i] += g as f64;
-        sgx[i] += (g * xhat) as f64;
         pg[i] += dy[i] * xhat;
         pb[i] += dy[i];
     }
@@ -117,13 +135,56 @@ crate::multiversion! {
             let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
             // Sweep 1: sum(g), sum(g * xhat), partial parameter gradients
             // (a zero-padded tail block has dy = 0 and adds nothing).
-            let mut sg = [0f64; LANES];
-            let mut sgx = [0f64; LANES];
-            crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, gb in gamma; mut pgb in pg, pbb in pb => {
-                bwd_block(xb, dyb, gb, s, &mut sg, &mut sgx, pgb, pbb);
-            });
-            let mg = (tree_sum(&sg) / n) as f32;
-            let mgx = (tree_sum(&sgx) / n) as f32;
+            let (tg, tgx) = if T::F32_SUMS {
+                let (mut tg, mut tgx) = (0f64, 0f64);
+                for (c, e) in f32_chunks(d) {
+                    let (xc, dyc, gc) = (&xr[c..e], &dyr[c..e], &gamma[c..e]);
+                    let (pgc, pbc) = (&mut pg[c..e], &mut pb[c..e]);
+                    let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
+                    // Two sweeps with one f32 accumulator each (the row is
+                    // in L1): LLVM vectorises each, where one sweep with
+                    // both it did not.
+                    let mut sg = [0f32; LANES];
+                    crate::for_blocks!(pad: 0.0, ahead: [axc, adyc], dyb in dyc, gb in gc; mut pbb in pbc => {
+                        for i in 0..LANES {
+                            sg[i] += dyb[i] * gb[i];
+                            pbb[i] += dyb[i];
+                        }
+                    });
+                    let mut sgx = [0f32; LANES];
+                    crate::for_blocks!(pad: 0.0, ahead: [], xb in xc, dyb in dyc, gb in gc; mut pgb in pgc => {
+                        for i in 0..LANES {
+                            let xhat = ((xb[i] - s.0) - s.1) * s.2;
+                            sgx[i] += dyb[i] * gb[i] * xhat;
+                            pgb[i] += dyb[i] * xhat;
+                        }
+                    });
+                    tg += tree_sum(&sg) as f64;
+                    tgx += tree_sum(&sgx) as f64;
+                }
+                if tg.is_finite() && tgx.is_finite() {
+                    (tg, tgx)
+                } else {
+                    // An f32 partial overflowed (or the row holds inf/NaN,
+                    // which f64 keeps too): the sums again, in f64.
+                    let mut sg = [0f64; LANES];
+                    let mut sgx = [0f64; LANES];
+                    crate::for_blocks!(pad: 0.0, ahead: [], xb in xr, dyb in dyr, gb in gamma => {
+                        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
+                    });
+                    (tree_sum(&sg), tree_sum(&sgx))
+                }
+            } else {
+                let mut sg = [0f64; LANES];
+                let mut sgx = [0f64; LANES];
+                crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, gb in gamma; mut pgb in pg, pbb in pb => {
+                    g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
+                    param_terms(xb, dyb, s, pgb, pbb);
+                });
+                (tree_sum(&sg), tree_sum(&sgx))
+            };
+            let mg = (tg / n) as f32;
+            let mgx = (tgx / n) as f32;
             // Sweep 2: dx.
             let (hi, lo, rstd) = s;
             crate::write_row!(dxr, stream, (xr, dyr, gamma) => rstd * ((dyr * gamma - mg) - ((xr - hi) - lo) * rstd * mgx));

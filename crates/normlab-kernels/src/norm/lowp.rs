@@ -11,11 +11,14 @@
 //!   buffers small enough to stay in the level-1 cache and rounding the
 //!   result back (the same values, with two extra passes over cached data).
 //!
-//! Either way every statistic is computed in f32 (sums in f64) from exactly
-//! widened inputs, and each 16-bit output is the f32 computation rounded
-//! once: what PyTorch's CPU kernels do for these types ("upcast"), as
-//! opposed to the naive mode of `normlab calc --naive` and `exp precision`,
-//! which rounds every intermediate. Chunks are the f32 path's, so results do
+//! Either way every statistic is computed in f32 from exactly widened
+//! inputs and each 16-bit output is an f32 computation rounded once: what
+//! PyTorch's CPU kernels do for these types ("upcast"), as opposed to the
+//! naive mode of `normlab calc --naive` and `exp precision`, which rounds
+//! every intermediate. The fused kernels sum 16-bit rows in f32 partials
+//! joined in f64 ([`crate::simd::Elem::F32_SUMS`]; f64 where f32 cannot
+//! hold the sums), the sub-block path in f64 as f32 does. Chunks are the
+//! f32 path's, so results do
 //! not depend on the thread count.
 
 use super::STATS;

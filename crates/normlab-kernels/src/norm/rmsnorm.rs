@@ -2,7 +2,8 @@
 //! of rows. The two differ only in the gain: `gain = offset + w` with
 //! offset 0 (RMSNorm, w init 1) or 1 (zero-centred, w init 0).
 //!
-//! Forward, per row: `rstd = 1/sqrt(mean(x^2) + eps)` (sum in f64),
+//! Forward, per row: `rstd = 1/sqrt(mean(x^2) + eps)` (sum in f64; for
+//! 16-bit rows f32 partials, see [`Elem::F32_SUMS`]),
 //! `y = x * rstd * (offset + w)`.
 //!
 //! Backward, with xhat = x * rstd and g = dy * (offset + w):
@@ -20,7 +21,9 @@
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, GAMMA};
-use crate::simd::{ahead, stream_fence, sum_squares, tree_sum, Elem, LANES};
+use crate::simd::{
+    ahead, ahead_from, f32_chunks, stream_fence, sum_squares, tree_sum, Acc, Elem, LANES,
+};
 
 /// RMSNorm's description: gamma per feature, eps 1e-6.
 pub const SPEC: KindSpec = KindSpec {
@@ -69,22 +72,26 @@ crate::multiversion! {
     }
 }
 
-/// One block of backward sweep 1.
+/// The `sum(g * xhat)` terms of one block, g = dy * (offset + w).
 #[inline(always)]
-fn bwd_block(
+fn gx_terms<A: Acc>(
     x: &[f32; LANES],
     dy: &[f32; LANES],
     w: &[f32; LANES],
     offset: f32,
     rstd: f32,
-    sgx: &mut [f64; LANES],
-    pw: &mut [f32; LANES],
+    sgx: &mut [A; LANES],
 ) {
     for i in 0..LANES {
-        let xhat = x[i] * rstd;
-        let g = dy[i] * (offset + w[i]);
-        sgx[i] += (g * xhat) as f64;
-        pw[i] += dy[i] * xhat;
+        sgx[i] += A::of(dy[i] * (offset + w[i]) * (x[i] * rstd));
+    }
+}
+
+/// The gain gradient terms of one block, dy * xhat.
+#[inline(always)]
+fn dw_terms(x: &[f32; LANES], dy: &[f32; LANES], rstd: f32, pw: &mut [f32; LANES]) {
+    for i in 0..LANES {
+        pw[i] += dy[i] * (x[i] * rstd);
     }
 }
 
@@ -98,11 +105,38 @@ crate::multiversion! {
         for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
             let rstd = st[2];
             let (ax, ady) = (ahead(x, r * d), ahead(dy, r * d));
-            let mut sgx = [0f64; LANES];
-            crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, wb in w; mut pwb in pw => {
-                bwd_block(xb, dyb, wb, offset, rstd, &mut sgx, pwb);
-            });
-            let mgx = (tree_sum(&sgx) / n) as f32;
+            // Sweep 1: sum(g * xhat) and the partial gain gradient.
+            let total = if T::F32_SUMS {
+                let mut total = 0.0;
+                for (c, e) in f32_chunks(d) {
+                    let (xc, dyc, wc, pwc) = (&xr[c..e], &dyr[c..e], &w[c..e], &mut pw[c..e]);
+                    let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
+                    let mut sgx = [0f32; LANES];
+                    crate::for_blocks!(pad: 0.0, ahead: [axc, adyc], xb in xc, dyb in dyc, wb in wc; mut pwb in pwc => {
+                        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
+                        dw_terms(xb, dyb, rstd, pwb);
+                    });
+                    total += tree_sum(&sgx) as f64;
+                }
+                if !total.is_finite() {
+                    // An f32 partial overflowed (or the row holds inf/NaN,
+                    // which f64 keeps too): the sum again, in f64.
+                    let mut sgx = [0f64; LANES];
+                    crate::for_blocks!(pad: 0.0, ahead: [], xb in xr, dyb in dyr, wb in w => {
+                        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
+                    });
+                    total = tree_sum(&sgx);
+                }
+                total
+            } else {
+                let mut sgx = [0f64; LANES];
+                crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, wb in w; mut pwb in pw => {
+                    gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
+                    dw_terms(xb, dyb, rstd, pwb);
+                });
+                tree_sum(&sgx)
+            };
+            let mgx = (total / n) as f32;
             crate::write_row!(dxr, stream, (xr, dyr, w) => rstd * (dyr * (offset + w) - xr * rstd * mgx));
         }
         if stream {
