@@ -310,7 +310,12 @@ fn bit_identical_across_simd_levels() {
     for kind in row_kinds() {
         let p = random_params(kind, d, &mut rng);
         let mut results = Vec::new();
-        for lvl in [simd::Level::Generic, simd::Level::Avx2, simd::Level::Avx512, simd::Level::Avx512Bf16] {
+        for lvl in [
+            simd::Level::Generic,
+            simd::Level::Avx2,
+            simd::Level::Avx512,
+            simd::Level::Avx512Bf16,
+        ] {
             if lvl <= best {
                 simd::set_level(lvl);
                 results.push((lvl, run_bits(kind, d, &x, &p, &dy)));

@@ -416,7 +416,12 @@ fn identical_for_threads_and_levels<T: Half>() {
         assert!(a == b, "{} {kind}: 1 vs 2 threads differ", T::NAME);
         use normlab_kernels::simd::{level, set_level, Level};
         let best = level();
-        for lvl in [Level::Generic, Level::Avx2, Level::Avx512, Level::Avx512Bf16] {
+        for lvl in [
+            Level::Generic,
+            Level::Avx2,
+            Level::Avx512,
+            Level::Avx512Bf16,
+        ] {
             set_level(lvl);
             let c = all_bits(kind, d, &x, &p, &dy);
             set_level(best);

@@ -25,10 +25,10 @@
 //!
 //! One sweep accumulates mean(g), mean(g*xhat) (f64) and the chunk's partial
 //! dgamma/dbeta; a second sweep writes dx. For 16-bit rows
-//! ([`Elem::F32_SUMS`]) the sums run in f32 partials per
-//! [`crate::simd::F32_CHUNK`] columns, in two sweeps of one accumulator each
-//! (LLVM did not vectorise one sweep with two f32 accumulators), redone in
-//! f64 if a partial overflows.
+//! ([`Elem::F32_SUMS`]) sum(g * xhat) runs in f32 partials per
+//! [`crate::simd::F32_CHUNK`] columns and sum(g) in f64 lanes (with two f32
+//! accumulators LLVM did not vectorise the sweep), redone in f64 if a
+//! partial overflows.
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, BETA, GAMMA};
@@ -90,19 +90,19 @@ crate::multiversion! {
 
 /// The `sum(g)` and `sum(g * xhat)` terms of one block, g = dy * gamma.
 #[inline(always)]
-fn g_terms<A: Acc>(
+fn g_terms<A: Acc, B: Acc>(
     x: &[f32; LANES],
     dy: &[f32; LANES],
     gamma: &[f32; LANES],
     (hi, lo, rstd): (f32, f32, f32),
     sg: &mut [A; LANES],
-    sgx: &mut [A; LANES],
+    sgx: &mut [B; LANES],
 ) {
     for i in 0..LANES {
         let xhat = ((x[i] - hi) - lo) * rstd;
         let g = dy[i] * gamma[i];
         sg[i] += A::of(g);
-        sgx[i] += A::of(g * xhat);
+        sgx[i] += B::of(g * xhat);
     }
 }
 
@@ -141,25 +141,15 @@ crate::multiversion! {
                     let (xc, dyc, gc) = (&xr[c..e], &dyr[c..e], &gamma[c..e]);
                     let (pgc, pbc) = (&mut pg[c..e], &mut pb[c..e]);
                     let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
-                    // Two sweeps with one f32 accumulator each (the row is
-                    // in L1): LLVM vectorises each, where one sweep with
-                    // both it did not.
-                    let mut sg = [0f32; LANES];
-                    crate::for_blocks!(pad: 0.0, ahead: [axc, adyc], dyb in dyc, gb in gc; mut pbb in pbc => {
-                        for i in 0..LANES {
-                            sg[i] += dyb[i] * gb[i];
-                            pbb[i] += dyb[i];
-                        }
-                    });
+                    // sum(g) in f64 lanes, sum(g * xhat) in f32: one sweep
+                    // (with two f32 accumulators LLVM did not vectorise it).
+                    let mut sg = [0f64; LANES];
                     let mut sgx = [0f32; LANES];
-                    crate::for_blocks!(pad: 0.0, ahead: [], xb in xc, dyb in dyc, gb in gc; mut pgb in pgc => {
-                        for i in 0..LANES {
-                            let xhat = ((xb[i] - s.0) - s.1) * s.2;
-                            sgx[i] += dyb[i] * gb[i] * xhat;
-                            pgb[i] += dyb[i] * xhat;
-                        }
+                    crate::for_blocks!(pad: 0.0, ahead: [axc, adyc], xb in xc, dyb in dyc, gb in gc; mut pgb in pgc, pbb in pbc => {
+                        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
+                        param_terms(xb, dyb, s, pgb, pbb);
                     });
-                    tg += tree_sum(&sg) as f64;
+                    tg += tree_sum(&sg);
                     tgx += tree_sum(&sgx) as f64;
                 }
                 if tg.is_finite() && tgx.is_finite() {
