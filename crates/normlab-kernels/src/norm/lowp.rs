@@ -31,8 +31,9 @@ pub const SUB_ELEMS: usize = 4096;
 /// An f32-only forward over rows: `(x, y, stats, in_place)`.
 type F32Forward<'a> = dyn Fn(&[f32], &mut [f32], &mut [f32], bool) + 'a;
 
-/// An f32-only backward over rows: `(x, dy, stats, dx, partial dparams)`.
-type F32Backward<'a> = dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]) + 'a;
+/// An f32-only backward over rows: `(x, dy, stats, dx, partial dparams,
+/// in_place)`.
+type F32Backward<'a> = dyn Fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32], bool) + 'a;
 
 /// Rows per sub-block for feature size `d` (at least one).
 fn sub_rows(d: usize) -> usize {
@@ -62,7 +63,7 @@ pub(crate) fn via_f32<T: Elem>(d: usize, x: &[T], y: &mut [T], st: &mut [f32], f
     }
 }
 
-/// An f32-only backward `f(x, dy, stats, dx, partial dparams)` over rows of
+/// An f32-only backward `f(x, dy, stats, dx, partial dparams, in_place)` over rows of
 /// any storage type, as [`via_f32`] (the partials accumulate across
 /// sub-blocks in row order, as they do across the rows of one call).
 pub(crate) fn via_f32_backward<T: Elem>(
@@ -75,7 +76,7 @@ pub(crate) fn via_f32_backward<T: Elem>(
     f: &F32Backward,
 ) {
     if let (Some(x32), Some(dy32), Some(dx32)) = (T::as_f32(x), T::as_f32(dy), T::as_f32_mut(dx)) {
-        return f(x32, dy32, st, dx32, p);
+        return f(x32, dy32, st, dx32, p, true);
     }
     let sub = sub_rows(d) * d;
     let n = sub.min(x.len());
@@ -90,7 +91,7 @@ pub(crate) fn via_f32_backward<T: Elem>(
         let m = xb.len();
         T::widen(xb, &mut xs[..m], ahead(x, k * sub));
         T::widen(dyb, &mut dys[..m], ahead(dy, k * sub));
-        f(&xs[..m], &dys[..m], sb, &mut dxs[..m], p);
+        f(&xs[..m], &dys[..m], sb, &mut dxs[..m], p, false);
         T::narrow(&dxs[..m], dxb);
     }
 }

@@ -415,7 +415,7 @@ fn with_backward_rows<T: Elem>(
         NormKind::ScaleNorm => {
             let g = params[0];
             run(&|x, dy, s, dx, p| {
-                lowp::via_f32_backward(d, x, dy, s, dx, p, &|x, dy, s, dx, p| {
+                lowp::via_f32_backward(d, x, dy, s, dx, p, &|x, dy, s, dx, p, _| {
                     scalenorm::backward_rows(d, g, x, dy, s, dx, p)
                 })
             })
@@ -423,8 +423,8 @@ fn with_backward_rows<T: Elem>(
         NormKind::Dyt | NormKind::Derf => {
             let f = squash(kind);
             run(&|x, dy, s, dx, p| {
-                lowp::via_f32_backward(d, x, dy, s, dx, p, &|x, dy, _, dx, p| {
-                    pointwise::backward_rows(d, f, x, dy, params, dx, p)
+                lowp::via_f32_backward(d, x, dy, s, dx, p, &|x, dy, _, dx, p, in_place| {
+                    pointwise::backward_rows(d, f, stream && in_place, x, dy, params, dx, p)
                 })
             })
         }

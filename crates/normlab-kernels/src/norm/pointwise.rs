@@ -31,9 +31,9 @@
 //! Nothing is cached between the passes: backward recomputes f(u), so the
 //! two passes read and write the same bytes as RMSNorm's.
 
-use crate::act::{exp, expm1};
+use crate::act::exp;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, BETA, GAMMA};
-use crate::simd::{ahead, tree_sum, LANES};
+use crate::simd::{ahead, prefetch_block, stream_block, tree_sum, LANES};
 
 /// The scalar alpha, init 0.5 (a model may set another value).
 pub const ALPHA: ParamSpec = ParamSpec {
@@ -84,12 +84,28 @@ pub enum Squash {
     Erf,
 }
 
-/// tanh(u) to a few ulp relative everywhere (also near 0), vectorisable:
-/// `sign(u) * m / (m + 2)` with m = e^{2|u|} - 1 from [`expm1`].
+/// |u| beyond which [`tanh`] is +-1 in f32 (tanh(9) = 1 - 3e-8).
+const TANH_CLAMP: f32 = 9.0;
+
+/// The rational tanh's numerator and denominator in z = u^2, lowest degree
+/// first, from `scripts/fit_tanh.py` (a minimax-relative fit on |u| <= 9;
+/// its own error 2.2e-8, below f32's rounding).
+const TANH_P: [f32; 5] = [1., 0.13383988, 0.003499003, 2.06613e-05, 1.3419738e-08];
+const TANH_Q: [f32; 5] = [1., 0.4671731, 0.025890237, 3.2910463e-04, 7.8047236e-07];
+
+/// tanh(u) within 3.3e-7 relative everywhere (also near 0, where it is u
+/// itself), vectorisable, one division: `u P(u^2) / Q(u^2)` on u clamped
+/// to +-9, the result clamped to [-1, 1]. The DyT kernels evaluate tanh
+/// twice per element (forward, and again in backward); through
+/// `expm1(2|u|)` and a division it made them compute-bound, this costs
+/// about half of that.
 #[inline(always)]
 pub fn tanh(u: f32) -> f32 {
-    let m = expm1(2.0 * u.abs());
-    (m / (m + 2.0)).copysign(u)
+    let x = u.clamp(-TANH_CLAMP, TANH_CLAMP);
+    let z = x * x;
+    let num = x * horner(z, &TANH_P);
+    let den = horner(z, &TANH_Q);
+    (num / den).clamp(-1.0, 1.0)
 }
 
 /// The Taylor coefficients of erf(u) / (2u/sqrt(pi)) in powers of u^2:
@@ -244,10 +260,37 @@ fn forward_body<F: SquashFn>(
     }
 }
 
+/// One block of the backward: `dx` into `out`, the scalar-gradient terms
+/// into `sa`/`ss`, the per-feature ones into `pg`/`pb`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn backward_block<F: SquashFn>(
+    (alpha, s): (f32, f32),
+    x: &[f32; LANES],
+    dy: &[f32; LANES],
+    gamma: &[f32; LANES],
+    out: &mut [f32; LANES],
+    (sa, ss): (&mut [f32; LANES], &mut [f32; LANES]),
+    pg: &mut [f32; LANES],
+    pb: &mut [f32; LANES],
+) {
+    for i in 0..LANES {
+        let (t, fp) = F::eval(alpha * x[i] + s);
+        let g = dy[i] * gamma[i] * fp;
+        out[i] = alpha * g;
+        sa[i] += g * x[i];
+        ss[i] += g;
+        pg[i] += dy[i] * t;
+        pb[i] += dy[i];
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn backward_body<F: SquashFn>(
     d: usize,
     f: Squash,
+    stream: bool,
     x: &[f32],
     dy: &[f32],
     params: &[f32],
@@ -273,20 +316,66 @@ fn backward_body<F: SquashFn>(
             let (ax, ady) = (ahead(x, r * d + c0), ahead(dy, r * d + c0));
             let mut sa = [0f32; LANES];
             let mut ss = [0f32; LANES];
-            crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr[c0..c1], dyb in dyr[c0..c1], gb in gamma[c0..c1]; mut dxb in dxr[c0..c1], pgb in pg[c0..c1], pbb in pb[c0..c1] => {
-                for i in 0..LANES {
-                    let (t, fp) = F::eval(alpha * xb[i] + s);
-                    let g = dyb[i] * gb[i] * fp;
-                    dxb[i] = alpha * g;
-                    sa[i] += g * xb[i];
-                    ss[i] += g;
-                    pgb[i] += dyb[i] * t;
-                    pbb[i] += dyb[i];
+            // Full blocks write dx whole (streaming when asked, as the row
+            // norms do: dx is as large as x), the tail through a padded
+            // block; the order of every sum is the same either way.
+            let full = c0 + (c1 - c0) / LANES * LANES;
+            let mut j = c0;
+            while j < full {
+                prefetch_block(ax, j - c0);
+                prefetch_block(ady, j - c0);
+                let block = |v: &[f32]| -> [f32; LANES] { v[j..j + LANES].try_into().unwrap() };
+                let (xb, dyb, gb) = (block(xr), block(dyr), block(gamma));
+                let pgb: &mut [f32; LANES] = (&mut pg[j..j + LANES]).try_into().unwrap();
+                let pbb: &mut [f32; LANES] = (&mut pb[j..j + LANES]).try_into().unwrap();
+                let mut out = [0f32; LANES];
+                backward_block::<F>(
+                    (alpha, s),
+                    &xb,
+                    &dyb,
+                    &gb,
+                    &mut out,
+                    (&mut sa, &mut ss),
+                    pgb,
+                    pbb,
+                );
+                if stream {
+                    stream_block(&mut dxr[j..], &out);
+                } else {
+                    dxr[j..j + LANES].copy_from_slice(&out);
                 }
-            });
+                j += LANES;
+            }
+            if full < c1 {
+                let t = c1 - full;
+                let pad = |v: &[f32]| {
+                    let mut b = [0f32; LANES];
+                    b[..t].copy_from_slice(&v[full..c1]);
+                    b
+                };
+                let (xb, dyb, gb) = (pad(xr), pad(dyr), pad(gamma));
+                let (mut pgb, mut pbb) = (pad(pg), pad(pb));
+                let mut out = [0f32; LANES];
+                backward_block::<F>(
+                    (alpha, s),
+                    &xb,
+                    &dyb,
+                    &gb,
+                    &mut out,
+                    (&mut sa, &mut ss),
+                    &mut pgb,
+                    &mut pbb,
+                );
+                dxr[full..c1].copy_from_slice(&out[..t]);
+                pg[full..c1].copy_from_slice(&pgb[..t]);
+                pb[full..c1].copy_from_slice(&pbb[..t]);
+            }
             dalpha += f64::from(tree_sum(&sa));
             ds += f64::from(tree_sum(&ss));
         }
+    }
+    if stream {
+        crate::simd::stream_fence();
     }
     head[ia] += dalpha as f32;
     if let Some(i) = is {
@@ -308,10 +397,10 @@ crate::multiversion! {
 crate::multiversion! {
     /// Backward over whole rows: writes `dx`, accumulates the chunk's
     /// partial parameter gradients into `p` (same layout as the parameters).
-    pub fn backward_rows(d: usize, f: Squash, x: &[f32], dy: &[f32], params: &[f32], dx: &mut [f32], p: &mut [f32]) {
+    pub fn backward_rows(d: usize, f: Squash, stream: bool, x: &[f32], dy: &[f32], params: &[f32], dx: &mut [f32], p: &mut [f32]) {
         match f {
-            Squash::Tanh => backward_body::<TanhFn>(d, f, x, dy, params, dx, p),
-            Squash::Erf => backward_body::<ErfFn>(d, f, x, dy, params, dx, p),
+            Squash::Tanh => backward_body::<TanhFn>(d, f, stream, x, dy, params, dx, p),
+            Squash::Erf => backward_body::<ErfFn>(d, f, stream, x, dy, params, dx, p),
         }
     }
 }
