@@ -28,21 +28,7 @@ pub fn exp(x: f32) -> f32 {
     }
 }
 
-/// e^x - 1 for f32, accurate relative to the result also near 0 (where
-/// `exp(x) - 1` cancels), vectorisable. Same clamping as [`exp`].
-#[inline(always)]
-pub fn expm1(x: f32) -> f32 {
-    let (em, scale) = exp_parts(x);
-    // e^x - 1 = 2^k (e^r - 1) + (2^k - 1); exact for k = 0.
-    let y = em * scale + (scale - 1.0);
-    if x.is_nan() {
-        x
-    } else {
-        y
-    }
-}
-
-/// The range reduction and polynomial shared by [`exp`] and [`expm1`]:
+/// The range reduction and polynomial of [`exp`]:
 /// `(e^r - 1, 2^k)` with x = k ln 2 + r, |r| <= ln2/2.
 #[inline(always)]
 fn exp_parts(x: f32) -> (f32, f32) {
