@@ -320,6 +320,24 @@ fn backward_body<F: SquashFn>(
             // norms do: dx is as large as x), the tail through a padded
             // block; the order of every sum is the same either way.
             let full = c0 + (c1 - c0) / LANES * LANES;
+            let mut step = |xb: &[f32; LANES],
+                            dyb: &[f32; LANES],
+                            gb: &[f32; LANES],
+                            pgb: &mut [f32; LANES],
+                            pbb: &mut [f32; LANES]| {
+                let mut out = [0f32; LANES];
+                backward_block::<F>(
+                    (alpha, s),
+                    xb,
+                    dyb,
+                    gb,
+                    &mut out,
+                    (&mut sa, &mut ss),
+                    pgb,
+                    pbb,
+                );
+                out
+            };
             let mut j = c0;
             while j < full {
                 prefetch_block(ax, j - c0);
@@ -328,17 +346,7 @@ fn backward_body<F: SquashFn>(
                 let (xb, dyb, gb) = (block(xr), block(dyr), block(gamma));
                 let pgb: &mut [f32; LANES] = (&mut pg[j..j + LANES]).try_into().unwrap();
                 let pbb: &mut [f32; LANES] = (&mut pb[j..j + LANES]).try_into().unwrap();
-                let mut out = [0f32; LANES];
-                backward_block::<F>(
-                    (alpha, s),
-                    &xb,
-                    &dyb,
-                    &gb,
-                    &mut out,
-                    (&mut sa, &mut ss),
-                    pgb,
-                    pbb,
-                );
+                let out = step(&xb, &dyb, &gb, pgb, pbb);
                 if stream {
                     stream_block(&mut dxr[j..], &out);
                 } else {
@@ -355,17 +363,7 @@ fn backward_body<F: SquashFn>(
                 };
                 let (xb, dyb, gb) = (pad(xr), pad(dyr), pad(gamma));
                 let (mut pgb, mut pbb) = (pad(pg), pad(pb));
-                let mut out = [0f32; LANES];
-                backward_block::<F>(
-                    (alpha, s),
-                    &xb,
-                    &dyb,
-                    &gb,
-                    &mut out,
-                    (&mut sa, &mut ss),
-                    &mut pgb,
-                    &mut pbb,
-                );
+                let out = step(&xb, &dyb, &gb, &mut pgb, &mut pbb);
                 dxr[full..c1].copy_from_slice(&out[..t]);
                 pg[full..c1].copy_from_slice(&pgb[..t]);
                 pb[full..c1].copy_from_slice(&pbb[..t]);
