@@ -221,15 +221,24 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 }
 
 /// The answer, per init at each learning rate of the grid: at which depths
-/// the no-norm net fails, how far behind the better norm it ends, and how
-/// close LayerNorm and RMSNorm are.
+/// the no-norm net fails, how far behind the better norm it ends, how close
+/// LayerNorm and RMSNorm are (when both ran), and where each point-wise
+/// replacement (DyT, Derf, when asked for with --norms) ends against the
+/// better norm.
 fn conclusion<'a>(s: &Settings, find: &dyn Fn(Key) -> Option<&'a SeedGroup>) -> String {
     let mut out = Vec::new();
     for &init in &s.inits {
         for &lr in &s.lrs {
             let mut fails = Vec::new();
             let mut gaps = Vec::new();
-            let mut ln_rms: f64 = 0.0;
+            let mut ln_rms: Option<f64> = None;
+            let pointwise: Vec<NormKind> = s
+                .norms
+                .iter()
+                .copied()
+                .filter(|n| *n != NormKind::None && n.spec().elementwise)
+                .collect();
+            let mut pw_gaps: Vec<Vec<String>> = vec![Vec::new(); pointwise.len()];
             for &l in &s.layers {
                 let best = [
                     NormKind::LayerNorm,
@@ -244,7 +253,17 @@ fn conclusion<'a>(s: &Settings, find: &dyn Fn(Key) -> Option<&'a SeedGroup>) -> 
                     find((init, l, lr, NormKind::LayerNorm)).and_then(|g| g.mean),
                     find((init, l, lr, NormKind::RmsNorm)).and_then(|g| g.mean),
                 ) {
-                    ln_rms = ln_rms.max((a - b).abs());
+                    ln_rms = Some(ln_rms.unwrap_or(0.0).max((a - b).abs()));
+                }
+                for (k, gaps) in pointwise.iter().zip(pw_gaps.iter_mut()) {
+                    if let Some(g) = find((init, l, lr, *k)) {
+                        gaps.push(match (g.status, g.mean, best) {
+                            (Status::Converged, Some(m), Some(b)) => {
+                                format!("{:+.2} at {l}", m - b)
+                            }
+                            (st, _, _) => format!("{} at {l}", st.name()),
+                        });
+                    }
                 }
                 match find((init, l, lr, NormKind::None)) {
                     Some(g) if g.status != Status::Converged => fails.push(format!(
@@ -277,10 +296,20 @@ fn conclusion<'a>(s: &Settings, find: &dyn Fn(Key) -> Option<&'a SeedGroup>) -> 
                     gaps.join(", ")
                 ));
             }
-            part.push_str(&format!(
-                "; LayerNorm and RMSNorm end within {} of each other",
-                f(ln_rms, 3)
-            ));
+            if let Some(d) = ln_rms {
+                part.push_str(&format!(
+                    "; LayerNorm and RMSNorm end within {} of each other",
+                    f(d, 3)
+                ));
+            }
+            for (k, gaps) in pointwise.iter().zip(&pw_gaps) {
+                if !gaps.is_empty() {
+                    part.push_str(&format!(
+                        "; {k} ends {} layers against the better norm (nats, + behind)",
+                        gaps.join(", ")
+                    ));
+                }
+            }
             out.push(part);
         }
     }
@@ -429,4 +458,48 @@ fn check_c12<'a>(
             if sweep.is_empty() { "-".into() } else { sweep.join("; ") }
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(mean: f64) -> SeedGroup {
+        SeedGroup {
+            runs: 1,
+            converged: 1,
+            stalled: 0,
+            diverged: 0,
+            status: Status::Converged,
+            mean: Some(mean),
+            std: Some(0.0),
+            best: Some(mean),
+            diverged_at: None,
+        }
+    }
+
+    #[test]
+    fn conclusion_places_point_wise_kinds_against_the_better_norm() {
+        let s = Settings {
+            layers: vec![4],
+            norms: vec![NormKind::None, NormKind::LayerNorm, NormKind::Dyt],
+            lrs: vec![1e-3],
+            inits: vec![InitScheme::Torch],
+            sweep_lrs: Vec::new(),
+            steps: 10,
+            seeds: vec![0],
+            eval_sequences: 1,
+        };
+        let groups = [
+            (NormKind::None, group(2.0)),
+            (NormKind::LayerNorm, group(1.8)),
+            (NormKind::Dyt, group(2.1)),
+        ];
+        let find = |(_, _, _, n): Key| groups.iter().find(|(k, _)| *k == n).map(|(_, g)| g);
+        let c = conclusion(&s, &find);
+        assert!(c.contains("dyt ends +0.30 at 4"), "{c}");
+        assert!(c.contains("behind the better norm by 0.20 at 4"), "{c}");
+        // Without RMSNorm in the grid there is no LayerNorm-vs-RMSNorm gap.
+        assert!(!c.contains("LayerNorm and RMSNorm"), "{c}");
+    }
 }
