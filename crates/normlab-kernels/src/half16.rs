@@ -1,11 +1,15 @@
 //! 16-bit storage types for the norm kernels: bf16 and f16 (the `half`
-//! crate's types) and the conversion of slices to and from f32.
+//! crate's types) and their conversion to and from f32, of one kernel block
+//! ([`Elem::load`], [`Elem::store`]) and of slices.
 //!
 //! - Widening (16 -> 32 bits) is exact for both.
-//! - f16 narrowing rounds to nearest, ties to even, keeping f16's subnormals;
-//!   it goes through `half`'s slice conversion, which uses the F16C
-//!   instructions when the CPU has them and a software path otherwise (the
-//!   two agree bit for bit: a test checks every f16 value and random f32s).
+//! - The conversions use the processor's instructions where the kernels'
+//!   level has them (`vcvtph2ps` / `vcvtps2ph` with AVX-512 F,
+//!   `vcvtneps2bf16` with AVX-512 BF16; a kernel asks once per sweep,
+//!   [`Elem::hw`]) and branch-free portable code otherwise; the two agree
+//!   bit for bit (tests check every f16 value and every f32 class).
+//! - f16 narrowing rounds to nearest, ties to even, keeping f16's
+//!   subnormals, as the half crate's software conversion does.
 //! - bf16 narrowing rounds to nearest, ties to even, NaN stays a quiet NaN,
 //!   and an f32 *subnormal* input (|x| < 2^-126) becomes a signed zero. That
 //!   last rule is what AVX-512 BF16's `vcvtneps2bf16` does (it treats

@@ -477,7 +477,9 @@ macro_rules! for_blocks {
         let n = $crate::__first_len!($($src),+);
         let full = n - n % $crate::simd::LANES;
         // The loop twice, with the conversion fixed in each, so that each
-        // copy has no per-block check (see Elem::hw).
+        // copy has no per-block check (see Elem::hw). A sweep's 16-bit
+        // slices are all of one type, so one answer holds for each; f32
+        // ignores it.
         let hw = false $(|| $crate::simd::hw_of(&$src).hw())+;
         if hw {
             $crate::__full_blocks!($crate::simd::Conv::checked(true), full, [$($ahead),*], $($x in $src),+ $(; mut $($y in $dst),+)? => $body);

@@ -1,7 +1,7 @@
 //! Training: determinism across thread counts, bit-identical resume,
 //! divergence as a result, run-folder safety.
 
-use normlab::train::{self, RunOptions, RunOutcome, StepRecord, TrainConfig};
+use normlab::train::{self, RunOptions, RunOutcome, StepRecord, TrainConfig, Trainer};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -531,4 +531,37 @@ fn low_precision_storage_rounds_and_f16_scales_the_loss() {
     let mut v = vec![1.0f32 + 1.0 / 512.0];
     Dtype::Bf16.round_in_place(&mut v);
     assert_eq!(v[0], 1.0);
+}
+
+#[test]
+fn no_beta_keeps_every_norm_bias_at_zero() {
+    use normlab::kernels::norm::ParamRole;
+    for norm in ["dyt", "layernorm"] {
+        let betas = |no_beta: bool| {
+            let c = cfg(
+                json!({"model": "toy", "layers": 2, "steps": 5, "batch": 8, "lr": 0.01, "norm": norm, "no_beta": no_beta}),
+            );
+            let mut t = Trainer::new(&c, 1).unwrap();
+            for _ in 0..5 {
+                t.train_step(false);
+            }
+            let refs: Vec<_> = t
+                .model
+                .norms()
+                .filter_map(|s| s.norm.param(ParamRole::Bias))
+                .collect();
+            assert_eq!(refs.len(), 5, "{norm}: 2 blocks x 2 norms + final");
+            refs.iter()
+                .flat_map(|r| r.get(&t.params).to_vec())
+                .collect::<Vec<f32>>()
+        };
+        assert!(
+            betas(true).iter().all(|&b| b == 0.0),
+            "{norm}: a frozen beta moved"
+        );
+        assert!(
+            betas(false).iter().any(|&b| b != 0.0),
+            "{norm}: beta never trains"
+        );
+    }
 }

@@ -194,6 +194,11 @@ crate::settings! {
         /// the others (default: --dyt-alpha).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub dyt_alpha_attn: Option<f32> => Flag::Num,
+        /// Every norm's beta (LayerNorm's, DyT's and Derf's bias) fixed at 0
+        /// and not trained (the DyT paper's LLaMA recipe drops it; nanoGPT's
+        /// bias=False).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub no_beta: bool => Flag::On,
     }
 }
 
@@ -233,6 +238,7 @@ impl ModelConfig {
             mixln_post_layers: None,
             emb_scale: false,
             dyt_alpha_attn: None,
+            no_beta: false,
         }
     }
 

@@ -506,6 +506,17 @@ impl Model {
         self.blocks.iter().flat_map(|b| b.sublayers())
     }
 
+    /// The parameters that stay at their initial value (`no_beta`: every
+    /// norm's beta): the trainer zeroes their gradients before each step.
+    pub fn frozen(&self) -> Vec<crate::params::ParamRef> {
+        if !self.cfg.no_beta {
+            return Vec::new();
+        }
+        self.norms()
+            .filter_map(|s| s.norm.param(crate::kernels::norm::ParamRole::Bias))
+            .collect()
+    }
+
     /// Every norm with where it sits: the blocks' (in parameter order),
     /// then the final norm.
     pub fn norms(&self) -> impl Iterator<Item = NormSite<'_>> {

@@ -186,6 +186,8 @@ pub struct Trainer {
     grads: AlignedBuf,
     /// `grads` is all zeros (after an optimizer step, which consumes them).
     grads_zero: bool,
+    /// Parameters that stay at their init ([`Model::frozen`]).
+    frozen: Vec<crate::params::ParamRef>,
     /// The run's own threads: every parallel loop of a step runs here (the
     /// optimizer included), never on rayon's global pool, so that runs side
     /// by side in one sweep process do not share threads.
@@ -262,6 +264,7 @@ impl Trainer {
             .map_err(|e| format!("thread pool: {e}"))?;
         let pool = std::sync::Arc::new(pool);
         let grads = model.layout.zeros();
+        let frozen = model.frozen();
         Ok(Trainer {
             cfg: cfg.clone(),
             model,
@@ -273,6 +276,7 @@ impl Trainer {
             shards,
             grads,
             grads_zero: true,
+            frozen,
             pool,
             threads,
             scaler: (cfg.dtype == crate::precision::Dtype::F16).then(LossScaler::new),
@@ -360,6 +364,11 @@ impl Trainer {
             Some(sc) => !sc.update(&mut self.grads),
             None => false,
         };
+        // Frozen parameters (no_beta) get no gradient, so Adam leaves them
+        // where they are (they are never weight-decayed).
+        for r in &self.frozen {
+            r.get_mut(&mut self.grads).fill(0.0);
+        }
         let nb = self.cfg.model.layers;
         let d = self.cfg.model.d_model as f64;
         let residual_rms: Vec<f64> = (0..nb)
