@@ -18,6 +18,7 @@ pub mod cure_all;
 pub mod depth_sim;
 pub mod depth_use;
 pub mod drift;
+pub mod dyt_recipe;
 pub mod gain_decay;
 pub mod identity_path;
 pub mod llm;
@@ -100,6 +101,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &cure_all::EXPERIMENT,
     &no_norm::EXPERIMENT,
     &depth_use::EXPERIMENT,
+    &dyt_recipe::EXPERIMENT,
     &precision::EXPERIMENT,
     &precision_train::EXPERIMENT,
     &llm::EXPERIMENT,
