@@ -10,7 +10,7 @@ use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::InitScheme;
-use crate::present::{f, opt, opt_step, Figure, LineChart, Series, Table};
+use crate::present::{f, opt, opt_step, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use crate::train::Status;
 use serde_json::json;
@@ -180,15 +180,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             };
             series.push(Series::new(name, mean_curve(g, &eval_curve)));
         }
-        panels.push(
-            LineChart::new(
-                format!("{l} layers, lr {lr}, {} init", init.name()),
-                "step",
-                "held-out loss",
-                series,
-            )
-            .panel(),
-        );
+        panels.push(runs::eval_panel(
+            format!("{l} layers, lr {lr}, {} init", init.name()),
+            series,
+        ));
     }
     let mut out = result(
         grid_settings(

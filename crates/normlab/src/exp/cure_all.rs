@@ -11,7 +11,7 @@ use super::runs::{self, cfg, grid_settings};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
-use crate::present::{f, opt, Figure, LineChart, Series, Table};
+use crate::present::{f, opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use crate::train::toy_task::ToyTask;
 use crate::train::TrainConfig;
@@ -195,7 +195,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     Series::new(n.name(), runs::mean_curve(&g, &runs::eval_curve))
                 })
                 .collect();
-            LineChart::new(p.label(), "step", "held-out loss", series).panel()
+            runs::eval_panel(p.label(), series)
         })
         .collect();
     out.figures.push(Figure::new("cure_all", panels, 2));

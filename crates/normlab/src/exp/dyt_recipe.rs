@@ -12,7 +12,7 @@ use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, merge};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
-use crate::present::{opt, Figure, LineChart, Series, Table};
+use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use crate::train::Status;
 use serde_json::{json, Value};
@@ -191,15 +191,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 series.push(Series::new(label.to_string(), eval_curve(r)));
             }
         }
-        panels.push(
-            LineChart::new(
-                format!("GPT, lr {lr}: held-out loss (first seed)"),
-                "step",
-                "held-out loss",
-                series,
-            )
-            .panel(),
-        );
+        panels.push(runs::eval_panel(
+            format!("GPT, lr {lr}: held-out loss (first seed)"),
+            series,
+        ));
     }
     let mut out = result(
         grid_settings(

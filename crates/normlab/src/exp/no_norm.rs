@@ -14,7 +14,7 @@ use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::model::ModelConfig;
 use crate::nn::Placement;
-use crate::present::{f, grid as cells, Figure, LineChart, Series};
+use crate::present::{f, grid as cells, Figure, Series};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use crate::train::Status;
 use serde_json::{json, Value};
@@ -266,15 +266,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                         .map(|(_, _, g)| Series::new(v.name(), mean_curve(g, &eval_curve)))
                 })
                 .collect();
-            curves.push(
-                LineChart::new(
-                    format!("{m}, lr {lr} (Pre-LN's best)"),
-                    "step",
-                    "held-out loss",
-                    series,
-                )
-                .panel(),
-            );
+            curves.push(runs::eval_panel(
+                format!("{m}, lr {lr} (Pre-LN's best)"),
+                series,
+            ));
         }
         answers.push(answer(&s, &find, m));
     }

@@ -12,7 +12,7 @@ use super::claims::{ClaimCheck, Verdict};
 use super::runs::{self, cfg, grid_settings, merge, tiny_gpt};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
-use crate::present::{opt, Figure, LineChart, Series, Table};
+use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use serde_json::{json, Value};
 
@@ -173,15 +173,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 }
             }
         }
-        panels.push(
-            LineChart::new(
-                format!("{model}: held-out loss, f32 and f16"),
-                "step",
-                "held-out loss",
-                series,
-            )
-            .panel(),
-        );
+        panels.push(runs::eval_panel(
+            format!("{model}: held-out loss, f32 and f16"),
+            series,
+        ));
     }
     let mut out = result(
         grid_settings(

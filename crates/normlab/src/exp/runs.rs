@@ -6,6 +6,7 @@
 use super::{num, ExpArgs, Progress};
 use crate::error::Result;
 use crate::nn::norm::mean_row_norm;
+use crate::present::{LineChart, Panel, Series};
 use crate::sweep::{self, RunResult, RunSpec, SweepOptions};
 use crate::train::TrainConfig;
 use serde_json::{json, Value};
@@ -107,6 +108,11 @@ pub fn eval_curve(r: &RunResult) -> Vec<(f64, f64)> {
         .iter()
         .filter_map(|m| m.eval_loss.map(|e| (m.step as f64, e)))
         .collect()
+}
+
+/// A figure panel of held-out loss against step.
+pub fn eval_panel(title: impl Into<String>, series: Vec<Series>) -> Panel {
+    LineChart::new(title, "step", "held-out loss", series).panel()
 }
 
 /// Training-loss curve of a run (logged steps).
