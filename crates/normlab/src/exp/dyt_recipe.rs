@@ -14,7 +14,6 @@ use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
-use crate::train::Status;
 use serde_json::{json, Value};
 
 /// The experiment's registry row.
@@ -103,10 +102,10 @@ fn label_of(r: &RunResult) -> &'static str {
     }
 }
 
-/// `a - b` when both trained, and whether it lies beyond the seeds'
-/// spread (twice the larger std, plus 0.005 nats).
+/// `a - b` when every run of both trained, and whether it lies beyond the
+/// seeds' spread (twice the larger std, plus 0.005 nats).
 fn delta(a: &SeedGroup, b: &SeedGroup) -> Option<(f64, bool)> {
-    if a.status != Status::Converged || b.status != Status::Converged {
+    if a.converged < a.runs || b.converged < b.runs || a.runs == 0 || b.runs == 0 {
         return None;
     }
     let (x, y) = (a.mean?, b.mean?);
@@ -149,7 +148,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         for (label, _) in variants() {
             let g = group(label, lr);
             let (vs_dyt, vs_pre) = (delta(&g, &dyt), delta(&g, &pre));
-            if label.starts_with("dyt") && g.status == Status::Converged {
+            if label.starts_with("dyt") && g.converged > 0 {
                 trained_dyt = true;
             }
             if label.starts_with("dyt, ") && label != "dyt, full recipe" {
@@ -157,7 +156,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     "{} {} at lr {lr}",
                     &label[5..],
                     match vs_dyt {
-                        None => format!("({} vs plain DyT {})", g.status.name(), dyt.status.name()),
+                        None => format!("{} where plain DyT {}", g.label(), dyt.label()),
                         Some((v, true)) => format!("{v:+.3}"),
                         Some((v, false)) => format!("{v:+.3} (no measurable difference)"),
                     }
@@ -165,7 +164,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
             if label == "dyt, full recipe" {
                 recipe.push(match vs_pre {
-                    None => format!("at lr {lr} the full recipe {} (Pre-LN {})", g.status.name(), pre.status.name()),
+                    None => format!("at lr {lr} the full recipe: {} (Pre-LN {})", g.label(), pre.label()),
                     Some((v, true)) => format!("at lr {lr} the full recipe ends {v:+.3} against Pre-LN"),
                     Some((v, false)) => format!("at lr {lr} the full recipe ends level with Pre-LN ({v:+.3}, within the spread)"),
                 });
@@ -220,7 +219,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         },
         if trained_dyt {
             format!(
-                "a GPT without any normalization statistics trains with DyT: {}",
+                "a GPT without any normalization statistics trains with DyT in some variant ({}); {}",
+                parts.join("; "),
                 recipe.join("; ")
             )
         } else {
@@ -234,6 +234,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::Status;
 
     fn group(status: Status, mean: f64, std: f64) -> SeedGroup {
         SeedGroup {
