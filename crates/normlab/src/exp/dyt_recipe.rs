@@ -9,7 +9,7 @@
 //! from Pre-LN.
 
 use super::claims::{ClaimCheck, Verdict};
-use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, merge};
+use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, lrs_json, merge};
 use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::error::Result;
 use crate::present::{opt, Figure, Series, Table};
@@ -198,7 +198,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"gpt": base(a), "variants": variants().into_iter().map(|(l, v)| json!({"label": l, "overrides": v})).collect::<Vec<_>>(), "lrs": lrs(a), "alpha_attn": ALPHA_ATTN}),
+            json!({"gpt": base(a), "variants": variants().into_iter().map(|(l, v)| json!({"label": l, "overrides": v})).collect::<Vec<_>>(), "lrs": lrs_json(&lrs(a)), "alpha_attn": ALPHA_ATTN}),
         ),
         seeds.clone(),
     );
