@@ -63,12 +63,7 @@ impl Elem for f16 {
             // inside a kernel compiled for it this inlines to one instruction.
             return unsafe { x86::load_f16(src) };
         }
-        let src = &src[..LANES];
-        let mut b = [0f32; LANES];
-        for i in 0..LANES {
-            b[i] = src[i].get();
-        }
-        b
+        crate::simd::load_portable(src)
     }
     #[inline(always)]
     fn store(dst: &mut [f16], b: &[f32; LANES], hw: Conv) {

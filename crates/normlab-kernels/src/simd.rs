@@ -68,12 +68,7 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
     #[inline(always)]
     fn load(src: &[Self], hw: Conv) -> [f32; LANES] {
         let _ = hw;
-        let src = &src[..LANES];
-        let mut b = [0f32; LANES];
-        for i in 0..LANES {
-            b[i] = src[i].get();
-        }
-        b
+        load_portable(src)
     }
     /// Round one block into the first `LANES` values of `dst`, exactly as
     /// [`Elem::put`] (`hw` as for [`Elem::load`]).
@@ -117,6 +112,18 @@ impl Elem for f32 {
     fn narrow(src: &[f32], dst: &mut [f32]) {
         dst.copy_from_slice(src)
     }
+}
+
+/// The first `LANES` values of `src` as f32 through [`Elem::get`] (the
+/// portable [`Elem::load`]).
+#[inline(always)]
+pub fn load_portable<T: Elem>(src: &[T]) -> [f32; LANES] {
+    let src = &src[..LANES];
+    let mut b = [0f32; LANES];
+    for i in 0..LANES {
+        b[i] = src[i].get();
+    }
+    b
 }
 
 /// Whether a block conversion may use the processor's conversion
