@@ -83,6 +83,9 @@ pub struct ExpCmd {
     /// depth-sim: LayerNorm Scaling, the pre-norm output of sublayer l times 1/sqrt(l) (with --pre-norm).
     #[arg(long)]
     lns: bool,
+    /// depth-sim: DyT's tanh(0.5 x) in the pre-norm's place (with --pre-norm).
+    #[arg(long)]
+    dyt: bool,
     /// placements: toy or gpt (default both).
     #[arg(long)]
     model: Option<String>,
@@ -148,6 +151,7 @@ impl ExpCmd {
             pre_norm: self.pre_norm.then_some(true),
             scale_writeback: self.scale_writeback.then_some(true),
             lns: self.lns.then_some(true),
+            dyt: self.dyt.then_some(true),
             model: match &self.model {
                 Some(m) => Some(m.parse::<ModelKind>().or_else(bad)?),
                 None => None,

@@ -10,7 +10,7 @@
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
-//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&seed=` —
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&seed=` —
 //!   the depth simulator, with an SVG chart.
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
@@ -250,6 +250,7 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         "pre_norm",
         "scale_writeback",
         "lns",
+        "dyt",
         "seed",
     ];
     let q = match query(raw, &allowed) {
@@ -276,26 +277,31 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         Some(Ok(s)) => s,
         Some(Err(_)) => return bad("seed must be a non-negative integer"),
     };
-    let cfg = match (
-        parse_bool("residual", q.get("residual"), true),
-        parse_bool("pre_norm", q.get("pre_norm"), false),
-        parse_bool("scale_writeback", q.get("scale_writeback"), false),
-        parse_bool("lns", q.get("lns"), false),
-    ) {
-        (Ok(residual), Ok(pre_norm), Ok(scale_writeback), Ok(lns)) => SimConfig {
-            sublayers,
-            gain,
-            residual,
-            pre_norm,
-            scale_writeback,
-            lns,
-            d: 64,
-            rows: 32,
-            seed,
-        },
-        (Err(r), _, _, _) | (_, Err(r), _, _) | (_, _, Err(r), _) | (_, _, _, Err(r)) => {
-            return bad(r)
-        }
+    let switches: Result<Vec<bool>, String> = [
+        ("residual", true),
+        ("pre_norm", false),
+        ("scale_writeback", false),
+        ("lns", false),
+        ("dyt", false),
+    ]
+    .iter()
+    .map(|&(name, default)| parse_bool(name, q.get(name), default))
+    .collect();
+    let [residual, pre_norm, scale_writeback, lns, dyt] = match switches {
+        Ok(v) => <[bool; 5]>::try_from(v).expect("five switches"),
+        Err(r) => return bad(r),
+    };
+    let cfg = SimConfig {
+        sublayers,
+        gain,
+        residual,
+        pre_norm,
+        scale_writeback,
+        lns,
+        dyt,
+        d: 64,
+        rows: 32,
+        seed,
     };
     if let Err(e) = depth_sim::validate(&cfg) {
         return bad(e.to_string());

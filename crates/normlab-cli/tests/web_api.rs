@@ -168,6 +168,13 @@ fn api_answers_and_validates() {
     assert!(final_rms(true) < 0.8 * final_rms(false));
     let (code, _) = get(&s, "/api/simulate?lns=maybe");
     assert_eq!(code, 400);
+    // DyT in the pre-norm's place reaches the simulator: its tanh(0.5 x)
+    // branch inputs (RMS below 1) grow the stream less than RMSNorm's.
+    let (code, body) = get(&s, "/api/simulate?sublayers=32&pre_norm=true&dyt=true");
+    assert_eq!(code, 200);
+    assert!(json_body(&body)["final_residual_rms"].as_f64().unwrap() < final_rms(false));
+    let (code, _) = get(&s, "/api/simulate?dyt=2");
+    assert_eq!(code, 400);
     let (code, body) = get(&s, "/api/runs");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["runs"][0]["id"], "a");

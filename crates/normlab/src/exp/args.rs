@@ -54,6 +54,8 @@ pub struct ExpArgs {
     pub scale_writeback: Option<bool>,
     /// depth-sim: LayerNorm Scaling (pre-norm output of sublayer l times 1/sqrt(l)).
     pub lns: Option<bool>,
+    /// depth-sim: DyT in the pre-norm's place.
+    pub dyt: Option<bool>,
     /// Model family (placements).
     pub model: Option<ModelKind>,
     /// Existing run folders to use instead of training (convert).
@@ -112,6 +114,8 @@ pub enum ExpFlag {
     ScaleWriteback,
     /// --lns (LayerNorm Scaling in the depth simulator)
     Lns,
+    /// --dyt (DyT as the depth simulator's pre-norm)
+    Dyt,
     /// --model toy|gpt
     Model,
     /// --runs DIR,DIR
@@ -126,7 +130,7 @@ pub enum ExpFlag {
 
 impl ExpFlag {
     /// Every flag.
-    pub const ALL: [ExpFlag; 24] = [
+    pub const ALL: [ExpFlag; 25] = [
         ExpFlag::Seeds,
         ExpFlag::Seed,
         ExpFlag::Steps,
@@ -146,6 +150,7 @@ impl ExpFlag {
         ExpFlag::PreNorm,
         ExpFlag::ScaleWriteback,
         ExpFlag::Lns,
+        ExpFlag::Dyt,
         ExpFlag::Model,
         ExpFlag::Runs,
         ExpFlag::Calibrate,
@@ -175,6 +180,7 @@ impl ExpFlag {
             ExpFlag::PreNorm => "pre-norm",
             ExpFlag::ScaleWriteback => "scale-writeback",
             ExpFlag::Lns => "lns",
+            ExpFlag::Dyt => "dyt",
             ExpFlag::Model => "model",
             ExpFlag::Runs => "runs",
             ExpFlag::Calibrate => "calibrate",
@@ -210,6 +216,7 @@ impl ExpFlag {
             | ExpFlag::PreNorm
             | ExpFlag::ScaleWriteback
             | ExpFlag::Lns
+            | ExpFlag::Dyt
             | ExpFlag::Runs
             | ExpFlag::Bert => None,
         }
@@ -237,6 +244,7 @@ impl ExpFlag {
             ExpFlag::PreNorm => a.pre_norm.is_some(),
             ExpFlag::ScaleWriteback => a.scale_writeback.is_some(),
             ExpFlag::Lns => a.lns.is_some(),
+            ExpFlag::Dyt => a.dyt.is_some(),
             ExpFlag::Model => a.model.is_some(),
             ExpFlag::Runs => a.runs.is_some(),
             ExpFlag::Calibrate => a.calibrate.is_some(),

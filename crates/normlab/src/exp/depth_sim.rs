@@ -38,6 +38,10 @@ pub struct SimConfig {
     /// 1/sqrt(l) (only with pre-norm).
     #[serde(default)]
     pub lns: bool,
+    /// The pre-norm is DyT's point-wise tanh(alpha x) with its initial
+    /// alpha [`DYT_ALPHA`] instead of RMSNorm (only with pre-norm).
+    #[serde(default)]
+    pub dyt: bool,
     /// Width.
     pub d: usize,
     /// Rows (independent inputs).
@@ -55,12 +59,16 @@ impl Default for SimConfig {
             pre_norm: false,
             scale_writeback: false,
             lns: false,
+            dyt: false,
             d: 64,
             rows: 64,
             seed: 0,
         }
     }
 }
+
+/// DyT's initial alpha in the simulator (the DyT paper's default).
+pub const DYT_ALPHA: f64 = 0.5;
 
 /// Simulator output.
 #[derive(Clone, Debug, Serialize)]
@@ -116,7 +124,10 @@ pub fn simulate(c: &SimConfig) -> SimResult {
         let w = draw(&mut rng);
         let mut a = x.clone();
         let mut ir = vec![1.0; rows];
-        if c.pre_norm {
+        if c.pre_norm && c.dyt {
+            a.iter_mut()
+                .for_each(|v| *v = (DYT_ALPHA * *v).tanh() * lns(l));
+        } else if c.pre_norm {
             for (row, irr) in a.chunks_exact_mut(d).zip(ir.iter_mut()) {
                 let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
                 *irr = 1.0 / (ms + 1e-6).sqrt();
@@ -155,7 +166,14 @@ pub fn simulate(c: &SimConfig) -> SimResult {
                     *dk += w[j * d + k] * bj;
                 }
             }
-            if c.pre_norm {
+            if c.pre_norm && c.dyt {
+                // d/dx of c * tanh(alpha x): c alpha (1 - tanh^2).
+                let xr = &xs[l][i * d..(i + 1) * d];
+                for (dk, &xk) in da.iter_mut().zip(xr) {
+                    let t = (DYT_ALPHA * xk).tanh();
+                    *dk *= lns(l) * DYT_ALPHA * (1.0 - t * t);
+                }
+            } else if c.pre_norm {
                 // d/dx of c * x * rstd: c rstd (da - xhat mean(da * xhat)).
                 da.iter_mut().for_each(|v| *v *= lns(l));
                 let xr = &xs[l][i * d..(i + 1) * d];
@@ -214,7 +232,7 @@ fn label(c: &SimConfig) -> String {
     }
     .to_string()];
     if c.pre_norm {
-        parts.push("pre-norm".into());
+        parts.push(if c.dyt { "pre-DyT" } else { "pre-norm" }.into());
     }
     if c.scale_writeback {
         parts.push("1/sqrt(N)".into());
@@ -236,6 +254,7 @@ pub const EXPERIMENT: Experiment = Experiment {
         ExpFlag::PreNorm,
         ExpFlag::ScaleWriteback,
         ExpFlag::Lns,
+        ExpFlag::Dyt,
         ExpFlag::DModel,
         ExpFlag::Rows,
         ExpFlag::Seed,
@@ -257,6 +276,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         pre_norm: a.pre_norm.unwrap_or(false),
         scale_writeback: a.scale_writeback.unwrap_or(false),
         lns: a.lns.unwrap_or(false),
+        dyt: a.dyt.unwrap_or(false),
         d: a.d_model.unwrap_or(64),
         rows: a.rows.unwrap_or(64),
         seed: a.seed.unwrap_or(0),
@@ -264,22 +284,27 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     validate(&base)?;
     let main = simulate(&base);
     // The canonical settings at the same N and gain, for comparison (the
-    // four of the lesson, then pre-norm with LayerNorm Scaling).
+    // four of the lesson, then pre-norm with LayerNorm Scaling, then DyT in
+    // the pre-norm's place).
     let variants: Vec<SimConfig> = [
-        (false, false, false, false),
-        (true, false, false, false),
-        (true, true, false, false),
-        (true, true, true, false),
-        (true, true, false, true),
+        (false, false, false, false, false),
+        (true, false, false, false, false),
+        (true, true, false, false, false),
+        (true, true, true, false, false),
+        (true, true, false, true, false),
+        (true, true, false, false, true),
     ]
     .iter()
-    .map(|&(residual, pre_norm, scale_writeback, lns)| SimConfig {
-        residual,
-        pre_norm,
-        scale_writeback,
-        lns,
-        ..base
-    })
+    .map(
+        |&(residual, pre_norm, scale_writeback, lns, dyt)| SimConfig {
+            residual,
+            pre_norm,
+            scale_writeback,
+            lns,
+            dyt,
+            ..base
+        },
+    )
     .collect();
     let results: Vec<SimResult> = variants.iter().map(simulate).collect();
     let mut table = Table::new(
@@ -352,7 +377,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     });
     let v = |i: usize| &results[i];
     out.conclusion = format!(
-        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}); pre-norm with LayerNorm Scaling (1/sqrt(l)) at {} ({}).",
+        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}); pre-norm with LayerNorm Scaling (1/sqrt(l)) at {} ({}); DyT's tanh(0.5 x) in the pre-norm's place at {} ({}).",
         base.sublayers,
         base.gain,
         opt(v(0).final_residual_rms),
@@ -365,6 +390,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         opt(v(3).grad_ratio_bottom_top),
         opt(v(4).final_residual_rms),
         opt(v(4).grad_ratio_bottom_top),
+        opt(v(5).final_residual_rms),
+        opt(v(5).grad_ratio_bottom_top),
     );
     out.checks.push(check_c4(&base, &results));
     out.tables.push(table);
@@ -405,4 +432,38 @@ fn check_c4(base: &SimConfig, results: &[SimResult]) -> ClaimCheck {
             if ordered { "The ordering is the lesson's." } else { "The ordering differs from the lesson's." }
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DyT in the pre-norm's place: the known directions at init.
+    #[test]
+    fn dyt_bounds_the_branch_input_like_a_norm() {
+        let base = SimConfig {
+            sublayers: 32,
+            ..SimConfig::default()
+        };
+        let rms = |c: SimConfig| simulate(&c).final_residual_rms.expect("finite");
+        let plain = rms(base);
+        let pre_norm = rms(SimConfig {
+            pre_norm: true,
+            ..base
+        });
+        let pre_dyt = rms(SimConfig {
+            pre_norm: true,
+            dyt: true,
+            ..base
+        });
+        // Without a norm the stream doubles in energy per sublayer (2^16 in
+        // RMS at 32); tanh keeps every branch input within [-1, 1], so the
+        // stream grows polynomially, and less than with RMSNorm's unit-RMS
+        // inputs (tanh(0.5 x) has RMS below 0.5 x's and below 1).
+        assert!(pre_dyt < 1e-2 * plain, "{pre_dyt} vs {plain}");
+        assert!(pre_dyt < pre_norm, "{pre_dyt} vs {pre_norm}");
+        assert!(pre_dyt > 1.0, "{pre_dyt}");
+        // dyt without pre-norm changes nothing.
+        assert_eq!(rms(SimConfig { dyt: true, ..base }), plain);
+    }
 }
