@@ -94,10 +94,21 @@ fn finite(v: f64) -> Option<f64> {
 /// input): a layer's weights are drawn again for the backward pass from the
 /// generator state saved before them, not kept.
 pub fn simulate(c: &SimConfig) -> SimResult {
-    let (n, d, rows) = (c.sublayers, c.d, c.rows);
     let mut rng = Rng::derive(c.seed, "depth-sim");
-    let mut x: Vec<f64> = (0..rows * d).map(|_| rng.normal()).collect();
-    let r: Vec<f64> = (0..rows * d).map(|_| rng.normal()).collect();
+    let x: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
+    let r: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
+    simulate_from(c, x, &r, rng).0
+}
+
+/// [`simulate`] from the inputs `x` and the loss weights `r` (L = <r, x_N>),
+/// the layers' weights drawn from `rng`: the result, x_N and dL/dx_0.
+fn simulate_from(
+    c: &SimConfig,
+    mut x: Vec<f64>,
+    r: &[f64],
+    mut rng: Rng,
+) -> (SimResult, Vec<f64>, Vec<f64>) {
+    let (n, d, rows) = (c.sublayers, c.d, c.rows);
     let std = c.gain / (d as f64).sqrt();
     let draw = |state: &mut Rng| -> Vec<f64> { (0..d * d).map(|_| std * state.normal()).collect() };
     let mut states = Vec::with_capacity(n);
@@ -152,7 +163,7 @@ pub fn simulate(c: &SimConfig) -> SimResult {
         }
     }
     // Backward: g_l = skip * g_{l+1} + In^T(W^T (branch * g_{l+1})).
-    let mut g = r.clone();
+    let mut g = r.to_vec();
     let mut grads = vec![(g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt()];
     for l in (0..n).rev() {
         let w = draw(&mut states[l].clone());
@@ -197,13 +208,14 @@ pub fn simulate(c: &SimConfig) -> SimResult {
         (Some(b), Some(t)) if t > 0.0 => finite(b / t),
         _ => None,
     };
-    SimResult {
+    let res = SimResult {
         config: *c,
         final_residual_rms: residual_rms[n],
         residual_rms,
         grad_norm,
         grad_ratio_bottom_top: ratio,
-    }
+    };
+    (res, x, g)
 }
 
 /// Check simulator settings (bounded work for the web lab too).
@@ -437,6 +449,49 @@ fn check_c4(base: &SimConfig, results: &[SimResult]) -> ClaimCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The simulator's backward against central finite differences of
+    /// L = <r, x_N> along a random direction of x_0, for each pre-norm
+    /// setting (RMSNorm, DyT, each with LayerNorm Scaling) and none.
+    #[test]
+    fn backward_matches_finite_differences() {
+        for (pre_norm, dyt, lns) in [
+            (false, false, false),
+            (true, false, false),
+            (true, true, false),
+            (true, false, true),
+            (true, true, true),
+        ] {
+            let c = SimConfig {
+                sublayers: 6,
+                d: 8,
+                rows: 3,
+                gain: 0.9,
+                pre_norm,
+                dyt,
+                lns,
+                ..SimConfig::default()
+            };
+            let mut rng = Rng::derive(7, "fd");
+            let x: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
+            let r: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
+            let e: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
+            let layers = Rng::derive(8, "fd layers");
+            let (_, _, g0) = simulate_from(&c, x.clone(), &r, layers.clone());
+            let loss = |h: f64| {
+                let xh: Vec<f64> = x.iter().zip(&e).map(|(a, b)| a + h * b).collect();
+                let (_, xn, _) = simulate_from(&c, xh, &r, layers.clone());
+                xn.iter().zip(&r).map(|(a, b)| a * b).sum::<f64>()
+            };
+            let h = 1e-5;
+            let fd = (loss(h) - loss(-h)) / (2.0 * h);
+            let an: f64 = g0.iter().zip(&e).map(|(a, b)| a * b).sum();
+            assert!(
+                (fd - an).abs() <= 1e-6 * an.abs().max(1.0),
+                "pre_norm {pre_norm} dyt {dyt} lns {lns}: {fd} vs {an}"
+            );
+        }
+    }
 
     /// DyT in the pre-norm's place: the known directions at init.
     #[test]
