@@ -1,4 +1,7 @@
-//! Instruction-set dispatch and the fixed-order reductions every kernel uses.
+//! Instruction-set dispatch, prefetching and streaming stores, and the sweep
+//! macros every kernel loops with ([`for_blocks!`](crate::for_blocks),
+//! [`write_row!`](crate::write_row)); the storage types are in `elem`, the
+//! fixed-order reductions in `sums`.
 //!
 //! Rust has no fast-math, so a float reduction written with one accumulator is
 //! a serial dependency chain that LLVM will not vectorise. The helpers here
@@ -20,138 +23,13 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// widest f64 vector, 8 lanes of AVX-512, times two to hide add latency).
 pub const LANES: usize = 16;
 
-/// A storage type the kernels read and write: f32, or a 16-bit type
-/// ([`crate::half16`]) widened to f32 on load and rounded on store. Every
-/// kernel computes in f32 (sums in f64) whatever the storage.
-pub trait Elem: Copy + Default + Send + Sync + 'static {
-    /// `"f32"`, `"bf16"` or `"f16"`.
-    const NAME: &'static str;
-    /// Whether the kernels' row sums run in f32 partials over
-    /// [`F32_CHUNK`] columns (joined in f64) instead of f64 lanes: true for
-    /// the 16-bit types, whose values carry 8 or 11 significant bits, so
-    /// that f32 partials are far inside their rounding (each partial's
-    /// relative error is at most 64 x 2^-24 = 3.8e-6, against 2^-9 and 2^-12
-    /// for the output); out of f32's safe range the sums fall back to f64
-    /// (see [`f32_sum_ok`]). False for f32, whose sums stay f64.
-    const F32_SUMS: bool = false;
-    /// The value as f32 (exact).
-    fn get(self) -> f32;
-    /// `v` rounded to this type.
-    fn put(v: f32) -> Self;
-    /// [`Elem::store`], or with non-temporal stores when `stream` (see
-    /// [`stream_block`]; `dst` must then start 16-byte aligned). Only f32
-    /// streams (see [`should_stream`]): the default ignores `stream`.
-    #[inline(always)]
-    fn write(dst: &mut [Self], b: &[f32; LANES], hw: Conv, stream: bool) {
-        let _ = stream;
-        Self::store(dst, b, hw)
-    }
-    /// The slice itself when the type is f32 (kernels written for f32 only
-    /// then run on it in place); `None` for a 16-bit type.
-    fn as_f32(s: &[Self]) -> Option<&[f32]>;
-    /// [`Elem::as_f32`] for a mutable slice.
-    fn as_f32_mut(s: &mut [Self]) -> Option<&mut [f32]>;
-    /// `dst[i] = src[i]` as f32, prefetching `ahead` (see [`ahead`]).
-    fn widen(src: &[Self], dst: &mut [f32], ahead: &[Self]);
-    /// `dst[i] = src[i]` rounded to this type, exactly as [`Elem::put`].
-    fn narrow(src: &[f32], dst: &mut [Self]);
-    /// How this type's block conversions ([`Elem::load`], [`Elem::store`])
-    /// run at the kernels' current [`level`]. The sweeps ask once, before
-    /// their loop over blocks, so that LLVM splits the loop instead of
-    /// checking per block.
-    #[inline(always)]
-    fn hw() -> Conv {
-        Conv::PORTABLE
-    }
-    /// The first `LANES` values of `src` as f32, exactly as [`Elem::get`]
-    /// (with the processor's conversion where `hw` allows).
-    #[inline(always)]
-    fn load(src: &[Self], hw: Conv) -> [f32; LANES] {
-        let _ = hw;
-        load_portable(src)
-    }
-    /// Round one block into the first `LANES` values of `dst`, exactly as
-    /// [`Elem::put`] (`hw` as for [`Elem::load`]).
-    #[inline(always)]
-    fn store(dst: &mut [Self], b: &[f32; LANES], hw: Conv) {
-        let _ = hw;
-        let dst = &mut dst[..LANES];
-        for i in 0..LANES {
-            dst[i] = Self::put(b[i]);
-        }
-    }
-}
+mod elem;
+mod sums;
 
-impl Elem for f32 {
-    const NAME: &'static str = "f32";
-    #[inline(always)]
-    fn get(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn put(v: f32) -> f32 {
-        v
-    }
-    #[inline(always)]
-    fn write(dst: &mut [f32], b: &[f32; LANES], hw: Conv, stream: bool) {
-        if stream {
-            stream_block(dst, b)
-        } else {
-            Self::store(dst, b, hw)
-        }
-    }
-    fn as_f32(s: &[f32]) -> Option<&[f32]> {
-        Some(s)
-    }
-    fn as_f32_mut(s: &mut [f32]) -> Option<&mut [f32]> {
-        Some(s)
-    }
-    fn widen(src: &[f32], dst: &mut [f32], _ahead: &[f32]) {
-        dst.copy_from_slice(src)
-    }
-    fn narrow(src: &[f32], dst: &mut [f32]) {
-        dst.copy_from_slice(src)
-    }
-}
-
-/// The first `LANES` values of `src` as f32 through [`Elem::get`] (the
-/// portable [`Elem::load`]).
-#[inline(always)]
-pub fn load_portable<T: Elem>(src: &[T]) -> [f32; LANES] {
-    let src = &src[..LANES];
-    let mut b = [0f32; LANES];
-    for i in 0..LANES {
-        b[i] = src[i].get();
-    }
-    b
-}
-
-/// Whether a block conversion may use the processor's conversion
-/// instructions: only [`Elem::hw`] makes one that says yes, and only when
-/// the CPU has them.
-#[derive(Clone, Copy, Debug)]
-pub struct Conv(bool);
-
-impl Conv {
-    /// The portable conversion.
-    pub const PORTABLE: Conv = Conv(false);
-    /// `hw` when the CPU has the instructions the caller checked for.
-    pub(crate) fn checked(hw: bool) -> Conv {
-        Conv(hw)
-    }
-    /// Whether the instructions may run.
-    #[inline(always)]
-    pub fn hw(self) -> bool {
-        self.0
-    }
-}
-
-/// [`Elem::hw`] of a slice's element type (for the sweep macros, which
-/// know their slices but not their types).
-#[inline(always)]
-pub fn hw_of<T: Elem>(_: &[T]) -> Conv {
-    T::hw()
-}
+pub use elem::{hw_of, load_portable, Conv, Elem};
+pub use sums::{
+    ahead_from, dot, f32_chunks, f32_sum_ok, shifted_sums, sum_squares, tree_sum, Acc, F32_CHUNK,
+};
 
 /// The instruction-set level a multiversioned kernel runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -326,7 +204,7 @@ pub fn prefetch(p: *const f32) {
 pub const PREFETCH_DIST: usize = 768;
 
 /// The part of `buf` that lies [`PREFETCH_DIST`] elements after `start`
-/// (empty near the end): pass it as an `ahead` slice to [`for_blocks!`].
+/// (empty near the end): pass it as an `ahead` slice to [`for_blocks!`](crate::for_blocks).
 /// For a 16-bit buffer the distance is the same in bytes (twice the values).
 #[inline(always)]
 pub fn ahead<T>(buf: &[T], start: usize) -> &[T] {
@@ -453,20 +331,6 @@ macro_rules! __write_blocks {
     }};
 }
 
-/// Sum accumulators (f64 or f32) in a fixed pairwise tree.
-#[inline(always)]
-pub fn tree_sum<T: Copy + std::ops::AddAssign>(acc: &[T; LANES]) -> T {
-    let mut a = *acc;
-    let mut n = LANES;
-    while n > 1 {
-        n /= 2;
-        for i in 0..n {
-            a[i] += a[i + n];
-        }
-    }
-    a[0]
-}
-
 /// Run `$body` for each `LANES`-block of the equally long slices `$x...`,
 /// binding each block as `&[f32; LANES]` (and each block of the slices
 /// after `; mut` as `&mut [f32; LANES]`); a last partial block is copied
@@ -545,202 +409,4 @@ macro_rules! __first_len {
     ($a:expr $(, $rest:expr)*) => {
         $a.len()
     };
-}
-
-/// `(sum(x - k), sum((x - k)^2))` in f64, with `LANES` accumulators, for a
-/// shift `k` taken from the row (`k` must be an f32 value).
-/// Shifting (the "shifted data" algorithm) keeps `var = s2/n - (s1/n)^2`
-/// accurate even when |mean| >> std: the cancellation error is bounded by
-/// (|mean - k| / std)^2 * 2^-53, and |mean - k| <= std * sqrt(n).
-///
-/// For storage types with [`Elem::F32_SUMS`] the sums run in f32 partials,
-/// redone in f64 where `sum((x - k)^2)` cannot stand ([`f32_sum_ok`]), and
-/// redone around the f32 mean where the shift lies more than 4 standard
-/// deviations from it (the cancellation would then cost more than f32's
-/// partials can spare; a row whose first value is an outlier).
-#[inline(always)]
-pub fn shifted_sums<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
-    if T::F32_SUMS {
-        let (s1, s2) = shifted_sums_f32(x, k, ahead);
-        let n = x.len() as f64;
-        let m1 = s1 / n;
-        if f32_sum_ok(s2) {
-            if m1 * m1 <= 16.0 * (s2 / n - m1 * m1) {
-                return (s1, s2);
-            }
-            // Around the mean; the caller shifted by k, so hand back sums
-            // shifted by k: sum(x - k) = sum(x - m) + n (m - k), and
-            // sum((x - k)^2) = sum((x - m)^2) + 2 (m - k) sum(x - m) + n (m - k)^2.
-            let m = (k as f64 + m1) as f32;
-            let (r1, r2) = shifted_sums_f32(x, m, ahead);
-            if f32_sum_ok(r2) {
-                let dm = m as f64 - k as f64;
-                return (r1 + n * dm, r2 + 2.0 * dm * r1 + n * dm * dm);
-            }
-        }
-    }
-    let mut s1 = [0f64; LANES];
-    let mut s2 = [0f64; LANES];
-    let kd = k as f64;
-    crate::for_blocks!(pad: k, ahead: [ahead], c in x => {
-        for i in 0..LANES {
-            let v = c[i] as f64 - kd;
-            s1[i] += v;
-            s2[i] += v * v;
-        }
-    });
-    (tree_sum(&s1), tree_sum(&s2))
-}
-
-/// Columns summed in f32 lanes before the partial joins the f64 total
-/// (storage types with [`Elem::F32_SUMS`]).
-pub const F32_CHUNK: usize = 1024;
-
-/// Whether a sum of squares accumulated in f32 partials can stand: finite
-/// (no partial overflowed) and at least 2^-60, so that the squares f32
-/// lost to underflow (each below 2^-126, at most 2^20 of them) are below
-/// 2^-46 of it. Otherwise the kernels redo the sum in f64.
-#[inline(always)]
-pub fn f32_sum_ok(s: f64) -> bool {
-    s.is_finite() && s >= f64::from_bits(0x3c30_0000_0000_0000)
-}
-
-/// A lane accumulator of the backward sweeps: f64, or f32 for storage types
-/// with [`Elem::F32_SUMS`] (then joined in f64 per [`F32_CHUNK`]).
-pub trait Acc: Copy + Default + std::ops::AddAssign + 'static {
-    /// An f32 term as the accumulator's type.
-    fn of(v: f32) -> Self;
-    /// The accumulated value.
-    fn wide(self) -> f64;
-}
-
-impl Acc for f32 {
-    #[inline(always)]
-    fn of(v: f32) -> f32 {
-        v
-    }
-    #[inline(always)]
-    fn wide(self) -> f64 {
-        self as f64
-    }
-}
-
-impl Acc for f64 {
-    #[inline(always)]
-    fn of(v: f32) -> f64 {
-        v as f64
-    }
-    #[inline(always)]
-    fn wide(self) -> f64 {
-        self
-    }
-}
-
-/// The `[start, end)` column ranges of [`F32_CHUNK`] columns of a row of `d`.
-#[inline(always)]
-pub fn f32_chunks(d: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..d)
-        .step_by(F32_CHUNK)
-        .map(move |c| (c, (c + F32_CHUNK).min(d)))
-}
-
-/// The part of an `ahead` slice (see [`ahead`]) for columns from `c` on.
-#[inline(always)]
-pub fn ahead_from<T>(ahead: &[T], c: usize) -> &[T] {
-    ahead.get(c..).unwrap_or(&[])
-}
-
-/// `(sum(x - k), sum((x - k)^2))` for a 16-bit row: the squares in f32
-/// lanes per [`F32_CHUNK`], f64 across chunks; the plain sum in f64 lanes
-/// (as fast here: with two f32 accumulators LLVM did not vectorise the
-/// sweep, and two sweeps of one each were no faster).
-#[inline(always)]
-fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
-    let (mut t1, mut t2) = (0f64, 0f64);
-    for (c, e) in f32_chunks(x.len()) {
-        let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
-        let mut s1 = [0f64; LANES];
-        let mut s2 = [0f32; LANES];
-        crate::for_blocks!(pad: k, ahead: [ac], v in xc => {
-            for i in 0..LANES {
-                let w = v[i] - k;
-                s1[i] += w as f64;
-                s2[i] += w * w;
-            }
-        });
-        t1 += tree_sum(&s1);
-        t2 += tree_sum(&s2) as f64;
-    }
-    (t1, t2)
-}
-
-/// `sum(x^2)` (no overflow for |x| up to f32::MAX, no underflow for |x|
-/// down to 1e-38): f64 lanes, or for storage types with
-/// [`Elem::F32_SUMS`] f32 partials with an f64 redo where they cannot
-/// stand ([`f32_sum_ok`]).
-#[inline(always)]
-pub fn sum_squares<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
-    if T::F32_SUMS {
-        let mut t = 0f64;
-        for (c, e) in f32_chunks(x.len()) {
-            let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
-            let mut s = [0f32; LANES];
-            crate::for_blocks!(pad: 0.0, ahead: [ac], v in xc => {
-                for i in 0..LANES {
-                    s[i] += v[i] * v[i];
-                }
-            });
-            t += tree_sum(&s) as f64;
-        }
-        if f32_sum_ok(t) {
-            return t;
-        }
-    }
-    let mut s = [0f64; LANES];
-    crate::for_blocks!(pad: 0.0, ahead: [ahead], c in x => {
-        for i in 0..LANES {
-            let v = c[i] as f64;
-            s[i] += v * v;
-        }
-    });
-    tree_sum(&s)
-}
-
-/// `sum(a * b)` in f64.
-#[inline(always)]
-pub fn dot(a: &[f32], b: &[f32], ahead_a: &[f32], ahead_b: &[f32]) -> f64 {
-    let mut s = [0f64; LANES];
-    crate::for_blocks!(pad: 0.0, ahead: [ahead_a, ahead_b], x in a, y in b => {
-        for i in 0..LANES {
-            s[i] += x[i] as f64 * y[i] as f64;
-        }
-    });
-    tree_sum(&s)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tree_sum_is_plain_sum_for_integers() {
-        let mut a = [0f64; LANES];
-        for (i, v) in a.iter_mut().enumerate() {
-            *v = i as f64;
-        }
-        assert_eq!(tree_sum(&a), (0..LANES).sum::<usize>() as f64);
-    }
-
-    #[test]
-    fn shifted_sums_handle_offset_rows() {
-        // 1e4 + tiny alternating noise: mean 1e4, var exactly 1e-6 in f64.
-        let x: Vec<f32> = (0..1000)
-            .map(|i| if i % 2 == 0 { 10000.0 } else { 10000.001 })
-            .collect();
-        let (s1, s2) = shifted_sums(&x, x[0], &[]);
-        let n = x.len() as f64;
-        let var = s2 / n - (s1 / n) * (s1 / n);
-        let d = 10000.001f32 as f64 - 10000.0;
-        assert!((var - d * d / 4.0).abs() < 1e-12 * d * d, "{var}");
-    }
 }

@@ -1,0 +1,217 @@
+//! The fixed-order reductions every kernel uses: a pairwise tree over the
+//! `LANES` accumulators, the (shifted) sums of squares of a row in f64
+//! lanes, and the f32 partial sums of 16-bit rows with their f64 fall-back.
+
+use super::{Elem, LANES};
+
+/// Sum accumulators (f64 or f32) in a fixed pairwise tree.
+#[inline(always)]
+pub fn tree_sum<T: Copy + std::ops::AddAssign>(acc: &[T; LANES]) -> T {
+    let mut a = *acc;
+    let mut n = LANES;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            a[i] += a[i + n];
+        }
+    }
+    a[0]
+}
+
+/// `(sum(x - k), sum((x - k)^2))` in f64, with `LANES` accumulators, for a
+/// shift `k` taken from the row (`k` must be an f32 value).
+/// Shifting (the "shifted data" algorithm) keeps `var = s2/n - (s1/n)^2`
+/// accurate even when |mean| >> std: the cancellation error is bounded by
+/// (|mean - k| / std)^2 * 2^-53, and |mean - k| <= std * sqrt(n).
+///
+/// For storage types with [`Elem::F32_SUMS`] the sums run in f32 partials,
+/// redone in f64 where `sum((x - k)^2)` cannot stand ([`f32_sum_ok`]), and
+/// redone around the f32 mean where the shift lies more than 4 standard
+/// deviations from it (the cancellation would then cost more than f32's
+/// partials can spare; a row whose first value is an outlier).
+#[inline(always)]
+pub fn shifted_sums<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
+    if T::F32_SUMS {
+        let (s1, s2) = shifted_sums_f32(x, k, ahead);
+        let n = x.len() as f64;
+        let m1 = s1 / n;
+        if f32_sum_ok(s2) {
+            if m1 * m1 <= 16.0 * (s2 / n - m1 * m1) {
+                return (s1, s2);
+            }
+            // Around the mean; the caller shifted by k, so hand back sums
+            // shifted by k: sum(x - k) = sum(x - m) + n (m - k), and
+            // sum((x - k)^2) = sum((x - m)^2) + 2 (m - k) sum(x - m) + n (m - k)^2.
+            let m = (k as f64 + m1) as f32;
+            let (r1, r2) = shifted_sums_f32(x, m, ahead);
+            if f32_sum_ok(r2) {
+                let dm = m as f64 - k as f64;
+                return (r1 + n * dm, r2 + 2.0 * dm * r1 + n * dm * dm);
+            }
+        }
+    }
+    let mut s1 = [0f64; LANES];
+    let mut s2 = [0f64; LANES];
+    let kd = k as f64;
+    crate::for_blocks!(pad: k, ahead: [ahead], c in x => {
+        for i in 0..LANES {
+            let v = c[i] as f64 - kd;
+            s1[i] += v;
+            s2[i] += v * v;
+        }
+    });
+    (tree_sum(&s1), tree_sum(&s2))
+}
+
+/// Columns summed in f32 lanes before the partial joins the f64 total
+/// (storage types with [`Elem::F32_SUMS`]).
+pub const F32_CHUNK: usize = 1024;
+
+/// Whether a sum of squares accumulated in f32 partials can stand: finite
+/// (no partial overflowed) and at least 2^-60, so that the squares f32
+/// lost to underflow (each below 2^-126, at most 2^20 of them) are below
+/// 2^-46 of it. Otherwise the kernels redo the sum in f64.
+#[inline(always)]
+pub fn f32_sum_ok(s: f64) -> bool {
+    s.is_finite() && s >= f64::from_bits(0x3c30_0000_0000_0000)
+}
+
+/// A lane accumulator of the backward sweeps: f64, or f32 for storage types
+/// with [`Elem::F32_SUMS`] (then joined in f64 per [`F32_CHUNK`]).
+pub trait Acc: Copy + Default + std::ops::AddAssign + 'static {
+    /// An f32 term as the accumulator's type.
+    fn of(v: f32) -> Self;
+    /// The accumulated value.
+    fn wide(self) -> f64;
+}
+
+impl Acc for f32 {
+    #[inline(always)]
+    fn of(v: f32) -> f32 {
+        v
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Acc for f64 {
+    #[inline(always)]
+    fn of(v: f32) -> f64 {
+        v as f64
+    }
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self
+    }
+}
+
+/// The `[start, end)` column ranges of [`F32_CHUNK`] columns of a row of `d`.
+#[inline(always)]
+pub fn f32_chunks(d: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..d)
+        .step_by(F32_CHUNK)
+        .map(move |c| (c, (c + F32_CHUNK).min(d)))
+}
+
+/// The part of an `ahead` slice (see [`ahead`](super::ahead)) for columns from `c` on.
+#[inline(always)]
+pub fn ahead_from<T>(ahead: &[T], c: usize) -> &[T] {
+    ahead.get(c..).unwrap_or(&[])
+}
+
+/// `(sum(x - k), sum((x - k)^2))` for a 16-bit row: the squares in f32
+/// lanes per [`F32_CHUNK`], f64 across chunks; the plain sum in f64 lanes
+/// (as fast here: with two f32 accumulators LLVM did not vectorise the
+/// sweep, and two sweeps of one each were no faster).
+#[inline(always)]
+fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
+    let (mut t1, mut t2) = (0f64, 0f64);
+    for (c, e) in f32_chunks(x.len()) {
+        let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
+        let mut s1 = [0f64; LANES];
+        let mut s2 = [0f32; LANES];
+        crate::for_blocks!(pad: k, ahead: [ac], v in xc => {
+            for i in 0..LANES {
+                let w = v[i] - k;
+                s1[i] += w as f64;
+                s2[i] += w * w;
+            }
+        });
+        t1 += tree_sum(&s1);
+        t2 += tree_sum(&s2) as f64;
+    }
+    (t1, t2)
+}
+
+/// `sum(x^2)` (no overflow for |x| up to f32::MAX, no underflow for |x|
+/// down to 1e-38): f64 lanes, or for storage types with
+/// [`Elem::F32_SUMS`] f32 partials with an f64 redo where they cannot
+/// stand ([`f32_sum_ok`]).
+#[inline(always)]
+pub fn sum_squares<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
+    if T::F32_SUMS {
+        let mut t = 0f64;
+        for (c, e) in f32_chunks(x.len()) {
+            let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
+            let mut s = [0f32; LANES];
+            crate::for_blocks!(pad: 0.0, ahead: [ac], v in xc => {
+                for i in 0..LANES {
+                    s[i] += v[i] * v[i];
+                }
+            });
+            t += tree_sum(&s) as f64;
+        }
+        if f32_sum_ok(t) {
+            return t;
+        }
+    }
+    let mut s = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ahead], c in x => {
+        for i in 0..LANES {
+            let v = c[i] as f64;
+            s[i] += v * v;
+        }
+    });
+    tree_sum(&s)
+}
+
+/// `sum(a * b)` in f64.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32], ahead_a: &[f32], ahead_b: &[f32]) -> f64 {
+    let mut s = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ahead_a, ahead_b], x in a, y in b => {
+        for i in 0..LANES {
+            s[i] += x[i] as f64 * y[i] as f64;
+        }
+    });
+    tree_sum(&s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_sum_is_plain_sum_for_integers() {
+        let mut a = [0f64; LANES];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = i as f64;
+        }
+        assert_eq!(tree_sum(&a), (0..LANES).sum::<usize>() as f64);
+    }
+
+    #[test]
+    fn shifted_sums_handle_offset_rows() {
+        // 1e4 + tiny alternating noise: mean 1e4, var exactly 1e-6 in f64.
+        let x: Vec<f32> = (0..1000)
+            .map(|i| if i % 2 == 0 { 10000.0 } else { 10000.001 })
+            .collect();
+        let (s1, s2) = shifted_sums(&x, x[0], &[]);
+        let n = x.len() as f64;
+        let var = s2 / n - (s1 / n) * (s1 / n);
+        let d = 10000.001f32 as f64 - 10000.0;
+        assert!((var - d * d / 4.0).abs() < 1e-12 * d * d, "{var}");
+    }
+}
