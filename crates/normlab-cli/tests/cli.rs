@@ -272,6 +272,77 @@ fn train_json_summary_and_run_folder() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The unpacked GEMM kernel (normlab_kernels::matmul::gemm_direct, used at
+/// the AVX-512 levels) and `matrixmultiply` (`NORMLAB_GEMM=matrixmultiply`)
+/// train bit-identical runs: the toy (k over several 256-blocks in the
+/// weight gradients) and a GPT with attention (scaled products), QK-norm,
+/// SwiGLU and a tied head.
+#[test]
+fn training_is_bit_identical_through_either_gemm() {
+    let dir = tmp("gemm");
+    let runs: [&[&str]; 2] = [
+        &[
+            "--model", "toy", "--layers", "3", "--batch", "32", "--steps", "12",
+        ],
+        &[
+            "--model",
+            "gpt",
+            "--layers",
+            "2",
+            "--d-model",
+            "64",
+            "--heads",
+            "2",
+            "--seq",
+            "64",
+            "--hidden",
+            "96",
+            "--batch",
+            "8",
+            "--steps",
+            "6",
+            "--qk-norm",
+            "--act",
+            "swiglu",
+            "--tie-head",
+        ],
+    ];
+    for (i, args) in runs.iter().enumerate() {
+        let mut weights = Vec::new();
+        for gemm in ["direct", "matrixmultiply"] {
+            let out = dir.join(format!("{i}-{gemm}"));
+            let mut a = vec![
+                "train",
+                "--threads",
+                "1",
+                "--eval-every",
+                "6",
+                "--eval-sequences",
+                "8",
+                "--quiet",
+            ];
+            a.extend_from_slice(args);
+            a.extend_from_slice(&["--out", out.to_str().unwrap()]);
+            let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+                .env("NORMLAB_GEMM", gemm)
+                .args(&a)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{a:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            weights.push(std::fs::read(out.join("checkpoint.safetensors")).unwrap());
+        }
+        assert!(
+            weights[0] == weights[1],
+            "{args:?}: the two GEMM paths trained different weights"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn train_bad_config_exits_2_and_leaves_runs_alone() {
     let dir = tmp("bad");

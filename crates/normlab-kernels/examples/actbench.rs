@@ -23,8 +23,76 @@ fn med<F: FnMut()>(mut f: F) -> f64 {
 }
 
 fn main() {
-    elementwise();
-    toy_linears();
+    if std::env::var_os("GEMM_ONLY").is_none() {
+        elementwise();
+        toy_linears();
+    }
+    #[cfg(target_arch = "x86_64")]
+    direct_vs_packed();
+}
+
+#[cfg(target_arch = "x86_64")]
+/// `gemm_direct` against `matrixmultiply::sgemm` on the models' products
+/// (the same bits), interleaved over 5 rounds: (name, m, k, n, A transposed).
+fn direct_vs_packed() {
+    let shapes = [
+        ("toy dx 512x256->64", 512, 256, 64, false),
+        ("toy dx 512x64->256", 512, 64, 256, false),
+        ("toy dW 64x512->256", 64, 512, 256, true),
+        ("toy dW 256x512->64", 256, 512, 64, true),
+        ("toy fwd 512x64->256", 512, 64, 256, false),
+        ("toy fwd 512x256->64", 512, 256, 64, false),
+        ("gpt dx 2048x512->128", 2048, 512, 128, false),
+        ("gpt dx 2048x128->512", 2048, 128, 512, false),
+        ("gpt dW 128x2048->512", 128, 2048, 512, true),
+        ("gpt dW 512x2048->128", 512, 2048, 128, true),
+    ];
+    for (name, m, k, n, ta) in shapes {
+        // Forward products read B = W^T (strided); the rest row-major B.
+        let tb = name.contains("fwd");
+        let (rsb, csb) = if tb { (1, k) } else { (n, 1) };
+        let a: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
+        let mut c = vec![0f32; m * n];
+        let (rsa, csa) = if ta { (1, m) } else { (k, 1) };
+        let fl = 2.0 * (m * k * n) as f64;
+        let (mut tp, mut td) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            tp.push(med(|| unsafe {
+                matrixmultiply::sgemm(
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    a.as_ptr(),
+                    rsa as isize,
+                    csa as isize,
+                    b.as_ptr(),
+                    rsb as isize,
+                    csb as isize,
+                    0.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                )
+            }));
+            td.push(med(|| {
+                normlab_kernels::matmul::gemm_direct(
+                    m, k, n, 1.0, &a, rsa, csa, &b, rsb, csb, false, &mut c, n,
+                )
+            }));
+        }
+        tp.sort_by(f64::total_cmp);
+        td.sort_by(f64::total_cmp);
+        println!(
+            "{name:28}: packed {:6.1} GF/s, direct {:6.1} GF/s (direct/packed {:.2}x, range {:.2}-{:.2})",
+            fl / tp[2] / 1e9,
+            fl / td[2] / 1e9,
+            tp[2] / td[2],
+            tp[0] / td[4],
+            tp[4] / td[0]
+        );
+    }
 }
 
 fn elementwise() {

@@ -1,7 +1,10 @@
-//! Matrix multiplication through `matrixmultiply` (single-threaded, with its
-//! AVX-512/AVX2 kernels picked at run time; normlab parallelises above it on
-//! fixed splits, so results never depend on the thread count), plus the three
-//! products a Linear layer needs, in PyTorch's weight layout `W: [out, in]`.
+//! Matrix multiplication: `matrixmultiply` (single-threaded, with its
+//! AVX-512/AVX2 kernels picked at run time), or at the AVX-512 levels
+//! normlab's unpacked kernel [`direct`] that rounds every element exactly as
+//! `matrixmultiply` does (normlab parallelises above both on fixed splits,
+//! so results never depend on the thread count or on the path); plus the
+//! three products a Linear layer needs, in PyTorch's weight layout
+//! `W: [out, in]`.
 
 /// A read-only strided matrix view: element (i, j) is `data[i*rs + j*cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -57,8 +60,16 @@ impl<'a> Mat<'a> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub mod direct;
+#[cfg(target_arch = "x86_64")]
+pub use direct::{direct_ok, gemm_direct};
+
 /// `C = alpha * A B + beta * C` with `C` row-major `[a.rows, b.cols]` at row
 /// stride `rsc`. With `beta == 0`, C's previous contents are ignored (even NaN).
+/// At the AVX-512 levels, products with beta 0 or 1 that it rounds alike
+/// ([`direct_ok`]: all of the models') run through [`gemm_direct`]:
+/// no packing, the same bits as `matrixmultiply`, which does the rest.
 pub fn gemm(alpha: f32, a: Mat, b: Mat, beta: f32, c: &mut [f32], rsc: usize) {
     assert_eq!(
         a.cols, b.rows,
@@ -80,7 +91,44 @@ pub fn gemm(alpha: f32, a: Mat, b: Mat, beta: f32, c: &mut [f32], rsc: usize) {
         }
         return;
     }
-    // SAFETY: every index the views and C can touch was bounds-checked above.
+    #[cfg(target_arch = "x86_64")]
+    if (beta == 0.0 || beta == 1.0)
+        && direct_ok(alpha, beta == 1.0, k)
+        && crate::simd::level() >= crate::simd::Level::Avx512
+        && !packed_only()
+    {
+        gemm_direct(
+            m,
+            k,
+            n,
+            alpha,
+            a.data,
+            a.rs,
+            a.cs,
+            b.data,
+            b.rs,
+            b.cs,
+            beta == 1.0,
+            c,
+            rsc,
+        );
+        return;
+    }
+    sgemm(alpha, a, b, beta, c, rsc);
+}
+
+/// Whether `NORMLAB_GEMM=matrixmultiply` asks every product through
+/// `matrixmultiply` (read once; for comparing speed, the bits are the same).
+pub fn packed_only() -> bool {
+    static PACKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PACKED.get_or_init(|| std::env::var("NORMLAB_GEMM").is_ok_and(|v| v == "matrixmultiply"))
+}
+
+/// `matrixmultiply::sgemm` on checked views (see [`gemm`]).
+fn sgemm(alpha: f32, a: Mat, b: Mat, beta: f32, c: &mut [f32], rsc: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    // SAFETY: every index the views and C can touch was bounds-checked by
+    // `gemm`, the only caller.
     unsafe {
         matrixmultiply::sgemm(
             m,

@@ -1,0 +1,421 @@
+//! A GEMM micro-kernel that reads its operands where they lie, without
+//! packing them, and rounds every element exactly as `matrixmultiply`'s
+//! fused-multiply-add kernels do, so that swapping it in changes no bit.
+//!
+//! `matrixmultiply` (0.3, the AVX-512 and AVX2+FMA kernels) computes each
+//! element of `C = A B + beta C` (alpha 1) as follows: `k` is cut into
+//! blocks of [`KC`] (256) in ascending order; within a block one
+//! accumulator starts at +0 and takes `fma(a[i,p], b[p,j], acc)` for
+//! ascending `p`; the first block stores `acc` (beta 0) or `c + acc`
+//! (beta 1, rounded once), every later block `c + acc`. This kernel does the
+//! same per element, so the results are identical bit for bit (a test
+//! compares them on many shapes and strides). What differs is the work
+//! around it: `matrixmultiply` copies (packs) both operands into aligned
+//! panels on every call, which on the models' small matrices (d 64..512)
+//! costs a fifth of a training step; here `B` must have contiguous rows
+//! (`b[p, j..j+32]` one load) and `A`'s values are broadcast from wherever
+//! they are (any strides). A Linear's forward needs `W^T`, which the caller
+//! transposes once per call (a `d_in x d_out` copy, against the
+//! `rows x d_in` copy of `A` that packing made).
+//!
+//! Tiles are [`MR`] rows by [`NR`] columns (24 accumulators in AVX-512
+//! registers); it runs at the AVX-512 levels only, and [`super::gemm`]
+//! keeps `matrixmultiply` elsewhere (AVX2 has too few registers for this
+//! tile, and without FMA `matrixmultiply` rounds products separately).
+
+/// Rows of C per tile.
+pub const MR: usize = 12;
+/// Columns of C per tile (two 16-float vectors).
+pub const NR: usize = 32;
+/// The k-block of `matrixmultiply`'s f32 kernels (`S_KC`).
+pub const KC: usize = 256;
+
+/// One tile: `R` rows of A from `a` (row stride `ars`, column stride
+/// `acs`), `kc` rows of B from `b` (row stride `brs`, 32 contiguous
+/// values each), into C at `c` (row stride `rsc`), `cols` of the 32
+/// columns kept. `add`: C = C + acc, else C = alpha acc. Written with
+/// AVX-512 intrinsics: the accumulators must stay in registers (the portable
+/// version compiled to half the throughput in one of two inlining contexts).
+///
+/// # Safety
+/// AVX-512F must be present, and every address the tile reads or writes
+/// must be in bounds: `a` for `R x kc` at its strides, `b` for `kc` rows of
+/// 32 floats, `c` for `R` rows of `cols` floats.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const R: usize>(
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    acs: usize,
+    b: *const f32,
+    brs: usize,
+    c: *mut f32,
+    rsc: usize,
+    cols: usize,
+    alpha: f32,
+    add: bool,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): the caller guarantees AVX-512F and the ranges.
+    unsafe {
+        let mut lo = [_mm512_setzero_ps(); R];
+        let mut hi = [_mm512_setzero_ps(); R];
+        for p in 0..kc {
+            let b0 = _mm512_loadu_ps(b.add(p * brs));
+            let b1 = _mm512_loadu_ps(b.add(p * brs + 16));
+            let ap = a.add(p * acs);
+            for i in 0..R {
+                let av = _mm512_set1_ps(*ap.add(i * ars));
+                lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
+                hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
+            }
+        }
+        // Columns kept in each half (a mask of the low `cols` lanes).
+        let m0: __mmask16 = if cols >= 16 {
+            0xffff
+        } else {
+            (1u32 << cols) as u16 - 1
+        };
+        let m1: __mmask16 = if cols >= NR {
+            0xffff
+        } else if cols > 16 {
+            (1u32 << (cols - 16)) as u16 - 1
+        } else {
+            0
+        };
+        let av = _mm512_set1_ps(alpha);
+        for i in 0..R {
+            let cr = c.add(i * rsc);
+            let (v0, v1) = if add {
+                (
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), lo[i]),
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr.add(16)), hi[i]),
+                )
+            } else {
+                (_mm512_mul_ps(av, lo[i]), _mm512_mul_ps(av, hi[i]))
+            };
+            _mm512_mask_storeu_ps(cr, m0, v0);
+            _mm512_mask_storeu_ps(cr.add(16), m1, v1);
+        }
+    }
+}
+
+/// Row tiles of every height up to [`MR`] over one k-block and one column panel.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows(
+    m: usize,
+    kc: usize,
+    a: *const f32,
+    ars: usize,
+    acs: usize,
+    b: *const f32,
+    brs: usize,
+    c: *mut f32,
+    rsc: usize,
+    cols: usize,
+    alpha: f32,
+    add: bool,
+) {
+    let mut i = 0;
+    macro_rules! go {
+        ($r:literal) => {
+            unsafe {
+                tile::<$r>(
+                    kc,
+                    a.add(i * ars),
+                    ars,
+                    acs,
+                    b,
+                    brs,
+                    c.add(i * rsc),
+                    rsc,
+                    cols,
+                    alpha,
+                    add,
+                )
+            }
+        };
+    }
+    while i + MR <= m {
+        go!(12);
+        i += MR;
+    }
+    match m - i {
+        0 => {}
+        1 => go!(1),
+        2 => go!(2),
+        3 => go!(3),
+        4 => go!(4),
+        5 => go!(5),
+        6 => go!(6),
+        7 => go!(7),
+        8 => go!(8),
+        9 => go!(9),
+        10 => go!(10),
+        _ => go!(11),
+    }
+}
+
+/// B's rows `k0..k0 + kc`, columns `j..j + cols` into `panel` (row stride
+/// [`NR`], columns from `cols` on zero), reading along B's shorter stride
+/// (a Linear's `W^T` column by column: `W`'s rows).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn copy_panel(
+    b: &[f32],
+    brs: usize,
+    bcs: usize,
+    k0: usize,
+    kc: usize,
+    j: usize,
+    cols: usize,
+    panel: &mut [f32; KC * NR],
+) {
+    if brs < bcs {
+        for q in 0..NR {
+            if q < cols {
+                let col = &b[(j + q) * bcs + k0 * brs..];
+                for p in 0..kc {
+                    panel[p * NR + q] = col[p * brs];
+                }
+            } else {
+                for p in 0..kc {
+                    panel[p * NR + q] = 0.0;
+                }
+            }
+        }
+    } else {
+        for p in 0..kc {
+            let row = &b[(k0 + p) * brs + j * bcs..];
+            for q in 0..NR {
+                panel[p * NR + q] = if q < cols { row[q * bcs] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Whether [`gemm_direct`] rounds `C = alpha A B (+ C)` as `matrixmultiply`
+/// does: alpha 1, or (without accumulating) k within one block.
+/// `matrixmultiply` adds later k-blocks as `fma(alpha, acc, c)` in full
+/// tiles but `c + alpha * acc` in edge tiles, which no one kernel can match.
+pub fn direct_ok(alpha: f32, accumulate: bool, k: usize) -> bool {
+    alpha == 1.0 || (!accumulate && k <= KC)
+}
+
+/// `C[m, n] = alpha A B` (`accumulate`: `C + alpha A B`; see [`direct_ok`]), A
+/// `[m, k]` at strides (`ars`, `acs`), B `[k, n]` at strides (`brs`,
+/// `bcs`), C row-major at row stride `rsc`; every element rounded as
+/// `matrixmultiply`'s FMA kernels round it (module doc). B panels are read
+/// in place where `bcs` is 1, else copied 32 columns by one k-block at a
+/// time. Needs the AVX-512 level ([`crate::simd::level`]); [`super::gemm`]
+/// calls it where it applies.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_direct(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: &[f32],
+    ars: usize,
+    acs: usize,
+    b: &[f32],
+    brs: usize,
+    bcs: usize,
+    accumulate: bool,
+    c: &mut [f32],
+    rsc: usize,
+) {
+    assert!(
+        direct_ok(alpha, accumulate, k),
+        "gemm_direct: alpha {alpha} (k {k}) rounds differently"
+    );
+    assert!(
+        crate::simd::level() >= crate::simd::Level::Avx512,
+        "gemm_direct needs AVX-512"
+    );
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    assert!(
+        last(m, k, ars, acs) < a.len()
+            && last(k, n, brs, bcs) < b.len()
+            && last(m, n, rsc, 1) < c.len(),
+        "gemm_direct: views out of bounds"
+    );
+    let mut panel = PANEL.take().unwrap_or_else(|| Box::new([0.0; KC * NR]));
+    // SAFETY: AVX-512 checked above; the views' bounds too.
+    unsafe {
+        direct_blocks(
+            m, k, n, alpha, a, ars, acs, b, brs, bcs, accumulate, c, rsc, &mut panel,
+        )
+    };
+    PANEL.set(Some(panel));
+}
+
+thread_local! {
+    /// A panel of B copied by [`copy_panel`] (per thread, so that small
+    /// products, such as attention's per head, neither allocate nor clear
+    /// 32 KiB per call).
+    static PANEL: std::cell::Cell<Option<Box<[f32; KC * NR]>>> = const { std::cell::Cell::new(None) };
+}
+
+/// [`gemm_direct`]'s loops: k-blocks, then 32-column panels of B (in place
+/// or copied into `panel`), then row tiles.
+///
+/// # Safety
+/// AVX-512F must be present and the views in bounds.
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn direct_blocks(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: &[f32],
+    ars: usize,
+    acs: usize,
+    b: &[f32],
+    brs: usize,
+    bcs: usize,
+    accumulate: bool,
+    c: &mut [f32],
+    rsc: usize,
+    panel: &mut [f32; KC * NR],
+) {
+    let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    for (kb, k0) in (0..k).step_by(KC).enumerate() {
+        let kc = KC.min(k - k0);
+        let add = accumulate || kb > 0;
+        for j in (0..n).step_by(NR) {
+            let cols = NR.min(n - j);
+            let a0 = ap.wrapping_add(k0 * acs);
+            let c0 = cp.wrapping_add(j);
+            if cols == NR && bcs == 1 {
+                // SAFETY: in bounds by the caller's checks of the views.
+                unsafe {
+                    rows(
+                        m,
+                        kc,
+                        a0,
+                        ars,
+                        acs,
+                        bp.add(k0 * brs + j),
+                        brs,
+                        c0,
+                        rsc,
+                        NR,
+                        alpha,
+                        add,
+                    )
+                };
+            } else {
+                copy_panel(b, brs, bcs, k0, kc, j, cols, panel);
+                // SAFETY: `panel` holds kc rows of NR; C's columns j..j+cols are in bounds.
+                unsafe {
+                    rows(
+                        m,
+                        kc,
+                        a0,
+                        ars,
+                        acs,
+                        panel.as_ptr(),
+                        NR,
+                        c0,
+                        rsc,
+                        cols,
+                        alpha,
+                        add,
+                    )
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{sgemm, Mat};
+    use super::*;
+    use crate::rng::Rng;
+
+    /// `gemm_direct` against `matrixmultiply` (through the same checked
+    /// views), bit for bit: every shape class (tiles full and partial, k
+    /// over one and several blocks, column tails), A and B row-major and
+    /// transposed, C wider than n, beta 0 (C full of NaN) with alpha 1 and
+    /// (k within one block) others, beta 1 with alpha 1.
+    #[test]
+    fn same_bits_as_matrixmultiply() {
+        if crate::simd::detected_level() < crate::simd::Level::Avx2 {
+            eprintln!("no FMA here: matrixmultiply rounds products separately; skipped");
+            return;
+        }
+        let mut rng = Rng::new(11);
+        let shapes = [
+            (1, 1, 1),
+            (12, 256, 32),
+            (13, 257, 33),
+            (37, 19, 23),
+            (64, 512, 64),
+            (512, 64, 256),
+            (25, 600, 70),
+            (5, 3, 100),
+        ];
+        for &(m, k, n) in &shapes {
+            for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (alpha, beta) in [(1.0f32, 0.0f32), (1.0, 1.0), (0.125, 0.0), (-0.3, 0.0)] {
+                    if !direct_ok(alpha, beta == 1.0, k) {
+                        continue;
+                    }
+                    let a = rng.normal_vec(m * k, 0.0, 1.0);
+                    let b = rng.normal_vec(k * n, 0.0, 1.0);
+                    let rsc = n + 3;
+                    let init: Vec<f32> = if beta == 0.0 {
+                        vec![f32::NAN; m * rsc]
+                    } else {
+                        rng.normal_vec(m * rsc, 0.0, 1.0)
+                    };
+                    let av = if trans_a {
+                        Mat::rows(&a, k, m).t()
+                    } else {
+                        Mat::rows(&a, m, k)
+                    };
+                    let bv = if trans_b {
+                        Mat::rows(&b, n, k).t()
+                    } else {
+                        Mat::rows(&b, k, n)
+                    };
+                    let mut want = init.clone();
+                    sgemm(alpha, av, bv, beta, &mut want, rsc);
+                    let mut got = init.clone();
+                    gemm_direct(
+                        m,
+                        k,
+                        n,
+                        alpha,
+                        &a,
+                        av.rs,
+                        av.cs,
+                        &b,
+                        bv.rs,
+                        bv.cs,
+                        beta == 1.0,
+                        &mut got,
+                        rsc,
+                    );
+                    for r in 0..m {
+                        for j in 0..rsc {
+                            let (g, w) = (got[r * rsc + j], want[r * rsc + j]);
+                            assert!(
+                                g.to_bits() == w.to_bits() || (j >= n && g.is_nan() && w.is_nan()),
+                                "{m}x{k}x{n} trans {trans_a}/{trans_b} alpha {alpha} beta {beta}: C[{r},{j}] {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
