@@ -86,6 +86,12 @@ pub struct ExpCmd {
     /// depth-sim: DyT's tanh(0.5 x) in the pre-norm's place (with --pre-norm).
     #[arg(long)]
     dyt: bool,
+    /// depth-sim: ReZero, each branch times a learnable scalar gate at its init 0.
+    #[arg(long)]
+    rezero: bool,
+    /// depth-sim: LayerScale, each branch times a learnable per-channel scale at this init (e.g. 1e-4).
+    #[arg(long, value_name = "INIT")]
+    layerscale: Option<f64>,
     /// placements: toy or gpt (default both).
     #[arg(long)]
     model: Option<String>,
@@ -152,6 +158,8 @@ impl ExpCmd {
             scale_writeback: self.scale_writeback.then_some(true),
             lns: self.lns.then_some(true),
             dyt: self.dyt.then_some(true),
+            rezero: self.rezero.then_some(true),
+            layerscale: self.layerscale,
             model: match &self.model {
                 Some(m) => Some(m.parse::<ModelKind>().or_else(bad)?),
                 None => None,

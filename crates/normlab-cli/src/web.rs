@@ -10,7 +10,7 @@
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
-//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&seed=` —
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&gate=&seed=` —
 //!   the depth simulator, with an SVG chart.
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
@@ -251,6 +251,7 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         "scale_writeback",
         "lns",
         "dyt",
+        "gate",
         "seed",
     ];
     let q = match query(raw, &allowed) {
@@ -271,6 +272,14 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         Some(Ok(g)) if g.is_finite() && (0.0..=100.0).contains(&g) => g,
         Some(Ok(g)) if g < 0.0 => return bad(format!("gain must not be negative (got {g})")),
         Some(_) => return bad("gain must be a number in [0, 100]"),
+    };
+    // A branch gate's init (0: ReZero; else LayerScale); empty or absent: none.
+    let gate = match q.get("gate").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => match s.parse::<f64>() {
+            Ok(g) if g.is_finite() && (0.0..=100.0).contains(&g) => Some(g),
+            _ => return bad(format!("gate must be a number in [0, 100] (got '{s}')")),
+        },
     };
     let seed = match q.get("seed").map(|s| s.trim().parse::<u64>()) {
         None => 0,
@@ -299,6 +308,7 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         scale_writeback,
         lns,
         dyt,
+        gate,
         d: 64,
         rows: 32,
         seed,

@@ -131,20 +131,22 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
     for e in EXPERIMENTS {
         assert!(listed.contains(&e.id), "{} missing from exp list", e.id);
         // Every documented flag, with a small value; --runs (which replaces
-        // training) in a second invocation of its own.
+        // training) and --rezero (a gate, as --layerscale is) in invocations
+        // of their own.
         let mut with_all: Vec<String> = vec!["exp".into(), e.id.into(), "--quick".into()];
-        let mut with_runs: Option<Vec<String>> = None;
+        let mut alone: Vec<Vec<String>> = Vec::new();
         for &flag in e.flags {
             let name = format!("--{}", flag.name());
             match (flag, flag.example()) {
-                (ExpFlag::Runs, _) => {
-                    with_runs = Some(vec![
-                        "exp".into(),
-                        e.id.into(),
-                        "--quick".into(),
-                        name,
-                        run.display().to_string(),
-                    ]);
+                (ExpFlag::Runs, _) => alone.push(vec![
+                    "exp".into(),
+                    e.id.into(),
+                    "--quick".into(),
+                    name,
+                    run.display().to_string(),
+                ]),
+                (ExpFlag::Rezero, _) => {
+                    alone.push(vec!["exp".into(), e.id.into(), "--quick".into(), name])
                 }
                 (ExpFlag::Bert, _) => {
                     if let Some(b) = &bert {
@@ -155,7 +157,7 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
                 (_, None) => with_all.push(name),
             }
         }
-        for args in std::iter::once(with_all).chain(with_runs) {
+        for args in std::iter::once(with_all).chain(alone) {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let o = normlab(&args);
             assert!(

@@ -175,6 +175,27 @@ fn api_answers_and_validates() {
     assert!(json_body(&body)["final_residual_rms"].as_f64().unwrap() < final_rms(false));
     let (code, _) = get(&s, "/api/simulate?dyt=2");
     assert_eq!(code, 400);
+    // A branch gate: ReZero's 0 leaves the stream as it came in; without a
+    // gate the same 32 sublayers without a norm blow it up.
+    let sim = |q: &str| {
+        let (code, body) = get(&s, &format!("/api/simulate?sublayers=32&{q}"));
+        assert_eq!(code, 200, "{q}");
+        json_body(&body)
+    };
+    let rezero = sim("gate=0");
+    assert_eq!(rezero["grad_ratio_bottom_top"].as_f64(), Some(1.0));
+    let (ls, plain) = (sim("gate=0.0001"), sim("gate="));
+    let rms = |v: &serde_json::Value| v["final_residual_rms"].as_f64().unwrap();
+    assert!(
+        rms(&plain) > 100.0 * rms(&ls),
+        "{} vs {}",
+        rms(&plain),
+        rms(&ls)
+    );
+    for bad in ["gate=-1", "gate=x", "gate=inf"] {
+        let (code, _) = get(&s, &format!("/api/simulate?{bad}"));
+        assert_eq!(code, 400, "{bad}");
+    }
     let (code, body) = get(&s, "/api/runs");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["runs"][0]["id"], "a");

@@ -56,6 +56,10 @@ pub struct ExpArgs {
     pub lns: Option<bool>,
     /// depth-sim: DyT in the pre-norm's place.
     pub dyt: Option<bool>,
+    /// depth-sim: ReZero's zero branch gate.
+    pub rezero: Option<bool>,
+    /// depth-sim: a LayerScale branch gate with this init.
+    pub layerscale: Option<f64>,
     /// Model family (placements).
     pub model: Option<ModelKind>,
     /// Existing run folders to use instead of training (convert).
@@ -116,6 +120,10 @@ pub enum ExpFlag {
     Lns,
     /// --dyt (DyT as the depth simulator's pre-norm)
     Dyt,
+    /// --rezero (a zero branch gate in the depth simulator)
+    Rezero,
+    /// --layerscale INIT (a LayerScale branch gate in the depth simulator)
+    Layerscale,
     /// --model toy|gpt
     Model,
     /// --runs DIR,DIR
@@ -130,7 +138,7 @@ pub enum ExpFlag {
 
 impl ExpFlag {
     /// Every flag.
-    pub const ALL: [ExpFlag; 25] = [
+    pub const ALL: [ExpFlag; 27] = [
         ExpFlag::Seeds,
         ExpFlag::Seed,
         ExpFlag::Steps,
@@ -151,6 +159,8 @@ impl ExpFlag {
         ExpFlag::ScaleWriteback,
         ExpFlag::Lns,
         ExpFlag::Dyt,
+        ExpFlag::Rezero,
+        ExpFlag::Layerscale,
         ExpFlag::Model,
         ExpFlag::Runs,
         ExpFlag::Calibrate,
@@ -181,6 +191,8 @@ impl ExpFlag {
             ExpFlag::ScaleWriteback => "scale-writeback",
             ExpFlag::Lns => "lns",
             ExpFlag::Dyt => "dyt",
+            ExpFlag::Rezero => "rezero",
+            ExpFlag::Layerscale => "layerscale",
             ExpFlag::Model => "model",
             ExpFlag::Runs => "runs",
             ExpFlag::Calibrate => "calibrate",
@@ -212,11 +224,13 @@ impl ExpFlag {
             ExpFlag::Model => Some("toy"),
             ExpFlag::Calibrate => Some("5"),
             ExpFlag::Inits => Some("torch"),
+            ExpFlag::Layerscale => Some("0.0001"),
             ExpFlag::Residual
             | ExpFlag::PreNorm
             | ExpFlag::ScaleWriteback
             | ExpFlag::Lns
             | ExpFlag::Dyt
+            | ExpFlag::Rezero
             | ExpFlag::Runs
             | ExpFlag::Bert => None,
         }
@@ -245,6 +259,8 @@ impl ExpFlag {
             ExpFlag::ScaleWriteback => a.scale_writeback.is_some(),
             ExpFlag::Lns => a.lns.is_some(),
             ExpFlag::Dyt => a.dyt.is_some(),
+            ExpFlag::Rezero => a.rezero.is_some(),
+            ExpFlag::Layerscale => a.layerscale.is_some(),
             ExpFlag::Model => a.model.is_some(),
             ExpFlag::Runs => a.runs.is_some(),
             ExpFlag::Calibrate => a.calibrate.is_some(),

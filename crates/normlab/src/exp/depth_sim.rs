@@ -8,7 +8,9 @@
 //! with W_l ~ N(0, g^2/d), In = RMSNorm (unit gain) when pre-norm is on and
 //! the identity otherwise (times 1/sqrt(l), l = 1..N, with LayerNorm
 //! Scaling), skip = 1 with residuals (0 without) and branch = 1/sqrt(N)
-//! with write-back scaling (1 otherwise). The loss is
+//! with write-back scaling (1 otherwise), times the branch gate's initial
+//! value with ReZero (0) or LayerScale (its init; per channel, all equal
+//! at init). The loss is
 //! `sum(r * x_N)` with r ~ N(0,1), so the gradient at the top is r; it is
 //! propagated down exactly. Computed in f64; values that overflow even f64
 //! are reported as null.
@@ -42,6 +44,10 @@ pub struct SimConfig {
     /// alpha [`DYT_ALPHA`] instead of RMSNorm (only with pre-norm).
     #[serde(default)]
     pub dyt: bool,
+    /// A learnable gate on each branch, at its initial value: ReZero's
+    /// scalar (0) or LayerScale's per-channel scale (`--layerscale INIT`).
+    #[serde(default)]
+    pub gate: Option<f64>,
     /// Width.
     pub d: usize,
     /// Rows (independent inputs).
@@ -60,6 +66,7 @@ impl Default for SimConfig {
             scale_writeback: false,
             lns: false,
             dyt: false,
+            gate: None,
             d: 64,
             rows: 64,
             seed: 0,
@@ -117,7 +124,7 @@ fn simulate_from(
         1.0 / (n as f64).sqrt()
     } else {
         1.0
-    };
+    } * c.gate.unwrap_or(1.0);
     let rms = |v: &[f64]| (v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64).sqrt();
     let mut residual = vec![rms(&x)];
     // Layer inputs, kept only for pre-norm's backward.
@@ -226,6 +233,13 @@ pub fn validate(c: &SimConfig) -> Result<()> {
     if !(c.gain.is_finite() && (0.0..=100.0).contains(&c.gain)) {
         return Err(format!("gain must be a number in [0, 100] (got {})", c.gain).into());
     }
+    if let Some(g) = c.gate {
+        if !(g.is_finite() && (0.0..=100.0).contains(&g)) {
+            return Err(
+                format!("the layerscale init must be a number in [0, 100] (got {g})").into(),
+            );
+        }
+    }
     if c.d == 0 || c.d > 256 || c.rows == 0 || c.rows > 256 {
         return Err("d and rows must be in 1..=256".into());
     }
@@ -252,6 +266,11 @@ fn label(c: &SimConfig) -> String {
     if c.lns && c.pre_norm {
         parts.push("LNS 1/sqrt(l)".into());
     }
+    match c.gate {
+        Some(g) if g == 0.0 => parts.push("ReZero (gate 0)".into()),
+        Some(g) => parts.push(format!("LayerScale {g}")),
+        None => {}
+    }
     parts.join(" + ")
 }
 
@@ -267,6 +286,8 @@ pub const EXPERIMENT: Experiment = Experiment {
         ExpFlag::ScaleWriteback,
         ExpFlag::Lns,
         ExpFlag::Dyt,
+        ExpFlag::Rezero,
+        ExpFlag::Layerscale,
         ExpFlag::DModel,
         ExpFlag::Rows,
         ExpFlag::Seed,
@@ -289,6 +310,13 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         scale_writeback: a.scale_writeback.unwrap_or(false),
         lns: a.lns.unwrap_or(false),
         dyt: a.dyt.unwrap_or(false),
+        gate: match (a.rezero, a.layerscale) {
+            (Some(true), Some(_)) => {
+                return Err("--rezero and --layerscale are two gates; give one".into())
+            }
+            (Some(true), None) => Some(0.0),
+            (_, ls) => ls,
+        },
         d: a.d_model.unwrap_or(64),
         rows: a.rows.unwrap_or(64),
         seed: a.seed.unwrap_or(0),
@@ -296,24 +324,28 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     validate(&base)?;
     let main = simulate(&base);
     // The canonical settings at the same N and gain, for comparison (the
-    // four of the lesson, then pre-norm with LayerNorm Scaling, then DyT in
-    // the pre-norm's place).
+    // four of the lesson, then pre-norm with LayerNorm Scaling, DyT in the
+    // pre-norm's place, and the normalization-free gates: ReZero and
+    // LayerScale 1e-4 on residuals without a norm).
     let variants: Vec<SimConfig> = [
-        (false, false, false, false, false),
-        (true, false, false, false, false),
-        (true, true, false, false, false),
-        (true, true, true, false, false),
-        (true, true, false, true, false),
-        (true, true, false, false, true),
+        (false, false, false, false, false, None),
+        (true, false, false, false, false, None),
+        (true, true, false, false, false, None),
+        (true, true, true, false, false, None),
+        (true, true, false, true, false, None),
+        (true, true, false, false, true, None),
+        (true, false, false, false, false, Some(0.0)),
+        (true, false, false, false, false, Some(1e-4)),
     ]
     .iter()
     .map(
-        |&(residual, pre_norm, scale_writeback, lns, dyt)| SimConfig {
+        |&(residual, pre_norm, scale_writeback, lns, dyt, gate)| SimConfig {
             residual,
             pre_norm,
             scale_writeback,
             lns,
             dyt,
+            gate,
             ..base
         },
     )
@@ -389,7 +421,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     });
     let v = |i: usize| &results[i];
     out.conclusion = format!(
-        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}); pre-norm with LayerNorm Scaling (1/sqrt(l)) at {} ({}); DyT's tanh(0.5 x) in the pre-norm's place at {} ({}).",
+        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}); pre-norm with LayerNorm Scaling (1/sqrt(l)) at {} ({}); DyT's tanh(0.5 x) in the pre-norm's place at {} ({}); without a norm, ReZero's zero gate leaves the stream at {} ({}) and LayerScale 1e-4 at {} ({}){}.",
         base.sublayers,
         base.gain,
         opt(v(0).final_residual_rms),
@@ -404,10 +436,32 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         opt(v(4).grad_ratio_bottom_top),
         opt(v(5).final_residual_rms),
         opt(v(5).grad_ratio_bottom_top),
+        opt(v(6).final_residual_rms),
+        opt(v(6).grad_ratio_bottom_top),
+        opt(v(7).final_residual_rms),
+        opt(v(7).grad_ratio_bottom_top),
+        if [v(6), v(7)].iter().all(|r| near_identity(r, 1e-2)) {
+            ": both start as the identity map (input RMS and unit gradient ratio within 1%), deep as the net is"
+        } else {
+            ""
+        },
     );
     out.checks.push(check_c4(&base, &results));
     out.tables.push(table);
     Ok(out)
+}
+
+/// Whether a simulated net is within `tol` of the identity map at init:
+/// final RMS relative to the input's and the bottom/top gradient ratio.
+fn near_identity(r: &SimResult, tol: f64) -> bool {
+    match (
+        r.residual_rms[0],
+        r.final_residual_rms,
+        r.grad_ratio_bottom_top,
+    ) {
+        (Some(x0), Some(xn), Some(g)) => (xn / x0 - 1.0).abs() <= tol && (g - 1.0).abs() <= tol,
+        _ => false,
+    }
 }
 
 /// C4: residual alone > + pre-norm > + 1/sqrt(N) write-back, in both the
@@ -452,15 +506,18 @@ mod tests {
 
     /// The simulator's backward against central finite differences of
     /// L = <r, x_N> along a random direction of x_0, for each pre-norm
-    /// setting (RMSNorm, DyT, each with LayerNorm Scaling) and none.
+    /// setting (RMSNorm, DyT, each with LayerNorm Scaling) and none, and
+    /// with a branch gate.
     #[test]
     fn backward_matches_finite_differences() {
-        for (pre_norm, dyt, lns) in [
-            (false, false, false),
-            (true, false, false),
-            (true, true, false),
-            (true, false, true),
-            (true, true, true),
+        for (pre_norm, dyt, lns, gate) in [
+            (false, false, false, None),
+            (true, false, false, None),
+            (true, true, false, None),
+            (true, false, true, None),
+            (true, true, true, None),
+            (false, false, false, Some(0.3)),
+            (true, false, false, Some(0.3)),
         ] {
             let c = SimConfig {
                 sublayers: 6,
@@ -470,6 +527,7 @@ mod tests {
                 pre_norm,
                 dyt,
                 lns,
+                gate,
                 ..SimConfig::default()
             };
             let mut rng = Rng::derive(7, "fd");
@@ -488,7 +546,7 @@ mod tests {
             let an: f64 = g0.iter().zip(&e).map(|(a, b)| a * b).sum();
             assert!(
                 (fd - an).abs() <= 1e-6 * an.abs().max(1.0),
-                "pre_norm {pre_norm} dyt {dyt} lns {lns}: {fd} vs {an}"
+                "pre_norm {pre_norm} dyt {dyt} lns {lns} gate {gate:?}: {fd} vs {an}"
             );
         }
     }
@@ -520,5 +578,37 @@ mod tests {
         assert!(pre_dyt > 1.0, "{pre_dyt}");
         // dyt without pre-norm changes nothing.
         assert_eq!(rms(SimConfig { dyt: true, ..base }), plain);
+    }
+
+    /// ReZero and LayerScale at init: the identity map (ReZero exactly),
+    /// or close to it, where the same net without a gate explodes.
+    #[test]
+    fn gates_start_deep_nets_as_the_identity() {
+        let base = SimConfig {
+            sublayers: 32,
+            ..SimConfig::default()
+        };
+        let plain = simulate(&base);
+        let rezero = simulate(&SimConfig {
+            gate: Some(0.0),
+            ..base
+        });
+        let ls = simulate(&SimConfig {
+            gate: Some(1e-4),
+            ..base
+        });
+        // x_N = x_0 and dL/dx_0 = dL/dx_N with a zero gate.
+        assert_eq!(rezero.residual_rms[0], rezero.final_residual_rms);
+        assert_eq!(rezero.grad_ratio_bottom_top, Some(1.0));
+        let r0 = ls.residual_rms[0].unwrap();
+        let (rn, gr) = (
+            ls.final_residual_rms.unwrap(),
+            ls.grad_ratio_bottom_top.unwrap(),
+        );
+        assert!(
+            (rn / r0 - 1.0).abs() < 1e-3 && (gr - 1.0).abs() < 1e-3,
+            "{rn} {r0} {gr}"
+        );
+        assert!(plain.final_residual_rms.unwrap() > 100.0 * rn);
     }
 }
