@@ -267,7 +267,7 @@ fn label(c: &SimConfig) -> String {
         parts.push("LNS 1/sqrt(l)".into());
     }
     match c.gate {
-        Some(g) if g == 0.0 => parts.push("ReZero (gate 0)".into()),
+        Some(0.0) => parts.push("ReZero (gate 0)".into()),
         Some(g) => parts.push(format!("LayerScale {g}")),
         None => {}
     }
