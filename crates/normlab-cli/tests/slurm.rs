@@ -138,9 +138,10 @@ fn weights(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-/// The grid run here, one run at a time, into `dir/local`: the reference a
-/// cluster's shared folder must equal, bit for bit.
-fn run_locally(grid: &Path, dir: &Path) -> PathBuf {
+/// The grid run here, one run at a time, into `dir/local`, and compared
+/// with the cluster's shared folder `out`: the same report and, bit for
+/// bit, the same final weights.
+fn assert_same_as_local(grid: &Path, dir: &Path, out: &Path) {
     let local = dir.join("local");
     let o = normlab(&[
         "sweep",
@@ -151,7 +152,8 @@ fn run_locally(grid: &Path, dir: &Path) -> PathBuf {
         "1",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    local
+    assert_eq!(report(out), report(&local));
+    assert_eq!(weights(out), weights(&local));
 }
 
 /// The finished runs' summaries: (folder, bytes, modification time).
@@ -190,12 +192,9 @@ fn emitted_job_array_runs_on_slurm_and_equals_a_local_run() {
     // Two array tasks, each with its own log, together all four runs.
     assert_eq!(logs.len(), 2, "{logs:?}");
     assert_eq!(done_count(&grid, &out), 4);
-    let v = report(&out);
-    assert_eq!(v.as_array().map(Vec::len), Some(4));
+    assert_eq!(report(&out).as_array().map(Vec::len), Some(4));
     // The same grid run here gives the same report and the same weights.
-    let local = run_locally(&grid, &dir);
-    assert_eq!(v, report(&local));
-    assert_eq!(weights(&out), weights(&local));
+    assert_same_as_local(&grid, &dir, &out);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -315,8 +314,6 @@ fn cancelled_array_task_is_completed_by_resubmitting() {
     }
     // And the grid equals one run here: the interrupted run resumed
     // bit-identically.
-    let local = run_locally(&grid, &dir);
-    assert_eq!(report(&out), report(&local));
-    assert_eq!(weights(&out), weights(&local));
+    assert_same_as_local(&grid, &dir, &out);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -77,9 +77,21 @@ fn direct_vs_packed() {
                 )
             }));
             td.push(med(|| {
-                normlab_kernels::matmul::gemm_direct(
-                    m, k, n, 1.0, &a, rsa, csa, &b, rsb, csb, false, &mut c, n,
-                )
+                let av = normlab_kernels::matmul::Mat {
+                    data: &a,
+                    rows: m,
+                    cols: k,
+                    rs: rsa,
+                    cs: csa,
+                };
+                let bv = normlab_kernels::matmul::Mat {
+                    data: &b,
+                    rows: k,
+                    cols: n,
+                    rs: rsb,
+                    cs: csb,
+                };
+                normlab_kernels::matmul::gemm_direct(1.0, av, bv, false, &mut c, n)
             }));
         }
         tp.sort_by(f64::total_cmp);

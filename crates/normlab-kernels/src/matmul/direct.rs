@@ -23,6 +23,8 @@
 //! keeps `matrixmultiply` elsewhere (AVX2 has too few registers for this
 //! tile, and without FMA `matrixmultiply` rounds products separately).
 
+use super::Mat;
+
 /// Rows of C per tile.
 pub const MR: usize = 12;
 /// Columns of C per tile (two 16-float vectors).
@@ -34,19 +36,28 @@ const _: () = assert!(MR <= 12 && NR.is_multiple_of(16));
 /// The k-block of `matrixmultiply`'s f32 kernels (`S_KC`).
 pub const KC: usize = 256;
 
+/// Where a tile's values go: C at `c` (row stride `rsc`), `cols` of the
+/// [`NR`] columns kept; `add`: C = C + acc, else C = alpha acc.
+#[derive(Clone, Copy)]
+struct Out {
+    c: *mut f32,
+    rsc: usize,
+    cols: usize,
+    alpha: f32,
+    add: bool,
+}
+
 /// One tile: `R` rows of A from `a` (row stride `ars`, column stride
-/// `acs`), `kc` rows of B from `b` (row stride `brs`, 32 contiguous
-/// values each), into C at `c` (row stride `rsc`), `cols` of the 32
-/// columns kept. `add`: C = C + acc, else C = alpha acc. Written with
-/// AVX-512 intrinsics: the accumulators must stay in registers (the portable
-/// version compiled to half the throughput in one of two inlining contexts).
+/// `acs`), `kc` rows of B from `b` (row stride `brs`, [`NR`] contiguous
+/// values each), into `out`. Written with AVX-512 intrinsics: the
+/// accumulators must stay in registers (the portable version compiled to
+/// half the throughput in one of two inlining contexts).
 ///
 /// # Safety
 /// AVX-512F must be present, and every address the tile reads or writes
 /// must be in bounds: `a` for `R x kc` at its strides, `b` for `kc` rows of
-/// 32 floats, `c` for `R` rows of `cols` floats.
+/// [`NR`] floats, C for `R` rows of `cols` floats.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize>(
     kc: usize,
     a: *const f32,
@@ -54,11 +65,7 @@ unsafe fn tile<const R: usize>(
     acs: usize,
     b: *const f32,
     brs: usize,
-    c: *mut f32,
-    rsc: usize,
-    cols: usize,
-    alpha: f32,
-    add: bool,
+    out: Out,
 ) {
     use std::arch::x86_64::*;
     // SAFETY (whole body): the caller guarantees AVX-512F and the ranges.
@@ -82,26 +89,29 @@ unsafe fn tile<const R: usize>(
         // Each vector's kept columns (a mask of its low lanes).
         let mut mask = [0 as __mmask16; NV];
         for v in 0..NV {
-            let keep = cols.saturating_sub(16 * v).min(16);
+            let keep = out.cols.saturating_sub(16 * v).min(16);
             mask[v] = ((1u32 << keep) - 1) as u16;
         }
-        let al = _mm512_set1_ps(alpha);
+        let al = _mm512_set1_ps(out.alpha);
         for i in 0..R {
-            let cr = c.add(i * rsc);
+            let cr = out.c.add(i * out.rsc);
             for v in 0..NV {
                 let cv = cr.add(16 * v);
-                let out = if add {
+                let val = if out.add {
                     _mm512_add_ps(_mm512_maskz_loadu_ps(mask[v], cv), acc[i][v])
                 } else {
                     _mm512_mul_ps(al, acc[i][v])
                 };
-                _mm512_mask_storeu_ps(cv, mask[v], out);
+                _mm512_mask_storeu_ps(cv, mask[v], val);
             }
         }
     }
 }
 
 /// Row tiles of every height up to [`MR`] over one k-block and one column panel.
+///
+/// # Safety
+/// As [`tile`], for `m` rows.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn rows(
@@ -112,31 +122,17 @@ unsafe fn rows(
     acs: usize,
     b: *const f32,
     brs: usize,
-    c: *mut f32,
-    rsc: usize,
-    cols: usize,
-    alpha: f32,
-    add: bool,
+    out: Out,
 ) {
     let mut i = 0;
     macro_rules! go {
-        ($r:expr) => {
-            unsafe {
-                tile::<$r>(
-                    kc,
-                    a.add(i * ars),
-                    ars,
-                    acs,
-                    b,
-                    brs,
-                    c.add(i * rsc),
-                    rsc,
-                    cols,
-                    alpha,
-                    add,
-                )
-            }
-        };
+        ($r:expr) => {{
+            let o = Out {
+                c: out.c.wrapping_add(i * out.rsc),
+                ..out
+            };
+            unsafe { tile::<$r>(kc, a.add(i * ars), ars, acs, b, brs, o) }
+        }};
     }
     while i + MR <= m {
         go!(MR);
@@ -162,21 +158,12 @@ unsafe fn rows(
 /// [`NR`], columns from `cols` on zero), reading along B's shorter stride
 /// (a Linear's `W^T` column by column: `W`'s rows).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn copy_panel(
-    b: &[f32],
-    brs: usize,
-    bcs: usize,
-    k0: usize,
-    kc: usize,
-    j: usize,
-    cols: usize,
-    panel: &mut [f32; KC * NR],
-) {
+fn copy_panel(b: Mat, k0: usize, kc: usize, j: usize, cols: usize, panel: &mut [f32; KC * NR]) {
+    let (brs, bcs) = (b.rs, b.cs);
     if brs < bcs {
         for q in 0..NR {
             if q < cols {
-                let col = &b[(j + q) * bcs + k0 * brs..];
+                let col = &b.data[(j + q) * bcs + k0 * brs..];
                 for p in 0..kc {
                     panel[p * NR + q] = col[p * brs];
                 }
@@ -188,7 +175,7 @@ fn copy_panel(
         }
     } else {
         for p in 0..kc {
-            let row = &b[(k0 + p) * brs + j * bcs..];
+            let row = &b.data[(k0 + p) * brs + j * bcs..];
             for q in 0..NR {
                 panel[p * NR + q] = if q < cols { row[q * bcs] } else { 0.0 };
             }
@@ -204,29 +191,16 @@ pub fn direct_ok(alpha: f32, accumulate: bool, k: usize) -> bool {
     alpha == 1.0 || (!accumulate && k <= KC)
 }
 
-/// `C[m, n] = alpha A B` (`accumulate`: `C + alpha A B`; see [`direct_ok`]), A
-/// `[m, k]` at strides (`ars`, `acs`), B `[k, n]` at strides (`brs`,
-/// `bcs`), C row-major at row stride `rsc`; every element rounded as
-/// `matrixmultiply`'s FMA kernels round it (module doc). B panels are read
-/// in place where `bcs` is 1, else copied 32 columns by one k-block at a
-/// time. Needs the AVX-512 level ([`crate::simd::level`]); [`super::gemm`]
-/// calls it where it applies.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_direct(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: &[f32],
-    ars: usize,
-    acs: usize,
-    b: &[f32],
-    brs: usize,
-    bcs: usize,
-    accumulate: bool,
-    c: &mut [f32],
-    rsc: usize,
-) {
+/// `C = alpha A B` (`accumulate`: `C + alpha A B`; see [`direct_ok`]) for
+/// views A `[m, k]` and B `[k, n]` at any strides, C row-major at row
+/// stride `rsc`; every element rounded as `matrixmultiply`'s FMA kernels
+/// round it (module doc). B panels are read in place where B's rows are
+/// contiguous, else copied 32 columns by one k-block at a time. Needs the
+/// AVX-512 level ([`crate::simd::level`]); [`super::gemm`] calls it where
+/// it applies.
+pub fn gemm_direct(alpha: f32, a: Mat, b: Mat, accumulate: bool, c: &mut [f32], rsc: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(k, b.rows, "gemm_direct: inner dimensions {k} vs {}", b.rows);
     assert!(
         direct_ok(alpha, accumulate, k),
         "gemm_direct: alpha {alpha} (k {k}) rounds differently"
@@ -238,20 +212,12 @@ pub fn gemm_direct(
     if m == 0 || n == 0 || k == 0 {
         return;
     }
-    let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
-    assert!(
-        last(m, k, ars, acs) < a.len()
-            && last(k, n, brs, bcs) < b.len()
-            && last(m, n, rsc, 1) < c.len(),
-        "gemm_direct: views out of bounds"
-    );
+    a.check("gemm_direct A");
+    b.check("gemm_direct B");
+    assert!((m - 1) * rsc + n <= c.len(), "gemm_direct: C too short");
     let mut panel = PANEL.take().unwrap_or_else(|| Box::new([0.0; KC * NR]));
     // SAFETY: AVX-512 checked above; the views' bounds too.
-    unsafe {
-        direct_blocks(
-            m, k, n, alpha, a, ars, acs, b, brs, bcs, accumulate, c, rsc, &mut panel,
-        )
-    };
+    unsafe { direct_blocks(alpha, a, b, accumulate, c, rsc, &mut panel) };
     PANEL.set(Some(panel));
 }
 
@@ -266,70 +232,38 @@ thread_local! {
 /// or copied into `panel`), then row tiles.
 ///
 /// # Safety
-/// AVX-512F must be present and the views in bounds.
+/// AVX-512F must be present and the views in bounds (m, k, n > 0).
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn direct_blocks(
-    m: usize,
-    k: usize,
-    n: usize,
     alpha: f32,
-    a: &[f32],
-    ars: usize,
-    acs: usize,
-    b: &[f32],
-    brs: usize,
-    bcs: usize,
+    a: Mat,
+    b: Mat,
     accumulate: bool,
     c: &mut [f32],
     rsc: usize,
     panel: &mut [f32; KC * NR],
 ) {
-    let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let (ap, bp, cp) = (a.data.as_ptr(), b.data.as_ptr(), c.as_mut_ptr());
     for (kb, k0) in (0..k).step_by(KC).enumerate() {
         let kc = KC.min(k - k0);
-        let add = accumulate || kb > 0;
+        let a0 = ap.wrapping_add(k0 * a.cs);
         for j in (0..n).step_by(NR) {
             let cols = NR.min(n - j);
-            let a0 = ap.wrapping_add(k0 * acs);
-            let c0 = cp.wrapping_add(j);
-            if cols == NR && bcs == 1 {
+            let out = Out {
+                c: cp.wrapping_add(j),
+                rsc,
+                cols,
+                alpha,
+                add: accumulate || kb > 0,
+            };
+            if cols == NR && b.cs == 1 {
                 // SAFETY: in bounds by the caller's checks of the views.
-                unsafe {
-                    rows(
-                        m,
-                        kc,
-                        a0,
-                        ars,
-                        acs,
-                        bp.add(k0 * brs + j),
-                        brs,
-                        c0,
-                        rsc,
-                        NR,
-                        alpha,
-                        add,
-                    )
-                };
+                unsafe { rows(m, kc, a0, a.rs, a.cs, bp.add(k0 * b.rs + j), b.rs, out) };
             } else {
-                copy_panel(b, brs, bcs, k0, kc, j, cols, panel);
+                copy_panel(b, k0, kc, j, cols, panel);
                 // SAFETY: `panel` holds kc rows of NR; C's columns j..j+cols are in bounds.
-                unsafe {
-                    rows(
-                        m,
-                        kc,
-                        a0,
-                        ars,
-                        acs,
-                        panel.as_ptr(),
-                        NR,
-                        c0,
-                        rsc,
-                        cols,
-                        alpha,
-                        add,
-                    )
-                };
+                unsafe { rows(m, kc, a0, a.rs, a.cs, panel.as_ptr(), NR, out) };
             }
         }
     }
@@ -337,7 +271,7 @@ unsafe fn direct_blocks(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{sgemm, Mat};
+    use super::super::sgemm;
     use super::*;
     use crate::rng::Rng;
 
@@ -390,21 +324,7 @@ mod tests {
                     let mut want = init.clone();
                     sgemm(alpha, av, bv, beta, &mut want, rsc);
                     let mut got = init.clone();
-                    gemm_direct(
-                        m,
-                        k,
-                        n,
-                        alpha,
-                        &a,
-                        av.rs,
-                        av.cs,
-                        &b,
-                        bv.rs,
-                        bv.cs,
-                        beta == 1.0,
-                        &mut got,
-                        rsc,
-                    );
+                    gemm_direct(alpha, av, bv, beta == 1.0, &mut got, rsc);
                     for r in 0..m {
                         for j in 0..rsc {
                             let (g, w) = (got[r * rsc + j], want[r * rsc + j]);

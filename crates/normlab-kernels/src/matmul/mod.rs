@@ -97,21 +97,7 @@ pub fn gemm(alpha: f32, a: Mat, b: Mat, beta: f32, c: &mut [f32], rsc: usize) {
         && crate::simd::level() >= crate::simd::Level::Avx512
         && !packed_only()
     {
-        gemm_direct(
-            m,
-            k,
-            n,
-            alpha,
-            a.data,
-            a.rs,
-            a.cs,
-            b.data,
-            b.rs,
-            b.cs,
-            beta == 1.0,
-            c,
-            rsc,
-        );
+        gemm_direct(alpha, a, b, beta == 1.0, c, rsc);
         return;
     }
     sgemm(alpha, a, b, beta, c, rsc);
