@@ -25,10 +25,11 @@
 //!
 //! One sweep accumulates mean(g), mean(g*xhat) (f64) and the chunk's partial
 //! dgamma/dbeta; a second sweep writes dx. For 16-bit rows
-//! ([`Elem::F32_SUMS`]) sum(g * xhat) runs in f32 partials per
-//! [`crate::simd::F32_CHUNK`] columns and sum(g) in f64 lanes (with two f32
-//! accumulators LLVM did not vectorise the sweep), redone in f64 if a
-//! partial overflows.
+//! ([`Elem::F32_SUMS`]) sum(g) and sum(g * xhat) run in f32 partials per
+//! [`crate::simd::F32_CHUNK`] columns (explicit AVX-512 / AVX2 vector
+//! instructions at those levels, the same operations lane by lane: LLVM
+//! turned the portable sweep with two f32 accumulators into scalar code),
+//! redone in f64 if a partial overflows.
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, BETA, GAMMA};
@@ -122,6 +123,115 @@ fn param_terms(
     }
 }
 
+/// Sweep 1 of the 16-bit backward over one [`crate::simd::F32_CHUNK`]:
+/// `(sum(g), sum(g * xhat))` in f32 lanes ([`g_terms`]), and the chunk's
+/// parameter gradients ([`param_terms`]). At the AVX-512 and AVX2 levels
+/// the same operations run as explicit vector instructions (the same bits).
+#[inline(always)]
+fn g_sweep_f32<T: Elem>(
+    x: &[T],
+    dy: &[T],
+    gamma: &[f32],
+    pg: &mut [f32],
+    pb: &mut [f32],
+    (ax, ady): (&[T], &[T]),
+    s: (f32, f32, f32),
+) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    match crate::simd::level() {
+        // SAFETY: the level says the instructions are present.
+        crate::simd::Level::Avx512 | crate::simd::Level::Avx512Bf16 => {
+            return unsafe { x86::g_sweep_f32(x, dy, gamma, pg, pb, (ax, ady), s) }
+        }
+        crate::simd::Level::Avx2 => {
+            return unsafe { x86::g_sweep_f32_avx2(x, dy, gamma, pg, pb, (ax, ady), s) }
+        }
+        crate::simd::Level::Generic => {}
+    }
+    let mut sg = [0f32; LANES];
+    let mut sgx = [0f32; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
+        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
+        param_terms(xb, dyb, s, pgb, pbb);
+    });
+    (tree_sum(&sg), tree_sum(&sgx))
+}
+
+/// [`g_sweep_f32`] as AVX-512 and AVX2 vector instructions.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use crate::simd::sums::x86::{halves, join, lanes, vec};
+    use crate::simd::{tree_sum, Elem};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX-512 F must be present.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn g_sweep_f32<T: Elem>(
+        x: &[T],
+        dy: &[T],
+        gamma: &[f32],
+        pg: &mut [f32],
+        pb: &mut [f32],
+        (ax, ady): (&[T], &[T]),
+        (hi, lo, rstd): (f32, f32, f32),
+    ) -> (f32, f32) {
+        let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
+        let mut sg = _mm512_setzero_ps();
+        let mut sgx = _mm512_setzero_ps();
+        crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
+            let dyv = vec(dyb);
+            let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(vec(xb), hv), lv), rv);
+            let g = _mm512_mul_ps(dyv, vec(gb));
+            sg = _mm512_add_ps(sg, g);
+            sgx = _mm512_add_ps(sgx, _mm512_mul_ps(g, xhat));
+            *pgb = lanes(_mm512_add_ps(vec(pgb), _mm512_mul_ps(dyv, xhat)));
+            *pbb = lanes(_mm512_add_ps(vec(pbb), dyv));
+        });
+        (tree_sum(&lanes(sg)), tree_sum(&lanes(sgx)))
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn g_sweep_f32_avx2<T: Elem>(
+        x: &[T],
+        dy: &[T],
+        gamma: &[f32],
+        pg: &mut [f32],
+        pb: &mut [f32],
+        (ax, ady): (&[T], &[T]),
+        (hi, lo, rstd): (f32, f32, f32),
+    ) -> (f32, f32) {
+        let (hv, lv, rv) = (_mm256_set1_ps(hi), _mm256_set1_ps(lo), _mm256_set1_ps(rstd));
+        let z = _mm256_setzero_ps();
+        let (mut sg, mut sgx) = ([z, z], [z, z]);
+        crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
+            let (xl, xh) = halves(xb);
+            let (dl, dh) = halves(dyb);
+            let (gl, gh) = halves(gb);
+            let (pl, ph) = halves(pgb);
+            let (bl, bh) = halves(pbb);
+            let mut pgn = [z, z];
+            let mut pbn = [z, z];
+            for (h, (xv, dyv, gv, pv, bv)) in [(xl, dl, gl, pl, bl), (xh, dh, gh, ph, bh)].into_iter().enumerate() {
+                let xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(xv, hv), lv), rv);
+                let g = _mm256_mul_ps(dyv, gv);
+                sg[h] = _mm256_add_ps(sg[h], g);
+                sgx[h] = _mm256_add_ps(sgx[h], _mm256_mul_ps(g, xhat));
+                pgn[h] = _mm256_add_ps(pv, _mm256_mul_ps(dyv, xhat));
+                pbn[h] = _mm256_add_ps(bv, dyv);
+            }
+            *pgb = join(pgn[0], pgn[1]);
+            *pbb = join(pbn[0], pbn[1]);
+        });
+        (
+            tree_sum(&join(sg[0], sg[1])),
+            tree_sum(&join(sgx[0], sgx[1])),
+        )
+    }
+}
+
 crate::multiversion! {
     /// Backward over whole rows: writes `dx`, accumulates this chunk's
     /// dgamma/dbeta into `pg`/`pb`.
@@ -141,16 +251,9 @@ crate::multiversion! {
                     let (xc, dyc, gc) = (&xr[c..e], &dyr[c..e], &gamma[c..e]);
                     let (pgc, pbc) = (&mut pg[c..e], &mut pb[c..e]);
                     let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
-                    // sum(g) in f64 lanes, sum(g * xhat) in f32: one sweep
-                    // (with two f32 accumulators LLVM did not vectorise it).
-                    let mut sg = [0f64; LANES];
-                    let mut sgx = [0f32; LANES];
-                    crate::for_blocks!(pad: 0.0, ahead: [axc, adyc], xb in xc, dyb in dyc, gb in gc; mut pgb in pgc, pbb in pbc => {
-                        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
-                        param_terms(xb, dyb, s, pgb, pbb);
-                    });
-                    tg += tree_sum(&sg);
-                    tgx += tree_sum(&sgx) as f64;
+                    let (sg, sgx) = g_sweep_f32(xc, dyc, gc, pgc, pbc, (axc, adyc), s);
+                    tg += sg as f64;
+                    tgx += sgx as f64;
                 }
                 if tg.is_finite() && tgx.is_finite() {
                     (tg, tgx)

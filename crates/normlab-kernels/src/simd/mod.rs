@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub const LANES: usize = 16;
 
 mod elem;
-mod sums;
+pub(crate) mod sums;
 
 pub use elem::{hw_of, load_portable, Conv, Elem};
 pub use sums::{
