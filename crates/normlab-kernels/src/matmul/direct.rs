@@ -3,20 +3,19 @@
 //! fused-multiply-add kernels do, so that swapping it in changes no bit.
 //!
 //! `matrixmultiply` (0.3, the AVX-512 and AVX2+FMA kernels) computes each
-//! element of `C = A B + beta C` (alpha 1) as follows: `k` is cut into
-//! blocks of [`KC`] (256) in ascending order; within a block one
-//! accumulator starts at +0 and takes `fma(a[i,p], b[p,j], acc)` for
-//! ascending `p`; the first block stores `acc` (beta 0) or `c + acc`
-//! (beta 1, rounded once), every later block `c + acc`. This kernel does the
-//! same per element, so the results are identical bit for bit (a test
+//! element of `C = alpha A B + beta C` as follows: `k` is cut into blocks
+//! of [`KC`] (256) in ascending order; within a block one accumulator
+//! starts at +0 and takes `fma(a[i,p], b[p,j], acc)` for ascending `p`; the
+//! first block stores `alpha acc` (beta 0) or `c + acc` (beta 1, alpha 1,
+//! rounded once), every later block `c + acc` (alpha 1). This kernel does
+//! the same per element, so the results are identical bit for bit (a test
 //! compares them on many shapes and strides). What differs is the work
 //! around it: `matrixmultiply` copies (packs) both operands into aligned
 //! panels on every call, which on the models' small matrices (d 64..512)
-//! costs a fifth of a training step; here `B` must have contiguous rows
-//! (`b[p, j..j+32]` one load) and `A`'s values are broadcast from wherever
-//! they are (any strides). A Linear's forward needs `W^T`, which the caller
-//! transposes once per call (a `d_in x d_out` copy, against the
-//! `rows x d_in` copy of `A` that packing made).
+//! cost a fifth of a training step. Here `A`'s values are broadcast from
+//! wherever they are (any strides) and `B`'s rows are read in place where
+//! they are contiguous (`b[p, j..j+32]` one load); other `B`s (a Linear's
+//! `W^T`) are copied 32 columns by one k-block at a time.
 //!
 //! Tiles are [`MR`] rows by [`NR`] columns (24 accumulators in AVX-512
 //! registers); it runs at the AVX-512 levels only, and [`super::gemm`]
@@ -36,6 +35,17 @@ const _: () = assert!(MR <= 12 && NR.is_multiple_of(16));
 /// The k-block of `matrixmultiply`'s f32 kernels (`S_KC`).
 pub const KC: usize = 256;
 
+/// Where a tile reads: A at `a` (row stride `ars`, column stride `acs`), B
+/// at `b` (row stride `brs`, [`NR`] contiguous values per row).
+#[derive(Clone, Copy)]
+struct Src {
+    a: *const f32,
+    ars: usize,
+    acs: usize,
+    b: *const f32,
+    brs: usize,
+}
+
 /// Where a tile's values go: C at `c` (row stride `rsc`), `cols` of the
 /// [`NR`] columns kept; `add`: C = C + acc, else C = alpha acc.
 #[derive(Clone, Copy)]
@@ -47,40 +57,31 @@ struct Out {
     add: bool,
 }
 
-/// One tile: `R` rows of A from `a` (row stride `ars`, column stride
-/// `acs`), `kc` rows of B from `b` (row stride `brs`, [`NR`] contiguous
-/// values each), into `out`. Written with AVX-512 intrinsics: the
-/// accumulators must stay in registers (the portable version compiled to
-/// half the throughput in one of two inlining contexts).
+/// One tile: `R` rows of A and `kc` rows of B from `src`, into `out`.
+/// Written with AVX-512 intrinsics: the accumulators must stay in
+/// registers (the portable version compiled to half the throughput in one
+/// of two inlining contexts).
 ///
 /// # Safety
 /// AVX-512F must be present, and every address the tile reads or writes
-/// must be in bounds: `a` for `R x kc` at its strides, `b` for `kc` rows of
+/// must be in bounds: A for `R x kc` at its strides, B for `kc` rows of
 /// [`NR`] floats, C for `R` rows of `cols` floats.
 #[inline(always)]
-unsafe fn tile<const R: usize>(
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    acs: usize,
-    b: *const f32,
-    brs: usize,
-    out: Out,
-) {
+unsafe fn tile<const R: usize>(kc: usize, src: Src, out: Out) {
     use std::arch::x86_64::*;
     // SAFETY (whole body): the caller guarantees AVX-512F and the ranges.
     unsafe {
         const NV: usize = NR / 16;
         let mut acc = [[_mm512_setzero_ps(); NV]; R];
         for p in 0..kc {
-            let bp = b.add(p * brs);
+            let bp = src.b.add(p * src.brs);
             let mut bv = [_mm512_setzero_ps(); NV];
             for v in 0..NV {
                 bv[v] = _mm512_loadu_ps(bp.add(16 * v));
             }
-            let ap = a.add(p * acs);
+            let ap = src.a.add(p * src.acs);
             for i in 0..R {
-                let av = _mm512_set1_ps(*ap.add(i * ars));
+                let av = _mm512_set1_ps(*ap.add(i * src.ars));
                 for v in 0..NV {
                     acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
                 }
@@ -113,25 +114,19 @@ unsafe fn tile<const R: usize>(
 /// # Safety
 /// As [`tile`], for `m` rows.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows(
-    m: usize,
-    kc: usize,
-    a: *const f32,
-    ars: usize,
-    acs: usize,
-    b: *const f32,
-    brs: usize,
-    out: Out,
-) {
+unsafe fn rows(m: usize, kc: usize, src: Src, out: Out) {
     let mut i = 0;
     macro_rules! go {
         ($r:expr) => {{
+            let s = Src {
+                a: src.a.wrapping_add(i * src.ars),
+                ..src
+            };
             let o = Out {
                 c: out.c.wrapping_add(i * out.rsc),
                 ..out
             };
-            unsafe { tile::<$r>(kc, a.add(i * ars), ars, acs, b, brs, o) }
+            unsafe { tile::<$r>(kc, s, o) }
         }};
     }
     while i + MR <= m {
@@ -215,8 +210,19 @@ pub fn gemm_direct(alpha: f32, a: Mat, b: Mat, accumulate: bool, c: &mut [f32], 
     a.check("gemm_direct A");
     b.check("gemm_direct B");
     assert!((m - 1) * rsc + n <= c.len(), "gemm_direct: C too short");
+    // SAFETY: every condition of `run` checked above.
+    unsafe { run(alpha, a, b, accumulate, c, rsc) };
+}
+
+/// [`gemm_direct`] without its checks, for [`super::gemm`], which has made
+/// them already.
+///
+/// # Safety
+/// The AVX-512 level, [`direct_ok`], `a.cols == b.rows`, m, k, n > 0, and
+/// the views and C in bounds.
+pub(super) unsafe fn run(alpha: f32, a: Mat, b: Mat, accumulate: bool, c: &mut [f32], rsc: usize) {
     let mut panel = PANEL.take().unwrap_or_else(|| Box::new([0.0; KC * NR]));
-    // SAFETY: AVX-512 checked above; the views' bounds too.
+    // SAFETY: forwarded from the caller.
     unsafe { direct_blocks(alpha, a, b, accumulate, c, rsc, &mut panel) };
     PANEL.set(Some(panel));
 }
@@ -257,14 +263,23 @@ unsafe fn direct_blocks(
                 alpha,
                 add: accumulate || kb > 0,
             };
-            if cols == NR && b.cs == 1 {
-                // SAFETY: in bounds by the caller's checks of the views.
-                unsafe { rows(m, kc, a0, a.rs, a.cs, bp.add(k0 * b.rs + j), b.rs, out) };
+            // B's panel in place where its rows are contiguous, else copied.
+            let (bpanel, brs) = if cols == NR && b.cs == 1 {
+                (bp.wrapping_add(k0 * b.rs + j), b.rs)
             } else {
                 copy_panel(b, k0, kc, j, cols, panel);
-                // SAFETY: `panel` holds kc rows of NR; C's columns j..j+cols are in bounds.
-                unsafe { rows(m, kc, a0, a.rs, a.cs, panel.as_ptr(), NR, out) };
-            }
+                (panel.as_ptr(), NR)
+            };
+            let src = Src {
+                a: a0,
+                ars: a.rs,
+                acs: a.cs,
+                b: bpanel,
+                brs,
+            };
+            // SAFETY: the caller's checks of the views and C (or `panel`,
+            // kc rows of NR) bound every address the tiles touch.
+            unsafe { rows(m, kc, src, out) };
         }
     }
 }

@@ -97,7 +97,9 @@ pub fn gemm(alpha: f32, a: Mat, b: Mat, beta: f32, c: &mut [f32], rsc: usize) {
         && crate::simd::level() >= crate::simd::Level::Avx512
         && !packed_only()
     {
-        gemm_direct(alpha, a, b, beta == 1.0, c, rsc);
+        // SAFETY: the level and direct_ok just checked; the views, C and
+        // the inner dimension checked above; m, n, k > 0.
+        unsafe { direct::run(alpha, a, b, beta == 1.0, c, rsc) };
         return;
     }
     sgemm(alpha, a, b, beta, c, rsc);

@@ -91,19 +91,19 @@ crate::multiversion! {
 
 /// The `sum(g)` and `sum(g * xhat)` terms of one block, g = dy * gamma.
 #[inline(always)]
-fn g_terms<A: Acc, B: Acc>(
+fn g_terms<A: Acc>(
     x: &[f32; LANES],
     dy: &[f32; LANES],
     gamma: &[f32; LANES],
     (hi, lo, rstd): (f32, f32, f32),
     sg: &mut [A; LANES],
-    sgx: &mut [B; LANES],
+    sgx: &mut [A; LANES],
 ) {
     for i in 0..LANES {
         let xhat = ((x[i] - hi) - lo) * rstd;
         let g = dy[i] * gamma[i];
         sg[i] += A::of(g);
-        sgx[i] += B::of(g * xhat);
+        sgx[i] += A::of(g * xhat);
     }
 }
 

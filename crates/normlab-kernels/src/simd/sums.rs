@@ -81,8 +81,6 @@ pub fn f32_sum_ok(s: f64) -> bool {
 pub trait Acc: Copy + Default + std::ops::AddAssign + 'static {
     /// An f32 term as the accumulator's type.
     fn of(v: f32) -> Self;
-    /// The accumulated value.
-    fn wide(self) -> f64;
 }
 
 impl Acc for f32 {
@@ -90,20 +88,12 @@ impl Acc for f32 {
     fn of(v: f32) -> f32 {
         v
     }
-    #[inline(always)]
-    fn wide(self) -> f64 {
-        self as f64
-    }
 }
 
 impl Acc for f64 {
     #[inline(always)]
     fn of(v: f32) -> f64 {
         v as f64
-    }
-    #[inline(always)]
-    fn wide(self) -> f64 {
-        self
     }
 }
 

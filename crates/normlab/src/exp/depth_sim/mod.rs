@@ -236,7 +236,7 @@ pub fn validate(c: &SimConfig) -> Result<()> {
     if let Some(g) = c.gate {
         if !(g.is_finite() && (0.0..=100.0).contains(&g)) {
             return Err(
-                format!("the layerscale init must be a number in [0, 100] (got {g})").into(),
+                format!("the branch gate's init must be a number in [0, 100] (got {g})").into(),
             );
         }
     }
