@@ -55,6 +55,11 @@ impl Level {
             Level::Avx512Bf16 => "avx512bf16",
         }
     }
+
+    /// Whether AVX-512 F/VL/BW/DQ are present (both AVX-512 levels).
+    pub fn has_avx512(self) -> bool {
+        matches!(self, Level::Avx512 | Level::Avx512Bf16)
+    }
 }
 
 static LEVEL: AtomicU8 = AtomicU8::new(0);
