@@ -163,11 +163,34 @@ fn g_sweep_f32<T: Elem>(
     (tree_sum(&sg), tree_sum(&sgx))
 }
 
+/// Sweep 1 of the f32 backward over a whole row: `(sum(g), sum(g * xhat))`
+/// in f64 lanes ([`g_terms`]) and the parameter gradients
+/// ([`param_terms`]). At the AVX-512 levels f32 rows take
+/// [`x86::g_sweep_f64`], the same operations as vector instructions.
+#[inline(always)]
+fn g_sweep_f64<T: Elem>(
+    x: &[T],
+    dy: &[T],
+    gamma: &[f32],
+    pg: &mut [f32],
+    pb: &mut [f32],
+    (ax, ady): (&[T], &[T]),
+    s: (f32, f32, f32),
+) -> (f64, f64) {
+    let mut sg = [0f64; LANES];
+    let mut sgx = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
+        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
+        param_terms(xb, dyb, s, pgb, pbb);
+    });
+    (tree_sum(&sg), tree_sum(&sgx))
+}
+
 /// [`g_sweep_f32`] as AVX-512 and AVX2 vector instructions.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use crate::simd::sums::x86::{halves, join, lanes, stream16, vec};
-    use crate::simd::{tree_sum, Elem};
+    use crate::simd::{prefetch_block, tree_sum, Elem, LANES};
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -242,6 +265,79 @@ mod x86 {
         for j in full..d {
             y[j] = ((x[j] - hi) - lo) * rstd * gamma[j] + beta[j];
         }
+    }
+
+    /// [`super::g_sweep_f64`] over an f32 row: the f32 terms in 512-bit
+    /// registers (LLVM used 128-bit ones here too), the f64 lanes as two
+    /// 8-lane halves; a tail block padded with zeros as `for_blocks!` pads
+    /// it. The same operations lane by lane, so the same bits.
+    ///
+    /// # Safety
+    /// AVX-512 F must be present.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn g_sweep_f64(
+        x: &[f32],
+        dy: &[f32],
+        gamma: &[f32],
+        pg: &mut [f32],
+        pb: &mut [f32],
+        (ax, ady): (&[f32], &[f32]),
+        (hi, lo, rstd): (f32, f32, f32),
+    ) -> (f64, f64) {
+        let d = x.len();
+        let (dy, gamma, pg, pb) = (&dy[..d], &gamma[..d], &mut pg[..d], &mut pb[..d]);
+        let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
+        let z = _mm512_setzero_pd();
+        let (mut sg, mut sgx) = ([z, z], [z, z]);
+        let mut step = |xb: &[f32; LANES],
+                        dyb: &[f32; LANES],
+                        gb: &[f32; LANES],
+                        pgb: &mut [f32; LANES],
+                        pbb: &mut [f32; LANES]| {
+            let dyv = vec(dyb);
+            let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(vec(xb), hv), lv), rv);
+            let g = _mm512_mul_ps(dyv, vec(gb));
+            let gx = _mm512_mul_ps(g, xhat);
+            for (acc, v) in [(&mut sg, g), (&mut sgx, gx)] {
+                acc[0] = _mm512_add_pd(acc[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+                acc[1] = _mm512_add_pd(
+                    acc[1],
+                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                        _mm512_castps_pd(v),
+                    ))),
+                );
+            }
+            *pgb = lanes(_mm512_add_ps(vec(pgb), _mm512_mul_ps(dyv, xhat)));
+            *pbb = lanes(_mm512_add_ps(vec(pbb), dyv));
+        };
+        let full = d - d % LANES;
+        for j in (0..full).step_by(LANES) {
+            prefetch_block(ax, j);
+            prefetch_block(ady, j);
+            let blk = |v: &[f32]| -> [f32; LANES] { v[j..j + LANES].try_into().expect("a block") };
+            let (pgb, pbb): (&mut [f32; LANES], &mut [f32; LANES]) = (
+                (&mut pg[j..j + LANES]).try_into().expect("a block"),
+                (&mut pb[j..j + LANES]).try_into().expect("a block"),
+            );
+            step(&blk(x), &blk(dy), &blk(gamma), pgb, pbb);
+        }
+        if full < d {
+            let t = d - full;
+            let pad = |v: &[f32]| {
+                let mut b = [0f32; LANES];
+                b[..t].copy_from_slice(&v[full..]);
+                b
+            };
+            let (mut pgb, mut pbb) = (pad(pg), pad(pb));
+            step(&pad(x), &pad(dy), &pad(gamma), &mut pgb, &mut pbb);
+            pg[full..].copy_from_slice(&pgb[..t]);
+            pb[full..].copy_from_slice(&pbb[..t]);
+        }
+        let half = |a: [__m512d; 2]| -> [f64; LANES] {
+            // SAFETY: two __m512d are 16 f64 lanes, any bits valid.
+            unsafe { std::mem::transmute::<[__m512d; 2], [f64; LANES]>(a) }
+        };
+        (tree_sum(&half(sg)), tree_sum(&half(sgx)))
     }
 
     /// The backward's dx sweep over f32 rows, `dx = rstd * ((dy * gamma -
@@ -370,13 +466,16 @@ crate::multiversion! {
                     (tree_sum(&sg), tree_sum(&sgx))
                 }
             } else {
-                let mut sg = [0f64; LANES];
-                let mut sgx = [0f64; LANES];
-                crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, gb in gamma; mut pgb in pg, pbb in pb => {
-                    g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
-                    param_terms(xb, dyb, s, pgb, pbb);
-                });
-                (tree_sum(&sg), tree_sum(&sgx))
+                #[cfg(target_arch = "x86_64")]
+                if let (Some(xf), Some(dyf), true) = (T::as_f32(xr), T::as_f32(dyr), crate::simd::level().has_avx512()) {
+                    let (axf, adyf) = (T::as_f32(ax).unwrap_or(&[]), T::as_f32(ady).unwrap_or(&[]));
+                    // SAFETY: the level says AVX-512 F is present.
+                    unsafe { x86::g_sweep_f64(xf, dyf, gamma, pg, pb, (axf, adyf), s) }
+                } else {
+                    g_sweep_f64(xr, dyr, gamma, pg, pb, (ax, ady), s)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                g_sweep_f64(xr, dyr, gamma, pg, pb, (ax, ady), s)
             };
             let mg = (tg / n) as f32;
             let mgx = (tgx / n) as f32;
