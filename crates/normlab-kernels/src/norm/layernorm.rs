@@ -189,8 +189,8 @@ fn g_sweep_f64<T: Elem>(
 /// [`g_sweep_f32`] as AVX-512 and AVX2 vector instructions.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::sums::x86::{halves, join, lanes, stream16, vec};
-    use crate::simd::{prefetch_block, tree_sum, Elem, LANES};
+    use crate::simd::x86::{add_wide, for_row, halves, join, lanes, map_row, vec, wide_lanes};
+    use crate::simd::{tree_sum, Elem};
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -240,38 +240,13 @@ mod x86 {
         (hi, lo, rstd): (f32, f32, f32),
         stream: bool,
     ) {
-        let d = y.len();
-        let (x, gamma, beta) = (&x[..d], &gamma[..d], &beta[..d]);
-        let full = d - d % 16;
         let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
-        let block = |j: usize| {
-            // SAFETY: j + 16 <= full <= d, the length of every slice.
-            unsafe {
-                let c = _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(j)), hv), lv);
-                let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), _mm512_loadu_ps(gamma.as_ptr().add(j)));
-                _mm512_add_ps(t, _mm512_loadu_ps(beta.as_ptr().add(j)))
-            }
-        };
-        let p = y.as_mut_ptr();
-        if stream {
-            for j in (0..full).step_by(16) {
-                stream16(p.add(j), block(j));
-            }
-        } else {
-            for j in (0..full).step_by(16) {
-                _mm512_storeu_ps(p.add(j), block(j));
-            }
-        }
-        for j in full..d {
-            y[j] = ((x[j] - hi) - lo) * rstd * gamma[j] + beta[j];
-        }
+        map_row([x, gamma, beta], [&[]; 3], y, stream, |[xv, gv, bv]| {
+            let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
+            _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
+        });
     }
 
-    /// [`super::g_sweep_f64`] over an f32 row: the f32 terms in 512-bit
-    /// registers (LLVM used 128-bit ones here too), the f64 lanes as two
-    /// 8-lane halves; a tail block padded with zeros as `for_blocks!` pads
-    /// it. The same operations lane by lane, so the same bits.
-    ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
@@ -284,60 +259,25 @@ mod x86 {
         (ax, ady): (&[f32], &[f32]),
         (hi, lo, rstd): (f32, f32, f32),
     ) -> (f64, f64) {
-        let d = x.len();
-        let (dy, gamma, pg, pb) = (&dy[..d], &gamma[..d], &mut pg[..d], &mut pb[..d]);
         let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
         let z = _mm512_setzero_pd();
         let (mut sg, mut sgx) = ([z, z], [z, z]);
-        let mut step = |xb: &[f32; LANES],
-                        dyb: &[f32; LANES],
-                        gb: &[f32; LANES],
-                        pgb: &mut [f32; LANES],
-                        pbb: &mut [f32; LANES]| {
-            let dyv = vec(dyb);
-            let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(vec(xb), hv), lv), rv);
-            let g = _mm512_mul_ps(dyv, vec(gb));
-            let gx = _mm512_mul_ps(g, xhat);
-            for (acc, v) in [(&mut sg, g), (&mut sgx, gx)] {
-                acc[0] = _mm512_add_pd(acc[0], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-                acc[1] = _mm512_add_pd(
-                    acc[1],
-                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                        _mm512_castps_pd(v),
-                    ))),
-                );
-            }
-            *pgb = lanes(_mm512_add_ps(vec(pgb), _mm512_mul_ps(dyv, xhat)));
-            *pbb = lanes(_mm512_add_ps(vec(pbb), dyv));
-        };
-        let full = d - d % LANES;
-        for j in (0..full).step_by(LANES) {
-            prefetch_block(ax, j);
-            prefetch_block(ady, j);
-            let blk = |v: &[f32]| -> [f32; LANES] { v[j..j + LANES].try_into().expect("a block") };
-            let (pgb, pbb): (&mut [f32; LANES], &mut [f32; LANES]) = (
-                (&mut pg[j..j + LANES]).try_into().expect("a block"),
-                (&mut pb[j..j + LANES]).try_into().expect("a block"),
-            );
-            step(&blk(x), &blk(dy), &blk(gamma), pgb, pbb);
-        }
-        if full < d {
-            let t = d - full;
-            let pad = |v: &[f32]| {
-                let mut b = [0f32; LANES];
-                b[..t].copy_from_slice(&v[full..]);
-                b
-            };
-            let (mut pgb, mut pbb) = (pad(pg), pad(pb));
-            step(&pad(x), &pad(dy), &pad(gamma), &mut pgb, &mut pbb);
-            pg[full..].copy_from_slice(&pgb[..t]);
-            pb[full..].copy_from_slice(&pbb[..t]);
-        }
-        let half = |a: [__m512d; 2]| -> [f64; LANES] {
-            // SAFETY: two __m512d are 16 f64 lanes, any bits valid.
-            unsafe { std::mem::transmute::<[__m512d; 2], [f64; LANES]>(a) }
-        };
-        (tree_sum(&half(sg)), tree_sum(&half(sgx)))
+        for_row(
+            [x, dy, gamma],
+            [ax, ady, &[]],
+            [pg, pb],
+            |[xv, dyv, gv], [pgv, pbv]| {
+                let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
+                let g = _mm512_mul_ps(dyv, gv);
+                add_wide(&mut sg, g);
+                add_wide(&mut sgx, _mm512_mul_ps(g, xhat));
+                [
+                    _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
+                    _mm512_add_ps(pbv, dyv),
+                ]
+            },
+        );
+        (tree_sum(&wide_lanes(sg)), tree_sum(&wide_lanes(sgx)))
     }
 
     /// The backward's dx sweep over f32 rows, `dx = rstd * ((dy * gamma -
@@ -357,36 +297,14 @@ mod x86 {
         (mg, mgx): (f32, f32),
         stream: bool,
     ) {
-        let d = dx.len();
-        let (x, dy, gamma) = (&x[..d], &dy[..d], &gamma[..d]);
-        let full = d - d % 16;
         let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
         let (mv, mxv) = (_mm512_set1_ps(mg), _mm512_set1_ps(mgx));
-        let block = |j: usize| {
-            // SAFETY: j + 16 <= full <= d, the length of every slice.
-            unsafe {
-                let g = _mm512_mul_ps(
-                    _mm512_loadu_ps(dy.as_ptr().add(j)),
-                    _mm512_loadu_ps(gamma.as_ptr().add(j)),
-                );
-                let c = _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(j)), hv), lv);
-                let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);
-                _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
-            }
-        };
-        let p = dx.as_mut_ptr();
-        if stream {
-            for j in (0..full).step_by(16) {
-                stream16(p.add(j), block(j));
-            }
-        } else {
-            for j in (0..full).step_by(16) {
-                _mm512_storeu_ps(p.add(j), block(j));
-            }
-        }
-        for j in full..d {
-            dx[j] = rstd * ((dy[j] * gamma[j] - mg) - ((x[j] - hi) - lo) * rstd * mgx);
-        }
+        map_row([x, dy, gamma], [&[]; 3], dx, stream, |[xv, dyv, gv]| {
+            let g = _mm512_mul_ps(dyv, gv);
+            let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
+            let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);
+            _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
+        });
     }
 
     /// # Safety

@@ -64,6 +64,12 @@ crate::multiversion! {
             st[0] = 0.0;
             st[1] = 0.0;
             st[2] = rstd;
+            #[cfg(target_arch = "x86_64")]
+            if let (Some(xf), Some(yf), true) = (T::as_f32(xr), T::as_f32_mut(yr), crate::simd::level().has_avx512()) {
+                // SAFETY: the level says AVX-512 F is present.
+                unsafe { x86::write_y(xf, w, yf, (offset, rstd), stream) };
+                continue;
+            }
             crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
         }
         if stream {
@@ -92,6 +98,109 @@ fn gx_terms<A: Acc>(
 fn dw_terms(x: &[f32; LANES], dy: &[f32; LANES], rstd: f32, pw: &mut [f32; LANES]) {
     for i in 0..LANES {
         pw[i] += dy[i] * (x[i] * rstd);
+    }
+}
+
+/// Sweep 1 of the f32 backward over a whole row: `sum(g * xhat)` in f64
+/// lanes ([`gx_terms`]) and the gain gradient ([`dw_terms`]). At the
+/// AVX-512 levels f32 rows take [`x86::gx_sweep_f64`], the same operations
+/// as vector instructions.
+#[inline(always)]
+fn gx_sweep_f64<T: Elem>(
+    x: &[T],
+    dy: &[T],
+    w: &[f32],
+    pw: &mut [f32],
+    (ax, ady): (&[T], &[T]),
+    (offset, rstd): (f32, f32),
+) -> f64 {
+    let mut sgx = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, wb in w; mut pwb in pw => {
+        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
+        dw_terms(xb, dyb, rstd, pwb);
+    });
+    tree_sum(&sgx)
+}
+
+/// The f32 sweeps as AVX-512 intrinsics, the same operations per element
+/// as the portable code (so the same bits): LLVM compiled `write_row!`'s
+/// and `for_blocks!`'s blocks for f32 rows into 128-bit instructions.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use crate::simd::tree_sum;
+    use crate::simd::x86::{add_wide, for_row, map_row, wide_lanes};
+    use std::arch::x86_64::*;
+
+    /// `y = x * rstd * (offset + w)`.
+    ///
+    /// # Safety
+    /// AVX-512 F must be present; with `stream`, `y` must start 16-byte aligned.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn write_y(
+        x: &[f32],
+        w: &[f32],
+        y: &mut [f32],
+        (offset, rstd): (f32, f32),
+        stream: bool,
+    ) {
+        let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
+        map_row([x, w], [&[]; 2], y, stream, |[xv, wv]| {
+            _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
+        });
+    }
+
+    /// [`super::gx_sweep_f64`] over an f32 row.
+    ///
+    /// # Safety
+    /// AVX-512 F must be present.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn gx_sweep_f64(
+        x: &[f32],
+        dy: &[f32],
+        w: &[f32],
+        pw: &mut [f32],
+        (ax, ady): (&[f32], &[f32]),
+        (offset, rstd): (f32, f32),
+    ) -> f64 {
+        let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
+        let z = _mm512_setzero_pd();
+        let mut sgx = [z, z];
+        for_row([x, dy, w], [ax, ady, &[]], [pw], |[xv, dyv, wv], [pwv]| {
+            let xhat = _mm512_mul_ps(xv, rv);
+            add_wide(
+                &mut sgx,
+                _mm512_mul_ps(_mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)), xhat),
+            );
+            [_mm512_add_ps(pwv, _mm512_mul_ps(dyv, xhat))]
+        });
+        tree_sum(&wide_lanes(sgx))
+    }
+
+    /// `dx = rstd * (dy * (offset + w) - x * rstd * mgx)`.
+    ///
+    /// # Safety
+    /// As [`write_y`].
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn write_dx(
+        x: &[f32],
+        dy: &[f32],
+        w: &[f32],
+        dx: &mut [f32],
+        (offset, rstd, mgx): (f32, f32, f32),
+        stream: bool,
+    ) {
+        let (ov, rv, mv) = (
+            _mm512_set1_ps(offset),
+            _mm512_set1_ps(rstd),
+            _mm512_set1_ps(mgx),
+        );
+        map_row([x, dy, w], [&[]; 3], dx, stream, |[xv, dyv, wv]| {
+            let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
+            _mm512_mul_ps(
+                rv,
+                _mm512_sub_ps(g, _mm512_mul_ps(_mm512_mul_ps(xv, rv), mv)),
+            )
+        });
     }
 }
 
@@ -129,14 +238,24 @@ crate::multiversion! {
                 }
                 total
             } else {
-                let mut sgx = [0f64; LANES];
-                crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in xr, dyb in dyr, wb in w; mut pwb in pw => {
-                    gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
-                    dw_terms(xb, dyb, rstd, pwb);
-                });
-                tree_sum(&sgx)
+                #[cfg(target_arch = "x86_64")]
+                if let (Some(xf), Some(dyf), true) = (T::as_f32(xr), T::as_f32(dyr), crate::simd::level().has_avx512()) {
+                    let (axf, adyf) = (T::as_f32(ax).unwrap_or(&[]), T::as_f32(ady).unwrap_or(&[]));
+                    // SAFETY: the level says AVX-512 F is present.
+                    unsafe { x86::gx_sweep_f64(xf, dyf, w, pw, (axf, adyf), (offset, rstd)) }
+                } else {
+                    gx_sweep_f64(xr, dyr, w, pw, (ax, ady), (offset, rstd))
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                gx_sweep_f64(xr, dyr, w, pw, (ax, ady), (offset, rstd))
             };
             let mgx = (total / n) as f32;
+            #[cfg(target_arch = "x86_64")]
+            if let (Some(xf), Some(dyf), Some(dxf), true) = (T::as_f32(xr), T::as_f32(dyr), T::as_f32_mut(dxr), crate::simd::level().has_avx512()) {
+                // SAFETY: the level says AVX-512 F is present.
+                unsafe { x86::write_dx(xf, dyf, w, dxf, (offset, rstd, mgx), stream) };
+                continue;
+            }
             crate::write_row!(dxr, stream, (xr, dyr, w) => rstd * (dyr * (offset + w) - xr * rstd * mgx));
         }
         if stream {

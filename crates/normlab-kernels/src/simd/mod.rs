@@ -25,6 +25,8 @@ pub const LANES: usize = 16;
 
 mod elem;
 pub(crate) mod sums;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
 
 pub use elem::{hw_of, load_portable, Conv, Elem};
 pub use sums::{

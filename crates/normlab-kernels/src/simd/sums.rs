@@ -151,22 +151,9 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
 /// accumulators.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{ahead_from, f32_chunks, tree_sum, Elem, LANES};
+    use super::{ahead_from, f32_chunks, tree_sum, Elem};
+    use crate::simd::x86::{halves, join, lanes, vec};
     use std::arch::x86_64::*;
-
-    /// A vector's lanes as the array [`tree_sum`] reduces.
-    #[inline(always)]
-    pub(crate) fn lanes(v: __m512) -> [f32; LANES] {
-        // SAFETY: __m512 and [f32; 16] have the same size and any bits are valid.
-        unsafe { std::mem::transmute::<__m512, [f32; LANES]>(v) }
-    }
-
-    /// A block as a vector.
-    #[inline(always)]
-    pub(crate) fn vec(b: &[f32; LANES]) -> __m512 {
-        // SAFETY: as above.
-        unsafe { std::mem::transmute::<[f32; LANES], __m512>(*b) }
-    }
 
     /// [`super::shifted_sums_f32`], the same operations lane by lane.
     ///
@@ -189,46 +176,6 @@ pub(crate) mod x86 {
             t2 += tree_sum(&lanes(s2)) as f64;
         }
         (t1, t2)
-    }
-
-    /// Store a 16-lane vector at `p` with four 128-bit non-temporal stores.
-    /// (One 512-bit non-temporal store made the LayerNorm sweeps 10-40%
-    /// slower on the AMD EPYC development machine.)
-    ///
-    /// # Safety
-    /// AVX-512 F must be present; `p` 16-byte aligned with 16 floats.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub(crate) unsafe fn stream16(p: *mut f32, v: __m512) {
-        _mm_stream_ps(p, _mm512_castps512_ps128(v));
-        _mm_stream_ps(p.add(4), _mm512_extractf32x4_ps::<1>(v));
-        _mm_stream_ps(p.add(8), _mm512_extractf32x4_ps::<2>(v));
-        _mm_stream_ps(p.add(12), _mm512_extractf32x4_ps::<3>(v));
-    }
-
-    /// A block as two 8-lane halves (lanes 0..8, 8..16).
-    #[inline(always)]
-    pub(crate) fn halves(b: &[f32; LANES]) -> (__m256, __m256) {
-        // SAFETY: [f32; 16] is two [f32; 8], __m256 the size of one; any bits are valid.
-        unsafe {
-            let h = std::mem::transmute::<[f32; LANES], [[f32; 8]; 2]>(*b);
-            (
-                std::mem::transmute::<[f32; 8], __m256>(h[0]),
-                std::mem::transmute::<[f32; 8], __m256>(h[1]),
-            )
-        }
-    }
-
-    /// Two halves back as the 16 lanes [`tree_sum`] reduces.
-    #[inline(always)]
-    pub(crate) fn join(lo: __m256, hi: __m256) -> [f32; LANES] {
-        // SAFETY: as above.
-        unsafe {
-            std::mem::transmute::<[[f32; 8]; 2], [f32; LANES]>([
-                std::mem::transmute::<__m256, [f32; 8]>(lo),
-                std::mem::transmute::<__m256, [f32; 8]>(hi),
-            ])
-        }
     }
 
     /// [`super::shifted_sums_f32`] with AVX2: each 16-lane accumulator as
