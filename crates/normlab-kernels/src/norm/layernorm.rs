@@ -241,7 +241,7 @@ mod x86 {
         stream: bool,
     ) {
         let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
-        map_row([x, gamma, beta], [&[]; 3], y, stream, |[xv, gv, bv]| {
+        map_row([x, gamma, beta], y, stream, |[xv, gv, bv]| {
             let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
             _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
         });
@@ -299,7 +299,7 @@ mod x86 {
     ) {
         let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
         let (mv, mxv) = (_mm512_set1_ps(mg), _mm512_set1_ps(mgx));
-        map_row([x, dy, gamma], [&[]; 3], dx, stream, |[xv, dyv, gv]| {
+        map_row([x, dy, gamma], dx, stream, |[xv, dyv, gv]| {
             let g = _mm512_mul_ps(dyv, gv);
             let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
             let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);

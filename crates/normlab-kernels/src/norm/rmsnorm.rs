@@ -144,7 +144,7 @@ mod x86 {
         stream: bool,
     ) {
         let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
-        map_row([x, w], [&[]; 2], y, stream, |[xv, wv]| {
+        map_row([x, w], y, stream, |[xv, wv]| {
             _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
         });
     }
@@ -194,7 +194,7 @@ mod x86 {
             _mm512_set1_ps(rstd),
             _mm512_set1_ps(mgx),
         );
-        map_row([x, dy, w], [&[]; 3], dx, stream, |[xv, dyv, wv]| {
+        map_row([x, dy, w], dx, stream, |[xv, dyv, wv]| {
             let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
             _mm512_mul_ps(
                 rv,

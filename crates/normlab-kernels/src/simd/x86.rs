@@ -65,10 +65,10 @@ pub(crate) unsafe fn stream16(p: *mut f32, v: __m512) {
 }
 
 /// `dst[j] = f(src[0][j], src[1][j], ..)` over a row of f32 values in
-/// 512-bit registers, `src[i][j]` prefetched from `ahead[i]` (see
-/// [`ahead`](super::ahead)); the tail block runs `f` on zero-padded inputs
-/// and keeps its first lanes (the same operations per lane). With
-/// `stream`, the full blocks are written with [`stream16`].
+/// 512-bit registers (no prefetching: the row norms' output sweeps read
+/// rows their first sweep brought into cache); the tail block runs `f` on
+/// zero-padded inputs and keeps its first lanes (the same operations per
+/// lane). With `stream`, the full blocks are written with [`stream16`].
 ///
 /// # Safety
 /// AVX-512 F must be present (call it from a function compiled for it, so
@@ -76,7 +76,6 @@ pub(crate) unsafe fn stream16(p: *mut f32, v: __m512) {
 #[inline(always)]
 pub(crate) unsafe fn map_row<const N: usize>(
     src: [&[f32]; N],
-    ahead: [&[f32]; N],
     dst: &mut [f32],
     stream: bool,
     f: impl Fn([__m512; N]) -> __m512,
@@ -89,12 +88,10 @@ pub(crate) unsafe fn map_row<const N: usize>(
     let block = |j: usize| f(src.map(|s| unsafe { _mm512_loadu_ps(s.as_ptr().add(j)) }));
     if stream {
         for j in (0..full).step_by(LANES) {
-            ahead.iter().for_each(|a| prefetch_block(a, j));
             unsafe { stream16(p.add(j), block(j)) };
         }
     } else {
         for j in (0..full).step_by(LANES) {
-            ahead.iter().for_each(|a| prefetch_block(a, j));
             unsafe { _mm512_storeu_ps(p.add(j), block(j)) };
         }
     }
