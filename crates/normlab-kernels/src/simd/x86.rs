@@ -169,3 +169,51 @@ pub(crate) fn wide_lanes(acc: [__m512d; 2]) -> [f64; LANES] {
     // SAFETY: two __m512d are 16 f64 lanes; any bits are valid.
     unsafe { std::mem::transmute::<[__m512d; 2], [f64; LANES]>(acc) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `map_row` and `for_row` against plain loops, bit for bit, at row
+    /// lengths with and without a tail block (skipped without AVX-512).
+    #[test]
+    fn row_sweeps_match_plain_loops() {
+        if !super::super::detected_level().has_avx512() {
+            eprintln!("no AVX-512: skipped");
+            return;
+        }
+        #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+        unsafe fn sweeps(a: &[f32], b: &[f32], y: &mut [f32], acc: &mut [f32]) -> [f64; LANES] {
+            map_row([a, b], y, false, |[av, bv]| {
+                _mm512_add_ps(_mm512_mul_ps(av, bv), av)
+            });
+            let mut s = [_mm512_setzero_pd(); 2];
+            for_row([a, b], [&[], &[]], [acc], |[av, bv], [cv]| {
+                add_wide(&mut s, _mm512_sub_ps(av, bv));
+                [_mm512_add_ps(cv, _mm512_mul_ps(av, bv))]
+            });
+            wide_lanes(s)
+        }
+        for d in [1usize, 15, 16, 17, 33, 64, 100] {
+            let a: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+            let b: Vec<f32> = (0..d).map(|i| (i as f32 * 1.3).cos() + 0.1).collect();
+            let mut y = vec![0f32; d];
+            let mut acc: Vec<f32> = (0..d).map(|i| i as f32 * 0.01).collect();
+            let mut want_acc = acc.clone();
+            // SAFETY: AVX-512 is present (checked above).
+            let lanes_got = unsafe { sweeps(&a, &b, &mut y, &mut acc) };
+            let mut lanes_want = [0f64; LANES];
+            for j in 0..d {
+                assert_eq!(
+                    y[j].to_bits(),
+                    (a[j] * b[j] + a[j]).to_bits(),
+                    "map_row d {d} j {j}"
+                );
+                want_acc[j] += a[j] * b[j];
+                lanes_want[j % LANES] += (a[j] - b[j]) as f64;
+            }
+            assert_eq!(acc, want_acc, "for_row d {d}");
+            assert_eq!(lanes_got, lanes_want, "for_row sums d {d}");
+        }
+    }
+}
