@@ -251,6 +251,29 @@ pub fn should_stream<T>(out: &[T], d: usize) -> bool {
         && (out.as_ptr() as usize).is_multiple_of(64)
 }
 
+/// Copy `src` into `dst` (same length, `dst` 16-byte aligned) with
+/// non-temporal stores, as the f32 kernels stream their outputs (at the
+/// AVX-512 levels: whole 512-bit stores where the processor favours them,
+/// see `x86::wide_streams`): the streaming half of the benchmarks' copy
+/// roofline.
+pub fn stream_copy(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "stream_copy lengths");
+    #[cfg(target_arch = "x86_64")]
+    if level().has_avx512() {
+        // SAFETY: the level says AVX-512 F is present.
+        unsafe { x86::stream_copy(dst, src) };
+        return;
+    }
+    let full = dst.len() - dst.len() % LANES;
+    for j in (0..full).step_by(LANES) {
+        stream_block(
+            &mut dst[j..],
+            src[j..j + LANES].try_into().expect("a block"),
+        );
+    }
+    dst[full..].copy_from_slice(&src[full..]);
+}
+
 /// Store one block with non-temporal stores. `dst` must start 16-byte
 /// aligned (checked) and hold at least `LANES` floats.
 #[inline(always)]

@@ -176,11 +176,7 @@ pub fn copy_roofline_gbps(n: usize, target_seconds: f64, min_reps: usize) -> f64
             dst.par_chunks_mut(chunk)
                 .zip(src.par_chunks(chunk))
                 .for_each(|(d, s)| {
-                    let full = d.len() - d.len() % simd::LANES;
-                    for j in (0..full).step_by(simd::LANES) {
-                        simd::stream_block(&mut d[j..], s[j..j + simd::LANES].try_into().unwrap());
-                    }
-                    d[full..].copy_from_slice(&s[full..]);
+                    simd::stream_copy(d, s);
                     simd::stream_fence();
                 });
         },
