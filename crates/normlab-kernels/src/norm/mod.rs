@@ -38,6 +38,7 @@ pub mod pointwise;
 pub mod rmsnorm;
 pub mod scalenorm;
 pub mod spec;
+pub mod tanh;
 
 use crate::simd::Elem;
 use std::fmt;

@@ -32,6 +32,8 @@
 //! two passes read and write the same bytes as RMSNorm's.
 
 use crate::act::exp;
+pub use crate::norm::tanh::tanh;
+use crate::norm::tanh::tanh4;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, BETA, GAMMA};
 use crate::simd::{ahead, prefetch_block, stream_block, tree_sum, LANES};
 
@@ -82,30 +84,6 @@ pub enum Squash {
     Tanh,
     /// erf (Derf).
     Erf,
-}
-
-/// |u| beyond which [`tanh`] is +-1 in f32 (tanh(9) = 1 - 3e-8).
-const TANH_CLAMP: f32 = 9.0;
-
-/// The rational tanh's numerator and denominator in z = u^2, lowest degree
-/// first, from `scripts/fit_tanh.py` (a minimax-relative fit on |u| <= 9;
-/// its own error 2.2e-8, below f32's rounding).
-const TANH_P: [f32; 5] = [1., 0.13383988, 0.003499003, 2.06613e-05, 1.3419738e-08];
-const TANH_Q: [f32; 5] = [1., 0.4671731, 0.025890237, 3.2910463e-04, 7.8047236e-07];
-
-/// tanh(u) within 3.3e-7 relative everywhere (also near 0, where it is u
-/// itself), vectorisable, one division: `u P(u^2) / Q(u^2)` on u clamped
-/// to +-9, the result clamped to [-1, 1]. The DyT kernels evaluate tanh
-/// twice per element (forward, and again in backward); through
-/// `expm1(2|u|)` and a division it made them compute-bound, this costs
-/// about half of that.
-#[inline(always)]
-pub fn tanh(u: f32) -> f32 {
-    let x = u.clamp(-TANH_CLAMP, TANH_CLAMP);
-    let z = x * x;
-    let num = x * horner(z, &TANH_P);
-    let den = horner(z, &TANH_Q);
-    (num / den).clamp(-1.0, 1.0)
 }
 
 /// The Taylor coefficients of erf(u) / (2u/sqrt(pi)) in powers of u^2:
@@ -172,43 +150,74 @@ pub fn erf(u: f32) -> f32 {
     }
 }
 
-/// A squashing function with its derivative, as a type (so each kernel is
-/// compiled for one function, with nothing to decide per element).
+/// A point-wise norm's per-element forward and backward, as a type (so
+/// each kernel is compiled for one function, with nothing to decide per
+/// element).
 trait SquashFn {
-    /// `(f(u), f'(u))`.
-    fn eval(u: f32) -> (f32, f32);
-    /// `f(u)` alone.
-    fn value(u: f32) -> f32;
+    /// `y = gamma * f(u) + beta`.
+    fn y(alpha: f32, s: f32, x: f32, gamma: f32, beta: f32) -> f32;
+    /// Returns `dx`; adds this element's terms into the partial sums of
+    /// `(sum(g x), sum(g), dgamma, dbeta)`.
+    fn grads(
+        alpha: f32,
+        s: f32,
+        x_dy_gamma: (f32, f32, f32),
+        acc: (&mut f32, &mut f32, &mut f32, &mut f32),
+    ) -> f32;
 }
 
+/// DyT, with fused multiply-adds (u = alpha x, so s = 0 is not added;
+/// `x86` evaluates the same operations on 16 lanes).
 struct TanhFn;
+/// Derf.
 struct ErfFn;
 
 impl SquashFn for TanhFn {
     #[inline(always)]
-    fn eval(u: f32) -> (f32, f32) {
-        let t = tanh(u);
-        (t, 1.0 - t * t)
+    fn y(alpha: f32, _: f32, x: f32, gamma: f32, beta: f32) -> f32 {
+        gamma.mul_add(tanh4((4.0 * alpha) * x), beta)
     }
     #[inline(always)]
-    fn value(u: f32) -> f32 {
-        tanh(u)
+    fn grads(
+        alpha: f32,
+        _: f32,
+        (x, dy, gamma): (f32, f32, f32),
+        (sa, _, pg, pb): (&mut f32, &mut f32, &mut f32, &mut f32),
+    ) -> f32 {
+        let t = tanh4((4.0 * alpha) * x);
+        let g = dy * gamma * (-t).mul_add(t, 1.0);
+        *sa = g.mul_add(x, *sa);
+        *pg = dy.mul_add(t, *pg);
+        *pb += dy;
+        alpha * g
     }
 }
 
 impl SquashFn for ErfFn {
     #[inline(always)]
-    fn eval(u: f32) -> (f32, f32) {
+    fn y(alpha: f32, s: f32, x: f32, gamma: f32, beta: f32) -> f32 {
+        gamma * erf(alpha * x + s) + beta
+    }
+    #[inline(always)]
+    fn grads(
+        alpha: f32,
+        s: f32,
+        (x, dy, gamma): (f32, f32, f32),
+        (sa, ss, pg, pb): (&mut f32, &mut f32, &mut f32, &mut f32),
+    ) -> f32 {
+        let u = alpha * x + s;
         // exp clamps its input at -87: cut the derivative to exactly 0
         // there (f64 gives 0 too), which also keeps subnormal numbers out
         // of the gradients.
         let z = u * u;
         let e = std::f32::consts::FRAC_2_SQRT_PI * exp(-z);
-        (erf(u), if z > 87.0 { 0.0 } else { e })
-    }
-    #[inline(always)]
-    fn value(u: f32) -> f32 {
-        erf(u)
+        let fp = if z > 87.0 { 0.0 } else { e };
+        let g = dy * gamma * fp;
+        *sa += g * x;
+        *ss += g;
+        *pg += dy * erf(u);
+        *pb += dy;
+        alpha * g
     }
 }
 
@@ -247,13 +256,21 @@ fn forward_body<F: SquashFn>(
     let alpha = params[ia];
     let s = is.map_or(0.0, |i| params[i]);
     let (gamma, beta) = (&params[ig..ig + d], &params[ib..ib + d]);
-    for ((xr, yr), st) in x
+    for (r, ((xr, yr), st)) in x
         .chunks_exact(d)
         .zip(y.chunks_exact_mut(d))
         .zip(stats.chunks_exact_mut(crate::norm::STATS))
+        .enumerate()
     {
-        crate::write_row!(yr, stream, (xr, gamma, beta) => gamma * F::value(alpha * xr + s) + beta);
         st.copy_from_slice(&[0.0, 0.0, 1.0]);
+        #[cfg(target_arch = "x86_64")]
+        if f == Squash::Tanh && crate::simd::level().has_avx512() {
+            let ax = ahead(x, r * d);
+            // SAFETY: the level says AVX-512 F is present.
+            unsafe { x86::write_y_tanh([xr, gamma, beta], ax, yr, alpha, stream) };
+            continue;
+        }
+        crate::write_row!(yr, stream, (xr, gamma, beta) => F::y(alpha, s, xr, gamma, beta));
     }
     if stream {
         crate::simd::stream_fence();
@@ -275,13 +292,8 @@ fn backward_block<F: SquashFn>(
     pb: &mut [f32; LANES],
 ) {
     for i in 0..LANES {
-        let (t, fp) = F::eval(alpha * x[i] + s);
-        let g = dy[i] * gamma[i] * fp;
-        out[i] = alpha * g;
-        sa[i] += g * x[i];
-        ss[i] += g;
-        pg[i] += dy[i] * t;
-        pb[i] += dy[i];
+        let acc = (&mut sa[i], &mut ss[i], &mut pg[i], &mut pb[i]);
+        out[i] = F::grads(alpha, s, (x[i], dy[i], gamma[i]), acc);
     }
 }
 
@@ -314,6 +326,21 @@ fn backward_body<F: SquashFn>(
         for c0 in (0..d).step_by(SUM_CHUNK) {
             let c1 = (c0 + SUM_CHUNK).min(d);
             let (ax, ady) = (ahead(x, r * d + c0), ahead(dy, r * d + c0));
+            #[cfg(target_arch = "x86_64")]
+            if f == Squash::Tanh && crate::simd::level().has_avx512() {
+                // SAFETY: the level says AVX-512 F is present.
+                let sa = unsafe {
+                    x86::tanh_backward(
+                        [&xr[c0..c1], &dyr[c0..c1], &gamma[c0..c1]],
+                        [ax, ady],
+                        [&mut pg[c0..c1], &mut pb[c0..c1]],
+                        (&mut dxr[c0..c1], stream),
+                        alpha,
+                    )
+                };
+                dalpha += f64::from(tree_sum(&sa));
+                continue;
+            }
             let mut sa = [0f32; LANES];
             let mut ss = [0f32; LANES];
             // Full blocks write dx whole (streaming when asked, as the row
@@ -381,6 +408,74 @@ fn backward_body<F: SquashFn>(
     }
 }
 
+/// DyT's sweeps as AVX-512 intrinsics, the portable code's operations per
+/// element (so the same bits): the tanh table lookup as `vpermt2ps`.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use crate::norm::tanh::x86::Tanh;
+    use crate::simd::x86::{for_row_out, lanes};
+    use crate::simd::LANES;
+    use std::arch::x86_64::*;
+
+    /// DyT's forward row: `y = gamma * tanh(alpha * x) + beta`, `x`
+    /// prefetched from `ax` (the row is read once, unlike the row norms').
+    ///
+    /// # Safety
+    /// AVX-512 F must be present; with `stream`, `y` must start 16-byte aligned.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn write_y_tanh(
+        [x, gamma, beta]: [&[f32]; 3],
+        ax: &[f32],
+        y: &mut [f32],
+        alpha: f32,
+        stream: bool,
+    ) {
+        let (th, a4) = (Tanh::new(), _mm512_set1_ps(4.0 * alpha));
+        for_row_out(
+            [x, gamma, beta],
+            [ax, &[], &[]],
+            [],
+            (y, stream),
+            |[xv, gv, bv], []| (_mm512_fmadd_ps(gv, th.eval(_mm512_mul_ps(a4, xv)), bv), []),
+        );
+    }
+
+    /// DyT's backward over one chunk of a row (`super::backward_block`'s
+    /// operations): writes `dx`, adds into `pg`, `pb`, and returns the lane
+    /// partials of `sum(g * x)`.
+    ///
+    /// # Safety
+    /// As [`write_y_tanh`], for `dx`.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn tanh_backward(
+        [x, dy, gamma]: [&[f32]; 3],
+        [ax, ady]: [&[f32]; 2],
+        [pg, pb]: [&mut [f32]; 2],
+        dx: (&mut [f32], bool),
+        alpha: f32,
+    ) -> [f32; LANES] {
+        let (th, av, one) = (Tanh::new(), _mm512_set1_ps(alpha), _mm512_set1_ps(1.0));
+        let a4 = _mm512_set1_ps(4.0 * alpha);
+        let mut sa = _mm512_setzero_ps();
+        for_row_out(
+            [x, dy, gamma],
+            [ax, ady, &[]],
+            [pg, pb],
+            dx,
+            |[xv, dyv, gv], [pgv, pbv]| {
+                let t = th.eval(_mm512_mul_ps(a4, xv));
+                let g = _mm512_mul_ps(_mm512_mul_ps(dyv, gv), _mm512_fnmadd_ps(t, t, one));
+                sa = _mm512_fmadd_ps(g, xv, sa);
+                (
+                    _mm512_mul_ps(av, g),
+                    [_mm512_fmadd_ps(dyv, t, pgv), _mm512_add_ps(pbv, dyv)],
+                )
+            },
+        );
+        lanes(sa)
+    }
+}
+
 crate::multiversion! {
     /// Forward over whole rows. `stats` rows are written as `[share of the
     /// row's inputs with |alpha x + s| > 2, 0, 1]` (backward reads none).
@@ -409,13 +504,24 @@ mod tests {
 
     #[test]
     fn tanh_and_erf_are_accurate_near_zero_and_beyond() {
+        assert!(tanh(f32::NAN).is_nan());
+        assert_eq!(tanh(-0.0).to_bits(), (-0f32).to_bits());
+        for big in [8.0f32, 9.0, 9.25, 1e30, f32::INFINITY] {
+            let t = tanh(big);
+            assert!(
+                (t as f64 - (big as f64).tanh()).abs() < 1.7e-7,
+                "tanh({big}) = {t}"
+            );
+            assert_eq!(tanh(-big), -t);
+        }
+        assert_eq!(tanh(9.25), 1.0);
         for k in -4000..=4000 {
             let u = k as f32 * 1e-3;
             for &v in &[u, u * 1e-4, u * 3.0] {
                 let t = tanh(v) as f64;
                 let want = (v as f64).tanh();
                 assert!(
-                    (t - want).abs() <= 4e-7 * want.abs().max(1e-30) + 1e-37,
+                    (t - want).abs() <= 1.7e-7 * want.abs().max(1e-30) + 1e-37,
                     "tanh({v}) = {t}, want {want}"
                 );
                 let e = erf(v) as f64;

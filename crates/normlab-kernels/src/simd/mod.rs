@@ -128,8 +128,10 @@ pub fn set_level(wanted: Level) -> Level {
 }
 
 /// Define a function whose body is compiled for several instruction sets and
-/// dispatched at run time on [`level()`]. The body must not call `mul_add`
-/// (that would make results depend on the level).
+/// dispatched at run time on [`level()`]. Results must not depend on the
+/// level: LLVM never fuses a multiply and an add by itself, and `mul_add`
+/// is one rounding at every level (an instruction with FMA, a libm call on
+/// the generic level, where it is slow: keep it out of generic hot loops).
 #[macro_export]
 macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident<$g:ident: $bound:path>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {

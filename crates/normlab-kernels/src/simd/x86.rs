@@ -167,6 +167,23 @@ pub(crate) unsafe fn for_row<const N: usize, const M: usize>(
     sweep(src, ahead, dst, None, |s, d| (_mm512_setzero_ps(), f(s, d)));
 }
 
+/// [`for_row`] that also writes a row `out` it does not read: `f` returns
+/// `(out block, new dst blocks)`; with `stream`, `out`'s full blocks are
+/// written with [`stream16`].
+///
+/// # Safety
+/// As [`for_row`]; with `stream`, `out` must start 16-byte aligned.
+#[inline(always)]
+pub(crate) unsafe fn for_row_out<const N: usize, const M: usize>(
+    src: [&[f32]; N],
+    ahead: [&[f32]; N],
+    dst: [&mut [f32]; M],
+    (out, stream): (&mut [f32], bool),
+    f: impl FnMut([__m512; N], [__m512; M]) -> (__m512, [__m512; M]),
+) {
+    sweep(src, ahead, dst, Some((out, stream)), f);
+}
+
 #[inline(always)]
 unsafe fn sweep<const N: usize, const M: usize>(
     src: [&[f32]; N],
@@ -238,8 +255,9 @@ pub(crate) fn wide_lanes(acc: [__m512d; 2]) -> [f64; LANES] {
 mod tests {
     use super::*;
 
-    /// `map_row` and `for_row` against plain loops, bit for bit, at row
-    /// lengths with and without a tail block (skipped without AVX-512).
+    /// `map_row`, `for_row` and `for_row_out` (streaming or not) against
+    /// plain loops, bit for bit, at row lengths with and without a tail
+    /// block (skipped without AVX-512).
     #[test]
     fn row_sweeps_match_plain_loops() {
         if !super::super::detected_level().has_avx512() {
@@ -257,6 +275,16 @@ mod tests {
                 [_mm512_add_ps(cv, _mm512_mul_ps(av, bv))]
             });
             wide_lanes(s)
+        }
+        #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+        unsafe fn with_out(a: &[f32], b: &[f32], acc: &mut [f32], out: &mut [f32], stream: bool) {
+            for_row_out(
+                [a, b],
+                [&[], &[]],
+                [acc],
+                (out, stream),
+                |[av, bv], [cv]| (_mm512_sub_ps(av, bv), [_mm512_add_ps(cv, av)]),
+            );
         }
         for d in [1usize, 15, 16, 17, 33, 64, 100] {
             let a: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
@@ -278,6 +306,25 @@ mod tests {
             }
             assert_eq!(acc, want_acc, "for_row d {d}");
             assert_eq!(lanes_got, lanes_want, "for_row sums d {d}");
+            for stream in [false, true] {
+                let mut acc2 = acc.clone();
+                let mut out = crate::buf::AlignedBuf::zeros(d);
+                // SAFETY: AVX-512 is present; AlignedBuf is 64-byte aligned.
+                unsafe { with_out(&a, &b, &mut acc2, &mut out, stream) };
+                super::super::stream_fence();
+                for j in 0..d {
+                    assert_eq!(
+                        out[j].to_bits(),
+                        (a[j] - b[j]).to_bits(),
+                        "for_row_out d {d}"
+                    );
+                    assert_eq!(
+                        acc2[j].to_bits(),
+                        (acc[j] + a[j]).to_bits(),
+                        "for_row_out d {d}"
+                    );
+                }
+            }
         }
     }
 }
