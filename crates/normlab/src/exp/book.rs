@@ -7,6 +7,7 @@
 //! with the full ones).
 
 use super::claims::{Coverage, Verdict, CLAIMS};
+use super::provenance::{machine, other_machines, today};
 use super::{ExpArgs, ExpResult, EXPERIMENTS};
 use crate::error::Result;
 use crate::sweep::{self, RunSpec};
@@ -249,47 +250,6 @@ pub struct Finding {
     pub evidence: String,
 }
 
-/// What this machine is, for the record.
-pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mem = crate::limits::available_memory()
-        .map(|b| {
-            format!(
-                ", {} available memory",
-                crate::limits::human_bytes(b as f64)
-            )
-        })
-        .unwrap_or_default();
-    format!("{cpu}, {cores} cores{mem}")
-}
-
-/// The date (UTC) from the system clock, as YYYY-MM-DD.
-fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = secs.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 /// An experiment's result as the book folder holds it (`<id>/result.json`):
 /// what findings.md is written from, so that a book run with `--only`
 /// refreshes its sections and keeps the others.
@@ -307,6 +267,9 @@ pub struct Recorded {
     pub checks: Vec<Finding>,
     /// Wall time (s).
     pub seconds: f64,
+    /// Where and when it ran ([`processor`], [`today`]); absent in results
+    /// written before they were recorded.
+    pub ran_on: Option<(String, String)>,
 }
 
 /// The recorded results of the book folder at this setting, in registry
@@ -354,6 +317,9 @@ pub fn recorded(out: &Path, quick: bool) -> Result<Vec<Recorded>> {
             figures: serde_json::from_value(j["figures"].clone()).unwrap_or_default(),
             checks,
             seconds: j["elapsed_seconds"].as_f64().unwrap_or(0.0),
+            ran_on: j["machine"]
+                .as_str()
+                .map(|m| (m.to_string(), j["date"].as_str().unwrap_or("?").to_string())),
         });
     }
     Ok(v)
@@ -395,6 +361,7 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
         book.total_seconds / 60.0,
         sessions(opts)
     ));
+    md.push_str(&other_machines(&recorded));
     if opts.quick {
         md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
     }

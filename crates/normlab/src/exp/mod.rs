@@ -29,6 +29,7 @@ pub mod norm_stats;
 pub mod placements;
 pub mod precision;
 pub mod precision_train;
+pub mod provenance;
 pub mod qk_norm;
 pub mod residual_growth;
 pub mod runs;
@@ -190,6 +191,8 @@ impl ExpResult {
         m.insert("settings".into(), self.settings.clone());
         m.insert("seeds".into(), serde_json::to_value(&self.seeds).unwrap());
         m.insert("quick".into(), Value::from(self.quick));
+        m.insert("machine".into(), Value::from(provenance::processor()));
+        m.insert("date".into(), Value::from(provenance::today()));
         for (k, v) in &self.data {
             m.insert(k.clone(), v.clone());
         }
