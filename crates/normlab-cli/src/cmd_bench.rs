@@ -80,6 +80,13 @@ pub struct NormsArgs {
     /// Seconds of timed repetitions per point (the median is reported).
     #[arg(long, default_value_t = 0.3)]
     seconds: f64,
+    /// Rounds: every kind and storage type timed in turn, once per round,
+    /// for --seconds / N each (A/B interleaved, so a noisy machine's slow
+    /// minutes fall on all of them); the median of the rounds' medians is
+    /// reported, and each kind's speed against the first kind with its
+    /// range over the rounds.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Print the records as JSON.
     #[arg(long)]
     json: bool,
@@ -242,6 +249,10 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         return bad(format!("--seconds must be in (0, 60] (got {})", a.seconds));
     }
     cfg.target_seconds = a.seconds;
+    if !(1..=1000).contains(&a.rounds) {
+        return bad(format!("--rounds must be in 1..=1000 (got {})", a.rounds));
+    }
+    cfg.rounds = a.rounds;
     cfg.check()?;
     let total =
         (cfg.threads.len() * cfg.shapes.len() * cfg.kinds.len() * cfg.dtypes.len() * 2) as u64;
@@ -263,7 +274,9 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&recs)?);
         return Ok(());
     }
-    let head = [
+    let first = cfg.kinds[0].name();
+    let vs_first = format!("vs {first}");
+    let mut head = vec![
         "kind",
         "dtype",
         "pass",
@@ -275,6 +288,9 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         "% roofline",
         "vs f32",
     ];
+    if cfg.kinds.len() > 1 {
+        head.push(&vs_first);
+    }
     let rows: Vec<Vec<String>> = recs
         .iter()
         .map(|r| {
@@ -284,7 +300,15 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
                     && (&o.kind, o.pass, o.rows, o.d, o.threads)
                         == (&r.kind, r.pass, r.rows, r.d, r.threads)
             });
-            vec![
+            // Speed against the first kind's record of the same point: the
+            // ratio of the medians, and its range over the rounds.
+            let base = recs.iter().find(|o| {
+                o.kind == first
+                    && (o.dtype, o.pass, o.rows, o.d, o.threads)
+                        == (r.dtype, r.pass, r.rows, r.d, r.threads)
+            });
+            let vs = base.map_or(String::new(), |o| speed_vs(o, r));
+            let mut row = vec![
                 r.kind.clone(),
                 r.dtype.name().to_string(),
                 r.pass.label().to_string(),
@@ -297,17 +321,24 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
                 f32_rec.map_or(String::new(), |o| {
                     format!("{:.2}x", o.median_us / r.median_us)
                 }),
-            ]
+            ];
+            if head.len() > 10 {
+                row.push(vs);
+            }
+            row
         })
         .collect();
     if a.markdown {
         println!("| {} |", head.join(" | "));
-        println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|{}",
+            if head.len() > 10 { "---:|" } else { "" }
+        );
         for r in &rows {
             println!("| {} |", r.join(" | "));
         }
     } else {
-        let mut t = Table::new(&head).right(&[4, 5, 6, 7, 8, 9]);
+        let mut t = Table::new(&head).right(&[4, 5, 6, 7, 8, 9, 10]);
         for r in rows {
             t.row(r);
         }
@@ -315,6 +346,24 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
     }
     let _ = Pass::Forward;
     Ok(())
+}
+
+/// `base`'s time over `r`'s (> 1: `r` is faster), with the range of the
+/// round-by-round ratios when there were several rounds.
+fn speed_vs(base: &bench::NormBenchRecord, r: &bench::NormBenchRecord) -> String {
+    let ratio = base.median_us / r.median_us;
+    let per: Vec<f64> = base
+        .round_us
+        .iter()
+        .zip(&r.round_us)
+        .map(|(b, x)| b / x)
+        .collect();
+    if per.len() < 2 {
+        return format!("{ratio:.2}x");
+    }
+    let lo = per.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = per.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{ratio:.2}x ({lo:.2}-{hi:.2})")
 }
 
 fn train(a: TrainBenchArgs) -> anyhow::Result<()> {

@@ -134,6 +134,7 @@ fn bad_input_gives_one_line_and_exit_2() {
         vec!["bench", "norms", "--kinds", "batchnorm"],
         vec!["bench", "norms", "--dtype", "f8"],
         vec!["bench", "norms", "--dtype", ""],
+        vec!["bench", "norms", "--rounds", "0"],
     ] {
         let out = normlab(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -176,6 +177,36 @@ fn bench_norms_json_records() {
             r["median_us"].as_f64().unwrap() > 0.0 && r["roofline_gbps"].as_f64().unwrap() > 0.0
         );
         assert_eq!(r["dtype"], "f32");
+    }
+    // Rounds: one record per point still, each round's median kept, the
+    // reported median the median of those.
+    let v = json(&[
+        "bench",
+        "norms",
+        "--shapes",
+        "64x48",
+        "--threads",
+        "1",
+        "--kinds",
+        "rmsnorm,dyt",
+        "--rounds",
+        "3",
+        "--seconds",
+        "0.03",
+        "--json",
+    ]);
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs.len(), 2 * 2);
+    for r in recs {
+        let mut rounds: Vec<f64> = r["round_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(rounds.len(), 3, "{r}");
+        rounds.sort_by(f64::total_cmp);
+        assert_eq!(r["median_us"].as_f64().unwrap(), rounds[1], "{r}");
     }
     // 16-bit storage next to f32: every point in each type, and half the
     // bytes counted for the 16-bit ones.

@@ -78,6 +78,8 @@ pub struct NormBenchRecord {
     pub roofline_fraction: f64,
     /// Repetitions timed.
     pub reps: usize,
+    /// Each round's median (us), in order (one with `rounds` 1).
+    pub round_us: Vec<f64>,
 }
 
 /// Settings of a norm benchmark run.
@@ -93,8 +95,13 @@ pub struct NormBenchConfig {
     pub threads: Vec<usize>,
     /// Target seconds of timed repetitions per point.
     pub target_seconds: f64,
-    /// Minimum repetitions per point.
+    /// Minimum repetitions per point (per round).
     pub min_reps: usize,
+    /// Rounds: each point is timed once per round, every kind and storage
+    /// type in turn (A and B interleaved, so a machine's slow minutes fall
+    /// on all of them), for `target_seconds / rounds` each; `median_us` is
+    /// the median of the rounds' medians.
+    pub rounds: usize,
 }
 
 impl NormBenchConfig {
@@ -119,6 +126,7 @@ impl NormBenchConfig {
             threads,
             target_seconds: 0.3,
             min_reps: 11,
+            rounds: 1,
         }
     }
 }
@@ -306,55 +314,73 @@ pub fn run_norm_bench(
             let mut b32 = has(Dtype::F32).then(|| Bufs::<f32>::from(&xs, &dys));
             let mut b16 = has(Dtype::Bf16).then(|| Bufs::<bf16>::from(&xs, &dys));
             let mut h16 = has(Dtype::F16).then(|| Bufs::<f16>::from(&xs, &dys));
-            for &kind in &cfg.kinds {
-                let mut params = vec![0.0; kind.num_params(d)];
-                kind.init_params(d, &mut params);
-                let mut w = Work {
-                    kind,
-                    d,
-                    eps: kind.default_eps(),
-                    dparams: vec![0.0; params.len()],
-                    params,
-                    stats: vec![0.0f32; norm::stats_len(rows)],
-                    scratch: vec![0.0; norm::backward_scratch_len(kind, rows, d)],
-                };
-                for pass in [Pass::Forward, Pass::ForwardBackward] {
-                    for &dtype in &cfg.dtypes {
-                        let (t, reps) = pool.install(|| {
-                            time_median(
-                                || match dtype {
-                                    Dtype::F32 => w.run(b32.as_mut().expect("f32 buffers"), pass),
-                                    Dtype::Bf16 => w.run(b16.as_mut().expect("bf16 buffers"), pass),
-                                    Dtype::F16 => w.run(h16.as_mut().expect("f16 buffers"), pass),
-                                },
-                                cfg.target_seconds,
-                                cfg.min_reps,
-                            )
-                        });
-                        let gbps = (n * pass.bytes_per_elem(size(dtype))) as f64 / t / 1e9;
-                        let (_, rf, rfb) = roofs
-                            .iter()
-                            .find(|(s, _, _)| *s == size(dtype))
-                            .copied()
-                            .expect("roofline measured");
-                        let roof = if pass == Pass::Forward { rf } else { rfb };
-                        let rec = NormBenchRecord {
-                            kind: kind.name().to_string(),
-                            dtype,
-                            pass,
-                            rows,
-                            d,
-                            threads,
-                            median_us: t * 1e6,
-                            gbps,
-                            roofline_gbps: roof,
-                            roofline_fraction: gbps / roof,
-                            reps,
-                        };
-                        progress(&rec);
-                        out.push(rec);
+            let mut works: Vec<Work> = cfg
+                .kinds
+                .iter()
+                .map(|&kind| {
+                    let mut params = vec![0.0; kind.num_params(d)];
+                    kind.init_params(d, &mut params);
+                    Work {
+                        kind,
+                        d,
+                        eps: kind.default_eps(),
+                        dparams: vec![0.0; params.len()],
+                        params,
+                        stats: vec![0.0f32; norm::stats_len(rows)],
+                        scratch: vec![0.0; norm::backward_scratch_len(kind, rows, d)],
                     }
+                })
+                .collect();
+            let passes = [Pass::Forward, Pass::ForwardBackward];
+            let points: Vec<(usize, Pass, Dtype)> = (0..works.len())
+                .flat_map(|k| passes.into_iter().map(move |p| (k, p)))
+                .flat_map(|(k, p)| cfg.dtypes.iter().map(move |&t| (k, p, t)))
+                .collect();
+            let rounds = cfg.rounds.max(1);
+            let mut timed: Vec<(Vec<f64>, usize)> = vec![(Vec::new(), 0); points.len()];
+            for _ in 0..rounds {
+                for (i, &(k, pass, dtype)) in points.iter().enumerate() {
+                    let w = &mut works[k];
+                    let (t, reps) = pool.install(|| {
+                        time_median(
+                            || match dtype {
+                                Dtype::F32 => w.run(b32.as_mut().expect("f32 buffers"), pass),
+                                Dtype::Bf16 => w.run(b16.as_mut().expect("bf16 buffers"), pass),
+                                Dtype::F16 => w.run(h16.as_mut().expect("f16 buffers"), pass),
+                            },
+                            cfg.target_seconds / rounds as f64,
+                            cfg.min_reps,
+                        )
+                    });
+                    timed[i].0.push(t);
+                    timed[i].1 += reps;
                 }
+            }
+            for (&(k, pass, dtype), (ts, reps)) in points.iter().zip(timed) {
+                let t = median(&mut ts.clone());
+                let gbps = (n * pass.bytes_per_elem(size(dtype))) as f64 / t / 1e9;
+                let (_, rf, rfb) = roofs
+                    .iter()
+                    .find(|(s, _, _)| *s == size(dtype))
+                    .copied()
+                    .expect("roofline measured");
+                let roof = if pass == Pass::Forward { rf } else { rfb };
+                let rec = NormBenchRecord {
+                    kind: works[k].kind.name().to_string(),
+                    dtype,
+                    pass,
+                    rows,
+                    d,
+                    threads,
+                    median_us: t * 1e6,
+                    gbps,
+                    roofline_gbps: roof,
+                    roofline_fraction: gbps / roof,
+                    reps,
+                    round_us: ts.iter().map(|t| t * 1e6).collect(),
+                };
+                progress(&rec);
+                out.push(rec);
             }
             std::hint::black_box((&b32, &b16, &h16));
         }
