@@ -288,7 +288,8 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         "% roofline",
         "vs f32",
     ];
-    if cfg.kinds.len() > 1 {
+    let with_vs = cfg.kinds.len() > 1;
+    if with_vs {
         head.push(&vs_first);
     }
     let rows: Vec<Vec<String>> = recs
@@ -322,7 +323,7 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
                     format!("{:.2}x", o.median_us / r.median_us)
                 }),
             ];
-            if head.len() > 10 {
+            if with_vs {
                 row.push(vs);
             }
             row
@@ -332,7 +333,7 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         println!("| {} |", head.join(" | "));
         println!(
             "|---|---|---|---|---:|---:|---:|---:|---:|---:|{}",
-            if head.len() > 10 { "---:|" } else { "" }
+            if with_vs { "---:|" } else { "" }
         );
         for r in &rows {
             println!("| {} |", r.join(" | "));

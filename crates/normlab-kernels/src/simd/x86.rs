@@ -108,31 +108,7 @@ pub(crate) unsafe fn map_row<const N: usize>(
     stream: bool,
     f: impl Fn([__m512; N]) -> __m512,
 ) {
-    let d = dst.len();
-    let src = src.map(|s| &s[..d]);
-    let full = d - d % LANES;
-    let p = dst.as_mut_ptr();
-    // SAFETY (both loops): j + LANES <= full <= d, the length of every slice.
-    let block = |j: usize| f(src.map(|s| unsafe { _mm512_loadu_ps(s.as_ptr().add(j)) }));
-    if stream {
-        let wide = wide_streams(p);
-        for j in (0..full).step_by(LANES) {
-            unsafe { stream16(p.add(j), block(j), wide) };
-        }
-    } else {
-        for j in (0..full).step_by(LANES) {
-            unsafe { _mm512_storeu_ps(p.add(j), block(j)) };
-        }
-    }
-    if full < d {
-        let t = d - full;
-        let v = f(src.map(|s| {
-            let mut b = [0f32; LANES];
-            b[..t].copy_from_slice(&s[full..]);
-            vec(&b)
-        }));
-        dst[full..].copy_from_slice(&lanes(v)[..t]);
-    }
+    sweep(src, [&[]; N], [], Some((dst, stream)), |s, []| (f(s), []));
 }
 
 /// [`super::stream_copy`] in 512-bit registers.
@@ -167,7 +143,8 @@ pub(crate) unsafe fn for_row<const N: usize, const M: usize>(
     sweep(src, ahead, dst, None, |s, d| (_mm512_setzero_ps(), f(s, d)));
 }
 
-/// [`for_row`] that also writes a row `out` it does not read: `f` returns
+/// [`for_row`] that also writes a row `out` it does not read (the one row
+/// sweep under [`map_row`], [`for_row`] and this): `f` returns
 /// `(out block, new dst blocks)`; with `stream`, `out`'s full blocks are
 /// written with [`stream16`].
 ///
@@ -193,7 +170,9 @@ unsafe fn sweep<const N: usize, const M: usize>(
     mut f: impl FnMut([__m512; N], [__m512; M]) -> (__m512, [__m512; M]),
 ) {
     let wide = out.as_ref().is_some_and(|(o, _)| wide_streams(o.as_ptr()));
-    let d = src[0].len();
+    // The row's length: the output's where there is one (`map_row`'s
+    // sources may be longer), else the first source's.
+    let d = out.as_ref().map_or(src[0].len(), |(o, _)| o.len());
     let src = src.map(|s| &s[..d]);
     let dst = dst.map(|s| &mut s[..d]);
     let full = d - d % LANES;
