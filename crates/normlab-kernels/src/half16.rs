@@ -93,6 +93,18 @@ impl Elem for f16 {
         }
         narrow_portable(src, dst)
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(src: &[f16]) -> std::arch::x86_64::__m512 {
+        // SAFETY: the caller runs at an AVX-512 level.
+        unsafe { x86::load16_f16(src) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store16(dst: &mut [f16], v: std::arch::x86_64::__m512, s: Option<bool>, _: Conv) {
+        // SAFETY: as above.
+        unsafe { x86::store16_f16(dst, v, s.is_some()) }
+    }
 }
 
 impl Elem for bf16 {
@@ -132,6 +144,24 @@ impl Elem for bf16 {
             return unsafe { x86::narrow_bf16(src, dst) };
         }
         narrow_portable(src, dst)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(src: &[bf16]) -> std::arch::x86_64::__m512 {
+        // SAFETY: the caller runs at an AVX-512 level.
+        unsafe { x86::load16_bf16(src) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store16(dst: &mut [bf16], v: std::arch::x86_64::__m512, s: Option<bool>, hw: Conv) {
+        // SAFETY: as above; with `hw` the level has AVX-512 BF16.
+        unsafe {
+            if hw.hw() {
+                x86::store16_bf16_hw(dst, v, s.is_some())
+            } else {
+                x86::store16_bf16(dst, v, s.is_some())
+            }
+        }
     }
 }
 
@@ -286,6 +316,96 @@ mod x86 {
         }
     }
 
+    /// 16 f16 values widened (`vcvtph2ps`).
+    #[inline(always)]
+    pub unsafe fn load16_f16(src: &[f16]) -> __m512 {
+        let src = &src[..LANES];
+        // SAFETY: src holds 16 values (32 bytes); unaligned load; the
+        // caller runs at an AVX-512 level.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(src.as_ptr() as *const __m256i)) }
+    }
+
+    /// 16 floats rounded to f16 (`vcvtps2ph`, nearest even) and stored.
+    #[inline(always)]
+    pub unsafe fn store16_f16(dst: &mut [f16], v: __m512, stream: bool) {
+        let dst = &mut dst[..LANES];
+        // SAFETY: dst holds 16 values; unaligned store; AVX-512 level.
+        unsafe {
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            put32(dst.as_mut_ptr() as *mut __m256i, h, stream);
+        }
+    }
+
+    /// Store 32 bytes at `p`, non-temporally when `stream`.
+    ///
+    /// # Safety
+    /// `p` holds 32 bytes, 32-byte aligned when `stream`; AVX-512 level.
+    #[inline(always)]
+    unsafe fn put32(p: *mut __m256i, h: __m256i, stream: bool) {
+        // SAFETY: as the caller promised.
+        unsafe {
+            if stream {
+                _mm256_stream_si256(p, h)
+            } else {
+                _mm256_storeu_si256(p, h)
+            }
+        }
+    }
+
+    /// 16 bf16 values widened (each the top half of its f32).
+    #[inline(always)]
+    pub unsafe fn load16_bf16(src: &[bf16]) -> __m512 {
+        let src = &src[..LANES];
+        // SAFETY: src holds 16 values (32 bytes); unaligned load; AVX-512 level.
+        unsafe {
+            let h = _mm256_loadu_si256(src.as_ptr() as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        }
+    }
+
+    /// 16 floats rounded to bf16 exactly as [`super::bf16_bits`] (the same
+    /// integer steps, lane by lane, with AVX-512 F and BW alone: no BF16
+    /// instruction needed) and stored. Each lane's bf16 is the top half of
+    /// its adjusted f32 bits, gathered with one `vpermw` (a memory-destination
+    /// `vpmovdw` of the shifted lanes made bf16 forwards 1.5x slower).
+    #[inline(always)]
+    pub unsafe fn store16_bf16(dst: &mut [bf16], v: __m512, stream: bool) {
+        let dst = &mut dst[..LANES];
+        // SAFETY: dst holds 16 values; unaligned store; AVX-512 level.
+        unsafe {
+            let b = _mm512_castps_si512(v);
+            let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+            let r = _mm512_add_epi32(_mm512_add_epi32(b, lsb), _mm512_set1_epi32(0x7fff));
+            // NaN (|b| > inf): quieted, not rounded; f32 subnormal or zero: the sign.
+            let nan = _mm512_cmpgt_epu32_mask(
+                _mm512_slli_epi32::<1>(b),
+                _mm512_set1_epi32(0xff00_0000u32 as i32),
+            );
+            let tiny = _mm512_testn_epi32_mask(b, _mm512_set1_epi32(0x7f80_0000));
+            let r = _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x0040_0000));
+            let r = _mm512_mask_and_epi32(r, tiny, b, _mm512_set1_epi32(0x8000_0000u32 as i32));
+            let odd = _mm512_set_epi16(
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 31, 29, 27, 25, 23, 21, 19, 17, 15,
+                13, 11, 9, 7, 5, 3, 1,
+            );
+            let h = _mm512_castsi512_si256(_mm512_permutexvar_epi16(odd, r));
+            put32(dst.as_mut_ptr() as *mut __m256i, h, stream);
+        }
+    }
+
+    /// 16 floats rounded to bf16 by `vcvtneps2bf16` (the same bits as
+    /// [`store16_bf16`]) and stored.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[inline]
+    pub unsafe fn store16_bf16_hw(dst: &mut [bf16], v: __m512, stream: bool) {
+        let dst = &mut dst[..LANES];
+        // SAFETY: dst holds 16 values; unaligned store.
+        unsafe {
+            let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v));
+            put32(dst.as_mut_ptr() as *mut __m256i, h, stream);
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512bf16")]
     #[inline]
     pub unsafe fn bf16_bits(b: &[f32; LANES]) -> [u16; LANES] {
@@ -398,6 +518,61 @@ mod tests {
             assert_eq!(ai.to_bits(), bi.to_bits(), "{xi:e} ({:#x})", xi.to_bits());
         }
         eprintln!("AVX-512 BF16 used: {}", bf16_instructions());
+    }
+
+    /// The AVX-512 row sweeps' 16-lane loads and stores (`Elem::load16`,
+    /// `Elem::store16`; bf16's rounding in integer instructions) against
+    /// `get` and `put`, bit for bit, on every class (skipped without AVX-512).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn sixteen_lane_loads_and_stores_match_get_and_put() {
+        if !crate::simd::detected_level().has_avx512() {
+            eprintln!("no AVX-512: skipped");
+            return;
+        }
+        #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+        unsafe fn check<T: Elem>(x: &[f32], hw: Conv) {
+            for blk in x.chunks_exact(LANES) {
+                let mut h = [T::default(); LANES];
+                // SAFETY: AVX-512 is present; 16 values each.
+                unsafe {
+                    T::store16(
+                        &mut h,
+                        crate::simd::x86::vec(blk.try_into().unwrap()),
+                        None,
+                        hw,
+                    )
+                };
+                for (hi, xi) in h.iter().zip(blk) {
+                    let want = T::put(*xi);
+                    let (a, b) = (hi.get(), want.get());
+                    assert_eq!(a.to_bits(), b.to_bits(), "{} {xi:e}", T::NAME);
+                }
+                // SAFETY: as above.
+                let back = crate::simd::x86::lanes(unsafe { T::load16(&h) });
+                for (bi, hi) in back.iter().zip(&h) {
+                    assert_eq!(bi.to_bits(), hi.get().to_bits(), "{}", T::NAME);
+                }
+            }
+        }
+        let x = specials();
+        // SAFETY: AVX-512 is present (checked above).
+        unsafe {
+            check::<bf16>(&x, Conv::PORTABLE);
+            check::<f16>(&x, Conv::PORTABLE);
+        }
+        // bf16's vcvtneps2bf16 stores, where the processor has them.
+        #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
+        unsafe fn check_hw(x: &[f32]) {
+            // SAFETY: the caller checked the features.
+            unsafe { check::<bf16>(x, Conv::checked(true)) }
+        }
+        if crate::simd::detected_level() == crate::simd::Level::Avx512Bf16 {
+            // SAFETY: AVX-512 BF16 is present (checked just above).
+            unsafe { check_hw(&x) };
+        } else {
+            eprintln!("no AVX-512 BF16: the instruction path skipped");
+        }
     }
 
     #[test]

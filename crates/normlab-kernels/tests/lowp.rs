@@ -439,3 +439,77 @@ fn bf16_bit_identical_for_threads_and_simd_levels() {
 fn f16_bit_identical_for_threads_and_simd_levels() {
     identical_for_threads_and_levels::<f16>();
 }
+
+/// 16-bit outputs of 16 MiB or more, 64-byte aligned, are written with
+/// streaming stores (at the AVX-512 levels): the same bits as a misaligned
+/// copy of the same outputs, which takes the normal stores.
+fn streaming_gives_the_same_bits<T: Half>() {
+    let (rows, d) = (8192, 1024);
+    let mut rng = Rng::new(22);
+    let x = round::<T>(&rng.normal_vec(rows * d, 0.3, 1.5));
+    let dy = round::<T>(&rng.normal_vec(rows * d, 0.0, 1.0));
+    // An output buffer whose slice at `off` values is 64-byte aligned (or,
+    // with `off + 1`, only 2-byte aligned).
+    let aligned = |buf: &mut Vec<T>, shift: usize| -> std::ops::Range<usize> {
+        let off = (0..32)
+            .find(|o| (buf[*o..].as_ptr() as usize).is_multiple_of(64))
+            .unwrap()
+            + shift;
+        off..off + rows * d
+    };
+    for kind in KINDS {
+        let p = params(kind, d, &mut rng);
+        let mut got = Vec::new();
+        for shift in [0, 1] {
+            let mut y = vec![T::default(); rows * d + 64];
+            let mut dx = vec![T::default(); rows * d + 64];
+            let (ry, rdx) = (aligned(&mut y, shift), aligned(&mut dx, shift));
+            assert_eq!(
+                normlab_kernels::simd::should_stream(&y[ry.clone()], d),
+                shift == 0
+            );
+            let mut st = vec![0.0; norm::stats_len(rows)];
+            let mut dp = vec![0.0; p.len()];
+            let mut scratch = vec![0.0; norm::backward_scratch_len(kind, rows, d)];
+            norm::forward(
+                kind,
+                d,
+                kind.default_eps(),
+                &x,
+                &p,
+                &mut y[ry.clone()],
+                &mut st,
+            );
+            norm::backward(
+                kind,
+                d,
+                &x,
+                &dy,
+                &p,
+                &st,
+                &mut dx[rdx.clone()],
+                &mut dp,
+                &mut scratch,
+            );
+            let mut b = bits(&y[ry]);
+            b.extend(bits(&dx[rdx]));
+            b.extend(dp.iter().map(|v| v.to_bits()));
+            got.push(b);
+        }
+        assert!(
+            got[0] == got[1],
+            "{} {kind}: streaming changed the bits",
+            T::NAME
+        );
+    }
+}
+
+#[test]
+fn bf16_streaming_gives_the_same_bits() {
+    streaming_gives_the_same_bits::<bf16>();
+}
+
+#[test]
+fn f16_streaming_gives_the_same_bits() {
+    streaming_gives_the_same_bits::<f16>();
+}

@@ -82,9 +82,9 @@ crate::multiversion! {
             st[1] = lo;
             st[2] = rstd;
             #[cfg(target_arch = "x86_64")]
-            if let (Some(xf), Some(yf), true) = (T::as_f32(xr), T::as_f32_mut(yr), crate::simd::level().has_avx512()) {
+            if crate::simd::level().has_avx512() {
                 // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_y(xf, gamma, beta, yf, (hi, lo, rstd), stream) };
+                unsafe { x86::write_y(xr, gamma, beta, yr, (hi, lo, rstd), stream) };
                 continue;
             }
             crate::write_row!(yr, stream, (xr, gamma, beta) => ((xr - hi) - lo) * rstd * gamma + beta);
@@ -177,6 +177,11 @@ fn g_sweep_f64<T: Elem>(
     (ax, ady): (&[T], &[T]),
     s: (f32, f32, f32),
 ) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::level().has_avx512() {
+        // SAFETY: the level says AVX-512 F is present.
+        return unsafe { x86::g_sweep_f64(x, dy, gamma, pg, pb, (ax, ady), s) };
+    }
     let mut sg = [0f64; LANES];
     let mut sgx = [0f64; LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
@@ -189,7 +194,9 @@ fn g_sweep_f64<T: Elem>(
 /// [`g_sweep_f32`] as AVX-512 and AVX2 vector instructions.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::x86::{add_wide, for_row, halves, join, lanes, map_row, vec, wide_lanes};
+    use crate::simd::x86::{
+        add_wide, avx512_fn, for_row, halves, join, lanes, map_row, wide_lanes,
+    };
     use crate::simd::{tree_sum, Elem};
     use std::arch::x86_64::*;
 
@@ -203,108 +210,121 @@ mod x86 {
         pg: &mut [f32],
         pb: &mut [f32],
         (ax, ady): (&[T], &[T]),
-        (hi, lo, rstd): (f32, f32, f32),
+        s: (f32, f32, f32),
     ) -> (f32, f32) {
-        let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
-        let mut sg = _mm512_setzero_ps();
-        let mut sgx = _mm512_setzero_ps();
-        crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
-            let dyv = vec(dyb);
-            let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(vec(xb), hv), lv), rv);
-            let g = _mm512_mul_ps(dyv, vec(gb));
-            sg = _mm512_add_ps(sg, g);
-            sgx = _mm512_add_ps(sgx, _mm512_mul_ps(g, xhat));
-            *pgb = lanes(_mm512_add_ps(vec(pgb), _mm512_mul_ps(dyv, xhat)));
-            *pbb = lanes(_mm512_add_ps(vec(pbb), dyv));
-        });
+        let c = consts(s);
+        let (mut sg, mut sgx) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        for_row(
+            [x, dy],
+            [gamma],
+            [ax, ady],
+            [pg, pb],
+            |[xv, dyv], [gv], [pgv, pbv]| {
+                let (g, gx, new) = g_block([xv, dyv, gv], [pgv, pbv], c);
+                sg = _mm512_add_ps(sg, g);
+                sgx = _mm512_add_ps(sgx, gx);
+                new
+            },
+        );
         (tree_sum(&lanes(sg)), tree_sum(&lanes(sgx)))
     }
 
-    /// The forward's output sweep over an f32 row, `y = ((x - hi) - lo) *
-    /// rstd * gamma + beta` as [`crate::write_row!`] computes it, in 512-bit
-    /// registers: LLVM compiled the macro's block for f32 rows into four
-    /// 128-bit chains, which left this sweep issue-bound (LayerNorm's
-    /// forward at 8192x1024 took 1.25-1.29x RMSNorm's time, 1.05-1.08x
-    /// with this; 1 thread, 2026-12-01). The same operations per element,
-    /// so the same bits.
+    /// `(hi, lo, rstd)` broadcast.
+    #[inline(always)]
+    unsafe fn consts((hi, lo, rstd): (f32, f32, f32)) -> [__m512; 3] {
+        [_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd)]
+    }
+
+    /// One block of sweep 1 ([`super::g_terms`], [`super::param_terms`]):
+    /// `(g, g * xhat, [dgamma + dy * xhat, dbeta + dy])`.
+    #[inline(always)]
+    unsafe fn g_block(
+        [xv, dyv, gv]: [__m512; 3],
+        [pgv, pbv]: [__m512; 2],
+        [hv, lv, rv]: [__m512; 3],
+    ) -> (__m512, __m512, [__m512; 2]) {
+        let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
+        let g = _mm512_mul_ps(dyv, gv);
+        (
+            g,
+            _mm512_mul_ps(g, xhat),
+            [
+                _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
+                _mm512_add_ps(pbv, dyv),
+            ],
+        )
+    }
+
+    avx512_fn! {
+    /// The forward's output sweep, `y = ((x - hi) - lo) * rstd * gamma +
+    /// beta` as [`crate::write_row!`] computes it, in 512-bit registers:
+    /// LLVM compiled the macro's block for f32 rows into four 128-bit
+    /// chains, which left this sweep issue-bound (LayerNorm's forward at
+    /// 8192x1024 took 1.25-1.29x RMSNorm's time, 1.05-1.08x with this; 1
+    /// thread, 2026-12-01). The same operations per element, so the same
+    /// bits.
     ///
     /// # Safety
     /// AVX-512 F must be present; with `stream`, `y` must start 64-byte
     /// aligned and its length be a multiple of 16 ([`crate::simd::should_stream`]).
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn write_y(
-        x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
-        y: &mut [f32],
-        (hi, lo, rstd): (f32, f32, f32),
-        stream: bool,
-    ) {
-        let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
-        map_row([x, gamma, beta], y, stream, |[xv, gv, bv]| {
+    pub(super) unsafe fn write_y<T: Elem>(x: &[T], gamma: &[f32], beta: &[f32], y: &mut [T], s: (f32, f32, f32), stream: bool) {
+        let [hv, lv, rv] = consts(s);
+        map_row([x], [gamma, beta], y, stream, |[xv], [gv, bv]| {
             let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
             _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
         });
     }
+    }
 
+    /// Sweep 1 over a whole row in f64 lanes ([`super::g_sweep_f64`]).
+    ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn g_sweep_f64(
-        x: &[f32],
-        dy: &[f32],
+    pub(super) unsafe fn g_sweep_f64<T: Elem>(
+        x: &[T],
+        dy: &[T],
         gamma: &[f32],
         pg: &mut [f32],
         pb: &mut [f32],
-        (ax, ady): (&[f32], &[f32]),
-        (hi, lo, rstd): (f32, f32, f32),
+        (ax, ady): (&[T], &[T]),
+        s: (f32, f32, f32),
     ) -> (f64, f64) {
-        let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
+        let c = consts(s);
         let z = _mm512_setzero_pd();
         let (mut sg, mut sgx) = ([z, z], [z, z]);
         for_row(
-            [x, dy, gamma],
-            [ax, ady, &[]],
+            [x, dy],
+            [gamma],
+            [ax, ady],
             [pg, pb],
-            |[xv, dyv, gv], [pgv, pbv]| {
-                let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
-                let g = _mm512_mul_ps(dyv, gv);
+            |[xv, dyv], [gv], [pgv, pbv]| {
+                let (g, gx, new) = g_block([xv, dyv, gv], [pgv, pbv], c);
                 add_wide(&mut sg, g);
-                add_wide(&mut sgx, _mm512_mul_ps(g, xhat));
-                [
-                    _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
-                    _mm512_add_ps(pbv, dyv),
-                ]
+                add_wide(&mut sgx, gx);
+                new
             },
         );
         (tree_sum(&wide_lanes(sg)), tree_sum(&wide_lanes(sgx)))
     }
 
-    /// The backward's dx sweep over f32 rows, `dx = rstd * ((dy * gamma -
-    /// mg) - ((x - hi) - lo) * rstd * mgx)` as [`crate::write_row!`]
-    /// computes it, in 512-bit registers (see [`write_y`]).
+    avx512_fn! {
+    /// The backward's dx sweep, `dx = rstd * ((dy * gamma - mg) - ((x -
+    /// hi) - lo) * rstd * mgx)` as [`crate::write_row!`] computes it, in
+    /// 512-bit registers (see [`write_y`]).
     ///
     /// # Safety
     /// As [`write_y`].
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn write_dx(
-        x: &[f32],
-        dy: &[f32],
-        gamma: &[f32],
-        dx: &mut [f32],
-        (hi, lo, rstd): (f32, f32, f32),
-        (mg, mgx): (f32, f32),
-        stream: bool,
-    ) {
-        let (hv, lv, rv) = (_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd));
-        let (mv, mxv) = (_mm512_set1_ps(mg), _mm512_set1_ps(mgx));
-        map_row([x, dy, gamma], dx, stream, |[xv, dyv, gv]| {
+    pub(super) unsafe fn write_dx<T: Elem>(x: &[T], dy: &[T], gamma: &[f32], dx: &mut [T], s: (f32, f32, f32), m: (f32, f32), stream: bool) {
+        let [hv, lv, rv] = consts(s);
+        let (mv, mxv) = (_mm512_set1_ps(m.0), _mm512_set1_ps(m.1));
+        map_row([x, dy], [gamma], dx, stream, |[xv, dyv], [gv]| {
             let g = _mm512_mul_ps(dyv, gv);
             let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
             let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);
             _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
         });
+    }
     }
 
     /// # Safety
@@ -384,15 +404,6 @@ crate::multiversion! {
                     (tree_sum(&sg), tree_sum(&sgx))
                 }
             } else {
-                #[cfg(target_arch = "x86_64")]
-                if let (Some(xf), Some(dyf), true) = (T::as_f32(xr), T::as_f32(dyr), crate::simd::level().has_avx512()) {
-                    let (axf, adyf) = (T::as_f32(ax).unwrap_or(&[]), T::as_f32(ady).unwrap_or(&[]));
-                    // SAFETY: the level says AVX-512 F is present.
-                    unsafe { x86::g_sweep_f64(xf, dyf, gamma, pg, pb, (axf, adyf), s) }
-                } else {
-                    g_sweep_f64(xr, dyr, gamma, pg, pb, (ax, ady), s)
-                }
-                #[cfg(not(target_arch = "x86_64"))]
                 g_sweep_f64(xr, dyr, gamma, pg, pb, (ax, ady), s)
             };
             let mg = (tg / n) as f32;
@@ -400,9 +411,9 @@ crate::multiversion! {
             // Sweep 2: dx.
             let (hi, lo, rstd) = s;
             #[cfg(target_arch = "x86_64")]
-            if let (Some(xf), Some(dyf), Some(dxf), true) = (T::as_f32(xr), T::as_f32(dyr), T::as_f32_mut(dxr), crate::simd::level().has_avx512()) {
+            if crate::simd::level().has_avx512() {
                 // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_dx(xf, dyf, gamma, dxf, (hi, lo, rstd), (mg, mgx), stream) };
+                unsafe { x86::write_dx(xr, dyr, gamma, dxr, (hi, lo, rstd), (mg, mgx), stream) };
                 continue;
             }
             crate::write_row!(dxr, stream, (xr, dyr, gamma) => rstd * ((dyr * gamma - mg) - ((xr - hi) - lo) * rstd * mgx));

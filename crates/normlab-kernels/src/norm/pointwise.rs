@@ -432,11 +432,12 @@ mod x86 {
     ) {
         let (th, a4) = (Tanh::new(), _mm512_set1_ps(4.0 * alpha));
         for_row_out(
-            [x, gamma, beta],
-            [ax, &[], &[]],
+            [x],
+            [gamma, beta],
+            [ax],
             [],
             (y, stream),
-            |[xv, gv, bv], []| (_mm512_fmadd_ps(gv, th.eval(_mm512_mul_ps(a4, xv)), bv), []),
+            |[xv], [gv, bv], []| (_mm512_fmadd_ps(gv, th.eval(_mm512_mul_ps(a4, xv)), bv), []),
         );
     }
 
@@ -458,11 +459,12 @@ mod x86 {
         let a4 = _mm512_set1_ps(4.0 * alpha);
         let mut sa = _mm512_setzero_ps();
         for_row_out(
-            [x, dy, gamma],
-            [ax, ady, &[]],
+            [x, dy],
+            [gamma],
+            [ax, ady],
             [pg, pb],
             dx,
-            |[xv, dyv, gv], [pgv, pbv]| {
+            |[xv, dyv], [gv], [pgv, pbv]| {
                 let t = th.eval(_mm512_mul_ps(a4, xv));
                 let g = _mm512_mul_ps(_mm512_mul_ps(dyv, gv), _mm512_fnmadd_ps(t, t, one));
                 sa = _mm512_fmadd_ps(g, xv, sa);

@@ -65,9 +65,9 @@ crate::multiversion! {
             st[1] = 0.0;
             st[2] = rstd;
             #[cfg(target_arch = "x86_64")]
-            if let (Some(xf), Some(yf), true) = (T::as_f32(xr), T::as_f32_mut(yr), crate::simd::level().has_avx512()) {
+            if crate::simd::level().has_avx512() {
                 // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_y(xf, w, yf, (offset, rstd), stream) };
+                unsafe { x86::write_y(xr, w, yr, (offset, rstd), stream) };
                 continue;
             }
             crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
@@ -114,6 +114,11 @@ fn gx_sweep_f64<T: Elem>(
     (ax, ady): (&[T], &[T]),
     (offset, rstd): (f32, f32),
 ) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::level().has_avx512() {
+        // SAFETY: the level says AVX-512 F is present.
+        return unsafe { x86::gx_sweep_f64(x, dy, w, pw, (ax, ady), (offset, rstd)) };
+    }
     let mut sgx = [0f64; LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, wb in w; mut pwb in pw => {
         gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
@@ -122,85 +127,137 @@ fn gx_sweep_f64<T: Elem>(
     tree_sum(&sgx)
 }
 
-/// The f32 sweeps as AVX-512 intrinsics, the same operations per element
-/// as the portable code (so the same bits): LLVM compiled `write_row!`'s
-/// and `for_blocks!`'s blocks for f32 rows into 128-bit instructions.
+/// Sweep 1 of the 16-bit backward over one [`crate::simd::F32_CHUNK`]:
+/// `sum(g * xhat)` in f32 lanes and the gain gradient (at the AVX-512
+/// levels [`x86::gx_sweep_f32`], the same operations).
+#[inline(always)]
+fn gx_sweep_f32<T: Elem>(
+    x: &[T],
+    dy: &[T],
+    w: &[f32],
+    pw: &mut [f32],
+    (ax, ady): (&[T], &[T]),
+    (offset, rstd): (f32, f32),
+) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::level().has_avx512() {
+        // SAFETY: the level says AVX-512 F is present.
+        return unsafe { x86::gx_sweep_f32(x, dy, w, pw, (ax, ady), (offset, rstd)) };
+    }
+    let mut sgx = [0f32; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, wb in w; mut pwb in pw => {
+        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
+        dw_terms(xb, dyb, rstd, pwb);
+    });
+    tree_sum(&sgx)
+}
+
+/// The sweeps as AVX-512 intrinsics for every storage type, the same
+/// operations per element as the portable code (so the same bits): LLVM
+/// compiled `write_row!`'s and `for_blocks!`'s `[f32; 16]` blocks into
+/// 128-bit instructions, and for 16-bit rows into per-block conversions
+/// through memory.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::tree_sum;
-    use crate::simd::x86::{add_wide, for_row, map_row, wide_lanes};
+    use crate::simd::x86::{add_wide, avx512_fn, for_row, lanes, map_row, wide_lanes};
+    use crate::simd::{tree_sum, Elem};
     use std::arch::x86_64::*;
 
+    avx512_fn! {
     /// `y = x * rstd * (offset + w)`.
     ///
     /// # Safety
-    /// AVX-512 F must be present; with `stream`, `y` must start 16-byte aligned.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn write_y(
-        x: &[f32],
-        w: &[f32],
-        y: &mut [f32],
-        (offset, rstd): (f32, f32),
-        stream: bool,
-    ) {
-        let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
-        map_row([x, w], y, stream, |[xv, wv]| {
+    /// AVX-512 F must be present; with `stream`, `y` aligned as
+    /// `simd::x86::map_row` asks.
+    pub(super) unsafe fn write_y<T: Elem>(x: &[T], w: &[f32], y: &mut [T], c: (f32, f32), stream: bool) {
+        let (ov, rv) = (_mm512_set1_ps(c.0), _mm512_set1_ps(c.1));
+        map_row([x], [w], y, stream, |[xv], [wv]| {
             _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
         });
     }
+    }
 
-    /// [`super::gx_sweep_f64`] over an f32 row.
+    /// One block's `g * xhat` (g = dy * (offset + w)), and the gain
+    /// gradient block with `dy * xhat` added ([`super::gx_terms`],
+    /// [`super::dw_terms`]).
+    #[inline(always)]
+    unsafe fn gx_block(
+        [xv, dyv, wv, pwv]: [__m512; 4],
+        (ov, rv): (__m512, __m512),
+    ) -> (__m512, __m512) {
+        let xhat = _mm512_mul_ps(xv, rv);
+        let gx = _mm512_mul_ps(_mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)), xhat);
+        (gx, _mm512_add_ps(pwv, _mm512_mul_ps(dyv, xhat)))
+    }
+
+    /// [`super::gx_sweep_f64`] over a row (f64 lanes).
     ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn gx_sweep_f64(
-        x: &[f32],
-        dy: &[f32],
+    pub(super) unsafe fn gx_sweep_f64<T: Elem>(
+        x: &[T],
+        dy: &[T],
         w: &[f32],
         pw: &mut [f32],
-        (ax, ady): (&[f32], &[f32]),
+        (ax, ady): (&[T], &[T]),
         (offset, rstd): (f32, f32),
     ) -> f64 {
-        let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
+        let c = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
         let z = _mm512_setzero_pd();
         let mut sgx = [z, z];
-        for_row([x, dy, w], [ax, ady, &[]], [pw], |[xv, dyv, wv], [pwv]| {
-            let xhat = _mm512_mul_ps(xv, rv);
-            add_wide(
-                &mut sgx,
-                _mm512_mul_ps(_mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)), xhat),
-            );
-            [_mm512_add_ps(pwv, _mm512_mul_ps(dyv, xhat))]
+        for_row([x, dy], [w], [ax, ady], [pw], |[xv, dyv], [wv], [pwv]| {
+            let (gx, pw) = gx_block([xv, dyv, wv, pwv], c);
+            add_wide(&mut sgx, gx);
+            [pw]
         });
         tree_sum(&wide_lanes(sgx))
     }
 
+    /// The 16-bit rows' sweep 1 over one [`crate::simd::F32_CHUNK`]:
+    /// `sum(g * xhat)` in f32 lanes, and the gain gradient.
+    ///
+    /// # Safety
+    /// AVX-512 F must be present.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(super) unsafe fn gx_sweep_f32<T: Elem>(
+        x: &[T],
+        dy: &[T],
+        w: &[f32],
+        pw: &mut [f32],
+        (ax, ady): (&[T], &[T]),
+        (offset, rstd): (f32, f32),
+    ) -> f32 {
+        let c = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
+        let mut sgx = _mm512_setzero_ps();
+        for_row([x, dy], [w], [ax, ady], [pw], |[xv, dyv], [wv], [pwv]| {
+            let (gx, pw) = gx_block([xv, dyv, wv, pwv], c);
+            sgx = _mm512_add_ps(sgx, gx);
+            [pw]
+        });
+        tree_sum(&lanes(sgx))
+    }
+
+    avx512_fn! {
     /// `dx = rstd * (dy * (offset + w) - x * rstd * mgx)`.
     ///
     /// # Safety
     /// As [`write_y`].
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn write_dx(
-        x: &[f32],
-        dy: &[f32],
-        w: &[f32],
-        dx: &mut [f32],
-        (offset, rstd, mgx): (f32, f32, f32),
-        stream: bool,
-    ) {
+    pub(super) unsafe fn write_dx<T: Elem>(x: &[T], dy: &[T], w: &[f32], dx: &mut [T], c: (f32, f32, f32), stream: bool) {
+        let (offset, rstd, mgx) = c;
         let (ov, rv, mv) = (
             _mm512_set1_ps(offset),
             _mm512_set1_ps(rstd),
             _mm512_set1_ps(mgx),
         );
-        map_row([x, dy, w], dx, stream, |[xv, dyv, wv]| {
+        map_row([x, dy], [w], dx, stream, |[xv, dyv], [wv]| {
             let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
             _mm512_mul_ps(
                 rv,
                 _mm512_sub_ps(g, _mm512_mul_ps(_mm512_mul_ps(xv, rv), mv)),
             )
         });
+    }
     }
 }
 
@@ -220,12 +277,7 @@ crate::multiversion! {
                 for (c, e) in f32_chunks(d) {
                     let (xc, dyc, wc, pwc) = (&xr[c..e], &dyr[c..e], &w[c..e], &mut pw[c..e]);
                     let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
-                    let mut sgx = [0f32; LANES];
-                    crate::for_blocks!(pad: 0.0, ahead: [axc, adyc], xb in xc, dyb in dyc, wb in wc; mut pwb in pwc => {
-                        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
-                        dw_terms(xb, dyb, rstd, pwb);
-                    });
-                    total += tree_sum(&sgx) as f64;
+                    total += gx_sweep_f32(xc, dyc, wc, pwc, (axc, adyc), (offset, rstd)) as f64;
                 }
                 if !total.is_finite() {
                     // An f32 partial overflowed (or the row holds inf/NaN,
@@ -238,22 +290,13 @@ crate::multiversion! {
                 }
                 total
             } else {
-                #[cfg(target_arch = "x86_64")]
-                if let (Some(xf), Some(dyf), true) = (T::as_f32(xr), T::as_f32(dyr), crate::simd::level().has_avx512()) {
-                    let (axf, adyf) = (T::as_f32(ax).unwrap_or(&[]), T::as_f32(ady).unwrap_or(&[]));
-                    // SAFETY: the level says AVX-512 F is present.
-                    unsafe { x86::gx_sweep_f64(xf, dyf, w, pw, (axf, adyf), (offset, rstd)) }
-                } else {
-                    gx_sweep_f64(xr, dyr, w, pw, (ax, ady), (offset, rstd))
-                }
-                #[cfg(not(target_arch = "x86_64"))]
                 gx_sweep_f64(xr, dyr, w, pw, (ax, ady), (offset, rstd))
             };
             let mgx = (total / n) as f32;
             #[cfg(target_arch = "x86_64")]
-            if let (Some(xf), Some(dyf), Some(dxf), true) = (T::as_f32(xr), T::as_f32(dyr), T::as_f32_mut(dxr), crate::simd::level().has_avx512()) {
+            if crate::simd::level().has_avx512() {
                 // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_dx(xf, dyf, w, dxf, (offset, rstd, mgx), stream) };
+                unsafe { x86::write_dx(xr, dyr, w, dxr, (offset, rstd, mgx), stream) };
                 continue;
             }
             crate::write_row!(dxr, stream, (xr, dyr, w) => rstd * (dyr * (offset + w) - xr * rstd * mgx));

@@ -24,7 +24,8 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
     fn put(v: f32) -> Self;
     /// [`Elem::store`], or with non-temporal stores when `stream` (see
     /// [`stream_block`]; `dst` must then start 16-byte aligned). Only f32
-    /// streams (see [`should_stream`](super::should_stream)): the default ignores `stream`.
+    /// streams here (the 16-bit types stream through [`Elem::store16`]):
+    /// the default ignores `stream`.
     #[inline(always)]
     fn write(dst: &mut [Self], b: &[f32; LANES], hw: Conv, stream: bool) {
         let _ = stream;
@@ -64,6 +65,36 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
             dst[i] = Self::put(b[i]);
         }
     }
+    /// The first `LANES` values of `src` widened to f32 in a 512-bit
+    /// register, exactly as [`Elem::get`] (the AVX-512 row sweeps,
+    /// `simd::x86::for_row`; the types override it with their instructions).
+    ///
+    /// # Safety
+    /// AVX-512 F must be present (call it from a function compiled for it).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(src: &[Self]) -> std::arch::x86_64::__m512 {
+        super::x86::vec(&load_portable(src))
+    }
+    /// Round a 512-bit register into the first `LANES` values of `dst`,
+    /// exactly as [`Elem::put`]; `stream` is `Some(wide)` to write with
+    /// non-temporal stores (f32: `simd::x86::stream16`, `dst` aligned as it
+    /// asks; 16 bits: one 32-byte store, `dst` 32-byte aligned); `hw` is
+    /// [`Elem::hw`] (bf16: whether `vcvtneps2bf16` may run).
+    ///
+    /// # Safety
+    /// As [`Elem::load16`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store16(
+        dst: &mut [Self],
+        v: std::arch::x86_64::__m512,
+        stream: Option<bool>,
+        hw: Conv,
+    ) {
+        let _ = (stream, hw);
+        Self::store(dst, &super::x86::lanes(v), Conv::PORTABLE)
+    }
 }
 
 impl Elem for f32 {
@@ -95,6 +126,26 @@ impl Elem for f32 {
     }
     fn narrow(src: &[f32], dst: &mut [f32]) {
         dst.copy_from_slice(src)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(src: &[f32]) -> std::arch::x86_64::__m512 {
+        super::x86::vec(src[..LANES].try_into().expect("a block"))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn store16(
+        dst: &mut [f32],
+        v: std::arch::x86_64::__m512,
+        stream: Option<bool>,
+        _hw: Conv,
+    ) {
+        let dst = &mut dst[..LANES];
+        match stream {
+            // SAFETY: dst holds 16 floats, aligned as the caller promised.
+            Some(wide) => unsafe { super::x86::stream16(dst.as_mut_ptr(), v, wide) },
+            None => dst.copy_from_slice(&super::x86::lanes(v)),
+        }
     }
 }
 

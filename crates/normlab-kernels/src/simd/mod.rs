@@ -239,15 +239,21 @@ pub fn prefetch_block<T>(ahead: &[T], j0: usize) {
 /// (forward then backward, or a model step) has the large footprint.
 pub const STREAM_MIN_BYTES: usize = 16 << 20;
 
-/// Whether a kernel writing `out` (rows of `d` values) should stream: f32,
-/// large enough, 64-byte aligned and whole 16-value blocks per row. 16-bit
-/// outputs never stream: measured on the development machine (2026-11-30,
-/// 1 thread), bf16 rmsnorm forward at 8192x1024 took 1.13 ms streaming and
-/// 0.96 ms not, and at 32768x1024 (a 64 MiB output) 4.94 and 3.85 ms.
+/// Whether a kernel writing `out` (rows of `d` values) should stream: large
+/// enough, 64-byte aligned and whole 16-value blocks per row. f32 outputs
+/// stream at every level ([`stream_block`]); 16-bit outputs only through
+/// the AVX-512 row sweeps (`simd::x86::for_row_out`; 32 bytes per block).
+/// For 16 bits, measured on the Intel Xeon VM (2026-12-01, 1 thread, the
+/// speed-up over f32 in the same run, two runs each): forward+backward at
+/// 8192x1024 1.64-1.88x streaming against 1.24-1.37x not (rmsnorm bf16 and
+/// f16), at 2048x4096 1.96-2.19x against 1.54-1.57x; a lone forward
+/// repeated on cache-hot buffers was within the noise (1.16-1.58x against
+/// 1.35-1.68x). Earlier, on the AMD EPYC machine with the 16-bit stores
+/// through `write_row!`, streaming was slower (bf16 rmsnorm forward at
+/// 8192x1024 1.13 ms against 0.96 ms).
 #[inline]
 pub fn should_stream<T>(out: &[T], d: usize) -> bool {
     cfg!(target_arch = "x86_64")
-        && std::mem::size_of::<T>() == 4
         && std::mem::size_of_val(out) >= STREAM_MIN_BYTES
         && d.is_multiple_of(LANES)
         && (out.as_ptr() as usize).is_multiple_of(64)

@@ -151,11 +151,13 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
 /// accumulators.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{ahead_from, f32_chunks, tree_sum, Elem};
-    use crate::simd::x86::{halves, join, lanes, vec};
+    use super::{ahead_from, f32_chunks, tree_sum, Elem, LANES};
+    use crate::simd::x86::{for_row, halves, join, lanes, vec};
     use std::arch::x86_64::*;
 
-    /// [`super::shifted_sums_f32`], the same operations lane by lane.
+    /// [`super::shifted_sums_f32`], the same operations lane by lane
+    /// (the full blocks through [`for_row`], the tail block padded with
+    /// `k`, whose lanes then add zeros).
     ///
     /// # Safety
     /// AVX-512 F must be present.
@@ -165,17 +167,44 @@ pub(crate) mod x86 {
         let (mut t1, mut t2) = (0f64, 0f64);
         for (c, e) in f32_chunks(x.len()) {
             let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
+            let full = xc.len() - xc.len() % LANES;
             let mut s1 = _mm512_setzero_ps();
             let mut s2 = _mm512_setzero_ps();
-            crate::for_blocks!(pad: k, ahead: [ac], v in xc => {
-                let w = _mm512_sub_ps(vec(v), kv);
+            let mut add = |v: __m512| {
+                let w = _mm512_sub_ps(v, kv);
                 s1 = _mm512_add_ps(s1, w);
                 s2 = _mm512_add_ps(s2, _mm512_mul_ps(w, w));
+            };
+            for_row([&xc[..full]], [], [ac], [], |[v], [], []| {
+                add(v);
+                []
             });
+            if full < xc.len() {
+                let mut b = [k; LANES];
+                for (bi, v) in b.iter_mut().zip(&xc[full..]) {
+                    *bi = v.get();
+                }
+                add(vec(&b));
+            }
             t1 += tree_sum(&lanes(s1)) as f64;
             t2 += tree_sum(&lanes(s2)) as f64;
         }
         (t1, t2)
+    }
+
+    /// [`super::sum_squares`]' f32 partials of one chunk, the same
+    /// operations lane by lane (the tail block zero-padded, as there).
+    ///
+    /// # Safety
+    /// AVX-512 F must be present.
+    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+    pub(crate) unsafe fn sum_squares_f32<T: Elem>(x: &[T], ahead: &[T]) -> f32 {
+        let mut s = _mm512_setzero_ps();
+        for_row([x], [], [ahead], [], |[v], [], []| {
+            s = _mm512_add_ps(s, _mm512_mul_ps(v, v));
+            []
+        });
+        tree_sum(&lanes(s))
     }
 
     /// [`super::shifted_sums_f32`] with AVX2: each 16-lane accumulator as
@@ -220,6 +249,12 @@ pub fn sum_squares<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
         let mut t = 0f64;
         for (c, e) in f32_chunks(x.len()) {
             let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
+            #[cfg(target_arch = "x86_64")]
+            if super::level().has_avx512() {
+                // SAFETY: the level says AVX-512 F is present.
+                t += unsafe { x86::sum_squares_f32(xc, ac) } as f64;
+                continue;
+            }
             let mut s = [0f32; LANES];
             crate::for_blocks!(pad: 0.0, ahead: [ac], v in xc => {
                 for i in 0..LANES {

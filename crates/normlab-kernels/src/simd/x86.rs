@@ -7,7 +7,7 @@
 //! runs the same operations per element as the portable code, so every
 //! SIMD level gives the same bits.
 
-use super::{prefetch_block, LANES};
+use super::{prefetch_block, Elem, LANES};
 use std::arch::x86_64::*;
 
 /// A vector's lanes as the array [`tree_sum`](super::tree_sum) reduces.
@@ -92,24 +92,59 @@ pub(crate) fn wide_streams(p: *const f32) -> bool {
     wide && (p as usize).is_multiple_of(64)
 }
 
-/// `dst[j] = f(src[0][j], src[1][j], ..)` over a row of f32 values in
-/// 512-bit registers (no prefetching: the row norms' output sweeps read
-/// rows their first sweep brought into cache); the tail block runs `f` on
-/// zero-padded inputs and keeps its first lanes (the same operations per
-/// lane). With `stream`, the full blocks are written with [`stream16`].
+/// `out[j] = f(src[..][j], par[..][j])` over a row in 512-bit registers:
+/// `src` rows of the storage type `T` (widened as [`Elem::get`]), `par`
+/// rows of f32 (the parameters), `out` rounded as [`Elem::put`]. No
+/// prefetching (the row norms' output sweeps read rows their first sweep
+/// brought into cache). With `stream`, `out`'s full blocks are written
+/// with non-temporal stores ([`Elem::store16`]).
 ///
 /// # Safety
 /// AVX-512 F must be present (call it from a function compiled for it, so
-/// that `f` is inlined); with `stream`, `dst` must start 16-byte aligned.
+/// that `f` is inlined); with `stream`, `out` must start 16-byte aligned
+/// (f32) or 32-byte aligned (16 bits; [`super::should_stream`] asks 64).
 #[inline(always)]
-pub(crate) unsafe fn map_row<const N: usize>(
-    src: [&[f32]; N],
-    dst: &mut [f32],
+pub(crate) unsafe fn map_row<T: Elem, const N: usize, const P: usize>(
+    src: [&[T]; N],
+    par: [&[f32]; P],
+    out: &mut [T],
     stream: bool,
-    f: impl Fn([__m512; N]) -> __m512,
+    f: impl Fn([__m512; N], [__m512; P]) -> __m512,
 ) {
-    sweep(src, [&[]; N], [], Some((dst, stream)), |s, []| (f(s), []));
+    sweep(src, par, [&[]; N], [], Some((out, stream)), |s, p, []| {
+        (f(s, p), [])
+    });
 }
+
+/// Define an AVX-512 row kernel generic over the storage type `T`, compiled
+/// twice: with AVX-512 BF16 (run where the kernels' level has it, so that a
+/// bf16 row's stores inline `vcvtneps2bf16`) and without (bf16 rounding in
+/// integer instructions, [`Elem::store16`]). Both copies carry the body
+/// itself, so the closures it hands to the row sweeps inherit the features
+/// and inline. The two round bf16 the same way, bit for bit.
+///
+/// Calling the function is unsafe: AVX-512 F must be present.
+macro_rules! avx512_fn {
+    ($(#[$meta:meta])* $vis:vis unsafe fn $name:ident<T: Elem>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        #[inline]
+        $vis unsafe fn $name<T: Elem>($($arg: $ty),*) $(-> $ret)? {
+            #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn with_bf16<T: Elem>($($arg: $ty),*) $(-> $ret)? $body
+            #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn plain<T: Elem>($($arg: $ty),*) $(-> $ret)? $body
+            if $crate::simd::level() == $crate::simd::Level::Avx512Bf16 {
+                with_bf16::<T>($($arg),*)
+            } else {
+                plain::<T>($($arg),*)
+            }
+        }
+    };
+}
+pub(crate) use avx512_fn;
 
 /// [`super::stream_copy`] in 512-bit registers.
 ///
@@ -121,80 +156,104 @@ pub(crate) unsafe fn stream_copy(dst: &mut [f32], src: &[f32]) {
         (dst.as_ptr() as usize).is_multiple_of(16),
         "stream_copy needs 16-byte alignment"
     );
-    map_row([src], dst, true, |[v]| v);
+    map_row([src], [], dst, true, |[v], []| v);
 }
 
-/// A sweep over a row of f32 values in 512-bit registers: for each block,
-/// `f(src blocks, dst blocks)` returns the new `dst` blocks (read, modified,
-/// written back; the accumulators a closure carries see the blocks in
-/// order). `src[i][j]` is prefetched from `ahead[i]`. The tail block runs
-/// `f` on zero-padded blocks, as `for_blocks!` pads them, and writes back
-/// only the row's lanes.
+/// A sweep over a row in 512-bit registers: for each block, `f(src
+/// blocks, par blocks, dst blocks)` returns the new `dst` blocks (f32 rows
+/// read, modified, written back; the accumulators a closure carries see
+/// the blocks in order). `src[i]` (storage type `T`) is prefetched from
+/// `ahead[i]`; `par` are f32 rows. The tail block runs `f` on zero-padded
+/// blocks, as `for_blocks!` pads them, and writes back only the row's
+/// lanes.
 ///
 /// # Safety
 /// AVX-512 F must be present (call it from a function compiled for it).
 #[inline(always)]
-pub(crate) unsafe fn for_row<const N: usize, const M: usize>(
-    src: [&[f32]; N],
-    ahead: [&[f32]; N],
+pub(crate) unsafe fn for_row<T: Elem, const N: usize, const P: usize, const M: usize>(
+    src: [&[T]; N],
+    par: [&[f32]; P],
+    ahead: [&[T]; N],
     dst: [&mut [f32]; M],
-    mut f: impl FnMut([__m512; N], [__m512; M]) -> [__m512; M],
+    mut f: impl FnMut([__m512; N], [__m512; P], [__m512; M]) -> [__m512; M],
 ) {
-    sweep(src, ahead, dst, None, |s, d| (_mm512_setzero_ps(), f(s, d)));
+    sweep(src, par, ahead, dst, None, |s, p, d| {
+        (_mm512_setzero_ps(), f(s, p, d))
+    });
 }
 
 /// [`for_row`] that also writes a row `out` it does not read (the one row
 /// sweep under [`map_row`], [`for_row`] and this): `f` returns
-/// `(out block, new dst blocks)`; with `stream`, `out`'s full blocks are
-/// written with [`stream16`].
+/// `(out block, new dst blocks)`; `stream` as for [`map_row`].
 ///
 /// # Safety
-/// As [`for_row`]; with `stream`, `out` must start 16-byte aligned.
+/// As [`for_row`]; with `stream`, `out` aligned as for [`map_row`].
 #[inline(always)]
-pub(crate) unsafe fn for_row_out<const N: usize, const M: usize>(
-    src: [&[f32]; N],
-    ahead: [&[f32]; N],
+pub(crate) unsafe fn for_row_out<T: Elem, const N: usize, const P: usize, const M: usize>(
+    src: [&[T]; N],
+    par: [&[f32]; P],
+    ahead: [&[T]; N],
     dst: [&mut [f32]; M],
-    (out, stream): (&mut [f32], bool),
-    f: impl FnMut([__m512; N], [__m512; M]) -> (__m512, [__m512; M]),
+    out: (&mut [T], bool),
+    f: impl FnMut([__m512; N], [__m512; P], [__m512; M]) -> (__m512, [__m512; M]),
 ) {
-    sweep(src, ahead, dst, Some((out, stream)), f);
+    sweep(src, par, ahead, dst, Some(out), f);
 }
 
 #[inline(always)]
-unsafe fn sweep<const N: usize, const M: usize>(
-    src: [&[f32]; N],
-    ahead: [&[f32]; N],
+unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
+    src: [&[T]; N],
+    par: [&[f32]; P],
+    ahead: [&[T]; N],
     dst: [&mut [f32]; M],
-    mut out: Option<(&mut [f32], bool)>,
-    mut f: impl FnMut([__m512; N], [__m512; M]) -> (__m512, [__m512; M]),
+    mut out: Option<(&mut [T], bool)>,
+    mut f: impl FnMut([__m512; N], [__m512; P], [__m512; M]) -> (__m512, [__m512; M]),
 ) {
-    let wide = out.as_ref().is_some_and(|(o, _)| wide_streams(o.as_ptr()));
+    // `wide` as [`wide_streams`] says (f32 rows only).
+    let stream = match &out {
+        Some((o, true)) => Some(wide_streams(o.as_ptr() as *const f32)),
+        _ => None,
+    };
     // The row's length: the output's where there is one (`map_row`'s
     // sources may be longer), else the first source's.
-    let d = out.as_ref().map_or(src[0].len(), |(o, _)| o.len());
+    let d = match (&out, src.first(), par.first()) {
+        (Some((o, _)), _, _) => o.len(),
+        (None, Some(s), _) => s.len(),
+        (None, None, Some(p)) => p.len(),
+        (None, None, None) => dst.first().map_or(0, |r| r.len()),
+    };
     let src = src.map(|s| &s[..d]);
+    let par = par.map(|s| &s[..d]);
     let dst = dst.map(|s| &mut s[..d]);
     let full = d - d % LANES;
     let load = |s: &[f32], j: usize| {
         let b: &[f32; LANES] = s[j..j + LANES].try_into().expect("a block");
         vec(b)
     };
+    let z = _mm512_setzero_ps();
+    let hw = T::hw();
     for j in (0..full).step_by(LANES) {
         ahead.iter().for_each(|a| prefetch_block(a, j));
-        let (o, new) = f(
-            src.map(|s| load(s, j)),
-            std::array::from_fn(|m| load(dst[m], j)),
-        );
+        // Plain loops, not `array::map`: its closure was not inlined for
+        // the 16-bit loads, which then ran as calls (5x slower sweeps).
+        let (mut sv, mut pv, mut dv) = ([z; N], [z; P], [z; M]);
+        for i in 0..N {
+            sv[i] = T::load16(&src[i][j..j + LANES]);
+        }
+        for i in 0..P {
+            pv[i] = load(par[i], j);
+        }
+        for i in 0..M {
+            dv[i] = load(dst[i], j);
+        }
+        let (o, new) = f(sv, pv, dv);
         for (m, v) in new.into_iter().enumerate() {
             dst[m][j..j + LANES].copy_from_slice(&lanes(v));
         }
-        match &mut out {
-            // SAFETY: j + LANES <= full <= d <= out.len() (checked by the
-            // slice below), 16-byte aligned by the caller's contract.
-            Some((o_row, true)) => stream16(o_row[j..j + LANES].as_mut_ptr(), o, wide),
-            Some((o_row, false)) => o_row[j..j + LANES].copy_from_slice(&lanes(o)),
-            None => {}
+        if let Some((o_row, _)) = &mut out {
+            // SAFETY: the block lies in the row; with `stream` the caller
+            // aligned it.
+            T::store16(&mut o_row[j..j + LANES], o, stream, hw);
         }
     }
     if full < d {
@@ -204,12 +263,25 @@ unsafe fn sweep<const N: usize, const M: usize>(
             b[..t].copy_from_slice(&s[full..]);
             vec(&b)
         };
-        let (o, new) = f(src.map(pad), std::array::from_fn(|m| pad(dst[m])));
+        let pad_t = |s: &[T]| {
+            let mut b = [0f32; LANES];
+            for (bi, v) in b.iter_mut().zip(&s[full..]) {
+                *bi = v.get();
+            }
+            vec(&b)
+        };
+        let (o, new) = f(
+            src.map(pad_t),
+            par.map(pad),
+            std::array::from_fn(|m| pad(dst[m])),
+        );
         for (m, v) in new.into_iter().enumerate() {
             dst[m][full..].copy_from_slice(&lanes(v)[..t]);
         }
         if let Some((o_row, _)) = out {
-            o_row[full..d].copy_from_slice(&lanes(o)[..t]);
+            for (oi, v) in o_row[full..d].iter_mut().zip(lanes(o)) {
+                *oi = T::put(v);
+            }
         }
     }
 }
@@ -245,11 +317,11 @@ mod tests {
         }
         #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
         unsafe fn sweeps(a: &[f32], b: &[f32], y: &mut [f32], acc: &mut [f32]) -> [f64; LANES] {
-            map_row([a, b], y, false, |[av, bv]| {
+            map_row([a, b], [], y, false, |[av, bv], []| {
                 _mm512_add_ps(_mm512_mul_ps(av, bv), av)
             });
             let mut s = [_mm512_setzero_pd(); 2];
-            for_row([a, b], [&[], &[]], [acc], |[av, bv], [cv]| {
+            for_row([a], [b], [&[]], [acc], |[av], [bv], [cv]| {
                 add_wide(&mut s, _mm512_sub_ps(av, bv));
                 [_mm512_add_ps(cv, _mm512_mul_ps(av, bv))]
             });
@@ -259,10 +331,11 @@ mod tests {
         unsafe fn with_out(a: &[f32], b: &[f32], acc: &mut [f32], out: &mut [f32], stream: bool) {
             for_row_out(
                 [a, b],
+                [],
                 [&[], &[]],
                 [acc],
                 (out, stream),
-                |[av, bv], [cv]| (_mm512_sub_ps(av, bv), [_mm512_add_ps(cv, av)]),
+                |[av, bv], [], [cv]| (_mm512_sub_ps(av, bv), [_mm512_add_ps(cv, av)]),
             );
         }
         for d in [1usize, 15, 16, 17, 33, 64, 100] {
