@@ -339,7 +339,9 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
             println!("| {} |", r.join(" | "));
         }
     } else {
-        let mut t = Table::new(&head).right(&[4, 5, 6, 7, 8, 9, 10]);
+        // The numbers, from the thread count on (10 or 11 columns).
+        let numeric: Vec<usize> = (4..head.len()).collect();
+        let mut t = Table::new(&head).right(&numeric);
         for r in rows {
             t.row(r);
         }

@@ -145,6 +145,39 @@ fn bad_input_gives_one_line_and_exit_2() {
     }
 }
 
+/// The printed table, with one kind (no "vs" column) and with two.
+#[test]
+fn bench_norms_tables() {
+    for (kinds, vs) in [("rmsnorm", false), ("rmsnorm,layernorm", true)] {
+        let out = normlab(&[
+            "bench",
+            "norms",
+            "--shapes",
+            "64x48",
+            "--threads",
+            "1",
+            "--kinds",
+            kinds,
+            "--seconds",
+            "0.01",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let head = text.lines().next().unwrap();
+        assert!(head.contains("% roofline"), "{text}");
+        assert_eq!(head.contains("vs rmsnorm"), vs, "{text}");
+        assert_eq!(
+            text.lines().count(),
+            2 + 2 * kinds.split(',').count(),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn bench_norms_json_records() {
     let v = json(&[
