@@ -22,7 +22,8 @@
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, GAMMA};
 use crate::simd::{
-    ahead, ahead_from, f32_chunks, stream_fence, sum_squares, tree_sum, Acc, Elem, LANES,
+    ahead, ahead_from, f32_chunks, stream_fence, sum_squares, sum_squares2, tree_sum, Acc, Elem,
+    LANES,
 };
 
 /// RMSNorm's description: gamma per feature, eps 1e-6.
@@ -58,19 +59,32 @@ crate::multiversion! {
     /// Forward over whole rows.
     pub fn forward_rows<T: Elem>(d: usize, eps: f32, offset: f32, stream: bool, x: &[T], w: &[f32], y: &mut [T], stats: &mut [f32]) {
         let w = &w[..d];
-        for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
-            let denom = sum_squares(xr, ahead(x, r * d)) / d as f64 + eps as f64;
-            let rstd = if denom > 0.0 { (1.0 / denom.sqrt()) as f32 } else if denom == 0.0 { 0.0 } else { f32::NAN };
-            st[0] = 0.0;
-            st[1] = 0.0;
-            st[2] = rstd;
-            #[cfg(target_arch = "x86_64")]
-            if crate::simd::level().has_avx512() {
-                // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_y(xr, w, yr, (offset, rstd), stream) };
-                continue;
+        let rows = x.len() / d;
+        let mut r0 = 0;
+        while r0 < rows {
+            // 16-bit rows two at a time (sum_squares2: the same bits).
+            let n = if T::F32_SUMS && r0 + 1 < rows { 2 } else { 1 };
+            let sums = if n == 2 {
+                sum_squares2([&x[r0 * d..(r0 + 1) * d], &x[(r0 + 1) * d..(r0 + 2) * d]], [ahead(x, r0 * d), ahead(x, (r0 + 1) * d)])
+            } else {
+                [sum_squares(&x[r0 * d..(r0 + 1) * d], ahead(x, r0 * d)), 0.0]
+            };
+            for (r, ss) in (r0..r0 + n).zip(sums) {
+                let (xr, yr, st) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d], &mut stats[r * STATS..(r + 1) * STATS]);
+                let denom = ss / d as f64 + eps as f64;
+                let rstd = if denom > 0.0 { (1.0 / denom.sqrt()) as f32 } else if denom == 0.0 { 0.0 } else { f32::NAN };
+                st[0] = 0.0;
+                st[1] = 0.0;
+                st[2] = rstd;
+                #[cfg(target_arch = "x86_64")]
+                if crate::simd::level().has_avx512() {
+                    // SAFETY: the level says AVX-512 F is present.
+                    unsafe { x86::write_y(xr, w, yr, (offset, rstd), stream) };
+                    continue;
+                }
+                crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
             }
-            crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
+            r0 += n;
         }
         if stream {
             stream_fence();
