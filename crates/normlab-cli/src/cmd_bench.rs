@@ -53,9 +53,14 @@ pub struct TrainBenchArgs {
     /// Thread counts, comma-separated (default: 1 and all cores).
     #[arg(long)]
     threads: Option<String>,
-    /// Steps timed per point (median reported; 2 warm-up steps first).
+    /// Steps timed per point and round (median reported; 2 warm-up steps first).
     #[arg(long, default_value_t = 20)]
     steps: usize,
+    /// Rounds: each times --steps steps and then measures the matmul peak
+    /// again, so the step and its peak are interleaved; the medians over the
+    /// rounds are reported, with the range of the per-round % of peak.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Print the records as JSON.
     #[arg(long)]
     json: bool,
@@ -374,6 +379,9 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
     if a.steps == 0 {
         return bad("--steps must be at least 1");
     }
+    if a.rounds == 0 {
+        return bad("--rounds must be at least 1");
+    }
     let cfgs: Vec<_> = bench::standard_train_configs()
         .into_iter()
         .filter(|c| a.model == "both" || c.model.kind.to_string() == a.model)
@@ -389,7 +397,7 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
     for c in &cfgs {
         for &t in &threads {
             pb.set_message(format!("{} t{t}", c.model.kind));
-            recs.push(bench::run_train_bench(c, t, a.steps)?);
+            recs.push(bench::run_train_bench(c, t, a.steps, a.rounds)?);
             pb.inc(1);
         }
     }
@@ -422,7 +430,17 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
             format!("{:.2}", r.gflop_per_step),
             format!("{:.1}", r.gflops),
             format!("{:.1}", r.matmul_peak_gflops),
-            format!("{:.0}%", 100.0 * r.peak_fraction),
+            if a.rounds > 1 {
+                let (lo, hi) = r.peak_fraction_range;
+                format!(
+                    "{:.0}% ({:.0}-{:.0}%)",
+                    100.0 * r.peak_fraction,
+                    100.0 * lo,
+                    100.0 * hi
+                )
+            } else {
+                format!("{:.0}%", 100.0 * r.peak_fraction)
+            },
         ]);
     }
     print!("{t}");

@@ -135,6 +135,8 @@ fn bad_input_gives_one_line_and_exit_2() {
         vec!["bench", "norms", "--dtype", "f8"],
         vec!["bench", "norms", "--dtype", ""],
         vec!["bench", "norms", "--rounds", "0"],
+        vec!["bench", "train", "--rounds", "0"],
+        vec!["bench", "train", "--steps", "0"],
     ] {
         let out = normlab(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -143,6 +145,43 @@ fn bad_input_gives_one_line_and_exit_2() {
         assert!(err.starts_with("error: "), "{err}");
         assert!(out.stdout.is_empty());
     }
+}
+
+/// `bench train --rounds`: each round's step time and its own matmul peak
+/// kept, the medians reported, the per-round % of peak as a range.
+#[test]
+fn bench_train_rounds() {
+    let v = json(&[
+        "bench",
+        "train",
+        "--model",
+        "toy",
+        "--threads",
+        "1",
+        "--steps",
+        "2",
+        "--rounds",
+        "3",
+        "--json",
+    ]);
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs.len(), 1);
+    let r = &recs[0];
+    let nums = |k: &str| -> Vec<f64> {
+        r[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (mut ms, mut peaks) = (nums("round_ms"), nums("round_peak_gflops"));
+    assert_eq!((ms.len(), peaks.len()), (3, 3), "{r}");
+    ms.sort_by(f64::total_cmp);
+    peaks.sort_by(f64::total_cmp);
+    assert_eq!(r["ms_per_step"].as_f64().unwrap(), ms[1], "{r}");
+    assert_eq!(r["matmul_peak_gflops"].as_f64().unwrap(), peaks[1], "{r}");
+    let range = nums("peak_fraction_range");
+    assert!(range[0] > 0.0 && range[0] <= range[1], "{r}");
 }
 
 /// The printed table, with one kind (no "vs" column) and with two.

@@ -411,8 +411,16 @@ pub struct TrainBenchRecord {
     pub matmul_peak_gflops: f64,
     /// gflops / matmul_peak_gflops.
     pub peak_fraction: f64,
-    /// Steps timed.
+    /// Steps timed per round.
     pub steps: usize,
+    /// Each round's median step time (ms); `ms_per_step` is their median.
+    pub round_ms: Vec<f64>,
+    /// Each round's matmul peak (GFLOP/s), measured right after its steps;
+    /// `matmul_peak_gflops` is their median.
+    pub round_peak_gflops: Vec<f64>,
+    /// The smallest and largest per-round fraction of the peak (each
+    /// round's GFLOP/s over its own peak).
+    pub peak_fraction_range: (f64, f64),
 }
 
 /// Matmul FLOP of one forward pass of a model config on `batch` sequences
@@ -465,29 +473,49 @@ pub fn matmul_peak_gflops(threads: usize, target_seconds: f64) -> f64 {
     threads as f64 * 2.0 * (n * n * n) as f64 / t / 1e9
 }
 
-/// Time `steps` optimisation steps (after 2 warm-up steps) of `cfg` with
-/// `threads` threads; median step time.
+/// Time `cfg`'s optimisation steps with `threads` threads in `rounds`
+/// rounds (after 2 warm-up steps): each round times `steps` steps (their
+/// median) and then measures the matmul peak, so that the step and the
+/// peak it is compared with run minutes apart at most (A/B interleaved:
+/// these VMs drift 10-40%). Reported: the medians over the rounds, and the
+/// range of the per-round fractions of the peak.
 pub fn run_train_bench(
     cfg: &crate::train::TrainConfig,
     threads: usize,
     steps: usize,
+    rounds: usize,
 ) -> Result<TrainBenchRecord> {
+    if steps == 0 || rounds == 0 {
+        return Err("the train benchmark needs at least one step and one round".into());
+    }
     let mut tr = crate::train::Trainer::new(cfg, threads)?;
     for _ in 0..2 {
         tr.train_step(false);
     }
-    let mut times = Vec::with_capacity(steps);
-    for _ in 0..steps {
-        let t0 = Instant::now();
-        let (_, diverged) = tr.train_step(false);
-        times.push(t0.elapsed().as_secs_f64());
-        if diverged {
-            return Err("the benchmark run diverged".into());
-        }
-    }
-    let t = median(&mut times);
     let gflop = 3.0 * forward_gflop(&cfg.model, cfg.batch);
-    let peak = matmul_peak_gflops(threads, 0.3);
+    let (mut round_t, mut round_peak) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        let mut times = Vec::with_capacity(steps);
+        for _ in 0..steps {
+            let t0 = Instant::now();
+            let (_, diverged) = tr.train_step(false);
+            times.push(t0.elapsed().as_secs_f64());
+            if diverged {
+                return Err("the benchmark run diverged".into());
+            }
+        }
+        round_t.push(median(&mut times));
+        round_peak.push(matmul_peak_gflops(threads, 0.3));
+    }
+    let fractions: Vec<f64> = round_t
+        .iter()
+        .zip(&round_peak)
+        .map(|(t, p)| gflop / t / p)
+        .collect();
+    let lo = fractions.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = fractions.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let t = median(&mut round_t.clone());
+    let peak = median(&mut round_peak.clone());
     let gflops = gflop / t;
     Ok(TrainBenchRecord {
         model: cfg.model.kind.to_string(),
@@ -518,6 +546,9 @@ pub fn run_train_bench(
         matmul_peak_gflops: peak,
         peak_fraction: gflops / peak,
         steps,
+        round_ms: round_t.iter().map(|t| t * 1e3).collect(),
+        round_peak_gflops: round_peak,
+        peak_fraction_range: (lo, hi),
     })
 }
 
