@@ -130,9 +130,8 @@ fn param_terms(
 }
 
 /// Sweep 1 of the 16-bit backward over one [`crate::simd::F32_CHUNK`]:
-/// `(sum(g), sum(g * xhat))` in f32 lanes ([`g_terms`]), and the chunk's
-/// parameter gradients ([`param_terms`]). At the AVX-512 and AVX2 levels
-/// the same operations run as explicit vector instructions (the same bits).
+/// [`g_sweep`] in f32 lanes, at the AVX2 level as explicit 8-lane
+/// instructions (the same operations, so the same bits).
 #[inline(always)]
 fn g_sweep_f32<T: Elem>(
     x: &[T],
@@ -144,31 +143,19 @@ fn g_sweep_f32<T: Elem>(
     s: (f32, f32, f32),
 ) -> (f32, f32) {
     #[cfg(target_arch = "x86_64")]
-    match crate::simd::level() {
-        // SAFETY: the level says the instructions are present.
-        crate::simd::Level::Avx512 | crate::simd::Level::Avx512Bf16 => {
-            return unsafe { x86::g_sweep_f32(x, dy, gamma, pg, pb, (ax, ady), s) }
-        }
-        crate::simd::Level::Avx2 => {
-            return unsafe { x86::g_sweep_f32_avx2(x, dy, gamma, pg, pb, (ax, ady), s) }
-        }
-        crate::simd::Level::Generic => {}
+    if crate::simd::level() == crate::simd::Level::Avx2 {
+        // SAFETY: the level says AVX2 and FMA are present.
+        return unsafe { x86::g_sweep_f32_avx2(x, dy, gamma, pg, pb, (ax, ady), s) };
     }
-    let mut sg = [0f32; LANES];
-    let mut sgx = [0f32; LANES];
-    crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
-        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
-        param_terms(xb, dyb, s, pgb, pbb);
-    });
-    (tree_sum(&sg), tree_sum(&sgx))
+    g_sweep::<T, f32>(x, dy, gamma, pg, pb, (ax, ady), s)
 }
 
-/// Sweep 1 of the f32 backward over a whole row: `(sum(g), sum(g * xhat))`
-/// in f64 lanes ([`g_terms`]) and the parameter gradients
-/// ([`param_terms`]). At the AVX-512 levels f32 rows take
-/// [`x86::g_sweep_f64`], the same operations as vector instructions.
+/// Sweep 1 of the backward: `(sum(g), sum(g * xhat))` in `A` lanes
+/// ([`g_terms`]; f64 over a whole f32 row, f32 over one chunk of a 16-bit
+/// row) and the parameter gradients ([`param_terms`]). At the AVX-512
+/// levels [`x86::g_sweep`], the same operations as vector instructions.
 #[inline(always)]
-fn g_sweep_f64<T: Elem>(
+fn g_sweep<T: Elem, A: Acc>(
     x: &[T],
     dy: &[T],
     gamma: &[f32],
@@ -176,14 +163,14 @@ fn g_sweep_f64<T: Elem>(
     pb: &mut [f32],
     (ax, ady): (&[T], &[T]),
     s: (f32, f32, f32),
-) -> (f64, f64) {
+) -> (A, A) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::level().has_avx512() {
         // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::g_sweep_f64(x, dy, gamma, pg, pb, (ax, ady), s) };
+        return unsafe { x86::g_sweep::<T, A::Wide>(x, dy, gamma, pg, pb, (ax, ady), s) };
     }
-    let mut sg = [0f64; LANES];
-    let mut sgx = [0f64; LANES];
+    let mut sg = [A::default(); LANES];
+    let mut sgx = [A::default(); LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
         g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
         param_terms(xb, dyb, s, pgb, pbb);
@@ -191,19 +178,20 @@ fn g_sweep_f64<T: Elem>(
     (tree_sum(&sg), tree_sum(&sgx))
 }
 
-/// [`g_sweep_f32`] as AVX-512 and AVX2 vector instructions.
+/// [`g_sweep`] and [`g_sweep_f32`] as AVX-512 and AVX2 vector instructions,
+/// and the output sweeps in 512-bit registers.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::x86::{
-        add_wide, avx512_fn, for_row, halves, join, lanes, map_row, wide_lanes,
-    };
+    use crate::simd::x86::{avx512_fn, for_row, halves, join, map_row, VecAcc};
     use crate::simd::{tree_sum, Elem};
     use std::arch::x86_64::*;
 
+    /// [`super::g_sweep`] in `V` lanes.
+    ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn g_sweep_f32<T: Elem>(
+    pub(super) unsafe fn g_sweep<T: Elem, V: VecAcc>(
         x: &[T],
         dy: &[T],
         gamma: &[f32],
@@ -211,48 +199,32 @@ mod x86 {
         pb: &mut [f32],
         (ax, ady): (&[T], &[T]),
         s: (f32, f32, f32),
-    ) -> (f32, f32) {
-        let c = consts(s);
-        let (mut sg, mut sgx) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    ) -> (V::Lane, V::Lane) {
+        let [hv, lv, rv] = consts(s);
+        let (mut sg, mut sgx) = (V::zero(), V::zero());
         for_row(
             [x, dy],
             [gamma],
             [ax, ady],
             [pg, pb],
             |[xv, dyv], [gv], [pgv, pbv]| {
-                let (g, gx, new) = g_block([xv, dyv, gv], [pgv, pbv], c);
-                sg = _mm512_add_ps(sg, g);
-                sgx = _mm512_add_ps(sgx, gx);
-                new
+                let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
+                let g = _mm512_mul_ps(dyv, gv);
+                sg.add(g);
+                sgx.add(_mm512_mul_ps(g, xhat));
+                [
+                    _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
+                    _mm512_add_ps(pbv, dyv),
+                ]
             },
         );
-        (tree_sum(&lanes(sg)), tree_sum(&lanes(sgx)))
+        (tree_sum(&sg.lanes()), tree_sum(&sgx.lanes()))
     }
 
     /// `(hi, lo, rstd)` broadcast.
     #[inline(always)]
     unsafe fn consts((hi, lo, rstd): (f32, f32, f32)) -> [__m512; 3] {
         [_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd)]
-    }
-
-    /// One block of sweep 1 ([`super::g_terms`], [`super::param_terms`]):
-    /// `(g, g * xhat, [dgamma + dy * xhat, dbeta + dy])`.
-    #[inline(always)]
-    unsafe fn g_block(
-        [xv, dyv, gv]: [__m512; 3],
-        [pgv, pbv]: [__m512; 2],
-        [hv, lv, rv]: [__m512; 3],
-    ) -> (__m512, __m512, [__m512; 2]) {
-        let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
-        let g = _mm512_mul_ps(dyv, gv);
-        (
-            g,
-            _mm512_mul_ps(g, xhat),
-            [
-                _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
-                _mm512_add_ps(pbv, dyv),
-            ],
-        )
     }
 
     avx512_fn! {
@@ -274,38 +246,6 @@ mod x86 {
             _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
         });
     }
-    }
-
-    /// Sweep 1 over a whole row in f64 lanes ([`super::g_sweep_f64`]).
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn g_sweep_f64<T: Elem>(
-        x: &[T],
-        dy: &[T],
-        gamma: &[f32],
-        pg: &mut [f32],
-        pb: &mut [f32],
-        (ax, ady): (&[T], &[T]),
-        s: (f32, f32, f32),
-    ) -> (f64, f64) {
-        let c = consts(s);
-        let z = _mm512_setzero_pd();
-        let (mut sg, mut sgx) = ([z, z], [z, z]);
-        for_row(
-            [x, dy],
-            [gamma],
-            [ax, ady],
-            [pg, pb],
-            |[xv, dyv], [gv], [pgv, pbv]| {
-                let (g, gx, new) = g_block([xv, dyv, gv], [pgv, pbv], c);
-                add_wide(&mut sg, g);
-                add_wide(&mut sgx, gx);
-                new
-            },
-        );
-        (tree_sum(&wide_lanes(sg)), tree_sum(&wide_lanes(sgx)))
     }
 
     avx512_fn! {
@@ -404,7 +344,7 @@ crate::multiversion! {
                     (tree_sum(&sg), tree_sum(&sgx))
                 }
             } else {
-                g_sweep_f64(xr, dyr, gamma, pg, pb, (ax, ady), s)
+                g_sweep::<T, f64>(xr, dyr, gamma, pg, pb, (ax, ady), s)
             };
             let mg = (tg / n) as f32;
             let mgx = (tgx / n) as f32;

@@ -115,50 +115,25 @@ fn dw_terms(x: &[f32; LANES], dy: &[f32; LANES], rstd: f32, pw: &mut [f32; LANES
     }
 }
 
-/// Sweep 1 of the f32 backward over a whole row: `sum(g * xhat)` in f64
-/// lanes ([`gx_terms`]) and the gain gradient ([`dw_terms`]). At the
-/// AVX-512 levels f32 rows take [`x86::gx_sweep_f64`], the same operations
-/// as vector instructions.
+/// Sweep 1 of the backward: `sum(g * xhat)` in `A` lanes ([`gx_terms`];
+/// f64 over a whole f32 row, f32 over one [`crate::simd::F32_CHUNK`] of a
+/// 16-bit row) and the gain gradient ([`dw_terms`]). At the AVX-512 levels
+/// [`x86::gx_sweep`], the same operations as vector instructions.
 #[inline(always)]
-fn gx_sweep_f64<T: Elem>(
+fn gx_sweep<T: Elem, A: Acc>(
     x: &[T],
     dy: &[T],
     w: &[f32],
     pw: &mut [f32],
     (ax, ady): (&[T], &[T]),
     (offset, rstd): (f32, f32),
-) -> f64 {
+) -> A {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::level().has_avx512() {
         // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::gx_sweep_f64(x, dy, w, pw, (ax, ady), (offset, rstd)) };
+        return unsafe { x86::gx_sweep::<T, A::Wide>(x, dy, w, pw, (ax, ady), (offset, rstd)) };
     }
-    let mut sgx = [0f64; LANES];
-    crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, wb in w; mut pwb in pw => {
-        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
-        dw_terms(xb, dyb, rstd, pwb);
-    });
-    tree_sum(&sgx)
-}
-
-/// Sweep 1 of the 16-bit backward over one [`crate::simd::F32_CHUNK`]:
-/// `sum(g * xhat)` in f32 lanes and the gain gradient (at the AVX-512
-/// levels [`x86::gx_sweep_f32`], the same operations).
-#[inline(always)]
-fn gx_sweep_f32<T: Elem>(
-    x: &[T],
-    dy: &[T],
-    w: &[f32],
-    pw: &mut [f32],
-    (ax, ady): (&[T], &[T]),
-    (offset, rstd): (f32, f32),
-) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::level().has_avx512() {
-        // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::gx_sweep_f32(x, dy, w, pw, (ax, ady), (offset, rstd)) };
-    }
-    let mut sgx = [0f32; LANES];
+    let mut sgx = [A::default(); LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, wb in w; mut pwb in pw => {
         gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
         dw_terms(xb, dyb, rstd, pwb);
@@ -173,7 +148,7 @@ fn gx_sweep_f32<T: Elem>(
 /// through memory.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::x86::{add_wide, avx512_fn, for_row, lanes, map_row, wide_lanes};
+    use crate::simd::x86::{avx512_fn, for_row, map_row, VecAcc};
     use crate::simd::{tree_sum, Elem};
     use std::arch::x86_64::*;
 
@@ -191,65 +166,30 @@ mod x86 {
     }
     }
 
-    /// One block's `g * xhat` (g = dy * (offset + w)), and the gain
-    /// gradient block with `dy * xhat` added ([`super::gx_terms`],
-    /// [`super::dw_terms`]).
-    #[inline(always)]
-    unsafe fn gx_block(
-        [xv, dyv, wv, pwv]: [__m512; 4],
-        (ov, rv): (__m512, __m512),
-    ) -> (__m512, __m512) {
-        let xhat = _mm512_mul_ps(xv, rv);
-        let gx = _mm512_mul_ps(_mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)), xhat);
-        (gx, _mm512_add_ps(pwv, _mm512_mul_ps(dyv, xhat)))
-    }
-
-    /// [`super::gx_sweep_f64`] over a row (f64 lanes).
+    /// [`super::gx_sweep`] in `V` lanes.
     ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn gx_sweep_f64<T: Elem>(
+    pub(super) unsafe fn gx_sweep<T: Elem, V: VecAcc>(
         x: &[T],
         dy: &[T],
         w: &[f32],
         pw: &mut [f32],
         (ax, ady): (&[T], &[T]),
         (offset, rstd): (f32, f32),
-    ) -> f64 {
-        let c = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
-        let z = _mm512_setzero_pd();
-        let mut sgx = [z, z];
+    ) -> V::Lane {
+        let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
+        let mut sgx = V::zero();
         for_row([x, dy], [w], [ax, ady], [pw], |[xv, dyv], [wv], [pwv]| {
-            let (gx, pw) = gx_block([xv, dyv, wv, pwv], c);
-            add_wide(&mut sgx, gx);
-            [pw]
+            let xhat = _mm512_mul_ps(xv, rv);
+            sgx.add(_mm512_mul_ps(
+                _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)),
+                xhat,
+            ));
+            [_mm512_add_ps(pwv, _mm512_mul_ps(dyv, xhat))]
         });
-        tree_sum(&wide_lanes(sgx))
-    }
-
-    /// The 16-bit rows' sweep 1 over one [`crate::simd::F32_CHUNK`]:
-    /// `sum(g * xhat)` in f32 lanes, and the gain gradient.
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn gx_sweep_f32<T: Elem>(
-        x: &[T],
-        dy: &[T],
-        w: &[f32],
-        pw: &mut [f32],
-        (ax, ady): (&[T], &[T]),
-        (offset, rstd): (f32, f32),
-    ) -> f32 {
-        let c = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
-        let mut sgx = _mm512_setzero_ps();
-        for_row([x, dy], [w], [ax, ady], [pw], |[xv, dyv], [wv], [pwv]| {
-            let (gx, pw) = gx_block([xv, dyv, wv, pwv], c);
-            sgx = _mm512_add_ps(sgx, gx);
-            [pw]
-        });
-        tree_sum(&lanes(sgx))
+        tree_sum(&sgx.lanes())
     }
 
     avx512_fn! {
@@ -291,7 +231,7 @@ crate::multiversion! {
                 for (c, e) in f32_chunks(d) {
                     let (xc, dyc, wc, pwc) = (&xr[c..e], &dyr[c..e], &w[c..e], &mut pw[c..e]);
                     let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
-                    total += gx_sweep_f32(xc, dyc, wc, pwc, (axc, adyc), (offset, rstd)) as f64;
+                    total += gx_sweep::<T, f32>(xc, dyc, wc, pwc, (axc, adyc), (offset, rstd)) as f64;
                 }
                 if !total.is_finite() {
                     // An f32 partial overflowed (or the row holds inf/NaN,
@@ -304,7 +244,7 @@ crate::multiversion! {
                 }
                 total
             } else {
-                gx_sweep_f64(xr, dyr, w, pw, (ax, ady), (offset, rstd))
+                gx_sweep::<T, f64>(xr, dyr, w, pw, (ax, ady), (offset, rstd))
             };
             let mgx = (total / n) as f32;
             #[cfg(target_arch = "x86_64")]

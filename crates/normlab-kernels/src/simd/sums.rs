@@ -99,12 +99,18 @@ pub fn f32_sum_ok(s: f64) -> bool {
 
 /// A lane accumulator of the backward sweeps: f64, or f32 for storage types
 /// with [`Elem::F32_SUMS`] (then joined in f64 per [`F32_CHUNK`]).
+#[allow(private_bounds)]
 pub trait Acc: Copy + Default + std::ops::AddAssign + 'static {
+    /// The same 16 lanes in AVX-512 registers (the explicit sweeps).
+    #[cfg(target_arch = "x86_64")]
+    type Wide: super::x86::VecAcc<Lane = Self>;
     /// An f32 term as the accumulator's type.
     fn of(v: f32) -> Self;
 }
 
 impl Acc for f32 {
+    #[cfg(target_arch = "x86_64")]
+    type Wide = std::arch::x86_64::__m512;
     #[inline(always)]
     fn of(v: f32) -> f32 {
         v
@@ -112,6 +118,8 @@ impl Acc for f32 {
 }
 
 impl Acc for f64 {
+    #[cfg(target_arch = "x86_64")]
+    type Wide = [std::arch::x86_64::__m512d; 2];
     #[inline(always)]
     fn of(v: f32) -> f64 {
         v as f64

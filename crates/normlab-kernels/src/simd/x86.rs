@@ -286,6 +286,59 @@ unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
     }
 }
 
+/// A sweep's 16-lane accumulator in registers ([`super::Acc::Wide`]): f32
+/// lanes in one `__m512`, or f64 lanes in two `__m512d` (each f32 term
+/// widened exactly, lanes 0..8 in the first); the same per-lane additions
+/// as the portable `[A; 16]` accumulators.
+pub(crate) trait VecAcc: Copy {
+    /// The lane type (f32 or f64).
+    type Lane: Copy + std::ops::AddAssign;
+    /// All lanes zero.
+    ///
+    /// # Safety
+    /// AVX-512 F must be present.
+    unsafe fn zero() -> Self;
+    /// Add the 16 f32 terms of `v`, lane by lane.
+    ///
+    /// # Safety
+    /// As [`VecAcc::zero`].
+    unsafe fn add(&mut self, v: __m512);
+    /// The lanes, as [`tree_sum`](super::tree_sum) reduces them.
+    fn lanes(self) -> [Self::Lane; LANES];
+}
+
+impl VecAcc for __m512 {
+    type Lane = f32;
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn add(&mut self, v: __m512) {
+        *self = _mm512_add_ps(*self, v);
+    }
+    #[inline(always)]
+    fn lanes(self) -> [f32; LANES] {
+        lanes(self)
+    }
+}
+
+impl VecAcc for [__m512d; 2] {
+    type Lane = f64;
+    #[inline(always)]
+    unsafe fn zero() -> [__m512d; 2] {
+        [_mm512_setzero_pd(); 2]
+    }
+    #[inline(always)]
+    unsafe fn add(&mut self, v: __m512) {
+        add_wide(self, v);
+    }
+    #[inline(always)]
+    fn lanes(self) -> [f64; LANES] {
+        wide_lanes(self)
+    }
+}
+
 /// The 16 f32 lanes of `v` widened to f64 and added to the two 8-lane
 /// halves of an f64 accumulator (lanes 0..8 into `acc[0]`).
 #[inline(always)]
