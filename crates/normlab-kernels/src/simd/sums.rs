@@ -411,26 +411,24 @@ fn sum_squares_from<T: Elem>(x: &[T], ahead: &[T], first: Option<f64>) -> f64 {
 /// The f32 partials of [`sum_squares`] for a 16-bit row, joined in f64.
 #[inline(always)]
 fn sum_squares_f32<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
-    {
-        let mut t = 0f64;
-        for (c, e) in f32_chunks(x.len()) {
-            let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
-            #[cfg(target_arch = "x86_64")]
-            if super::level().has_avx512() {
-                // SAFETY: the level says AVX-512 F is present.
-                t += unsafe { x86::sum_squares_f32(xc, ac) } as f64;
-                continue;
-            }
-            let mut s = [0f32; LANES];
-            crate::for_blocks!(pad: 0.0, ahead: [ac], v in xc => {
-                for i in 0..LANES {
-                    s[i] += v[i] * v[i];
-                }
-            });
-            t += tree_sum(&s) as f64;
+    let mut t = 0f64;
+    for (c, e) in f32_chunks(x.len()) {
+        let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
+        #[cfg(target_arch = "x86_64")]
+        if super::level().has_avx512() {
+            // SAFETY: the level says AVX-512 F is present.
+            t += unsafe { x86::sum_squares_f32(xc, ac) } as f64;
+            continue;
         }
-        t
+        let mut s = [0f32; LANES];
+        crate::for_blocks!(pad: 0.0, ahead: [ac], v in xc => {
+            for i in 0..LANES {
+                s[i] += v[i] * v[i];
+            }
+        });
+        t += tree_sum(&s) as f64;
     }
+    t
 }
 
 /// `sum(a * b)` in f64.
