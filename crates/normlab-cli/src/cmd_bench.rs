@@ -2,7 +2,7 @@
 
 use crate::ui::{bad, progress, Table};
 use clap::{Args, Subcommand};
-use normlab::bench::{self, NormBenchConfig, Pass};
+use normlab::bench::{self, NormBenchConfig};
 use normlab::kernels::norm::NormKind;
 use normlab::precision::Dtype;
 
@@ -352,7 +352,6 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         }
         print!("{t}");
     }
-    let _ = Pass::Forward;
     Ok(())
 }
 
@@ -369,8 +368,7 @@ fn speed_vs(base: &bench::NormBenchRecord, r: &bench::NormBenchRecord) -> String
     if per.len() < 2 {
         return format!("{ratio:.2}x");
     }
-    let lo = per.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = per.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = bench::range(&per);
     format!("{ratio:.2}x ({lo:.2}-{hi:.2})")
 }
 

@@ -67,7 +67,12 @@ impl Elem for f16 {
     }
     #[inline(always)]
     fn store(dst: &mut [f16], b: &[f32; LANES], hw: Conv) {
-        as_bits(dst)[..LANES].copy_from_slice(&f16_block(b, hw));
+        #[cfg(target_arch = "x86_64")]
+        if hw.hw() {
+            // SAFETY: hw says the kernels' level has AVX-512 F.
+            return unsafe { x86::store_f16(dst, b) };
+        }
+        store_portable(dst, b)
     }
     fn as_f32(_: &[f16]) -> Option<&[f32]> {
         None
@@ -124,7 +129,12 @@ impl Elem for bf16 {
     }
     #[inline(always)]
     fn store(dst: &mut [bf16], b: &[f32; LANES], hw: Conv) {
-        as_bits(dst)[..LANES].copy_from_slice(&bf16_block(b, hw));
+        #[cfg(target_arch = "x86_64")]
+        if hw.hw() {
+            // SAFETY: hw says the kernels' level has AVX-512 F and BF16.
+            return unsafe { x86::store_bf16(dst, b) };
+        }
+        store_portable(dst, b)
     }
     fn as_f32(_: &[bf16]) -> Option<&[f32]> {
         None
@@ -165,43 +175,13 @@ impl Elem for bf16 {
     }
 }
 
-/// A 16-bit slice as its bits.
+/// One block rounded through [`Elem::put`] (the portable [`Elem::store`]).
 #[inline(always)]
-fn as_bits<T: Elem>(s: &mut [T]) -> &mut [u16] {
-    assert_eq!(std::mem::size_of::<T>(), 2);
-    // SAFETY: T is a 16-bit transparent wrapper of u16 (bf16 or f16; size
-    // checked), so the slice's memory is that many valid u16s.
-    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut u16, s.len()) }
-}
-
-/// One block rounded to f16 bits (`vcvtps2ph` when `hw`, [`Elem::hw`]).
-#[inline(always)]
-fn f16_block(b: &[f32; LANES], hw: Conv) -> [u16; LANES] {
-    #[cfg(target_arch = "x86_64")]
-    if hw.hw() {
-        // SAFETY: hw says the level has AVX-512 F.
-        return unsafe { x86::f16_bits(b) };
-    }
-    let mut v = [0u16; LANES];
+fn store_portable<T: Elem>(dst: &mut [T], b: &[f32; LANES]) {
+    let dst = &mut dst[..LANES];
     for i in 0..LANES {
-        v[i] = f32_to_f16(b[i]);
+        dst[i] = T::put(b[i]);
     }
-    v
-}
-
-/// One block rounded to bf16 bits (`vcvtneps2bf16` when `hw`, [`Elem::hw`]).
-#[inline(always)]
-fn bf16_block(b: &[f32; LANES], hw: Conv) -> [u16; LANES] {
-    #[cfg(target_arch = "x86_64")]
-    if hw.hw() {
-        // SAFETY: hw says the level has AVX-512 F and BF16.
-        return unsafe { x86::bf16_bits(b) };
-    }
-    let mut v = [0u16; LANES];
-    for i in 0..LANES {
-        v[i] = bf16_bits(b[i]);
-    }
-    v
 }
 
 /// f16 bits -> f32, exactly (subnormals through one exact multiply by

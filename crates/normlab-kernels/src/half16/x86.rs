@@ -4,29 +4,35 @@
 //! paths, the same rounding).
 
 use super::{bf16, f16, narrow_portable, widen_portable};
+use crate::simd::x86::{lanes, vec};
 use crate::simd::LANES;
 use std::arch::x86_64::*;
 
+/// One block of f16 widened for [`Elem::load`](crate::simd::Elem::load):
+/// [`load16_f16`] inside a function compiled for AVX-512 F.
 #[target_feature(enable = "avx512f")]
 #[inline]
 pub unsafe fn load_f16(src: &[f16]) -> [f32; LANES] {
-    let src = &src[..LANES];
-    // SAFETY: src holds 16 values (32 bytes); unaligned load.
-    unsafe {
-        let h = _mm256_loadu_si256(src.as_ptr() as *const __m256i);
-        std::mem::transmute::<__m512, [f32; LANES]>(_mm512_cvtph_ps(h))
-    }
+    // SAFETY: the feature is enabled here.
+    lanes(unsafe { load16_f16(src) })
 }
 
+/// One block rounded to f16 for [`Elem::store`](crate::simd::Elem::store)
+/// ([`store16_f16`]).
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub unsafe fn f16_bits(b: &[f32; LANES]) -> [u16; LANES] {
-    // SAFETY: b holds 16 floats; unaligned load.
-    unsafe {
-        let v = _mm512_loadu_ps(b.as_ptr());
-        let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-        std::mem::transmute::<__m256i, [u16; LANES]>(h)
-    }
+pub unsafe fn store_f16(dst: &mut [f16], b: &[f32; LANES]) {
+    // SAFETY: the feature is enabled here.
+    unsafe { store16_f16(dst, vec(b), false) }
+}
+
+/// One block rounded to bf16 for [`Elem::store`](crate::simd::Elem::store)
+/// ([`store16_bf16_hw`]).
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[inline]
+pub unsafe fn store_bf16(dst: &mut [bf16], b: &[f32; LANES]) {
+    // SAFETY: the features are enabled here.
+    unsafe { store16_bf16_hw(dst, vec(b), false) }
 }
 
 /// 16 f16 values widened (`vcvtph2ps`).
@@ -119,61 +125,44 @@ pub unsafe fn store16_bf16_hw(dst: &mut [bf16], v: __m512, stream: bool) {
     }
 }
 
-#[target_feature(enable = "avx512f,avx512bf16")]
-#[inline]
-pub unsafe fn bf16_bits(b: &[f32; LANES]) -> [u16; LANES] {
-    // SAFETY: b holds 16 floats; unaligned load.
-    unsafe {
-        let h = _mm512_cvtneps_pbh(_mm512_loadu_ps(b.as_ptr()));
-        std::mem::transmute::<__m256bh, [u16; LANES]>(h)
-    }
-}
-
+/// A slice rounded to bf16 with `vcvtneps2bf16` ([`store16_bf16_hw`]),
+/// the tail through the portable path (the same rounding).
 #[target_feature(enable = "avx512f,avx512bf16")]
 pub unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
     let n = src.len().min(dst.len());
-    let full = n - n % 16;
-    for i in (0..full).step_by(16) {
-        // SAFETY: i + 16 <= n for both slices; unaligned loads and stores.
-        unsafe {
-            let h = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
-            _mm256_storeu_si256(
-                dst.as_mut_ptr().add(i) as *mut __m256i,
-                std::mem::transmute::<__m256bh, __m256i>(h),
-            );
-        }
+    let full = n - n % LANES;
+    for i in (0..full).step_by(LANES) {
+        // SAFETY: i + 16 <= n for both slices; unaligned load.
+        unsafe { store16_bf16_hw(&mut dst[i..], _mm512_loadu_ps(src.as_ptr().add(i)), false) };
     }
     narrow_portable(&src[full..n], &mut dst[full..n]);
 }
 
+/// A slice of f16 widened ([`load16_f16`]), prefetching `ahead` every 64
+/// bytes; the tail through the portable path.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn widen_f16(src: &[f16], dst: &mut [f32], ahead: &[f16]) {
     let n = src.len().min(dst.len());
-    let full = n - n % 16;
-    for i in (0..full).step_by(16) {
+    let full = n - n % LANES;
+    for i in (0..full).step_by(LANES) {
         if i % 32 == 0 {
             crate::simd::prefetch_block(ahead, i);
         }
-        // SAFETY: i + 16 <= n for both slices; unaligned loads and stores.
-        unsafe {
-            let h = _mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i);
-            _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
-        }
+        // SAFETY: i + 16 <= n for both slices; unaligned store.
+        unsafe { _mm512_storeu_ps(dst.as_mut_ptr().add(i), load16_f16(&src[i..])) };
     }
     widen_portable(&src[full..n], &mut dst[full..n], &[]);
 }
 
+/// A slice rounded to f16 ([`store16_f16`]), the tail through the portable
+/// path.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn narrow_f16(src: &[f32], dst: &mut [f16]) {
     let n = src.len().min(dst.len());
-    let full = n - n % 16;
-    for i in (0..full).step_by(16) {
-        // SAFETY: i + 16 <= n for both slices; unaligned loads and stores.
-        unsafe {
-            let v = _mm512_loadu_ps(src.as_ptr().add(i));
-            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-            _mm256_storeu_si256(dst.as_mut_ptr().add(i) as *mut __m256i, h);
-        }
+    let full = n - n % LANES;
+    for i in (0..full).step_by(LANES) {
+        // SAFETY: i + 16 <= n for both slices; unaligned load.
+        unsafe { store16_f16(&mut dst[i..], _mm512_loadu_ps(src.as_ptr().add(i)), false) };
     }
     narrow_portable(&src[full..n], &mut dst[full..n]);
 }

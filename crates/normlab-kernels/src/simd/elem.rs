@@ -66,16 +66,13 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
         }
     }
     /// The first `LANES` values of `src` widened to f32 in a 512-bit
-    /// register, exactly as [`Elem::get`] (the AVX-512 row sweeps,
-    /// `simd::x86::for_row`; the types override it with their instructions).
+    /// register, exactly as [`Elem::get`], with the type's instructions (the
+    /// AVX-512 row sweeps, `simd::x86::for_row`).
     ///
     /// # Safety
     /// AVX-512 F must be present (call it from a function compiled for it).
     #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load16(src: &[Self]) -> std::arch::x86_64::__m512 {
-        super::x86::vec(&load_portable(src))
-    }
+    unsafe fn load16(src: &[Self]) -> std::arch::x86_64::__m512;
     /// Round a 512-bit register into the first `LANES` values of `dst`,
     /// exactly as [`Elem::put`]; `stream` is `Some(wide)` to write with
     /// non-temporal stores (f32: `simd::x86::stream16`, `dst` aligned as it
@@ -85,16 +82,12 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
     /// # Safety
     /// As [`Elem::load16`].
     #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
     unsafe fn store16(
         dst: &mut [Self],
         v: std::arch::x86_64::__m512,
         stream: Option<bool>,
         hw: Conv,
-    ) {
-        let _ = (stream, hw);
-        Self::store(dst, &super::x86::lanes(v), Conv::PORTABLE)
-    }
+    );
 }
 
 impl Elem for f32 {

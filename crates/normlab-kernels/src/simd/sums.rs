@@ -31,24 +31,8 @@ pub fn tree_sum<T: Copy + std::ops::AddAssign>(acc: &[T; LANES]) -> T {
 /// partials can spare; a row whose first value is an outlier).
 #[inline(always)]
 pub fn shifted_sums<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
-    let first = if T::F32_SUMS {
-        Some(shifted_sums_f32(x, k, ahead))
-    } else {
-        None
-    };
-    shifted_sums_from(x, k, ahead, first)
-}
-
-/// [`shifted_sums`] given the f32 partial sums `first` of a 16-bit row
-/// (`None` for f32 rows): kept, redone around the mean, or redone in f64.
-#[inline(always)]
-fn shifted_sums_from<T: Elem>(
-    x: &[T],
-    k: f32,
-    ahead: &[T],
-    first: Option<(f64, f64)>,
-) -> (f64, f64) {
-    if let Some((s1, s2)) = first {
+    if T::F32_SUMS {
+        let (s1, s2) = shifted_sums_f32(x, k, ahead);
         let n = x.len() as f64;
         let m1 = s1 / n;
         if f32_sum_ok(s2) {
@@ -181,7 +165,7 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::{ahead_from, f32_chunks, tree_sum, Elem, LANES};
-    use crate::simd::x86::{for_row, halves, join, lanes, vec, wide_lanes};
+    use crate::simd::x86::{for_row, halves, join, lanes, tail_block, wide_lanes};
     use std::arch::x86_64::*;
 
     /// [`super::shifted_sums_f32`], the same operations lane by lane
@@ -209,11 +193,8 @@ pub(crate) mod x86 {
                 []
             });
             if full < xc.len() {
-                let mut b = [k; LANES];
-                for (bi, v) in b.iter_mut().zip(&xc[full..]) {
-                    *bi = v.get();
-                }
-                add(vec(&b));
+                // Padded with k: those lanes add zeros.
+                add(tail_block(&xc[full..], k));
             }
             t1 += tree_sum(&lanes(s1)) as f64;
             t2 += tree_sum(&lanes(s2)) as f64;
@@ -247,11 +228,7 @@ pub(crate) mod x86 {
         });
         if full < x.len() {
             // Padded with k: those lanes add zeros.
-            let mut b = [k; LANES];
-            for (bi, v) in b.iter_mut().zip(&x[full..]) {
-                *bi = v.get();
-            }
-            add(vec(&b));
+            add(tail_block(&x[full..], k));
         }
         (tree_sum(&wide_lanes(s1)), tree_sum(&wide_lanes(s2)))
     }
@@ -284,41 +261,33 @@ pub(crate) mod x86 {
         ]
     }
 
-    /// [`sum_squares_f32`] of two whole rows in one sweep per chunk (two
-    /// independent chains; the same bits as one row at a time), joined in f64.
+    /// The f32 partials of [`super::sum_squares`] for `R` rows of equal
+    /// length in one sweep per [`F32_CHUNK`](super::F32_CHUNK) (R
+    /// independent chains; each row's operations as one row at a time, so
+    /// the same bits; the tail block zero-padded, as there), joined in f64.
     ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(crate) unsafe fn sum_squares_f32_2<T: Elem>(x: [&[T]; 2], ahead: [&[T]; 2]) -> [f64; 2] {
-        let mut t = [0f64; 2];
+    pub(crate) unsafe fn sum_squares_f32<T: Elem, const R: usize>(
+        x: [&[T]; R],
+        ahead: [&[T]; R],
+    ) -> [f64; R] {
+        let mut t = [0f64; R];
         for (c, e) in f32_chunks(x[0].len()) {
-            let ac = [ahead_from(ahead[0], c), ahead_from(ahead[1], c)];
-            let (mut sa, mut sb) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-            for_row([&x[0][c..e], &x[1][c..e]], [], ac, [], |[a, b], [], []| {
-                sa = _mm512_add_ps(sa, _mm512_mul_ps(a, a));
-                sb = _mm512_add_ps(sb, _mm512_mul_ps(b, b));
+            let mut s = [_mm512_setzero_ps(); R];
+            let (xc, ac) = (x.map(|r| &r[c..e]), ahead.map(|a| ahead_from(a, c)));
+            for_row(xc, [], ac, [], |v, [], []| {
+                for r in 0..R {
+                    s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(v[r], v[r]));
+                }
                 []
             });
-            t[0] += tree_sum(&lanes(sa)) as f64;
-            t[1] += tree_sum(&lanes(sb)) as f64;
+            for r in 0..R {
+                t[r] += tree_sum(&lanes(s[r])) as f64;
+            }
         }
         t
-    }
-
-    /// [`super::sum_squares`]' f32 partials of one chunk, the same
-    /// operations lane by lane (the tail block zero-padded, as there).
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(crate) unsafe fn sum_squares_f32<T: Elem>(x: &[T], ahead: &[T]) -> f32 {
-        let mut s = _mm512_setzero_ps();
-        for_row([x], [], [ahead], [], |[v], [], []| {
-            s = _mm512_add_ps(s, _mm512_mul_ps(v, v));
-            []
-        });
-        tree_sum(&lanes(s))
     }
 
     /// [`super::shifted_sums_f32`] with AVX2: each 16-lane accumulator as
@@ -378,7 +347,7 @@ pub fn sum_squares2<T: Elem>(x: [&[T]; 2], ahead: [&[T]; 2]) -> [f64; 2] {
     #[cfg(target_arch = "x86_64")]
     if T::F32_SUMS && super::level().has_avx512() {
         // SAFETY: the level says AVX-512 F is present.
-        let first = unsafe { x86::sum_squares_f32_2(x, ahead) };
+        let first = unsafe { x86::sum_squares_f32(x, ahead) };
         return [0, 1].map(|i| sum_squares_from(x[i], ahead[i], Some(first[i])));
     }
     [0, 1].map(|i| sum_squares(x[i], ahead[i]))
@@ -411,15 +380,14 @@ fn sum_squares_from<T: Elem>(x: &[T], ahead: &[T], first: Option<f64>) -> f64 {
 /// The f32 partials of [`sum_squares`] for a 16-bit row, joined in f64.
 #[inline(always)]
 fn sum_squares_f32<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if super::level().has_avx512() {
+        // SAFETY: the level says AVX-512 F is present.
+        return unsafe { x86::sum_squares_f32([x], [ahead]) }[0];
+    }
     let mut t = 0f64;
     for (c, e) in f32_chunks(x.len()) {
         let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
-        #[cfg(target_arch = "x86_64")]
-        if super::level().has_avx512() {
-            // SAFETY: the level says AVX-512 F is present.
-            t += unsafe { x86::sum_squares_f32(xc, ac) } as f64;
-            continue;
-        }
         let mut s = [0f32; LANES];
         crate::for_blocks!(pad: 0.0, ahead: [ac], v in xc => {
             for i in 0..LANES {

@@ -226,10 +226,6 @@ unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
     let par = par.map(|s| &s[..d]);
     let dst = dst.map(|s| &mut s[..d]);
     let full = d - d % LANES;
-    let load = |s: &[f32], j: usize| {
-        let b: &[f32; LANES] = s[j..j + LANES].try_into().expect("a block");
-        vec(b)
-    };
     let z = _mm512_setzero_ps();
     let hw = T::hw();
     for j in (0..full).step_by(LANES) {
@@ -241,10 +237,10 @@ unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
             sv[i] = T::load16(&src[i][j..j + LANES]);
         }
         for i in 0..P {
-            pv[i] = load(par[i], j);
+            pv[i] = f32::load16(&par[i][j..j + LANES]);
         }
         for i in 0..M {
-            dv[i] = load(dst[i], j);
+            dv[i] = f32::load16(&dst[i][j..j + LANES]);
         }
         let (o, new) = f(sv, pv, dv);
         for (m, v) in new.into_iter().enumerate() {
@@ -258,22 +254,10 @@ unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
     }
     if full < d {
         let t = d - full;
-        let pad = |s: &[f32]| {
-            let mut b = [0f32; LANES];
-            b[..t].copy_from_slice(&s[full..]);
-            vec(&b)
-        };
-        let pad_t = |s: &[T]| {
-            let mut b = [0f32; LANES];
-            for (bi, v) in b.iter_mut().zip(&s[full..]) {
-                *bi = v.get();
-            }
-            vec(&b)
-        };
         let (o, new) = f(
-            src.map(pad_t),
-            par.map(pad),
-            std::array::from_fn(|m| pad(dst[m])),
+            src.map(|s| tail_block(&s[full..], 0.0)),
+            par.map(|s| tail_block(&s[full..], 0.0)),
+            std::array::from_fn(|m| tail_block(&dst[m][full..], 0.0)),
         );
         for (m, v) in new.into_iter().enumerate() {
             dst[m][full..].copy_from_slice(&lanes(v)[..t]);
@@ -284,6 +268,18 @@ unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
             }
         }
     }
+}
+
+/// A row's last, partial block (`tail`, fewer than 16 values) widened as
+/// [`Elem::get`], the missing lanes set to `pad` (0 in the sweeps; the
+/// shift k in the shifted sums, so that those lanes add zeros).
+#[inline(always)]
+pub(crate) fn tail_block<T: Elem>(tail: &[T], pad: f32) -> __m512 {
+    let mut b = [pad; LANES];
+    for (bi, v) in b.iter_mut().zip(tail) {
+        *bi = v.get();
+    }
+    vec(&b)
 }
 
 /// A sweep's 16-lane accumulator in registers ([`super::Acc::Wide`]): f32

@@ -131,6 +131,14 @@ impl NormBenchConfig {
     }
 }
 
+/// The smallest and largest of `v` (per-round ratios and fractions, shown
+/// as a range next to their median).
+pub fn range(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
+}
+
 /// Median of a sample (sorted in place).
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -512,8 +520,6 @@ pub fn run_train_bench(
         .zip(&round_peak)
         .map(|(t, p)| gflop / t / p)
         .collect();
-    let lo = fractions.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = fractions.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let t = median(&mut round_t.clone());
     let peak = median(&mut round_peak.clone());
     let gflops = gflop / t;
@@ -548,7 +554,7 @@ pub fn run_train_bench(
         steps,
         round_ms: round_t.iter().map(|t| t * 1e3).collect(),
         round_peak_gflops: round_peak,
-        peak_fraction_range: (lo, hi),
+        peak_fraction_range: range(&fractions),
     })
 }
 
