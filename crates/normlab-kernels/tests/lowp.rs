@@ -126,7 +126,8 @@ fn f32_kernel_rounded_once<T: Half>() {
 /// (|x| 1e-25), gradients whose f32 partials overflow (dy 1e37), and a
 /// LayerNorm row whose first value (the shift) lies far outside the rest.
 /// Each falls back to f64 and stays within the type's rounding of the f64
-/// reference.
+/// reference, as the second row of two (its sums built in the first
+/// row's sweeps).
 #[test]
 fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
     let mut rng = Rng::new(21);
@@ -151,8 +152,13 @@ fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
                     .chain(dyr.iter_mut())
                     .for_each(|v| *v = v.abs() + 0.5);
             }
-            let x = round::<bf16>(&raw.iter().map(|v| v * scale).collect::<Vec<_>>());
-            let dy = round::<bf16>(&dyr.iter().map(|v| v * dscale).collect::<Vec<_>>());
+            // After an ordinary row, so that the case row's sums are the
+            // ones the kernels fold into the previous row's sweep.
+            let first = rng.normal_vec(d, 0.0, 1.0);
+            let xs = first.iter().copied().chain(raw.iter().map(|v| v * scale));
+            let dys = first.iter().copied().chain(dyr.iter().map(|v| v * dscale));
+            let x = round::<bf16>(&xs.collect::<Vec<_>>());
+            let dy = round::<bf16>(&dys.collect::<Vec<_>>());
             let mut p = params(kind, d, &mut rng);
             if kind == NormKind::ZRmsNorm {
                 p.iter_mut().for_each(|v| *v *= 0.1);
@@ -162,9 +168,12 @@ fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
             let (xw, dyw) = (widen(&x), widen(&dy));
             let yr = reference::forward(kind, d, eps, &xw, &p);
             let (dxr, _) = reference::backward(kind, d, eps, &xw, &dyw, &p);
-            let sy = yr.iter().fold(0f64, |m, v| m.max(v.abs()));
-            let sdx = dxr.iter().fold(0f64, |m, v| m.max(v.abs()));
-            for j in 0..d {
+            let top = |v: &[f64]| v.iter().fold(0f64, |m, v| m.max(v.abs()));
+            let (sys, sdxs): (Vec<f64>, Vec<f64>) = (0..2)
+                .map(|r| (top(&yr[r * d..(r + 1) * d]), top(&dxr[r * d..(r + 1) * d])))
+                .unzip();
+            for j in 0..2 * d {
+                let (sy, sdx) = (sys[j / d], sdxs[j / d]);
                 let (a, b) = (f64::from(y[j].get()), yr[j]);
                 assert!(
                     (a - b).abs() <= h * b.abs() + 2e-5 * sy,

@@ -1,7 +1,9 @@
 //! Fused LayerNorm forward and backward over a chunk of rows.
 //!
-//! Forward, per row x of length d (two sweeps over the row while it sits in
-//! L1; one read of x from memory and one write of y):
+//! Forward, per row x of length d (two sweeps over the row: one read of x
+//! from memory and one write of y; at the AVX-512 levels the first sweep of
+//! row r + 1 runs inside the second of row r, so that loads and stores
+//! stream together, as in a copy, see `simd::x86::map_row_summing`):
 //!
 //! ```text
 //! k          = x[0]                       (shift: keeps the variance exact)
@@ -24,7 +26,8 @@
 //! ```
 //!
 //! One sweep accumulates mean(g), mean(g*xhat) (f64) and the chunk's partial
-//! dgamma/dbeta; a second sweep writes dx. For 16-bit rows
+//! dgamma/dbeta; a second sweep writes dx (at the AVX-512 levels with the
+//! next row's first sweep inside it, `simd::x86::fold_row`). For 16-bit rows
 //! ([`Elem::F32_SUMS`]) sum(g) and sum(g * xhat) run in f32 partials per
 //! [`crate::simd::F32_CHUNK`] columns (explicit AVX-512 / AVX2 vector
 //! instructions at those levels, the same operations lane by lane: LLVM
@@ -49,12 +52,11 @@ pub const SPEC: KindSpec = KindSpec {
     elementwise: false,
 };
 
-/// Statistics of one row: (mean hi, mean lo, rstd).
+/// Statistics of one row, (mean hi, mean lo, rstd), from its sums shifted
+/// by `k` ([`shifted_sums`]).
 #[inline(always)]
-fn row_stats<T: Elem>(xr: &[T], eps: f32, ahead: &[T]) -> (f32, f32, f32) {
-    let k = xr[0].get();
-    let (s1, s2) = shifted_sums(xr, k, ahead);
-    let n = xr.len() as f64;
+fn stats_of((s1, s2): (f64, f64), k: f32, d: usize, eps: f32) -> (f32, f32, f32) {
+    let n = d as f64;
     let m1 = s1 / n;
     let mean = k as f64 + m1;
     let var = (s2 / n - m1 * m1).max(0.0);
@@ -72,21 +74,23 @@ fn row_stats<T: Elem>(xr: &[T], eps: f32, ahead: &[T]) -> (f32, f32, f32) {
 }
 
 crate::multiversion! {
-    /// Forward over whole rows: `x`, `y` are `[rows, d]`, `stats` `[rows, STATS]`.
+    /// Forward over whole rows: `x`, `y` are `[rows, d]`, `stats` `[rows,
+    /// STATS]`. At the AVX-512 levels [`x86::forward_rows`]: the same
+    /// operations, each row's sums folded into the previous row's output
+    /// sweep.
     pub fn forward_rows<T: Elem>(d: usize, eps: f32, stream: bool, x: &[T], gamma: &[f32], beta: &[f32], y: &mut [T], stats: &mut [f32]) {
         let gamma = &gamma[..d];
         let beta = &beta[..d];
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::level().has_avx512() {
+            // SAFETY: the level says AVX-512 F is present.
+            unsafe { x86::forward_rows(d, eps, stream, x, gamma, beta, y, stats) };
+            return;
+        }
         for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
-            let (hi, lo, rstd) = row_stats(xr, eps, ahead(x, r * d));
-            st[0] = hi;
-            st[1] = lo;
-            st[2] = rstd;
-            #[cfg(target_arch = "x86_64")]
-            if crate::simd::level().has_avx512() {
-                // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_y(xr, gamma, beta, yr, (hi, lo, rstd), stream) };
-                continue;
-            }
+            let k = xr[0].get();
+            let (hi, lo, rstd) = stats_of(shifted_sums(xr, k, ahead(x, r * d)), k, d, eps);
+            st[..3].copy_from_slice(&[hi, lo, rstd]);
             crate::write_row!(yr, stream, (xr, gamma, beta) => ((xr - hi) - lo) * rstd * gamma + beta);
         }
         if stream {
@@ -153,7 +157,7 @@ fn g_sweep_f32<T: Elem>(
 /// Sweep 1 of the backward: `(sum(g), sum(g * xhat))` in `A` lanes
 /// ([`g_terms`]; f64 over a whole f32 row, f32 over one chunk of a 16-bit
 /// row) and the parameter gradients ([`param_terms`]). At the AVX-512
-/// levels [`x86::g_sweep`], the same operations as vector instructions.
+/// levels [`x86::GSums`], the same operations as vector instructions.
 #[inline(always)]
 fn g_sweep<T: Elem, A: Acc>(
     x: &[T],
@@ -164,11 +168,6 @@ fn g_sweep<T: Elem, A: Acc>(
     (ax, ady): (&[T], &[T]),
     s: (f32, f32, f32),
 ) -> (A, A) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::level().has_avx512() {
-        // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::g_sweep::<T, A::Wide>(x, dy, gamma, pg, pb, (ax, ady), s) };
-    }
     let mut sg = [A::default(); LANES];
     let mut sgx = [A::default(); LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, gb in gamma; mut pgb in pg, pbb in pb => {
@@ -182,43 +181,59 @@ fn g_sweep<T: Elem, A: Acc>(
 /// and the output sweeps in 512-bit registers.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::x86::{avx512_fn, for_row, halves, join, map_row, VecAcc};
-    use crate::simd::{tree_sum, Elem};
+    use super::{g_sums_checked, stats_of, STATS};
+    use crate::simd::sums::shifted_sums_from;
+    use crate::simd::sums::x86::Shifted;
+    use crate::simd::x86::{
+        avx512_fn, fold_row, halves, join, map_row, map_row_summing, RowFold, VecAcc,
+    };
+    use crate::simd::{ahead, shifted_sums, stream_fence, tree_sum, Elem};
     use std::arch::x86_64::*;
 
-    /// [`super::g_sweep`] in `V` lanes.
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn g_sweep<T: Elem, V: VecAcc>(
-        x: &[T],
-        dy: &[T],
-        gamma: &[f32],
-        pg: &mut [f32],
-        pb: &mut [f32],
-        (ax, ady): (&[T], &[T]),
-        s: (f32, f32, f32),
-    ) -> (V::Lane, V::Lane) {
-        let [hv, lv, rv] = consts(s);
-        let (mut sg, mut sgx) = (V::zero(), V::zero());
-        for_row(
-            [x, dy],
-            [gamma],
-            [ax, ady],
-            [pg, pb],
-            |[xv, dyv], [gv], [pgv, pbv]| {
-                let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
-                let g = _mm512_mul_ps(dyv, gv);
-                sg.add(g);
-                sgx.add(_mm512_mul_ps(g, xhat));
-                [
-                    _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
-                    _mm512_add_ps(pbv, dyv),
-                ]
-            },
-        );
-        (tree_sum(&sg.lanes()), tree_sum(&sgx.lanes()))
+    /// [`super::g_sweep`] as a [`RowFold`]: `sum(g)` and `sum(g * xhat)` in
+    /// `V` lanes, and the parameter gradients.
+    struct GSums<V> {
+        c: [__m512; 3],
+        s: (V, V),
+        t: (f64, f64),
+    }
+
+    impl<V: VecAcc> GSums<V> {
+        #[inline(always)]
+        unsafe fn new(s: (f32, f32, f32)) -> Self {
+            GSums {
+                c: consts(s),
+                s: (V::zero(), V::zero()),
+                t: (0.0, 0.0),
+            }
+        }
+    }
+
+    impl<V: VecAcc> RowFold<1, 2> for GSums<V> {
+        const CHUNK: usize = V::CHUNK;
+        #[inline(always)]
+        unsafe fn block(
+            &mut self,
+            xv: __m512,
+            dyv: __m512,
+            [gv]: [__m512; 1],
+            [pgv, pbv]: [__m512; 2],
+        ) -> [__m512; 2] {
+            let [hv, lv, rv] = self.c;
+            let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
+            let g = _mm512_mul_ps(dyv, gv);
+            self.s.0.add(g);
+            self.s.1.add(_mm512_mul_ps(g, xhat));
+            [
+                _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
+                _mm512_add_ps(pbv, dyv),
+            ]
+        }
+        #[inline(always)]
+        unsafe fn end_chunk(&mut self) {
+            self.t = (self.t.0 + self.s.0.total(), self.t.1 + self.s.1.total());
+            self.s = (V::zero(), V::zero());
+        }
     }
 
     /// `(hi, lo, rstd)` broadcast.
@@ -227,43 +242,141 @@ mod x86 {
         [_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd)]
     }
 
-    avx512_fn! {
-    /// The forward's output sweep, `y = ((x - hi) - lo) * rstd * gamma +
-    /// beta` as [`crate::write_row!`] computes it, in 512-bit registers:
-    /// LLVM compiled the macro's block for f32 rows into four 128-bit
-    /// chains, which left this sweep issue-bound (LayerNorm's forward at
-    /// 8192x1024 took 1.25-1.29x RMSNorm's time, 1.05-1.08x with this; 1
-    /// thread, 2026-12-01). The same operations per element, so the same
-    /// bits.
+    /// [`super::forward_rows`]: the output sweep, `y = ((x - hi) - lo) *
+    /// rstd * gamma + beta` as [`crate::write_row!`] computes it, in 512-bit
+    /// registers, for row r while the shifted sums of row r + 1 build up in
+    /// the same sweep ([`map_row_summing`]; for the last row, of itself,
+    /// unused). f32 partials per chunk for 16-bit rows, f64 lanes for f32
+    /// rows, as [`shifted_sums`], which the first row and the 16-bit rows
+    /// whose partials cannot stand use. LLVM compiled the macro's block for
+    /// f32 rows into four 128-bit chains, which left the output sweep
+    /// issue-bound (LayerNorm's forward at 8192x1024 took 1.25-1.29x
+    /// RMSNorm's time, 1.05-1.08x in 512-bit registers; 1 thread,
+    /// 2026-12-01).
     ///
     /// # Safety
     /// AVX-512 F must be present; with `stream`, `y` must start 64-byte
     /// aligned and its length be a multiple of 16 ([`crate::simd::should_stream`]).
-    pub(super) unsafe fn write_y<T: Elem>(x: &[T], gamma: &[f32], beta: &[f32], y: &mut [T], s: (f32, f32, f32), stream: bool) {
-        let [hv, lv, rv] = consts(s);
-        map_row([x], [gamma, beta], y, stream, |[xv], [gv, bv]| {
-            let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
-            _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
-        });
-    }
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn forward_rows<T: Elem>(
+        d: usize,
+        eps: f32,
+        stream: bool,
+        x: &[T],
+        gamma: &[f32],
+        beta: &[f32],
+        y: &mut [T],
+        stats: &mut [f32],
+    ) {
+        if T::F32_SUMS {
+            rows_summing::<T, __m512>(d, eps, stream, x, (gamma, beta), y, stats);
+        } else {
+            rows_summing::<T, [__m512d; 2]>(d, eps, stream, x, (gamma, beta), y, stats);
+        }
+        if stream {
+            stream_fence();
+        }
     }
 
     avx512_fn! {
-    /// The backward's dx sweep, `dx = rstd * ((dy * gamma - mg) - ((x -
-    /// hi) - lo) * rstd * mgx)` as [`crate::write_row!`] computes it, in
-    /// 512-bit registers (see [`write_y`]).
+    /// [`forward_rows`] with the next row's sums in `V` lanes.
     ///
     /// # Safety
-    /// As [`write_y`].
-    pub(super) unsafe fn write_dx<T: Elem>(x: &[T], dy: &[T], gamma: &[f32], dx: &mut [T], s: (f32, f32, f32), m: (f32, f32), stream: bool) {
-        let [hv, lv, rv] = consts(s);
-        let (mv, mxv) = (_mm512_set1_ps(m.0), _mm512_set1_ps(m.1));
-        map_row([x, dy], [gamma], dx, stream, |[xv, dyv], [gv]| {
-            let g = _mm512_mul_ps(dyv, gv);
-            let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
-            let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);
-            _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
-        });
+    /// As [`forward_rows`].
+    unsafe fn rows_summing<T: Elem, V: VecAcc>(d: usize, eps: f32, stream: bool, x: &[T], params: (&[f32], &[f32]), y: &mut [T], stats: &mut [f32]) {
+        let (gamma, beta) = params;
+        let rows = x.len() / d;
+        let mut next_sums = (0.0, 0.0);
+        for (r, (yr, st)) in y.chunks_exact_mut(d).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+            let xr = &x[r * d..(r + 1) * d];
+            let k = xr[0].get();
+            let sums = match r {
+                0 => shifted_sums(xr, k, ahead(x, 0)),
+                _ if T::F32_SUMS => shifted_sums_from(xr, k, ahead(x, r * d), Some(next_sums)),
+                _ => next_sums,
+            };
+            let s = stats_of(sums, k, d, eps);
+            st[..3].copy_from_slice(&[s.0, s.1, s.2]);
+            let [hv, lv, rv] = consts(s);
+            let next = if r + 1 < rows { &x[(r + 1) * d..(r + 2) * d] } else { xr };
+            let mut sums = Shifted::<V>::new(next[0].get());
+            map_row_summing([xr, next], [gamma, beta], ahead(x, (r + 1) * d), (yr, stream), &mut sums, |[xv, _], [gv, bv]| {
+                let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
+                _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
+            });
+            next_sums = sums.t;
+        }
+    }
+    }
+
+    /// [`super::backward_rows`]: the dx sweep, `dx = rstd * ((dy * gamma -
+    /// mg) - ((x - hi) - lo) * rstd * mgx)` as [`crate::write_row!`]
+    /// computes it, in 512-bit registers (see [`forward_rows`]), for row r
+    /// while sweep 1 of row r + 1 ([`GSums`]) runs in the same sweep
+    /// ([`fold_row`]).
+    ///
+    /// # Safety
+    /// As [`forward_rows`], for `dx`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn backward_rows<T: Elem>(
+        d: usize,
+        stream: bool,
+        x: &[T],
+        dy: &[T],
+        gamma: &[f32],
+        stats: &[f32],
+        dx: &mut [T],
+        pg: &mut [f32],
+        pb: &mut [f32],
+    ) {
+        if T::F32_SUMS {
+            rows_folding::<T, __m512>(d, stream, [x, dy], gamma, stats, dx, [pg, pb]);
+        } else {
+            rows_folding::<T, [__m512d; 2]>(d, stream, [x, dy], gamma, stats, dx, [pg, pb]);
+        }
+        if stream {
+            stream_fence();
+        }
+    }
+
+    avx512_fn! {
+    /// [`backward_rows`] with the next row's sums in `V` lanes.
+    ///
+    /// # Safety
+    /// As [`backward_rows`].
+    unsafe fn rows_folding<T: Elem, V: VecAcc>(d: usize, stream: bool, xdy: [&[T]; 2], gamma: &[f32], stats: &[f32], dx: &mut [T], pgb: [&mut [f32]; 2]) {
+        let [x, dy] = xdy;
+        let [pg, pb] = pgb;
+        let rows = x.len() / d;
+        let st = |r: usize| (stats[r * STATS], stats[r * STATS + 1], stats[r * STATS + 2]);
+        let at = |r: usize| ([&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]], [ahead(x, r * d), ahead(dy, r * d)]);
+        if rows == 0 {
+            return;
+        }
+        let mut next = GSums::<V>::new(st(0));
+        let (row, ah) = at(0);
+        fold_row(row, ah, [gamma], [&mut *pg, &mut *pb], None, &mut next, |_, _| _mm512_setzero_ps());
+        for (r, dxr) in dx.chunks_exact_mut(d).enumerate() {
+            let [xr, dyr] = at(r).0;
+            let s = st(r);
+            let (tg, tgx) = if T::F32_SUMS { g_sums_checked(xr, dyr, gamma, s, next.t) } else { next.t };
+            let n = d as f64;
+            let (mv, mxv) = (_mm512_set1_ps((tg / n) as f32), _mm512_set1_ps((tgx / n) as f32));
+            let [hv, lv, rv] = consts(s);
+            let f = |[xv, dyv]: [__m512; 2], [gv]: [__m512; 1]| {
+                let g = _mm512_mul_ps(dyv, gv);
+                let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
+                let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);
+                _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
+            };
+            if r + 1 < rows {
+                next = GSums::new(st(r + 1));
+                let (row, ah) = at(r + 1);
+                fold_row(row, ah, [gamma], [&mut *pg, &mut *pb], Some(([xr, dyr], dxr, stream)), &mut next, f);
+            } else {
+                map_row([xr, dyr], [gamma], dxr, stream, f);
+            }
+        }
     }
     }
 
@@ -308,13 +421,43 @@ mod x86 {
     }
 }
 
+/// The 16-bit backward's `(sum(g), sum(g * xhat))` from its f32 partials
+/// `t`, or again in f64 where a partial overflowed (or the row holds
+/// inf/NaN, which f64 keeps too).
+#[inline(always)]
+fn g_sums_checked<T: Elem>(
+    x: &[T],
+    dy: &[T],
+    gamma: &[f32],
+    s: (f32, f32, f32),
+    t: (f64, f64),
+) -> (f64, f64) {
+    if t.0.is_finite() && t.1.is_finite() {
+        return t;
+    }
+    let mut sg = [0f64; LANES];
+    let mut sgx = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [], xb in x, dyb in dy, gb in gamma => {
+        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
+    });
+    (tree_sum(&sg), tree_sum(&sgx))
+}
+
 crate::multiversion! {
     /// Backward over whole rows: writes `dx`, accumulates this chunk's
-    /// dgamma/dbeta into `pg`/`pb`.
+    /// dgamma/dbeta into `pg`/`pb`. At the AVX-512 levels
+    /// [`x86::backward_rows`]: the same operations, each row's sweep 1
+    /// folded into the previous row's dx sweep.
     pub fn backward_rows<T: Elem>(d: usize, stream: bool, x: &[T], dy: &[T], gamma: &[f32], stats: &[f32], dx: &mut [T], pg: &mut [f32], pb: &mut [f32]) {
         let gamma = &gamma[..d];
         let pg = &mut pg[..d];
         let pb = &mut pb[..d];
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::level().has_avx512() {
+            // SAFETY: the level says AVX-512 F is present.
+            unsafe { x86::backward_rows(d, stream, x, dy, gamma, stats, dx, pg, pb) };
+            return;
+        }
         let n = d as f64;
         for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
             let s = (st[0], st[1], st[2]);
@@ -331,18 +474,7 @@ crate::multiversion! {
                     tg += sg as f64;
                     tgx += sgx as f64;
                 }
-                if tg.is_finite() && tgx.is_finite() {
-                    (tg, tgx)
-                } else {
-                    // An f32 partial overflowed (or the row holds inf/NaN,
-                    // which f64 keeps too): the sums again, in f64.
-                    let mut sg = [0f64; LANES];
-                    let mut sgx = [0f64; LANES];
-                    crate::for_blocks!(pad: 0.0, ahead: [], xb in xr, dyb in dyr, gb in gamma => {
-                        g_terms(xb, dyb, gb, s, &mut sg, &mut sgx);
-                    });
-                    (tree_sum(&sg), tree_sum(&sgx))
-                }
+                g_sums_checked(xr, dyr, gamma, s, (tg, tgx))
             } else {
                 g_sweep::<T, f64>(xr, dyr, gamma, pg, pb, (ax, ady), s)
             };
@@ -350,12 +482,6 @@ crate::multiversion! {
             let mgx = (tgx / n) as f32;
             // Sweep 2: dx.
             let (hi, lo, rstd) = s;
-            #[cfg(target_arch = "x86_64")]
-            if crate::simd::level().has_avx512() {
-                // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_dx(xr, dyr, gamma, dxr, (hi, lo, rstd), (mg, mgx), stream) };
-                continue;
-            }
             crate::write_row!(dxr, stream, (xr, dyr, gamma) => rstd * ((dyr * gamma - mg) - ((xr - hi) - lo) * rstd * mgx));
         }
         if stream {

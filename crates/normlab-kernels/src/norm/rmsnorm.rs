@@ -16,14 +16,18 @@
 //! Generic over the storage type of x, y, dy, dx ([`Elem`]: f32, bf16, f16;
 //! values widened to f32 as they are loaded, rounded once as stored).
 //!
+//! Two sweeps per row, statistics then output; at the AVX-512 levels the
+//! statistics sweep of row r + 1 runs inside the output sweep of row r
+//! (`simd::x86::map_row_summing`, `simd::x86::fold_row`), the same
+//! operations, so the same bits.
+//!
 //! No mean is subtracted, which is why RMSNorm is invariant to x -> a*x but
 //! not to x -> x + c, and why it needs one reduction fewer than LayerNorm.
 
 use crate::norm::STATS;
 use crate::norm::{GainForm, KindSpec, ParamInit, ParamLen, ParamRole, ParamSpec, GAMMA};
 use crate::simd::{
-    ahead, ahead_from, f32_chunks, stream_fence, sum_squares, sum_squares2, tree_sum, Acc, Elem,
-    LANES,
+    ahead, ahead_from, f32_chunks, stream_fence, sum_squares, tree_sum, Acc, Elem, LANES,
 };
 
 /// RMSNorm's description: gamma per feature, eps 1e-6.
@@ -55,36 +59,36 @@ pub const ZERO_CENTRED_SPEC: KindSpec = KindSpec {
     elementwise: false,
 };
 
+/// `1/sqrt(mean(x^2) + eps)` from a row's sum of squares (0 where that is
+/// 0, NaN where it is NaN).
+#[inline(always)]
+fn rstd_of(ss: f64, d: usize, eps: f32) -> f32 {
+    let denom = ss / d as f64 + eps as f64;
+    if denom > 0.0 {
+        (1.0 / denom.sqrt()) as f32
+    } else if denom == 0.0 {
+        0.0
+    } else {
+        f32::NAN
+    }
+}
+
 crate::multiversion! {
-    /// Forward over whole rows.
+    /// Forward over whole rows. At the AVX-512 levels [`x86::forward_rows`]:
+    /// the same operations, each row's sums folded into the previous row's
+    /// output sweep.
     pub fn forward_rows<T: Elem>(d: usize, eps: f32, offset: f32, stream: bool, x: &[T], w: &[f32], y: &mut [T], stats: &mut [f32]) {
         let w = &w[..d];
-        let rows = x.len() / d;
-        let mut r0 = 0;
-        while r0 < rows {
-            // 16-bit rows two at a time (sum_squares2: the same bits).
-            let n = if T::F32_SUMS && r0 + 1 < rows { 2 } else { 1 };
-            let sums = if n == 2 {
-                sum_squares2([&x[r0 * d..(r0 + 1) * d], &x[(r0 + 1) * d..(r0 + 2) * d]], [ahead(x, r0 * d), ahead(x, (r0 + 1) * d)])
-            } else {
-                [sum_squares(&x[r0 * d..(r0 + 1) * d], ahead(x, r0 * d)), 0.0]
-            };
-            for (r, ss) in (r0..r0 + n).zip(sums) {
-                let (xr, yr, st) = (&x[r * d..(r + 1) * d], &mut y[r * d..(r + 1) * d], &mut stats[r * STATS..(r + 1) * STATS]);
-                let denom = ss / d as f64 + eps as f64;
-                let rstd = if denom > 0.0 { (1.0 / denom.sqrt()) as f32 } else if denom == 0.0 { 0.0 } else { f32::NAN };
-                st[0] = 0.0;
-                st[1] = 0.0;
-                st[2] = rstd;
-                #[cfg(target_arch = "x86_64")]
-                if crate::simd::level().has_avx512() {
-                    // SAFETY: the level says AVX-512 F is present.
-                    unsafe { x86::write_y(xr, w, yr, (offset, rstd), stream) };
-                    continue;
-                }
-                crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
-            }
-            r0 += n;
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::level().has_avx512() {
+            // SAFETY: the level says AVX-512 F is present.
+            unsafe { x86::forward_rows(d, eps, offset, stream, x, w, y, stats) };
+            return;
+        }
+        for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+            let rstd = rstd_of(sum_squares(xr, ahead(x, r * d)), d, eps);
+            st[..3].copy_from_slice(&[0.0, 0.0, rstd]);
+            crate::write_row!(yr, stream, (xr, w) => xr * rstd * (offset + w));
         }
         if stream {
             stream_fence();
@@ -118,7 +122,7 @@ fn dw_terms(x: &[f32; LANES], dy: &[f32; LANES], rstd: f32, pw: &mut [f32; LANES
 /// Sweep 1 of the backward: `sum(g * xhat)` in `A` lanes ([`gx_terms`];
 /// f64 over a whole f32 row, f32 over one [`crate::simd::F32_CHUNK`] of a
 /// 16-bit row) and the gain gradient ([`dw_terms`]). At the AVX-512 levels
-/// [`x86::gx_sweep`], the same operations as vector instructions.
+/// [`x86::GxSums`], the same operations as vector instructions.
 #[inline(always)]
 fn gx_sweep<T: Elem, A: Acc>(
     x: &[T],
@@ -128,11 +132,6 @@ fn gx_sweep<T: Elem, A: Acc>(
     (ax, ady): (&[T], &[T]),
     (offset, rstd): (f32, f32),
 ) -> A {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::level().has_avx512() {
-        // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::gx_sweep::<T, A::Wide>(x, dy, w, pw, (ax, ady), (offset, rstd)) };
-    }
     let mut sgx = [A::default(); LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ax, ady], xb in x, dyb in dy, wb in w; mut pwb in pw => {
         gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
@@ -148,79 +147,217 @@ fn gx_sweep<T: Elem, A: Acc>(
 /// through memory.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use crate::simd::x86::{avx512_fn, for_row, map_row, VecAcc};
-    use crate::simd::{tree_sum, Elem};
+    use super::{gx_sum_checked, rstd_of, STATS};
+    use crate::simd::sums::sum_squares_from;
+    use crate::simd::sums::x86::SumSq;
+    use crate::simd::x86::{avx512_fn, fold_row, map_row, map_row_summing, RowFold, VecAcc};
+    use crate::simd::{ahead, stream_fence, sum_squares, Elem};
     use std::arch::x86_64::*;
 
-    avx512_fn! {
-    /// `y = x * rstd * (offset + w)`.
+    /// [`super::forward_rows`]: `y = x * rstd * (offset + w)` for row r
+    /// while the sum of squares of row r + 1 builds up in the same sweep
+    /// ([`map_row_summing`]; for the last row, of itself, unused). f32
+    /// partials per chunk for 16-bit rows, f64 lanes for f32 rows, as
+    /// [`sum_squares`], which the first row and the 16-bit rows whose
+    /// partials cannot stand use.
     ///
     /// # Safety
     /// AVX-512 F must be present; with `stream`, `y` aligned as
     /// `simd::x86::map_row` asks.
-    pub(super) unsafe fn write_y<T: Elem>(x: &[T], w: &[f32], y: &mut [T], c: (f32, f32), stream: bool) {
-        let (ov, rv) = (_mm512_set1_ps(c.0), _mm512_set1_ps(c.1));
-        map_row([x], [w], y, stream, |[xv], [wv]| {
-            _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
-        });
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn forward_rows<T: Elem>(
+        d: usize,
+        eps: f32,
+        offset: f32,
+        stream: bool,
+        x: &[T],
+        w: &[f32],
+        y: &mut [T],
+        stats: &mut [f32],
+    ) {
+        if T::F32_SUMS {
+            rows_summing::<T, __m512>(d, eps, offset, stream, x, w, y, stats);
+        } else {
+            rows_summing::<T, [__m512d; 2]>(d, eps, offset, stream, x, w, y, stats);
+        }
+        if stream {
+            stream_fence();
+        }
+    }
+
+    avx512_fn! {
+    /// [`forward_rows`] with the next row's sums in `V` lanes.
+    ///
+    /// # Safety
+    /// As [`forward_rows`].
+    unsafe fn rows_summing<T: Elem, V: VecAcc>(d: usize, eps: f32, offset: f32, stream: bool, x: &[T], w: &[f32], y: &mut [T], stats: &mut [f32]) {
+        let ov = _mm512_set1_ps(offset);
+        let rows = x.len() / d;
+        let mut next_sum = 0.0;
+        for (r, (yr, st)) in y.chunks_exact_mut(d).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+            let xr = &x[r * d..(r + 1) * d];
+            let ss = match r {
+                0 => sum_squares(xr, ahead(x, 0)),
+                _ if T::F32_SUMS => sum_squares_from(xr, ahead(x, r * d), Some(next_sum)),
+                _ => next_sum,
+            };
+            let rstd = rstd_of(ss, d, eps);
+            st[..3].copy_from_slice(&[0.0, 0.0, rstd]);
+            let rv = _mm512_set1_ps(rstd);
+            let next = if r + 1 < rows { &x[(r + 1) * d..(r + 2) * d] } else { xr };
+            let mut s = SumSq::<V>::new();
+            map_row_summing([xr, next], [w], ahead(x, (r + 1) * d), (yr, stream), &mut s, |[xv, _], [wv]| {
+                _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
+            });
+            next_sum = s.t;
+        }
     }
     }
 
-    /// [`super::gx_sweep`] in `V` lanes.
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(super) unsafe fn gx_sweep<T: Elem, V: VecAcc>(
-        x: &[T],
-        dy: &[T],
-        w: &[f32],
-        pw: &mut [f32],
-        (ax, ady): (&[T], &[T]),
-        (offset, rstd): (f32, f32),
-    ) -> V::Lane {
-        let (ov, rv) = (_mm512_set1_ps(offset), _mm512_set1_ps(rstd));
-        let mut sgx = V::zero();
-        for_row([x, dy], [w], [ax, ady], [pw], |[xv, dyv], [wv], [pwv]| {
+    /// [`super::gx_sweep`] as a [`RowFold`]: `sum(g * xhat)` in `V` lanes,
+    /// and the gain gradient.
+    struct GxSums<V> {
+        c: [__m512; 2],
+        s: V,
+        t: f64,
+    }
+
+    impl<V: VecAcc> GxSums<V> {
+        #[inline(always)]
+        unsafe fn new(offset: f32, rstd: f32) -> Self {
+            GxSums {
+                c: [_mm512_set1_ps(offset), _mm512_set1_ps(rstd)],
+                s: V::zero(),
+                t: 0.0,
+            }
+        }
+    }
+
+    impl<V: VecAcc> RowFold<1, 1> for GxSums<V> {
+        const CHUNK: usize = V::CHUNK;
+        #[inline(always)]
+        unsafe fn block(
+            &mut self,
+            xv: __m512,
+            dyv: __m512,
+            [wv]: [__m512; 1],
+            [pwv]: [__m512; 1],
+        ) -> [__m512; 1] {
+            let [ov, rv] = self.c;
             let xhat = _mm512_mul_ps(xv, rv);
-            sgx.add(_mm512_mul_ps(
+            self.s.add(_mm512_mul_ps(
                 _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)),
                 xhat,
             ));
             [_mm512_add_ps(pwv, _mm512_mul_ps(dyv, xhat))]
-        });
-        tree_sum(&sgx.lanes())
+        }
+        #[inline(always)]
+        unsafe fn end_chunk(&mut self) {
+            self.t += self.s.total();
+            self.s = V::zero();
+        }
+    }
+
+    /// [`super::backward_rows`]: the dx sweep, `dx = rstd * (dy * (offset
+    /// + w) - x * rstd * mgx)`, for row r while sweep 1 of row r + 1
+    /// ([`GxSums`]) runs in the same sweep ([`fold_row`]).
+    ///
+    /// # Safety
+    /// As [`forward_rows`], for `dx`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn backward_rows<T: Elem>(
+        d: usize,
+        offset: f32,
+        stream: bool,
+        x: &[T],
+        dy: &[T],
+        w: &[f32],
+        stats: &[f32],
+        dx: &mut [T],
+        pw: &mut [f32],
+    ) {
+        if T::F32_SUMS {
+            rows_folding::<T, __m512>(d, offset, stream, [x, dy], w, stats, dx, pw);
+        } else {
+            rows_folding::<T, [__m512d; 2]>(d, offset, stream, [x, dy], w, stats, dx, pw);
+        }
+        if stream {
+            stream_fence();
+        }
     }
 
     avx512_fn! {
-    /// `dx = rstd * (dy * (offset + w) - x * rstd * mgx)`.
+    /// [`backward_rows`] with the next row's sums in `V` lanes.
     ///
     /// # Safety
-    /// As [`write_y`].
-    pub(super) unsafe fn write_dx<T: Elem>(x: &[T], dy: &[T], w: &[f32], dx: &mut [T], c: (f32, f32, f32), stream: bool) {
-        let (offset, rstd, mgx) = c;
-        let (ov, rv, mv) = (
-            _mm512_set1_ps(offset),
-            _mm512_set1_ps(rstd),
-            _mm512_set1_ps(mgx),
-        );
-        map_row([x, dy], [w], dx, stream, |[xv, dyv], [wv]| {
-            let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
-            _mm512_mul_ps(
-                rv,
-                _mm512_sub_ps(g, _mm512_mul_ps(_mm512_mul_ps(xv, rv), mv)),
-            )
-        });
+    /// As [`backward_rows`].
+    unsafe fn rows_folding<T: Elem, V: VecAcc>(d: usize, offset: f32, stream: bool, xdy: [&[T]; 2], w: &[f32], stats: &[f32], dx: &mut [T], pw: &mut [f32]) {
+        let [x, dy] = xdy;
+        let rows = x.len() / d;
+        let rstd = |r: usize| stats[r * STATS + 2];
+        let at = |r: usize| ([&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]], [ahead(x, r * d), ahead(dy, r * d)]);
+        if rows == 0 {
+            return;
+        }
+        let mut next = GxSums::<V>::new(offset, rstd(0));
+        let (row, ah) = at(0);
+        fold_row(row, ah, [w], [&mut *pw], None, &mut next, |_, _| _mm512_setzero_ps());
+        let ov = _mm512_set1_ps(offset);
+        for (r, dxr) in dx.chunks_exact_mut(d).enumerate() {
+            let [xr, dyr] = at(r).0;
+            let total = if T::F32_SUMS { gx_sum_checked(xr, dyr, w, (offset, rstd(r)), next.t) } else { next.t };
+            let (rv, mv) = (_mm512_set1_ps(rstd(r)), _mm512_set1_ps((total / d as f64) as f32));
+            let f = |[xv, dyv]: [__m512; 2], [wv]: [__m512; 1]| {
+                let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
+                _mm512_mul_ps(rv, _mm512_sub_ps(g, _mm512_mul_ps(_mm512_mul_ps(xv, rv), mv)))
+            };
+            if r + 1 < rows {
+                next = GxSums::new(offset, rstd(r + 1));
+                let (row, ah) = at(r + 1);
+                fold_row(row, ah, [w], [&mut *pw], Some(([xr, dyr], dxr, stream)), &mut next, f);
+            } else {
+                map_row([xr, dyr], [w], dxr, stream, f);
+            }
+        }
     }
     }
 }
 
+/// The 16-bit backward's `sum(g * xhat)` from its f32 partials `t`, or
+/// again in f64 where a partial overflowed (or the row holds inf/NaN, which
+/// f64 keeps too).
+#[inline(always)]
+fn gx_sum_checked<T: Elem>(
+    x: &[T],
+    dy: &[T],
+    w: &[f32],
+    (offset, rstd): (f32, f32),
+    t: f64,
+) -> f64 {
+    if t.is_finite() {
+        return t;
+    }
+    let mut sgx = [0f64; LANES];
+    crate::for_blocks!(pad: 0.0, ahead: [], xb in x, dyb in dy, wb in w => {
+        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
+    });
+    tree_sum(&sgx)
+}
+
 crate::multiversion! {
     /// Backward over whole rows: writes `dx`, accumulates the chunk's partial
-    /// gain gradient into `pw`.
+    /// gain gradient into `pw`. At the AVX-512 levels [`x86::backward_rows`]:
+    /// the same operations, each row's sweep 1 folded into the previous
+    /// row's dx sweep.
     pub fn backward_rows<T: Elem>(d: usize, offset: f32, stream: bool, x: &[T], dy: &[T], w: &[f32], stats: &[f32], dx: &mut [T], pw: &mut [f32]) {
         let w = &w[..d];
         let pw = &mut pw[..d];
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::level().has_avx512() {
+            // SAFETY: the level says AVX-512 F is present.
+            unsafe { x86::backward_rows(d, offset, stream, x, dy, w, stats, dx, pw) };
+            return;
+        }
         let n = d as f64;
         for (r, (((xr, dyr), st), dxr)) in x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(stats.chunks_exact(STATS)).zip(dx.chunks_exact_mut(d)).enumerate() {
             let rstd = st[2];
@@ -233,26 +370,11 @@ crate::multiversion! {
                     let (axc, adyc) = (ahead_from(ax, c), ahead_from(ady, c));
                     total += gx_sweep::<T, f32>(xc, dyc, wc, pwc, (axc, adyc), (offset, rstd)) as f64;
                 }
-                if !total.is_finite() {
-                    // An f32 partial overflowed (or the row holds inf/NaN,
-                    // which f64 keeps too): the sum again, in f64.
-                    let mut sgx = [0f64; LANES];
-                    crate::for_blocks!(pad: 0.0, ahead: [], xb in xr, dyb in dyr, wb in w => {
-                        gx_terms(xb, dyb, wb, offset, rstd, &mut sgx);
-                    });
-                    total = tree_sum(&sgx);
-                }
-                total
+                gx_sum_checked(xr, dyr, w, (offset, rstd), total)
             } else {
                 gx_sweep::<T, f64>(xr, dyr, w, pw, (ax, ady), (offset, rstd))
             };
             let mgx = (total / n) as f32;
-            #[cfg(target_arch = "x86_64")]
-            if crate::simd::level().has_avx512() {
-                // SAFETY: the level says AVX-512 F is present.
-                unsafe { x86::write_dx(xr, dyr, w, dxr, (offset, rstd, mgx), stream) };
-                continue;
-            }
             crate::write_row!(dxr, stream, (xr, dyr, w) => rstd * (dyr * (offset + w) - xr * rstd * mgx));
         }
         if stream {

@@ -67,7 +67,7 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
     }
     /// The first `LANES` values of `src` widened to f32 in a 512-bit
     /// register, exactly as [`Elem::get`], with the type's instructions (the
-    /// AVX-512 row sweeps, `simd::x86::for_row`).
+    /// AVX-512 row sweeps, `simd::x86::for_row_out`).
     ///
     /// # Safety
     /// AVX-512 F must be present (call it from a function compiled for it).

@@ -30,8 +30,7 @@ pub(crate) mod x86;
 
 pub use elem::{hw_of, load_portable, Conv, Elem};
 pub use sums::{
-    ahead_from, dot, f32_chunks, f32_sum_ok, shifted_sums, sum_squares, sum_squares2, tree_sum,
-    Acc, F32_CHUNK,
+    ahead_from, dot, f32_chunks, f32_sum_ok, shifted_sums, sum_squares, tree_sum, Acc, F32_CHUNK,
 };
 
 /// The instruction-set level a multiversioned kernel runs with.

@@ -31,8 +31,24 @@ pub fn tree_sum<T: Copy + std::ops::AddAssign>(acc: &[T; LANES]) -> T {
 /// partials can spare; a row whose first value is an outlier).
 #[inline(always)]
 pub fn shifted_sums<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
-    if T::F32_SUMS {
-        let (s1, s2) = shifted_sums_f32(x, k, ahead);
+    let first = if T::F32_SUMS {
+        Some(shifted_sums_f32(x, k, ahead))
+    } else {
+        None
+    };
+    shifted_sums_from(x, k, ahead, first)
+}
+
+/// [`shifted_sums`] given the f32 partial sums `first` of a 16-bit row
+/// (`None` for f32 rows): kept where they can stand, else redone.
+#[inline(always)]
+pub(crate) fn shifted_sums_from<T: Elem>(
+    x: &[T],
+    k: f32,
+    ahead: &[T],
+    first: Option<(f64, f64)>,
+) -> (f64, f64) {
+    if let Some((s1, s2)) = first {
         let n = x.len() as f64;
         let m1 = s1 / n;
         if f32_sum_ok(s2) {
@@ -53,7 +69,7 @@ pub fn shifted_sums<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
     #[cfg(target_arch = "x86_64")]
     if super::level().has_avx512() {
         // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::shifted_sums_f64(x, k, ahead) };
+        return unsafe { x86::shifted::<T, [std::arch::x86_64::__m512d; 2]>(x, k, ahead) };
     }
     let mut s1 = [0f64; LANES];
     let mut s2 = [0f64; LANES];
@@ -83,18 +99,14 @@ pub fn f32_sum_ok(s: f64) -> bool {
 
 /// A lane accumulator of the backward sweeps: f64, or f32 for storage types
 /// with [`Elem::F32_SUMS`] (then joined in f64 per [`F32_CHUNK`]).
-#[allow(private_bounds)]
+/// (The AVX-512 sweeps hold the same lanes in
+/// [`VecAcc`](super::x86::VecAcc) registers.)
 pub trait Acc: Copy + Default + std::ops::AddAssign + 'static {
-    /// The same 16 lanes in AVX-512 registers (the explicit sweeps).
-    #[cfg(target_arch = "x86_64")]
-    type Wide: super::x86::VecAcc<Lane = Self>;
     /// An f32 term as the accumulator's type.
     fn of(v: f32) -> Self;
 }
 
 impl Acc for f32 {
-    #[cfg(target_arch = "x86_64")]
-    type Wide = std::arch::x86_64::__m512;
     #[inline(always)]
     fn of(v: f32) -> f32 {
         v
@@ -102,8 +114,6 @@ impl Acc for f32 {
 }
 
 impl Acc for f64 {
-    #[cfg(target_arch = "x86_64")]
-    type Wide = [std::arch::x86_64::__m512d; 2];
     #[inline(always)]
     fn of(v: f32) -> f64 {
         v as f64
@@ -137,7 +147,7 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
     match super::level() {
         // SAFETY: the level says the instructions are present.
         super::Level::Avx512 | super::Level::Avx512Bf16 => {
-            return unsafe { x86::shifted_sums_f32(x, k, ahead) }
+            return unsafe { x86::shifted::<T, std::arch::x86_64::__m512>(x, k, ahead) };
         }
         super::Level::Avx2 => return unsafe { x86::shifted_sums_f32_avx2(x, k, ahead) },
         super::Level::Generic => {}
@@ -164,130 +174,131 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
 /// accumulators.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{ahead_from, f32_chunks, tree_sum, Elem, LANES};
-    use crate::simd::x86::{for_row, halves, join, lanes, tail_block, wide_lanes};
+    use super::{ahead_from, f32_chunks, tree_sum, Elem};
+    pub(crate) use crate::simd::x86::row_sums;
+    use crate::simd::x86::{halves, join, VecAcc};
     use std::arch::x86_64::*;
 
-    /// [`super::shifted_sums_f32`], the same operations lane by lane
-    /// (the full blocks through [`for_row`], the tail block padded with
-    /// `k`, whose lanes then add zeros).
+    /// A row's sums as its sweeps build them block by block (alone in
+    /// [`row_sums`], or folded into the previous row's output sweep by
+    /// [`map_row_summing`](crate::simd::x86::map_row_summing)), in
+    /// [`VecAcc`] lanes: f32 lanes per [`F32_CHUNK`](super::F32_CHUNK)
+    /// columns joined in f64 (16-bit rows), or f64 lanes over the whole
+    /// row. The portable loops' operations lane by lane, so the same bits.
+    pub(crate) trait RowSums {
+        /// Columns per partial ([`VecAcc::CHUNK`]).
+        const CHUNK: usize;
+        /// What the row's tail block is padded with (its lanes then add 0).
+        fn pad(&self) -> f32;
+        /// Add one block of the row.
+        ///
+        /// # Safety
+        /// AVX-512 F must be present.
+        unsafe fn block(&mut self, v: __m512);
+        /// Join the partial into the f64 total and restart it.
+        ///
+        /// # Safety
+        /// As [`RowSums::block`].
+        unsafe fn end_chunk(&mut self);
+    }
+
+    /// A row's [`Shifted`] sums in `V` lanes (one [`row_sums`] sweep).
     ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(crate) unsafe fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
-        let kv = _mm512_set1_ps(k);
-        let (mut t1, mut t2) = (0f64, 0f64);
-        for (c, e) in f32_chunks(x.len()) {
-            let (xc, ac) = (&x[c..e], ahead_from(ahead, c));
-            let full = xc.len() - xc.len() % LANES;
-            let mut s1 = _mm512_setzero_ps();
-            let mut s2 = _mm512_setzero_ps();
-            let mut add = |v: __m512| {
-                let w = _mm512_sub_ps(v, kv);
-                s1 = _mm512_add_ps(s1, w);
-                s2 = _mm512_add_ps(s2, _mm512_mul_ps(w, w));
-            };
-            for_row([&xc[..full]], [], [ac], [], |[v], [], []| {
-                add(v);
-                []
-            });
-            if full < xc.len() {
-                // Padded with k: those lanes add zeros.
-                add(tail_block(&xc[full..], k));
-            }
-            t1 += tree_sum(&lanes(s1)) as f64;
-            t2 += tree_sum(&lanes(s2)) as f64;
-        }
-        (t1, t2)
+    pub(crate) unsafe fn shifted<T: Elem, V: VecAcc>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
+        let mut s = Shifted::<V>::new(k);
+        row_sums(x, ahead, &mut s);
+        s.t
     }
 
-    /// The f64 sums of [`super::shifted_sums`] (f32 rows, and 16-bit rows
-    /// whose f32 partials cannot stand), the portable loop's operations lane
-    /// by lane: LLVM's vectorisation of that loop was fragile (a change in
-    /// the caller turned it into scalar code, LayerNorm's forward 3x slower).
+    /// A row's [`SumSq`] in `V` lanes (one [`row_sums`] sweep).
     ///
     /// # Safety
     /// AVX-512 F must be present.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(crate) unsafe fn shifted_sums_f64<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
-        let kd = _mm512_set1_pd(k as f64);
-        let z = _mm512_setzero_pd();
-        let (mut s1, mut s2) = ([z, z], [z, z]);
-        let mut add = |v: __m512| {
-            for (h, w) in widen(v).into_iter().enumerate() {
-                let w = _mm512_sub_pd(w, kd);
-                s1[h] = _mm512_add_pd(s1[h], w);
-                s2[h] = _mm512_add_pd(s2[h], _mm512_mul_pd(w, w));
-            }
-        };
-        let full = x.len() - x.len() % LANES;
-        for_row([&x[..full]], [], [ahead], [], |[v], [], []| {
-            add(v);
-            []
-        });
-        if full < x.len() {
-            // Padded with k: those lanes add zeros.
-            add(tail_block(&x[full..], k));
-        }
-        (tree_sum(&wide_lanes(s1)), tree_sum(&wide_lanes(s2)))
+    pub(crate) unsafe fn sum_sq<T: Elem, V: VecAcc>(x: &[T], ahead: &[T]) -> f64 {
+        let mut s = SumSq::<V>::new();
+        row_sums(x, ahead, &mut s);
+        s.t
     }
 
-    /// The f64 sum of [`super::sum_squares`], the portable loop's
-    /// operations lane by lane (see [`shifted_sums_f64`]).
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(crate) unsafe fn sum_squares_f64<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
-        let z = _mm512_setzero_pd();
-        let mut s = [z, z];
-        for_row([x], [], [ahead], [], |[v], [], []| {
-            for (h, w) in widen(v).into_iter().enumerate() {
-                s[h] = _mm512_add_pd(s[h], _mm512_mul_pd(w, w));
-            }
-            []
-        });
-        tree_sum(&wide_lanes(s))
+    /// `sum(x^2)` ([`super::sum_squares`]); the total in `t`.
+    pub(crate) struct SumSq<V> {
+        s: V,
+        pub(crate) t: f64,
     }
 
-    /// The 16 lanes of `v` as f64: lanes 0..8, then 8..16.
-    #[inline(always)]
-    unsafe fn widen(v: __m512) -> [__m512d; 2] {
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        [
-            _mm512_cvtps_pd(_mm512_castps512_ps256(v)),
-            _mm512_cvtps_pd(hi),
-        ]
-    }
-
-    /// The f32 partials of [`super::sum_squares`] for `R` rows of equal
-    /// length in one sweep per [`F32_CHUNK`](super::F32_CHUNK) (R
-    /// independent chains; each row's operations as one row at a time, so
-    /// the same bits; the tail block zero-padded, as there), joined in f64.
-    ///
-    /// # Safety
-    /// AVX-512 F must be present.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
-    pub(crate) unsafe fn sum_squares_f32<T: Elem, const R: usize>(
-        x: [&[T]; R],
-        ahead: [&[T]; R],
-    ) -> [f64; R] {
-        let mut t = [0f64; R];
-        for (c, e) in f32_chunks(x[0].len()) {
-            let mut s = [_mm512_setzero_ps(); R];
-            let (xc, ac) = (x.map(|r| &r[c..e]), ahead.map(|a| ahead_from(a, c)));
-            for_row(xc, [], ac, [], |v, [], []| {
-                for r in 0..R {
-                    s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(v[r], v[r]));
-                }
-                []
-            });
-            for r in 0..R {
-                t[r] += tree_sum(&lanes(s[r])) as f64;
+    impl<V: VecAcc> SumSq<V> {
+        /// # Safety
+        /// AVX-512 F must be present.
+        #[inline(always)]
+        pub(crate) unsafe fn new() -> Self {
+            SumSq {
+                s: V::zero(),
+                t: 0.0,
             }
         }
-        t
+    }
+
+    impl<V: VecAcc> RowSums for SumSq<V> {
+        const CHUNK: usize = V::CHUNK;
+        #[inline(always)]
+        fn pad(&self) -> f32 {
+            0.0
+        }
+        #[inline(always)]
+        unsafe fn block(&mut self, v: __m512) {
+            let w = V::of(v);
+            self.s = self.s.plus(w.mul(w));
+        }
+        #[inline(always)]
+        unsafe fn end_chunk(&mut self) {
+            self.t += self.s.total();
+            self.s = V::zero();
+        }
+    }
+
+    /// `(sum(x - k), sum((x - k)^2))` ([`super::shifted_sums`]); the totals
+    /// in `t`.
+    pub(crate) struct Shifted<V> {
+        k: f32,
+        kv: V,
+        s: (V, V),
+        pub(crate) t: (f64, f64),
+    }
+
+    impl<V: VecAcc> Shifted<V> {
+        /// # Safety
+        /// AVX-512 F must be present.
+        #[inline(always)]
+        pub(crate) unsafe fn new(k: f32) -> Self {
+            Shifted {
+                k,
+                kv: V::splat(k),
+                s: (V::zero(), V::zero()),
+                t: (0.0, 0.0),
+            }
+        }
+    }
+
+    impl<V: VecAcc> RowSums for Shifted<V> {
+        const CHUNK: usize = V::CHUNK;
+        #[inline(always)]
+        fn pad(&self) -> f32 {
+            self.k
+        }
+        #[inline(always)]
+        unsafe fn block(&mut self, v: __m512) {
+            let w = V::of(v).sub(self.kv);
+            self.s = (self.s.0.plus(w), self.s.1.plus(w.mul(w)));
+        }
+        #[inline(always)]
+        unsafe fn end_chunk(&mut self) {
+            self.t = (self.t.0 + self.s.0.total(), self.t.1 + self.s.1.total());
+            self.s = (V::zero(), V::zero());
+        }
     }
 
     /// [`super::shifted_sums_f32`] with AVX2: each 16-lane accumulator as
@@ -336,27 +347,10 @@ pub fn sum_squares<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
     sum_squares_from(x, ahead, first)
 }
 
-/// [`sum_squares`] of two rows of equal length, the same bits as two
-/// calls: for 16-bit rows at the AVX-512 levels the two rows' f32 partials
-/// run in one sweep, two independent dependency chains where one row's
-/// sweep waits on its adds' latency (RMSNorm's 16-bit forward at 8192x1024
-/// 10-15% faster; LayerNorm's, tried the same way, gained nothing: its
-/// sweep is bound by its instructions, not by latency).
-#[inline(always)]
-pub fn sum_squares2<T: Elem>(x: [&[T]; 2], ahead: [&[T]; 2]) -> [f64; 2] {
-    #[cfg(target_arch = "x86_64")]
-    if T::F32_SUMS && super::level().has_avx512() {
-        // SAFETY: the level says AVX-512 F is present.
-        let first = unsafe { x86::sum_squares_f32(x, ahead) };
-        return [0, 1].map(|i| sum_squares_from(x[i], ahead[i], Some(first[i])));
-    }
-    [0, 1].map(|i| sum_squares(x[i], ahead[i]))
-}
-
 /// [`sum_squares`] given the f32 partial sum `first` of a 16-bit row
 /// (`None` for f32 rows): kept where it can stand, else redone in f64.
 #[inline(always)]
-fn sum_squares_from<T: Elem>(x: &[T], ahead: &[T], first: Option<f64>) -> f64 {
+pub(crate) fn sum_squares_from<T: Elem>(x: &[T], ahead: &[T], first: Option<f64>) -> f64 {
     if let Some(t) = first {
         if f32_sum_ok(t) {
             return t;
@@ -365,7 +359,7 @@ fn sum_squares_from<T: Elem>(x: &[T], ahead: &[T], first: Option<f64>) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if super::level().has_avx512() {
         // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::sum_squares_f64(x, ahead) };
+        return unsafe { x86::sum_sq::<T, [std::arch::x86_64::__m512d; 2]>(x, ahead) };
     }
     let mut s = [0f64; LANES];
     crate::for_blocks!(pad: 0.0, ahead: [ahead], c in x => {
@@ -383,7 +377,7 @@ fn sum_squares_f32<T: Elem>(x: &[T], ahead: &[T]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if super::level().has_avx512() {
         // SAFETY: the level says AVX-512 F is present.
-        return unsafe { x86::sum_squares_f32([x], [ahead]) }[0];
+        return unsafe { x86::sum_sq::<T, std::arch::x86_64::__m512>(x, ahead) };
     }
     let mut t = 0f64;
     for (c, e) in f32_chunks(x.len()) {
