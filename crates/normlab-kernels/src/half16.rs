@@ -43,6 +43,8 @@ pub fn f16_instructions() -> bool {
 impl Elem for f16 {
     const NAME: &'static str = "f16";
     const F32_SUMS: bool = true;
+    #[cfg(target_arch = "x86_64")]
+    type Sums = std::arch::x86_64::__m512;
     #[inline(always)]
     fn get(self) -> f32 {
         f16_to_f32(self.to_bits())
@@ -115,6 +117,8 @@ impl Elem for f16 {
 impl Elem for bf16 {
     const NAME: &'static str = "bf16";
     const F32_SUMS: bool = true;
+    #[cfg(target_arch = "x86_64")]
+    type Sums = std::arch::x86_64::__m512;
     #[inline(always)]
     fn get(self) -> f32 {
         f32::from_bits(u32::from(self.to_bits()) << 16)

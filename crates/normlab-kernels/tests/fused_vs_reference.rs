@@ -303,12 +303,19 @@ fn sequential_chunks_give_the_same_bits() {
 #[test]
 fn bit_identical_across_simd_levels() {
     let mut rng = Rng::new(12);
-    let (rows, d) = (40, 1031);
+    // (33 rows of 2048: chunks of 32 rows and of 1, whose row is the
+    // chunk's first and last.)
+    for (rows, d) in [(40, 1031), (33, 2048)] {
+        bit_identical_across_simd_levels_at(&mut rng, rows, d);
+    }
+}
+
+fn bit_identical_across_simd_levels_at(rng: &mut Rng, rows: usize, d: usize) {
     let x = rng.normal_vec(rows * d, -0.4, 2.0);
     let dy = rng.normal_vec(rows * d, 0.0, 1.0);
     let best = simd::detected_level();
     for kind in row_kinds() {
-        let p = random_params(kind, d, &mut rng);
+        let p = random_params(kind, d, rng);
         let mut results = Vec::new();
         for lvl in [
             simd::Level::Generic,

@@ -126,8 +126,9 @@ fn f32_kernel_rounded_once<T: Half>() {
 /// (|x| 1e-25), gradients whose f32 partials overflow (dy 1e37), and a
 /// LayerNorm row whose first value (the shift) lies far outside the rest.
 /// Each falls back to f64 and stays within the type's rounding of the f64
-/// reference, as the second row of two (its sums built in the first
-/// row's sweeps).
+/// reference, as the first and the last of three rows (the first row's
+/// sums in a sweep of their own, the last's folded into the previous row's
+/// sweeps).
 #[test]
 fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
     let mut rng = Rng::new(21);
@@ -138,11 +139,18 @@ fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
             ("tiny x", 1e-25, 1.0),
             ("huge dy", 1.0, 1e37),
             ("outlier shift", 1.0, 1.0),
+            ("outlier shift, 4 rows a chunk", 1.0, 1.0),
         ] {
-            // (the shift's cancellation grows with d: a long row for it)
-            let d = if case == "outlier shift" { 65536 } else { 2048 };
+            // (the shift's cancellation grows with d: a long row for it; at
+            // 65536 each row is a chunk of its own, at 16384 the three rows
+            // share one, so the last row's sums are folded)
+            let d = match case {
+                "outlier shift" => 65536,
+                "outlier shift, 4 rows a chunk" => 16384,
+                _ => 2048,
+            };
             let mut raw = rng.normal_vec(d, 0.0, 1.0);
-            if case == "outlier shift" {
+            if case.starts_with("outlier shift") {
                 raw[0] = 3000.0;
             }
             let mut dyr = rng.normal_vec(d, 0.0, 1.0);
@@ -152,11 +160,14 @@ fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
                     .chain(dyr.iter_mut())
                     .for_each(|v| *v = v.abs() + 0.5);
             }
-            // After an ordinary row, so that the case row's sums are the
-            // ones the kernels fold into the previous row's sweep.
-            let first = rng.normal_vec(d, 0.0, 1.0);
-            let xs = first.iter().copied().chain(raw.iter().map(|v| v * scale));
-            let dys = first.iter().copied().chain(dyr.iter().map(|v| v * dscale));
+            // The case row first (its sums in a sweep of their own), after
+            // an ordinary row (its sums folded into that row's sweep) and
+            // last.
+            let mid = rng.normal_vec(d, 0.0, 1.0);
+            let case_x = raw.iter().map(|v| v * scale);
+            let case_dy = dyr.iter().map(|v| v * dscale);
+            let xs = case_x.clone().chain(mid.iter().copied()).chain(case_x);
+            let dys = case_dy.clone().chain(mid.iter().copied()).chain(case_dy);
             let x = round::<bf16>(&xs.collect::<Vec<_>>());
             let dy = round::<bf16>(&dys.collect::<Vec<_>>());
             let mut p = params(kind, d, &mut rng);
@@ -169,10 +180,10 @@ fn f32_partial_sums_fall_back_where_f32_cannot_hold_them() {
             let yr = reference::forward(kind, d, eps, &xw, &p);
             let (dxr, _) = reference::backward(kind, d, eps, &xw, &dyw, &p);
             let top = |v: &[f64]| v.iter().fold(0f64, |m, v| m.max(v.abs()));
-            let (sys, sdxs): (Vec<f64>, Vec<f64>) = (0..2)
+            let (sys, sdxs): (Vec<f64>, Vec<f64>) = (0..3)
                 .map(|r| (top(&yr[r * d..(r + 1) * d]), top(&dxr[r * d..(r + 1) * d])))
                 .unzip();
-            for j in 0..2 * d {
+            for j in 0..3 * d {
                 let (sy, sdx) = (sys[j / d], sdxs[j / d]);
                 let (a, b) = (f64::from(y[j].get()), yr[j]);
                 assert!(
@@ -407,11 +418,17 @@ fn all_bits<T: Half>(kind: NormKind, d: usize, x: &[T], p: &[f32], dy: &[T]) -> 
 
 fn identical_for_threads_and_levels<T: Half>() {
     let mut rng = Rng::new(13);
-    // d spans two f32 partial-sum chunks and a tail block.
-    let (rows, d) = (400, 1300);
+    // d spans two f32 partial-sum chunks and a tail block; 33 rows of 2048
+    // make chunks of 32 rows and of 1.
+    for (rows, d) in [(400, 1300), (33, 2048)] {
+        identical_for_threads_and_levels_at::<T>(&mut rng, rows, d);
+    }
+}
+
+fn identical_for_threads_and_levels_at<T: Half>(rng: &mut Rng, rows: usize, d: usize) {
     let x = round::<T>(&rng.normal_vec(rows * d, 0.2, 1.3));
     let dy = round::<T>(&rng.normal_vec(rows * d, 0.0, 1.0));
-    assert!(norm::Chunks::new(rows, d).count > 2);
+    assert!(norm::Chunks::new(rows, d).count >= 2);
     let pool = |n| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -419,7 +436,7 @@ fn identical_for_threads_and_levels<T: Half>() {
             .unwrap()
     };
     for kind in KINDS {
-        let p = params(kind, d, &mut rng);
+        let p = params(kind, d, rng);
         let a = pool(1).install(|| all_bits(kind, d, &x, &p, &dy));
         let b = pool(2).install(|| all_bits(kind, d, &x, &p, &dy));
         assert!(a == b, "{} {kind}: 1 vs 2 threads differ", T::NAME);

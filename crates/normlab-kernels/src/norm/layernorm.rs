@@ -84,7 +84,10 @@ crate::multiversion! {
         #[cfg(target_arch = "x86_64")]
         if crate::simd::level().has_avx512() {
             // SAFETY: the level says AVX-512 F is present.
-            unsafe { x86::forward_rows(d, eps, stream, x, gamma, beta, y, stats) };
+            unsafe { x86::forward_rows::<T, T::Sums>(d, eps, stream, x, (gamma, beta), y, stats) };
+            if stream {
+                stream_fence();
+            }
             return;
         }
         for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
@@ -183,28 +186,29 @@ fn g_sweep<T: Elem, A: Acc>(
 mod x86 {
     use super::{g_sums_checked, stats_of, STATS};
     use crate::simd::sums::shifted_sums_from;
-    use crate::simd::sums::x86::Shifted;
+    use crate::simd::sums::x86::{Partial, Shifted};
     use crate::simd::x86::{
         avx512_fn, fold_row, halves, join, map_row, map_row_summing, RowFold, VecAcc,
     };
-    use crate::simd::{ahead, shifted_sums, stream_fence, tree_sum, Elem};
+    use crate::simd::{ahead, shifted_sums, tree_sum, Elem};
     use std::arch::x86_64::*;
 
     /// [`super::g_sweep`] as a [`RowFold`]: `sum(g)` and `sum(g * xhat)` in
     /// `V` lanes, and the parameter gradients.
     struct GSums<V> {
         c: [__m512; 3],
-        s: (V, V),
-        t: (f64, f64),
+        g: Partial<V>,
+        gx: Partial<V>,
     }
 
     impl<V: VecAcc> GSums<V> {
         #[inline(always)]
         unsafe fn new(s: (f32, f32, f32)) -> Self {
+            let (g, gx) = (Partial::new(), Partial::new());
             GSums {
                 c: consts(s),
-                s: (V::zero(), V::zero()),
-                t: (0.0, 0.0),
+                g,
+                gx,
             }
         }
     }
@@ -222,8 +226,8 @@ mod x86 {
             let [hv, lv, rv] = self.c;
             let xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(xv, hv), lv), rv);
             let g = _mm512_mul_ps(dyv, gv);
-            self.s.0.add(g);
-            self.s.1.add(_mm512_mul_ps(g, xhat));
+            self.g.add_f32(g);
+            self.gx.add_f32(_mm512_mul_ps(g, xhat));
             [
                 _mm512_add_ps(pgv, _mm512_mul_ps(dyv, xhat)),
                 _mm512_add_ps(pbv, dyv),
@@ -231,8 +235,8 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn end_chunk(&mut self) {
-            self.t = (self.t.0 + self.s.0.total(), self.t.1 + self.s.1.total());
-            self.s = (V::zero(), V::zero());
+            self.g.end_chunk();
+            self.gx.end_chunk();
         }
     }
 
@@ -242,12 +246,14 @@ mod x86 {
         [_mm512_set1_ps(hi), _mm512_set1_ps(lo), _mm512_set1_ps(rstd)]
     }
 
+    avx512_fn! {
     /// [`super::forward_rows`]: the output sweep, `y = ((x - hi) - lo) *
     /// rstd * gamma + beta` as [`crate::write_row!`] computes it, in 512-bit
     /// registers, for row r while the shifted sums of row r + 1 build up in
     /// the same sweep ([`map_row_summing`]; for the last row, of itself,
-    /// unused). f32 partials per chunk for 16-bit rows, f64 lanes for f32
-    /// rows, as [`shifted_sums`], which the first row and the 16-bit rows
+    /// unused), in `V` lanes (the storage type's [`Elem::Sums`]: f32
+    /// partials per chunk for 16-bit rows, f64 lanes for f32 rows), as
+    /// [`shifted_sums`], which the first row and the 16-bit rows
     /// whose partials cannot stand use. LLVM compiled the macro's block for
     /// f32 rows into four 128-bit chains, which left the output sweep
     /// issue-bound (LayerNorm's forward at 8192x1024 took 1.25-1.29x
@@ -256,38 +262,13 @@ mod x86 {
     ///
     /// # Safety
     /// AVX-512 F must be present; with `stream`, `y` must start 64-byte
-    /// aligned and its length be a multiple of 16 ([`crate::simd::should_stream`]).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn forward_rows<T: Elem>(
-        d: usize,
-        eps: f32,
-        stream: bool,
-        x: &[T],
-        gamma: &[f32],
-        beta: &[f32],
-        y: &mut [T],
-        stats: &mut [f32],
-    ) {
-        if T::F32_SUMS {
-            rows_summing::<T, __m512>(d, eps, stream, x, (gamma, beta), y, stats);
-        } else {
-            rows_summing::<T, [__m512d; 2]>(d, eps, stream, x, (gamma, beta), y, stats);
-        }
-        if stream {
-            stream_fence();
-        }
-    }
-
-    avx512_fn! {
-    /// [`forward_rows`] with the next row's sums in `V` lanes.
-    ///
-    /// # Safety
-    /// As [`forward_rows`].
-    unsafe fn rows_summing<T: Elem, V: VecAcc>(d: usize, eps: f32, stream: bool, x: &[T], params: (&[f32], &[f32]), y: &mut [T], stats: &mut [f32]) {
+    /// aligned and `d` be a multiple of 16 ([`crate::simd::should_stream`]).
+    pub(super) unsafe fn forward_rows<T: Elem, V: VecAcc>(d: usize, eps: f32, stream: bool, x: &[T], params: (&[f32], &[f32]), y: &mut [T], stats: &mut [f32]) {
         let (gamma, beta) = params;
-        let rows = x.len() / d;
+        // As many rows as every buffer holds (the portable loop's zip).
+        let rows = (x.len() / d).min(y.len() / d).min(stats.len() / STATS);
         let mut next_sums = (0.0, 0.0);
-        for (r, (yr, st)) in y.chunks_exact_mut(d).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+        for (r, (yr, st)) in y.chunks_exact_mut(d).zip(stats.chunks_exact_mut(STATS)).enumerate().take(rows) {
             let xr = &x[r * d..(r + 1) * d];
             let k = xr[0].get();
             let sums = match r {
@@ -304,50 +285,25 @@ mod x86 {
                 let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
                 _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
             });
-            next_sums = sums.t;
+            next_sums = sums.totals();
         }
     }
     }
 
+    avx512_fn! {
     /// [`super::backward_rows`]: the dx sweep, `dx = rstd * ((dy * gamma -
     /// mg) - ((x - hi) - lo) * rstd * mgx)` as [`crate::write_row!`]
     /// computes it, in 512-bit registers (see [`forward_rows`]), for row r
     /// while sweep 1 of row r + 1 ([`GSums`]) runs in the same sweep
-    /// ([`fold_row`]).
+    /// ([`fold_row`]); the sums in `V` lanes ([`Elem::Sums`]).
     ///
     /// # Safety
     /// As [`forward_rows`], for `dx`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn backward_rows<T: Elem>(
-        d: usize,
-        stream: bool,
-        x: &[T],
-        dy: &[T],
-        gamma: &[f32],
-        stats: &[f32],
-        dx: &mut [T],
-        pg: &mut [f32],
-        pb: &mut [f32],
-    ) {
-        if T::F32_SUMS {
-            rows_folding::<T, __m512>(d, stream, [x, dy], gamma, stats, dx, [pg, pb]);
-        } else {
-            rows_folding::<T, [__m512d; 2]>(d, stream, [x, dy], gamma, stats, dx, [pg, pb]);
-        }
-        if stream {
-            stream_fence();
-        }
-    }
-
-    avx512_fn! {
-    /// [`backward_rows`] with the next row's sums in `V` lanes.
-    ///
-    /// # Safety
-    /// As [`backward_rows`].
-    unsafe fn rows_folding<T: Elem, V: VecAcc>(d: usize, stream: bool, xdy: [&[T]; 2], gamma: &[f32], stats: &[f32], dx: &mut [T], pgb: [&mut [f32]; 2]) {
+    pub(super) unsafe fn backward_rows<T: Elem, V: VecAcc>(d: usize, stream: bool, xdy: [&[T]; 2], gamma: &[f32], stats: &[f32], dx: &mut [T], pgb: [&mut [f32]; 2]) {
         let [x, dy] = xdy;
         let [pg, pb] = pgb;
-        let rows = x.len() / d;
+        // As many rows as every buffer holds (the portable loop's zip).
+        let rows = (x.len() / d).min(dy.len() / d).min(dx.len() / d).min(stats.len() / STATS);
         let st = |r: usize| (stats[r * STATS], stats[r * STATS + 1], stats[r * STATS + 2]);
         let at = |r: usize| ([&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]], [ahead(x, r * d), ahead(dy, r * d)]);
         if rows == 0 {
@@ -356,10 +312,11 @@ mod x86 {
         let mut next = GSums::<V>::new(st(0));
         let (row, ah) = at(0);
         fold_row(row, ah, [gamma], [&mut *pg, &mut *pb], None, &mut next, |_, _| _mm512_setzero_ps());
-        for (r, dxr) in dx.chunks_exact_mut(d).enumerate() {
+        for (r, dxr) in dx.chunks_exact_mut(d).enumerate().take(rows) {
             let [xr, dyr] = at(r).0;
             let s = st(r);
-            let (tg, tgx) = if T::F32_SUMS { g_sums_checked(xr, dyr, gamma, s, next.t) } else { next.t };
+            let t = (next.g.t, next.gx.t);
+            let (tg, tgx) = if T::F32_SUMS { g_sums_checked(xr, dyr, gamma, s, t) } else { t };
             let n = d as f64;
             let (mv, mxv) = (_mm512_set1_ps((tg / n) as f32), _mm512_set1_ps((tgx / n) as f32));
             let [hv, lv, rv] = consts(s);
@@ -455,7 +412,10 @@ crate::multiversion! {
         #[cfg(target_arch = "x86_64")]
         if crate::simd::level().has_avx512() {
             // SAFETY: the level says AVX-512 F is present.
-            unsafe { x86::backward_rows(d, stream, x, dy, gamma, stats, dx, pg, pb) };
+            unsafe { x86::backward_rows::<T, T::Sums>(d, stream, [x, dy], gamma, stats, dx, [pg, pb]) };
+            if stream {
+                stream_fence();
+            }
             return;
         }
         let n = d as f64;

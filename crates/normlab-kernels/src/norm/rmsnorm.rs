@@ -82,7 +82,10 @@ crate::multiversion! {
         #[cfg(target_arch = "x86_64")]
         if crate::simd::level().has_avx512() {
             // SAFETY: the level says AVX-512 F is present.
-            unsafe { x86::forward_rows(d, eps, offset, stream, x, w, y, stats) };
+            unsafe { x86::forward_rows::<T, T::Sums>(d, eps, offset, stream, x, w, y, stats) };
+            if stream {
+                stream_fence();
+            }
             return;
         }
         for (r, ((xr, yr), st)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(STATS)).enumerate() {
@@ -149,52 +152,28 @@ fn gx_sweep<T: Elem, A: Acc>(
 mod x86 {
     use super::{gx_sum_checked, rstd_of, STATS};
     use crate::simd::sums::sum_squares_from;
-    use crate::simd::sums::x86::SumSq;
+    use crate::simd::sums::x86::{Partial, SumSq};
     use crate::simd::x86::{avx512_fn, fold_row, map_row, map_row_summing, RowFold, VecAcc};
-    use crate::simd::{ahead, stream_fence, sum_squares, Elem};
+    use crate::simd::{ahead, sum_squares, Elem};
     use std::arch::x86_64::*;
 
+    avx512_fn! {
     /// [`super::forward_rows`]: `y = x * rstd * (offset + w)` for row r
     /// while the sum of squares of row r + 1 builds up in the same sweep
-    /// ([`map_row_summing`]; for the last row, of itself, unused). f32
-    /// partials per chunk for 16-bit rows, f64 lanes for f32 rows, as
-    /// [`sum_squares`], which the first row and the 16-bit rows whose
+    /// ([`map_row_summing`]; for the last row, of itself, unused), in `V`
+    /// lanes (the storage type's [`Elem::Sums`]: f32 partials per chunk for
+    /// 16-bit rows, f64 lanes for f32 rows), as [`sum_squares`], which the first row and the 16-bit rows whose
     /// partials cannot stand use.
     ///
     /// # Safety
     /// AVX-512 F must be present; with `stream`, `y` aligned as
     /// `simd::x86::map_row` asks.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn forward_rows<T: Elem>(
-        d: usize,
-        eps: f32,
-        offset: f32,
-        stream: bool,
-        x: &[T],
-        w: &[f32],
-        y: &mut [T],
-        stats: &mut [f32],
-    ) {
-        if T::F32_SUMS {
-            rows_summing::<T, __m512>(d, eps, offset, stream, x, w, y, stats);
-        } else {
-            rows_summing::<T, [__m512d; 2]>(d, eps, offset, stream, x, w, y, stats);
-        }
-        if stream {
-            stream_fence();
-        }
-    }
-
-    avx512_fn! {
-    /// [`forward_rows`] with the next row's sums in `V` lanes.
-    ///
-    /// # Safety
-    /// As [`forward_rows`].
-    unsafe fn rows_summing<T: Elem, V: VecAcc>(d: usize, eps: f32, offset: f32, stream: bool, x: &[T], w: &[f32], y: &mut [T], stats: &mut [f32]) {
+    pub(super) unsafe fn forward_rows<T: Elem, V: VecAcc>(d: usize, eps: f32, offset: f32, stream: bool, x: &[T], w: &[f32], y: &mut [T], stats: &mut [f32]) {
         let ov = _mm512_set1_ps(offset);
-        let rows = x.len() / d;
+        // As many rows as every buffer holds (the portable loop's zip).
+        let rows = (x.len() / d).min(y.len() / d).min(stats.len() / STATS);
         let mut next_sum = 0.0;
-        for (r, (yr, st)) in y.chunks_exact_mut(d).zip(stats.chunks_exact_mut(STATS)).enumerate() {
+        for (r, (yr, st)) in y.chunks_exact_mut(d).zip(stats.chunks_exact_mut(STATS)).enumerate().take(rows) {
             let xr = &x[r * d..(r + 1) * d];
             let ss = match r {
                 0 => sum_squares(xr, ahead(x, 0)),
@@ -209,7 +188,7 @@ mod x86 {
             map_row_summing([xr, next], [w], ahead(x, (r + 1) * d), (yr, stream), &mut s, |[xv, _], [wv]| {
                 _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
             });
-            next_sum = s.t;
+            next_sum = s.p.t;
         }
     }
     }
@@ -218,17 +197,16 @@ mod x86 {
     /// and the gain gradient.
     struct GxSums<V> {
         c: [__m512; 2],
-        s: V,
-        t: f64,
+        p: Partial<V>,
     }
 
     impl<V: VecAcc> GxSums<V> {
         #[inline(always)]
         unsafe fn new(offset: f32, rstd: f32) -> Self {
+            let c = [_mm512_set1_ps(offset), _mm512_set1_ps(rstd)];
             GxSums {
-                c: [_mm512_set1_ps(offset), _mm512_set1_ps(rstd)],
-                s: V::zero(),
-                t: 0.0,
+                c,
+                p: Partial::new(),
             }
         }
     }
@@ -245,7 +223,7 @@ mod x86 {
         ) -> [__m512; 1] {
             let [ov, rv] = self.c;
             let xhat = _mm512_mul_ps(xv, rv);
-            self.s.add(_mm512_mul_ps(
+            self.p.add_f32(_mm512_mul_ps(
                 _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv)),
                 xhat,
             ));
@@ -253,47 +231,22 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn end_chunk(&mut self) {
-            self.t += self.s.total();
-            self.s = V::zero();
-        }
-    }
-
-    /// [`super::backward_rows`]: the dx sweep, `dx = rstd * (dy * (offset
-    /// + w) - x * rstd * mgx)`, for row r while sweep 1 of row r + 1
-    /// ([`GxSums`]) runs in the same sweep ([`fold_row`]).
-    ///
-    /// # Safety
-    /// As [`forward_rows`], for `dx`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn backward_rows<T: Elem>(
-        d: usize,
-        offset: f32,
-        stream: bool,
-        x: &[T],
-        dy: &[T],
-        w: &[f32],
-        stats: &[f32],
-        dx: &mut [T],
-        pw: &mut [f32],
-    ) {
-        if T::F32_SUMS {
-            rows_folding::<T, __m512>(d, offset, stream, [x, dy], w, stats, dx, pw);
-        } else {
-            rows_folding::<T, [__m512d; 2]>(d, offset, stream, [x, dy], w, stats, dx, pw);
-        }
-        if stream {
-            stream_fence();
+            self.p.end_chunk();
         }
     }
 
     avx512_fn! {
-    /// [`backward_rows`] with the next row's sums in `V` lanes.
+    /// [`super::backward_rows`]: the dx sweep, `dx = rstd * (dy * (offset
+    /// + w) - x * rstd * mgx)`, for row r while sweep 1 of row r + 1
+    /// ([`GxSums`]) runs in the same sweep ([`fold_row`]); the sums in `V`
+    /// lanes ([`Elem::Sums`]).
     ///
     /// # Safety
-    /// As [`backward_rows`].
-    unsafe fn rows_folding<T: Elem, V: VecAcc>(d: usize, offset: f32, stream: bool, xdy: [&[T]; 2], w: &[f32], stats: &[f32], dx: &mut [T], pw: &mut [f32]) {
+    /// As [`forward_rows`], for `dx`.
+    pub(super) unsafe fn backward_rows<T: Elem, V: VecAcc>(d: usize, offset: f32, stream: bool, xdy: [&[T]; 2], w: &[f32], stats: &[f32], dx: &mut [T], pw: &mut [f32]) {
         let [x, dy] = xdy;
-        let rows = x.len() / d;
+        // As many rows as every buffer holds (the portable loop's zip).
+        let rows = (x.len() / d).min(dy.len() / d).min(dx.len() / d).min(stats.len() / STATS);
         let rstd = |r: usize| stats[r * STATS + 2];
         let at = |r: usize| ([&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]], [ahead(x, r * d), ahead(dy, r * d)]);
         if rows == 0 {
@@ -303,9 +256,9 @@ mod x86 {
         let (row, ah) = at(0);
         fold_row(row, ah, [w], [&mut *pw], None, &mut next, |_, _| _mm512_setzero_ps());
         let ov = _mm512_set1_ps(offset);
-        for (r, dxr) in dx.chunks_exact_mut(d).enumerate() {
+        for (r, dxr) in dx.chunks_exact_mut(d).enumerate().take(rows) {
             let [xr, dyr] = at(r).0;
-            let total = if T::F32_SUMS { gx_sum_checked(xr, dyr, w, (offset, rstd(r)), next.t) } else { next.t };
+            let total = if T::F32_SUMS { gx_sum_checked(xr, dyr, w, (offset, rstd(r)), next.p.t) } else { next.p.t };
             let (rv, mv) = (_mm512_set1_ps(rstd(r)), _mm512_set1_ps((total / d as f64) as f32));
             let f = |[xv, dyv]: [__m512; 2], [wv]: [__m512; 1]| {
                 let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
@@ -355,7 +308,10 @@ crate::multiversion! {
         #[cfg(target_arch = "x86_64")]
         if crate::simd::level().has_avx512() {
             // SAFETY: the level says AVX-512 F is present.
-            unsafe { x86::backward_rows(d, offset, stream, x, dy, w, stats, dx, pw) };
+            unsafe { x86::backward_rows::<T, T::Sums>(d, offset, stream, [x, dy], w, stats, dx, pw) };
+            if stream {
+                stream_fence();
+            }
             return;
         }
         let n = d as f64;

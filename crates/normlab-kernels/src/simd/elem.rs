@@ -7,6 +7,7 @@ use super::{stream_block, LANES};
 /// A storage type the kernels read and write: f32, or a 16-bit type
 /// ([`crate::half16`]) widened to f32 on load and rounded on store. Every
 /// kernel computes in f32 (sums in f64) whatever the storage.
+#[allow(private_bounds)]
 pub trait Elem: Copy + Default + Send + Sync + 'static {
     /// `"f32"`, `"bf16"` or `"f16"`.
     const NAME: &'static str;
@@ -18,6 +19,11 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
     /// for the output); out of f32's safe range the sums fall back to f64
     /// (see [`f32_sum_ok`](super::f32_sum_ok)). False for f32, whose sums stay f64.
     const F32_SUMS: bool = false;
+    /// The lanes the AVX-512 sweeps sum this type's rows in, as
+    /// [`Elem::F32_SUMS`] says: f32 lanes per chunk (`__m512`) or f64 lanes
+    /// (`[__m512d; 2]`).
+    #[cfg(target_arch = "x86_64")]
+    type Sums: super::x86::VecAcc;
     /// The value as f32 (exact).
     fn get(self) -> f32;
     /// `v` rounded to this type.
@@ -92,6 +98,8 @@ pub trait Elem: Copy + Default + Send + Sync + 'static {
 
 impl Elem for f32 {
     const NAME: &'static str = "f32";
+    #[cfg(target_arch = "x86_64")]
+    type Sums = [std::arch::x86_64::__m512d; 2];
     #[inline(always)]
     fn get(self) -> f32 {
         self

@@ -123,9 +123,16 @@ impl Acc for f64 {
 /// The `[start, end)` column ranges of [`F32_CHUNK`] columns of a row of `d`.
 #[inline(always)]
 pub fn f32_chunks(d: usize) -> impl Iterator<Item = (usize, usize)> {
+    column_chunks(d, F32_CHUNK)
+}
+
+/// The `[start, end)` column ranges of `chunk` columns of a row of `d`
+/// (`usize::MAX`: the whole row).
+#[inline(always)]
+pub(crate) fn column_chunks(d: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..d)
-        .step_by(F32_CHUNK)
-        .map(move |c| (c, (c + F32_CHUNK).min(d)))
+        .step_by(chunk)
+        .map(move |c| (c, c.saturating_add(chunk).min(d)))
 }
 
 /// The part of an `ahead` slice (see [`ahead`](super::ahead)) for columns from `c` on.
@@ -170,12 +177,13 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
     (t1, t2)
 }
 
-/// The AVX-512 and AVX2 forms of the 16-bit sweeps with two f32
-/// accumulators.
+/// The AVX-512 row sums ([`RowSums`](x86::RowSums): f32 partials for
+/// 16-bit rows, f64 lanes for f32 rows, alone or folded into the row
+/// sweeps) and the AVX2 form of the 16-bit shifted sums.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::{ahead_from, f32_chunks, tree_sum, Elem};
-    pub(crate) use crate::simd::x86::row_sums;
+    use crate::simd::x86::row_sums;
     use crate::simd::x86::{halves, join, VecAcc};
     use std::arch::x86_64::*;
 
@@ -210,7 +218,7 @@ pub(crate) mod x86 {
     pub(crate) unsafe fn shifted<T: Elem, V: VecAcc>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
         let mut s = Shifted::<V>::new(k);
         row_sums(x, ahead, &mut s);
-        s.t
+        s.totals()
     }
 
     /// A row's [`SumSq`] in `V` lanes (one [`row_sums`] sweep).
@@ -221,13 +229,64 @@ pub(crate) mod x86 {
     pub(crate) unsafe fn sum_sq<T: Elem, V: VecAcc>(x: &[T], ahead: &[T]) -> f64 {
         let mut s = SumSq::<V>::new();
         row_sums(x, ahead, &mut s);
-        s.t
+        s.p.t
     }
 
-    /// `sum(x^2)` ([`super::sum_squares`]); the total in `t`.
-    pub(crate) struct SumSq<V> {
+    /// A sum in `V` lanes over the current chunk of a row, and `t`, the
+    /// f64 total of the chunks before it (each joined as its lanes'
+    /// [`tree_sum`]): the accumulator of every [`RowSums`] and of the
+    /// backward's first sweeps.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Partial<V> {
         s: V,
         pub(crate) t: f64,
+    }
+
+    impl<V: VecAcc> Partial<V> {
+        /// Zero. The total starts at +0, as the portable loops' `0f64 +
+        /// partial`; for the one chunk of f64 lanes `0 + sum` is the sum
+        /// itself, since lanes that start at +0 never hold -0 (x + y is -0
+        /// only when both are -0), and an empty row sums to +0 either way.
+        ///
+        /// # Safety
+        /// AVX-512 F must be present.
+        #[inline(always)]
+        pub(crate) unsafe fn new() -> Self {
+            Partial {
+                s: V::zero(),
+                t: 0.0,
+            }
+        }
+        /// Add `v`, lane by lane.
+        ///
+        /// # Safety
+        /// As [`Partial::new`].
+        #[inline(always)]
+        pub(crate) unsafe fn add(&mut self, v: V) {
+            self.s = self.s.plus(v);
+        }
+        /// Add the 16 f32 terms of `v` ([`VecAcc::add`]).
+        ///
+        /// # Safety
+        /// As [`Partial::new`].
+        #[inline(always)]
+        pub(crate) unsafe fn add_f32(&mut self, v: __m512) {
+            self.s.add(v);
+        }
+        /// Join the chunk into the total and restart the lanes.
+        ///
+        /// # Safety
+        /// As [`Partial::new`].
+        #[inline(always)]
+        pub(crate) unsafe fn end_chunk(&mut self) {
+            self.t += self.s.total();
+            self.s = V::zero();
+        }
+    }
+
+    /// `sum(x^2)` ([`super::sum_squares`]); the total in `p.t`.
+    pub(crate) struct SumSq<V> {
+        pub(crate) p: Partial<V>,
     }
 
     impl<V: VecAcc> SumSq<V> {
@@ -235,10 +294,7 @@ pub(crate) mod x86 {
         /// AVX-512 F must be present.
         #[inline(always)]
         pub(crate) unsafe fn new() -> Self {
-            SumSq {
-                s: V::zero(),
-                t: 0.0,
-            }
+            SumSq { p: Partial::new() }
         }
     }
 
@@ -251,22 +307,21 @@ pub(crate) mod x86 {
         #[inline(always)]
         unsafe fn block(&mut self, v: __m512) {
             let w = V::of(v);
-            self.s = self.s.plus(w.mul(w));
+            self.p.add(w.mul(w));
         }
         #[inline(always)]
         unsafe fn end_chunk(&mut self) {
-            self.t += self.s.total();
-            self.s = V::zero();
+            self.p.end_chunk();
         }
     }
 
     /// `(sum(x - k), sum((x - k)^2))` ([`super::shifted_sums`]); the totals
-    /// in `t`.
+    /// in `s1.t`, `s2.t`.
     pub(crate) struct Shifted<V> {
         k: f32,
         kv: V,
-        s: (V, V),
-        pub(crate) t: (f64, f64),
+        pub(crate) s1: Partial<V>,
+        pub(crate) s2: Partial<V>,
     }
 
     impl<V: VecAcc> Shifted<V> {
@@ -274,12 +329,18 @@ pub(crate) mod x86 {
         /// AVX-512 F must be present.
         #[inline(always)]
         pub(crate) unsafe fn new(k: f32) -> Self {
+            let (s1, s2) = (Partial::new(), Partial::new());
             Shifted {
                 k,
                 kv: V::splat(k),
-                s: (V::zero(), V::zero()),
-                t: (0.0, 0.0),
+                s1,
+                s2,
             }
+        }
+        /// The two totals.
+        #[inline(always)]
+        pub(crate) fn totals(&self) -> (f64, f64) {
+            (self.s1.t, self.s2.t)
         }
     }
 
@@ -292,12 +353,13 @@ pub(crate) mod x86 {
         #[inline(always)]
         unsafe fn block(&mut self, v: __m512) {
             let w = V::of(v).sub(self.kv);
-            self.s = (self.s.0.plus(w), self.s.1.plus(w.mul(w)));
+            self.s1.add(w);
+            self.s2.add(w.mul(w));
         }
         #[inline(always)]
         unsafe fn end_chunk(&mut self) {
-            self.t = (self.t.0 + self.s.0.total(), self.t.1 + self.s.1.total());
-            self.s = (V::zero(), V::zero());
+            self.s1.end_chunk();
+            self.s2.end_chunk();
         }
     }
 

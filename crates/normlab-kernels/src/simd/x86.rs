@@ -4,9 +4,9 @@
 //! sweeps ([`sweep`](mod@sweep): [`map_row`] and its kin).
 //!
 //! Explicit vectors are used where LLVM compiled a sweep's `[f32; 16]`
-//! blocks into 128-bit instructions (the f32 row norms' sweeps); each one
-//! runs the same operations per element as the portable code, so every
-//! SIMD level gives the same bits.
+//! blocks into 128-bit instructions (the row norms' sweeps, for every
+//! storage type); each one runs the same operations per element as the
+//! portable code, so every SIMD level gives the same bits.
 
 use super::LANES;
 use std::arch::x86_64::*;
@@ -154,7 +154,10 @@ pub(crate) trait VecAcc: Copy {
     ///
     /// # Safety
     /// As [`VecAcc::zero`].
-    unsafe fn add(&mut self, v: __m512);
+    #[inline(always)]
+    unsafe fn add(&mut self, v: __m512) {
+        *self = self.plus(Self::of(v));
+    }
     /// Columns per partial of a row's sums in these lanes: f32 lanes join
     /// the f64 total every [`F32_CHUNK`](super::F32_CHUNK) columns, f64
     /// lanes hold the whole row.
@@ -193,10 +196,6 @@ impl VecAcc for __m512 {
     unsafe fn zero() -> __m512 {
         _mm512_setzero_ps()
     }
-    #[inline(always)]
-    unsafe fn add(&mut self, v: __m512) {
-        *self = _mm512_add_ps(*self, v);
-    }
     const CHUNK: usize = super::F32_CHUNK;
     #[inline(always)]
     unsafe fn of(v: __m512) -> __m512 {
@@ -228,10 +227,6 @@ impl VecAcc for [__m512d; 2] {
     #[inline(always)]
     unsafe fn zero() -> [__m512d; 2] {
         [_mm512_setzero_pd(); 2]
-    }
-    #[inline(always)]
-    unsafe fn add(&mut self, v: __m512) {
-        *self = self.plus(Self::of(v));
     }
     const CHUNK: usize = usize::MAX;
     #[inline(always)]

@@ -7,6 +7,7 @@
 //! row's dx sweep).
 
 use super::{lanes, vec, wide_streams};
+use crate::simd::sums::column_chunks;
 use crate::simd::sums::x86::RowSums;
 use crate::simd::{ahead_from, prefetch_block, Elem, LANES};
 use std::arch::x86_64::*;
@@ -30,8 +31,15 @@ pub(crate) unsafe fn map_row<T: Elem, const N: usize, const P: usize>(
     stream: bool,
     f: impl Fn([__m512; N], [__m512; P]) -> __m512,
 ) {
-    let block = |s: [__m512; N], p: [__m512; P], _: [__m512; 0]| (f(s, p), []);
-    sweep(src, par, [&[]; N], [0.0; N], [], Some((out, stream)), block);
+    sweep(
+        src,
+        par,
+        [&[]; N],
+        [0.0; N],
+        [],
+        Some((out, stream)),
+        Mapping(&f),
+    );
 }
 
 /// A sweep over a row in 512-bit registers that reads `src` rows (storage
@@ -58,7 +66,7 @@ pub(crate) unsafe fn for_row_out<T: Elem, const N: usize, const P: usize, const 
     sweep(src, par, ahead, [0.0; N], dst, Some(out), f);
 }
 
-/// A row's sums ([`RowSums`](super::sums::x86::RowSums): f32 partials per
+/// A row's sums ([`RowSums`]: f32 partials per
 /// chunk or f64 lanes over the row) in one sweep, `x` prefetched from
 /// `ahead`; the tail block padded as `sums` asks.
 ///
@@ -66,7 +74,7 @@ pub(crate) unsafe fn for_row_out<T: Elem, const N: usize, const P: usize, const 
 /// As [`for_row_out`].
 #[inline(always)]
 pub(crate) unsafe fn row_sums<T: Elem, S: RowSums>(x: &[T], ahead: &[T], sums: &mut S) {
-    for (c, e) in chunks(x.len(), S::CHUNK) {
+    for (c, e) in column_chunks(x.len(), S::CHUNK) {
         let pad = [sums.pad()];
         let a = [ahead_from(ahead, c)];
         sweep([&x[c..e]], [], a, pad, [], None, SumsOnly(&mut *sums));
@@ -93,7 +101,7 @@ pub(crate) unsafe fn map_row_summing<T: Elem, S: RowSums, const N: usize, const 
     sums: &mut S,
     f: impl Fn([__m512; N], [__m512; P]) -> __m512,
 ) {
-    for (c, e) in chunks(out.len(), S::CHUNK) {
+    for (c, e) in column_chunks(out.len(), S::CHUNK) {
         let pad: [f32; N] = std::array::from_fn(|i| if i + 1 == N { sums.pad() } else { 0.0 });
         let a: [&[T]; N] = std::array::from_fn(|i| {
             if i + 1 == N {
@@ -159,7 +167,7 @@ pub(crate) unsafe fn fold_row<T: Elem, S: RowFold<P, M>, const P: usize, const M
     f: impl Fn([__m512; 2], [__m512; P]) -> __m512,
 ) {
     let d = dst[0].len();
-    for (c, e) in chunks(d, S::CHUNK) {
+    for (c, e) in column_chunks(d, S::CHUNK) {
         let a = [ahead_from(ax, c), ahead_from(ady, c)];
         let pv = par.map(|p| &p[c..e]);
         let dv = dst.each_mut().map(|r| &mut r[c..e]);
@@ -187,14 +195,6 @@ pub(crate) unsafe fn fold_row<T: Elem, S: RowFold<P, M>, const P: usize, const M
     }
 }
 
-/// The `[start, end)` column ranges of `chunk` columns of a row of `d`.
-#[inline(always)]
-fn chunks(d: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..d)
-        .step_by(chunk)
-        .map(move |c| (c, c.saturating_add(chunk).min(d)))
-}
-
 /// What a row sweep does with each block: `(out block, new dst blocks)`
 /// from the `src`, `par` and `dst` blocks. Closures are one (the sweeps'
 /// callers define them in functions compiled for AVX-512, so they inline
@@ -202,7 +202,7 @@ fn chunks(d: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
 /// row sums through structs whose method is always inlined, not through a
 /// closure of their own (which would not carry the target features, and
 /// when LLVM did not inline it, ran every intrinsic as a call: 35x slower).
-pub(crate) trait Block<const N: usize, const P: usize, const M: usize> {
+trait Block<const N: usize, const P: usize, const M: usize> {
     /// One block.
     ///
     /// # Safety
@@ -227,6 +227,23 @@ where
         d: [__m512; M],
     ) -> (__m512, [__m512; M]) {
         self(s, p, d)
+    }
+}
+
+/// [`map_row`]'s block.
+struct Mapping<'a, F>(&'a F);
+
+impl<F: Fn([__m512; N], [__m512; P]) -> __m512, const N: usize, const P: usize> Block<N, P, 0>
+    for Mapping<'_, F>
+{
+    #[inline(always)]
+    unsafe fn call(
+        &mut self,
+        s: [__m512; N],
+        p: [__m512; P],
+        _: [__m512; 0],
+    ) -> (__m512, [__m512; 0]) {
+        ((self.0)(s, p), [])
     }
 }
 
@@ -380,7 +397,7 @@ unsafe fn sweep<T: Elem, const N: usize, const P: usize, const M: usize>(
 /// [`Elem::get`], the missing lanes set to `pad` (0 in the sweeps; the
 /// shift k in the shifted sums, so that those lanes add zeros).
 #[inline(always)]
-pub(crate) fn tail_block<T: Elem>(tail: &[T], pad: f32) -> __m512 {
+fn tail_block<T: Elem>(tail: &[T], pad: f32) -> __m512 {
     let mut b = [pad; LANES];
     for (bi, v) in b.iter_mut().zip(tail) {
         *bi = v.get();
