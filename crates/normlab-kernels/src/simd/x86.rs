@@ -187,8 +187,13 @@ pub(crate) trait VecAcc: Copy {
     /// # Safety
     /// As [`VecAcc::zero`].
     unsafe fn mul(self, b: Self) -> Self;
-    /// The lanes' [`tree_sum`](super::tree_sum) in f64.
-    fn total(self) -> f64;
+    /// The lanes' [`tree_sum`](super::tree_sum) in f64: the same pairwise
+    /// tree (lane i plus lane i + 8, then i + 4, i + 2, i + 1) as vector
+    /// additions of the register's halves, so the same bits.
+    ///
+    /// # Safety
+    /// As [`VecAcc::zero`].
+    unsafe fn total(self) -> f64;
 }
 
 impl VecAcc for __m512 {
@@ -218,8 +223,15 @@ impl VecAcc for __m512 {
         _mm512_mul_ps(self, b)
     }
     #[inline(always)]
-    fn total(self) -> f64 {
-        super::tree_sum(&lanes(self)) as f64
+    unsafe fn total(self) -> f64 {
+        let v = _mm256_add_ps(
+            _mm512_castps512_ps256(self),
+            _mm512_extractf32x8_ps::<1>(self),
+        );
+        let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        let v = _mm_add_ss(v, _mm_movehdup_ps(v));
+        _mm_cvtss_f32(v) as f64
     }
 }
 
@@ -254,13 +266,18 @@ impl VecAcc for [__m512d; 2] {
         [_mm512_mul_pd(self[0], b[0]), _mm512_mul_pd(self[1], b[1])]
     }
     #[inline(always)]
-    fn total(self) -> f64 {
-        super::tree_sum(&wide_lanes(self))
+    unsafe fn total(self) -> f64 {
+        let v = _mm512_add_pd(self[0], self[1]);
+        let v = _mm256_add_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd::<1>(v));
+        let v = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
+        let v = _mm_add_sd(v, _mm_unpackhi_pd(v, v));
+        _mm_cvtsd_f64(v)
     }
 }
 
 /// An f64 accumulator's 16 lanes as the array [`tree_sum`](super::tree_sum) reduces.
 #[inline(always)]
+#[cfg(test)]
 pub(crate) fn wide_lanes(acc: [__m512d; 2]) -> [f64; LANES] {
     // SAFETY: two __m512d are 16 f64 lanes; any bits are valid.
     unsafe { std::mem::transmute::<[__m512d; 2], [f64; LANES]>(acc) }
