@@ -300,7 +300,8 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
     let rows: Vec<Vec<String>> = recs
         .iter()
         .map(|r| {
-            // Speed-up over the f32 record of the same point, if measured.
+            // Speed-up over the f32 record of the same point, if measured
+            // (with its range over the rounds, as for the first kind).
             let f32_rec = recs.iter().find(|o| {
                 o.dtype == Dtype::F32
                     && (&o.kind, o.pass, o.rows, o.d, o.threads)
@@ -324,9 +325,7 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
                 format!("{:.1}", r.gbps),
                 format!("{:.1}", r.roofline_gbps),
                 format!("{:.0}%", 100.0 * r.roofline_fraction),
-                f32_rec.map_or(String::new(), |o| {
-                    format!("{:.2}x", o.median_us / r.median_us)
-                }),
+                f32_rec.map_or(String::new(), |o| speed_vs(o, r)),
             ];
             if with_vs {
                 row.push(vs);

@@ -215,6 +215,37 @@ fn bench_norms_tables() {
             "{text}"
         );
     }
+    // With rounds, the speed-up over f32 carries its range over the rounds.
+    let out = normlab(&[
+        "bench",
+        "norms",
+        "--shapes",
+        "64x48",
+        "--threads",
+        "1",
+        "--kinds",
+        "rmsnorm",
+        "--dtype",
+        "f32,bf16",
+        "--rounds",
+        "2",
+        "--seconds",
+        "0.02",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let bf16 = text
+        .lines()
+        .find(|l| l.contains(" bf16 "))
+        .expect("a bf16 row");
+    assert!(
+        bf16.trim_end().ends_with(')') && bf16.contains("x ("),
+        "{text}"
+    );
 }
 
 #[test]
