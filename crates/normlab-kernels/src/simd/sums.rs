@@ -1,6 +1,8 @@
 //! The fixed-order reductions every kernel uses: a pairwise tree over the
 //! `LANES` accumulators, the (shifted) sums of squares of a row in f64
-//! lanes, and the f32 partial sums of 16-bit rows with their f64 fall-back.
+//! lanes, and the f32 partial sums of 16-bit rows with their f64 fall-back;
+//! at the AVX-512 levels the same sums as [`RowSums`](x86::RowSums) over one
+//! [`Partial`](x86::Partial) accumulator, which the row sweeps fold in.
 
 use super::{Elem, LANES};
 
