@@ -13,14 +13,19 @@ fn normlab(args: &[&str]) -> Output {
     o
 }
 
-fn json(args: &[&str]) -> serde_json::Value {
+/// Run normlab, which must succeed; its stdout.
+fn stdout_ok(args: &[&str]) -> String {
     let out = normlab(args);
     assert!(
         out.status.success(),
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
+    String::from_utf8(out.stdout).expect("UTF-8 on stdout")
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&stdout_ok(args)).expect("valid JSON on stdout")
 }
 
 #[test]
@@ -187,25 +192,14 @@ fn bench_train_rounds() {
 /// The printed table, with one kind (no "vs" column) and with two.
 #[test]
 fn bench_norms_tables() {
+    // `bench norms` on one small shape, 1 thread, with `extra` flags.
+    let table = |extra: &[&str]| {
+        let mut args = vec!["bench", "norms", "--shapes", "64x48", "--threads", "1"];
+        args.extend_from_slice(extra);
+        stdout_ok(&args)
+    };
     for (kinds, vs) in [("rmsnorm", false), ("rmsnorm,layernorm", true)] {
-        let out = normlab(&[
-            "bench",
-            "norms",
-            "--shapes",
-            "64x48",
-            "--threads",
-            "1",
-            "--kinds",
-            kinds,
-            "--seconds",
-            "0.01",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = table(&["--kinds", kinds, "--seconds", "0.01"]);
         let head = text.lines().next().unwrap();
         assert!(head.contains("% roofline"), "{text}");
         assert_eq!(head.contains("vs rmsnorm"), vs, "{text}");
@@ -216,13 +210,7 @@ fn bench_norms_tables() {
         );
     }
     // With rounds, the speed-up over f32 carries its range over the rounds.
-    let out = normlab(&[
-        "bench",
-        "norms",
-        "--shapes",
-        "64x48",
-        "--threads",
-        "1",
+    let text = table(&[
         "--kinds",
         "rmsnorm",
         "--dtype",
@@ -232,12 +220,6 @@ fn bench_norms_tables() {
         "--seconds",
         "0.02",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
     let bf16 = text
         .lines()
         .find(|l| l.contains(" bf16 "))
