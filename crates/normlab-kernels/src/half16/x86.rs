@@ -129,13 +129,8 @@ pub unsafe fn store16_bf16_hw(dst: &mut [bf16], v: __m512, stream: bool) {
 /// the tail through the portable path (the same rounding).
 #[target_feature(enable = "avx512f,avx512bf16")]
 pub unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
-    let n = src.len().min(dst.len());
-    let full = n - n % LANES;
-    for i in (0..full).step_by(LANES) {
-        // SAFETY: i + 16 <= n for both slices; unaligned load.
-        unsafe { store16_bf16_hw(&mut dst[i..], _mm512_loadu_ps(src.as_ptr().add(i)), false) };
-    }
-    narrow_portable(&src[full..n], &mut dst[full..n]);
+    // SAFETY: the blocks lie in `dst`; this function's features cover the store.
+    narrow(src, dst, |d, v| unsafe { store16_bf16_hw(d, v, false) });
 }
 
 /// A slice of f16 widened ([`load16_f16`]), prefetching `ahead` every 64
@@ -158,11 +153,23 @@ pub unsafe fn widen_f16(src: &[f16], dst: &mut [f32], ahead: &[f16]) {
 /// path.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn narrow_f16(src: &[f32], dst: &mut [f16]) {
+    // SAFETY: as in [`narrow_bf16`].
+    narrow(src, dst, |d, v| unsafe { store16_f16(d, v, false) });
+}
+
+/// `dst[i] = src[i]` rounded by `store` 16 values at a time (inlined into
+/// the callers above, which carry the target features), the tail through
+/// the portable path.
+#[inline(always)]
+fn narrow<T: crate::simd::Elem>(src: &[f32], dst: &mut [T], store: impl Fn(&mut [T], __m512)) {
     let n = src.len().min(dst.len());
     let full = n - n % LANES;
     for i in (0..full).step_by(LANES) {
-        // SAFETY: i + 16 <= n for both slices; unaligned load.
-        unsafe { store16_f16(&mut dst[i..], _mm512_loadu_ps(src.as_ptr().add(i)), false) };
+        // SAFETY: i + 16 <= n <= src.len(); unaligned load (AVX-512 F: the
+        // callers' level).
+        store(&mut dst[i..], unsafe {
+            _mm512_loadu_ps(src.as_ptr().add(i))
+        });
     }
     narrow_portable(&src[full..n], &mut dst[full..n]);
 }

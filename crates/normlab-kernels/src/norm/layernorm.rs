@@ -250,15 +250,14 @@ mod x86 {
     /// [`super::forward_rows`]: the output sweep, `y = ((x - hi) - lo) *
     /// rstd * gamma + beta` as [`crate::write_row!`] computes it, in 512-bit
     /// registers, for row r while the shifted sums of row r + 1 build up in
-    /// the same sweep ([`map_row_summing`]; for the last row, of itself,
-    /// unused), in `V` lanes (the storage type's [`Elem::Sums`]: f32
+    /// the same sweep ([`map_row_summing`]; the last row through
+    /// [`map_row`]), in `V` lanes (the storage type's [`Elem::Sums`]: f32
     /// partials per chunk for 16-bit rows, f64 lanes for f32 rows), as
-    /// [`shifted_sums`], which the first row and the 16-bit rows
-    /// whose partials cannot stand use. LLVM compiled the macro's block for
-    /// f32 rows into four 128-bit chains, which left the output sweep
-    /// issue-bound (LayerNorm's forward at 8192x1024 took 1.25-1.29x
-    /// RMSNorm's time, 1.05-1.08x in 512-bit registers; 1 thread,
-    /// 2026-12-01).
+    /// [`shifted_sums`], which the first row and the 16-bit rows whose
+    /// partials cannot stand use. LLVM compiled the macro's block for f32
+    /// rows into four 128-bit chains, which left the output sweep issue-bound
+    /// (LayerNorm's forward at 8192x1024 took 1.25-1.29x RMSNorm's time,
+    /// 1.05-1.08x in 512-bit registers; 1 thread, 2026-12-01).
     ///
     /// # Safety
     /// AVX-512 F must be present; with `stream`, `y` must start 64-byte
@@ -279,13 +278,18 @@ mod x86 {
             let s = stats_of(sums, k, d, eps);
             st[..3].copy_from_slice(&[s.0, s.1, s.2]);
             let [hv, lv, rv] = consts(s);
-            let next = if r + 1 < rows { &x[(r + 1) * d..(r + 2) * d] } else { xr };
-            let mut sums = Shifted::<V>::new(next[0].get());
-            map_row_summing([xr, next], [gamma, beta], ahead(x, (r + 1) * d), (yr, stream), &mut sums, |[xv, _], [gv, bv]| {
+            let out = |xv: __m512, gv: __m512, bv: __m512| {
                 let c = _mm512_sub_ps(_mm512_sub_ps(xv, hv), lv);
                 _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(c, rv), gv), bv)
-            });
-            next_sums = sums.totals();
+            };
+            if r + 1 < rows {
+                let next = &x[(r + 1) * d..(r + 2) * d];
+                let mut sums = Shifted::<V>::new(next[0].get());
+                map_row_summing([xr, next], [gamma, beta], ahead(x, (r + 1) * d), (yr, stream), &mut sums, |[xv, _], [gv, bv]| out(xv, gv, bv));
+                next_sums = sums.totals();
+            } else {
+                map_row([xr], [gamma, beta], yr, stream, |[xv], [gv, bv]| out(xv, gv, bv));
+            }
         }
     }
     }

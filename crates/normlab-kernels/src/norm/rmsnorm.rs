@@ -160,7 +160,7 @@ mod x86 {
     avx512_fn! {
     /// [`super::forward_rows`]: `y = x * rstd * (offset + w)` for row r
     /// while the sum of squares of row r + 1 builds up in the same sweep
-    /// ([`map_row_summing`]; for the last row, of itself, unused), in `V`
+    /// ([`map_row_summing`]; the last row through [`map_row`]), in `V`
     /// lanes (the storage type's [`Elem::Sums`]: f32 partials per chunk for
     /// 16-bit rows, f64 lanes for f32 rows), as [`sum_squares`], which the first row and the 16-bit rows whose
     /// partials cannot stand use.
@@ -183,12 +183,15 @@ mod x86 {
             let rstd = rstd_of(ss, d, eps);
             st[..3].copy_from_slice(&[0.0, 0.0, rstd]);
             let rv = _mm512_set1_ps(rstd);
-            let next = if r + 1 < rows { &x[(r + 1) * d..(r + 2) * d] } else { xr };
-            let mut s = SumSq::<V>::new();
-            map_row_summing([xr, next], [w], ahead(x, (r + 1) * d), (yr, stream), &mut s, |[xv, _], [wv]| {
-                _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv))
-            });
-            next_sum = s.p.t;
+            let out = |xv: __m512, wv: __m512| _mm512_mul_ps(_mm512_mul_ps(xv, rv), _mm512_add_ps(ov, wv));
+            if r + 1 < rows {
+                let next = &x[(r + 1) * d..(r + 2) * d];
+                let mut s = SumSq::<V>::new();
+                map_row_summing([xr, next], [w], ahead(x, (r + 1) * d), (yr, stream), &mut s, |[xv, _], [wv]| out(xv, wv));
+                next_sum = s.p.t;
+            } else {
+                map_row([xr], [w], yr, stream, |[xv], [wv]| out(xv, wv));
+            }
         }
     }
     }
