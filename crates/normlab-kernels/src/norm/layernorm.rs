@@ -188,7 +188,7 @@ mod x86 {
     use crate::simd::sums::shifted_sums_from;
     use crate::simd::sums::x86::{Partial, Shifted};
     use crate::simd::x86::{
-        avx512_fn, fold_row, halves, join, map_row, map_row_summing, RowFold, VecAcc,
+        avx512_fn, fold_backward, fold_row, halves, join, map_row, map_row_summing, RowFold, VecAcc,
     };
     use crate::simd::{ahead, shifted_sums, tree_sum, Elem};
     use std::arch::x86_64::*;
@@ -299,7 +299,8 @@ mod x86 {
     /// mg) - ((x - hi) - lo) * rstd * mgx)` as [`crate::write_row!`]
     /// computes it, in 512-bit registers (see [`forward_rows`]), for row r
     /// while sweep 1 of row r + 1 ([`GSums`]) runs in the same sweep
-    /// ([`fold_row`]); the sums in `V` lanes ([`Elem::Sums`]).
+    /// ([`fold_row`]) where [`fold_backward`] says so, else after it; the
+    /// sums in `V` lanes ([`Elem::Sums`]).
     ///
     /// # Safety
     /// As [`forward_rows`], for `dx`.
@@ -316,6 +317,7 @@ mod x86 {
         let mut next = GSums::<V>::new(st(0));
         let (row, ah) = at(0);
         fold_row(row, ah, [gamma], [&mut *pg, &mut *pb], None, &mut next, |_, _| _mm512_setzero_ps());
+        let fold = fold_backward::<T>(stream);
         for (r, dxr) in dx.chunks_exact_mut(d).enumerate().take(rows) {
             let [xr, dyr] = at(r).0;
             let s = st(r);
@@ -330,12 +332,17 @@ mod x86 {
                 let t = _mm512_mul_ps(_mm512_mul_ps(c, rv), mxv);
                 _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
             };
-            if r + 1 < rows {
+            let last = r + 1 == rows;
+            let prev = if last || !fold {
+                map_row([xr, dyr], [gamma], dxr, stream, f);
+                None
+            } else {
+                Some(([xr, dyr], dxr, stream))
+            };
+            if !last {
                 next = GSums::new(st(r + 1));
                 let (row, ah) = at(r + 1);
-                fold_row(row, ah, [gamma], [&mut *pg, &mut *pb], Some(([xr, dyr], dxr, stream)), &mut next, f);
-            } else {
-                map_row([xr, dyr], [gamma], dxr, stream, f);
+                fold_row(row, ah, [gamma], [&mut *pg, &mut *pb], prev, &mut next, f);
             }
         }
     }

@@ -153,7 +153,9 @@ mod x86 {
     use super::{gx_sum_checked, rstd_of, STATS};
     use crate::simd::sums::sum_squares_from;
     use crate::simd::sums::x86::{Partial, SumSq};
-    use crate::simd::x86::{avx512_fn, fold_row, map_row, map_row_summing, RowFold, VecAcc};
+    use crate::simd::x86::{
+        avx512_fn, fold_backward, fold_row, map_row, map_row_summing, RowFold, VecAcc,
+    };
     use crate::simd::{ahead, sum_squares, Elem};
     use std::arch::x86_64::*;
 
@@ -241,8 +243,9 @@ mod x86 {
     avx512_fn! {
     /// [`super::backward_rows`]: the dx sweep, `dx = rstd * (dy * (offset
     /// + w) - x * rstd * mgx)`, for row r while sweep 1 of row r + 1
-    /// ([`GxSums`]) runs in the same sweep ([`fold_row`]); the sums in `V`
-    /// lanes ([`Elem::Sums`]).
+    /// ([`GxSums`]) runs in the same sweep ([`fold_row`]) where
+    /// [`fold_backward`] says so, else after it; the sums in `V` lanes
+    /// ([`Elem::Sums`]).
     ///
     /// # Safety
     /// As [`forward_rows`], for `dx`.
@@ -259,6 +262,7 @@ mod x86 {
         let (row, ah) = at(0);
         fold_row(row, ah, [w], [&mut *pw], None, &mut next, |_, _| _mm512_setzero_ps());
         let ov = _mm512_set1_ps(offset);
+        let fold = fold_backward::<T>(stream);
         for (r, dxr) in dx.chunks_exact_mut(d).enumerate().take(rows) {
             let [xr, dyr] = at(r).0;
             let total = if T::F32_SUMS { gx_sum_checked(xr, dyr, w, (offset, rstd(r)), next.p.t) } else { next.p.t };
@@ -267,12 +271,17 @@ mod x86 {
                 let g = _mm512_mul_ps(dyv, _mm512_add_ps(ov, wv));
                 _mm512_mul_ps(rv, _mm512_sub_ps(g, _mm512_mul_ps(_mm512_mul_ps(xv, rv), mv)))
             };
-            if r + 1 < rows {
+            let last = r + 1 == rows;
+            let prev = if last || !fold {
+                map_row([xr, dyr], [w], dxr, stream, f);
+                None
+            } else {
+                Some(([xr, dyr], dxr, stream))
+            };
+            if !last {
                 next = GxSums::new(offset, rstd(r + 1));
                 let (row, ah) = at(r + 1);
-                fold_row(row, ah, [w], [&mut *pw], Some(([xr, dyr], dxr, stream)), &mut next, f);
-            } else {
-                map_row([xr, dyr], [w], dxr, stream, f);
+                fold_row(row, ah, [w], [&mut *pw], prev, &mut next, f);
             }
         }
     }

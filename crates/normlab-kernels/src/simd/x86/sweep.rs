@@ -145,6 +145,20 @@ pub(crate) trait RowFold<const P: usize, const M: usize> {
     unsafe fn end_chunk(&mut self);
 }
 
+/// Whether a backward folds each row's first sweep into the previous row's
+/// dx sweep ([`fold_row`] with `prev`): for 16-bit rows, and for f32 rows
+/// whose `dx` goes out through streaming stores (rows from memory). f32 rows
+/// in cache run the two sweeps one after the other: there the folded loop,
+/// with its f64 lanes, was 0.82-0.97x as fast (RMSNorm and LayerNorm f32
+/// fwd+bwd at 16384x128 to 2048x1024, 1 thread, 2026-12-01), and unfolding
+/// it gave 1.12-1.25x at 8192x256 and 2048x1024, 1.14-1.20x at the gpt's
+/// 2048x128 and level at the toy's 512x64 (medians over 10-30 rounds). The
+/// same operations either way, so the same bits.
+#[inline(always)]
+pub(crate) fn fold_backward<T: Elem>(stream: bool) -> bool {
+    T::F32_SUMS || stream
+}
+
 /// A [`RowFold`] over one row (`x`, `dy` prefetched from `ahead`), alone
 /// (`prev` None: a chunk's first row) or folded into the output sweep of
 /// the row before it (`prev`: its `x`, `dy`, the `dx` row, `stream` and
