@@ -11,12 +11,22 @@ same way (median step time after 2 warm-up steps), 1 thread and all threads.
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy
     cargo run --release -- bench train --json > /tmp/nl_train.json
     /tmp/venv/bin/python bench/torch_train.py --normlab /tmp/nl_train.json
+
+On a VM whose speed drifts from minute to minute, a ratio of two numbers
+measured minutes apart is not worth much. `--interleave BIN` alternates the
+two instead: each round runs `BIN bench train --json` for one model and
+thread count (a subprocess, which times its own steps) and then the PyTorch
+model (or the other way round, alternating), and reports the median and the
+range of the per-round speed-ups:
+
+    /tmp/venv/bin/python bench/torch_train.py --interleave target/release/normlab --rounds 5
 """
 import argparse
 import json
 import math
 import os
 import statistics
+import subprocess
 import time
 
 import torch
@@ -120,12 +130,48 @@ def bench(model_name, steps):
     return statistics.median(times), batch * seq, how
 
 
+def normlab_round(binary, model, threads, steps):
+    """One `normlab bench train` round for one model and thread count."""
+    out = subprocess.run(
+        [binary, "bench", "train", "--model", model, "--threads", str(threads), "--steps", str(steps), "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (rec,) = json.loads(out)
+    return rec["ms_per_step"] / 1e3
+
+
+def interleaved(args):
+    print(f"# torch {torch.__version__}, {os.cpu_count()} cpus, {time.strftime('%Y-%m-%d %H:%M')}, {args.rounds} interleaved rounds")
+    print(f"{'model':5} {'thr':>3} {'torch ms':>9} {'normlab ms':>10} {'speedup (range over rounds)':>28}")
+    for t in sorted({int(x) for x in args.threads.split(",")}):
+        torch.set_num_threads(t)
+        for m in ["toy", "gpt"]:
+            ours, theirs = [], []
+            for r in range(args.rounds):
+                if r % 2 == 0:
+                    ours.append(normlab_round(args.interleave, m, t, args.steps))
+                    theirs.append(bench(m, args.steps)[0])
+                else:
+                    theirs.append(bench(m, args.steps)[0])
+                    ours.append(normlab_round(args.interleave, m, t, args.steps))
+            ratios = [b / a for a, b in zip(ours, theirs)]
+            span = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            print(f"{m:5} {t:>3} {statistics.median(theirs) * 1e3:9.2f} {statistics.median(ours) * 1e3:10.2f} {span:>28}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--normlab", help="JSON from `normlab bench train --json`")
+    ap.add_argument("--interleave", metavar="NORMLAB", help="the normlab binary: alternate its rounds with PyTorch's")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of each side with --interleave")
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
+    if args.interleave:
+        interleaved(args)
+        return
     ours = {}
     if args.normlab:
         for r in json.load(open(args.normlab)):
