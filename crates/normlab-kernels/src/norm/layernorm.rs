@@ -188,7 +188,8 @@ mod x86 {
     use crate::simd::sums::shifted_sums_from;
     use crate::simd::sums::x86::{Partial, Shifted};
     use crate::simd::x86::{
-        avx512_fn, fold_backward, fold_row, halves, join, map_row, map_row_summing, RowFold, VecAcc,
+        avx512_fn, dx_row, fold_backward, fold_row, halves, join, map_row, map_row_summing,
+        RowFold, VecAcc,
     };
     use crate::simd::{ahead, shifted_sums, tree_sum, Elem};
     use std::arch::x86_64::*;
@@ -333,12 +334,7 @@ mod x86 {
                 _mm512_mul_ps(rv, _mm512_sub_ps(_mm512_sub_ps(g, mv), t))
             };
             let last = r + 1 == rows;
-            let prev = if last || !fold {
-                map_row([xr, dyr], [gamma], dxr, stream, f);
-                None
-            } else {
-                Some(([xr, dyr], dxr, stream))
-            };
+            let prev = dx_row(fold && !last, [xr, dyr], [gamma], dxr, stream, f);
             if !last {
                 next = GSums::new(st(r + 1));
                 let (row, ah) = at(r + 1);

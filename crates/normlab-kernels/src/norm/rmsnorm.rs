@@ -154,7 +154,7 @@ mod x86 {
     use crate::simd::sums::sum_squares_from;
     use crate::simd::sums::x86::{Partial, SumSq};
     use crate::simd::x86::{
-        avx512_fn, fold_backward, fold_row, map_row, map_row_summing, RowFold, VecAcc,
+        avx512_fn, dx_row, fold_backward, fold_row, map_row, map_row_summing, RowFold, VecAcc,
     };
     use crate::simd::{ahead, sum_squares, Elem};
     use std::arch::x86_64::*;
@@ -272,12 +272,7 @@ mod x86 {
                 _mm512_mul_ps(rv, _mm512_sub_ps(g, _mm512_mul_ps(_mm512_mul_ps(xv, rv), mv)))
             };
             let last = r + 1 == rows;
-            let prev = if last || !fold {
-                map_row([xr, dyr], [w], dxr, stream, f);
-                None
-            } else {
-                Some(([xr, dyr], dxr, stream))
-            };
+            let prev = dx_row(fold && !last, [xr, dyr], [w], dxr, stream, f);
             if !last {
                 next = GxSums::new(offset, rstd(r + 1));
                 let (row, ah) = at(r + 1);

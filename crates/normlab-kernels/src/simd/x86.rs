@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 
 mod sweep;
 pub(crate) use sweep::{
-    fold_backward, fold_row, for_row_out, map_row, map_row_summing, row_sums, RowFold,
+    dx_row, fold_backward, fold_row, for_row_out, map_row, map_row_summing, row_sums, RowFold,
 };
 
 /// A vector's lanes as the array [`tree_sum`](super::tree_sum) reduces.

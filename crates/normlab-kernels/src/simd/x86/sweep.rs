@@ -159,6 +159,29 @@ pub(crate) fn fold_backward<T: Elem>(stream: bool) -> bool {
     T::F32_SUMS || stream
 }
 
+/// A backward's dx sweep of one row: written now through [`map_row`]
+/// (`fold` false: the last row, or [`fold_backward`] said no), or handed
+/// back as the `prev` of the next row's [`fold_row`].
+///
+/// # Safety
+/// As [`map_row`].
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+pub(crate) unsafe fn dx_row<'a, T: Elem, const P: usize>(
+    fold: bool,
+    src: [&'a [T]; 2],
+    par: [&[f32]; P],
+    dx: &'a mut [T],
+    stream: bool,
+    f: impl Fn([__m512; 2], [__m512; P]) -> __m512,
+) -> Option<([&'a [T]; 2], &'a mut [T], bool)> {
+    if fold {
+        return Some((src, dx, stream));
+    }
+    map_row(src, par, dx, stream, f);
+    None
+}
+
 /// A [`RowFold`] over one row (`x`, `dy` prefetched from `ahead`), alone
 /// (`prev` None: a chunk's first row) or folded into the output sweep of
 /// the row before it (`prev`: its `x`, `dy`, the `dx` row, `stream` and
