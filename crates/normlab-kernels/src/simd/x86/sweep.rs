@@ -183,7 +183,8 @@ pub(crate) unsafe fn dx_row<'a, T: Elem, const P: usize>(
 }
 
 /// A [`RowFold`] over one row (`x`, `dy` prefetched from `ahead`), alone
-/// (`prev` None: a chunk's first row) or folded into the output sweep of
+/// (`prev` None: a chunk's first row, and every row where
+/// [`fold_backward`] says no) or folded into the output sweep of
 /// the row before it (`prev`: its `x`, `dy`, the `dx` row, `stream` and
 /// `f`, which writes a `dx` block from the previous row's `x`, `dy` and
 /// `par` blocks), as [`map_row_summing`] does for the forward. The same
