@@ -74,6 +74,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     );
     let Some(path) = find_model() else {
         out.conclusion = format!("The model file {MODEL} is not here (run scripts/fetch_smollm2.sh in the checkout): nothing measured.");
+        out.unavailable = Some(super::Unavailable {
+            needs: "model",
+            why: format!("{MODEL} is absent: run scripts/fetch_smollm2.sh in the checkout"),
+        });
         for c in CLAIMS {
             out.checks.push(ClaimCheck::new(
                 c,

@@ -178,8 +178,24 @@ pub struct ExpResult {
     pub conclusion: String,
     /// Verdicts on the lesson's claims, computed from the measurements.
     pub checks: Vec<ClaimCheck>,
+    /// What it needed and did not find here (None: it measured everything);
+    /// such a result still has its report, and may have no figure.
+    pub unavailable: Option<Unavailable>,
     /// Wall time (s).
     pub elapsed_seconds: f64,
+}
+
+/// Something an experiment needs that is not on this machine: it then
+/// measures what it can, says why the rest is missing and how to get it,
+/// and gives inconclusive verdicts for the rest.
+#[derive(Clone, Debug, Serialize)]
+pub struct Unavailable {
+    /// What is missing: `model` (a pretrained model file) or `torch` (a
+    /// Python with torch), the names the tests' `NORMLAB_REQUIRE_*`
+    /// switches use.
+    pub needs: &'static str,
+    /// One line: what is missing and the command that gets it.
+    pub why: String,
 }
 
 impl ExpResult {
@@ -197,6 +213,12 @@ impl ExpResult {
             m.insert(k.clone(), v.clone());
         }
         m.insert("conclusion".into(), Value::from(self.conclusion.clone()));
+        if let Some(u) = &self.unavailable {
+            m.insert(
+                "unavailable".into(),
+                serde_json::to_value(u).expect("serialises"),
+            );
+        }
         m.insert(
             "claims".into(),
             serde_json::to_value(&self.checks).expect("checks serialise"),
@@ -262,6 +284,9 @@ pub fn report_markdown(r: &ExpResult) -> String {
         if r.seeds.len() == 1 { "" } else { "s" },
         r.elapsed_seconds
     ));
+    if let Some(u) = &r.unavailable {
+        s.push_str(&format!("**Not measured here:** {}\n\n", u.why));
+    }
     for f in &r.figures {
         s.push_str(&format!("![{}]({}.png)\n\n", f.stem, f.stem));
     }
@@ -329,6 +354,7 @@ pub(crate) fn result(settings: Value, seeds: Vec<u64>) -> ExpResult {
         figures: Vec::new(),
         conclusion: String::new(),
         checks: Vec::new(),
+        unavailable: None,
         elapsed_seconds: 0.0,
     }
 }

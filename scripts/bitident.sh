@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Bit-identity of a refactor: run a fixed set of runs and `book --quick`
+# with one normlab binary into a folder, so that two binaries (before and
+# after a change that must not alter results) can be compared:
+#
+#   scripts/bitident.sh run  BIN OUTDIR   # write the runs with BIN
+#   scripts/bitident.sh diff DIR_A DIR_B  # compare two such folders
+#
+# The set: the toy net and the GPT in every placement, the GPT with every
+# row-wise norm kind, the residual options (residual off, 1/sqrt(N)
+# write-back, ReZero, LayerScale, LayerNorm Scaling, Mix-LN), QK-Norm,
+# SwiGLU, bf16 and f16 storage, and the sweep run ids of collapse and
+# lr-sensitivity (`sweep --dry-run --json`). `diff` masks only the fields
+# that record time, date and machine: in JSON files the keys `date`,
+# `machine`, `elapsed_seconds`, `wall_seconds`, `seconds`, `step_seconds`,
+# `started`, `finished`, `timings`, and any key ending in `_ms`/`_seconds`;
+# in report.md and findings.md the lines that print a date, a machine or a
+# wall time. Everything else (metrics.jsonl, checkpoints, figures' data,
+# verdicts) must be byte-identical.
+set -euo pipefail
+mode="${1:?usage: bitident.sh run BIN OUT | diff A B}"
+
+run_set() {
+  local bin="$1" out="$2"
+  mkdir -p "$out/runs"
+  local common=(--steps 6 --batch 2 --eval-sequences 2 --eval-every 3 --log-every 1 --quiet)
+  local gpt=(--model gpt --layers 2 --d-model 32 --heads 2 --seq 16 --hidden 64)
+  local toy=(--model toy --layers 3)
+  for p in none post pre sandwich peri olmo2 deepnorm mixln; do
+    "$bin" train "${toy[@]}" --placement "$p" "${common[@]}" --out "$out/runs/toy-$p"
+    "$bin" train "${gpt[@]}" --placement "$p" "${common[@]}" --out "$out/runs/gpt-$p"
+  done
+  for n in layernorm rmsnorm zrmsnorm scalenorm none dyt derf; do
+    "$bin" train "${gpt[@]}" --norm "$n" "${common[@]}" --out "$out/runs/gpt-norm-$n"
+  done
+  "$bin" train "${gpt[@]}" --no-residual "${common[@]}" --out "$out/runs/gpt-nores"
+  "$bin" train "${gpt[@]}" --branch-scale invsqrt "${common[@]}" --out "$out/runs/gpt-invsqrt"
+  "$bin" train "${gpt[@]}" --rezero "${common[@]}" --out "$out/runs/gpt-rezero"
+  "$bin" train "${gpt[@]}" --layerscale 0.1 "${common[@]}" --out "$out/runs/gpt-layerscale"
+  "$bin" train "${gpt[@]}" --lns "${common[@]}" --out "$out/runs/gpt-lns"
+  "$bin" train "${toy[@]}" --lns "${common[@]}" --out "$out/runs/toy-lns"
+  "$bin" train "${gpt[@]}" --placement mixln --mixln-post-layers 1 "${common[@]}" --out "$out/runs/gpt-mixln1"
+  "$bin" train "${gpt[@]}" --qk-norm "${common[@]}" --out "$out/runs/gpt-qknorm"
+  "$bin" train "${gpt[@]}" --act swiglu "${common[@]}" --out "$out/runs/gpt-swiglu"
+  for t in bf16 f16; do
+    "$bin" train "${gpt[@]}" --dtype "$t" "${common[@]}" --out "$out/runs/gpt-$t"
+  done
+  for e in collapse lr-sensitivity; do
+    "$bin" sweep "$e" --dry-run --json --out "$out/sweep-$e" > "$out/sweep-$e.json"
+  done
+  "$bin" book --quick --out "$out/book" > /dev/null
+}
+
+# A JSON file with the time/date/machine fields removed, keys sorted.
+mask_json() {
+  python3 - "$1" <<'EOF'
+import json, sys
+MASK = {"date", "machine", "elapsed_seconds", "wall_seconds", "seconds", "step_seconds",
+        "started", "finished", "timings", "other_machines", "recorded"}
+def strip(v):
+    if isinstance(v, dict):
+        return {k: strip(x) for k, x in v.items()
+                if k not in MASK and not k.endswith("_ms") and not k.endswith("_seconds")}
+    if isinstance(v, list):
+        return [strip(x) for x in v]
+    return v
+path = sys.argv[1]
+if path.endswith(".jsonl"):
+    for line in open(path):
+        print(json.dumps(strip(json.loads(line)), sort_keys=True))
+else:
+    print(json.dumps(strip(json.load(open(path))), sort_keys=True, indent=1))
+EOF
+}
+
+diff_sets() {
+  local a="$1" b="$2" bad=0
+  (cd "$a" && find . -type f | sort) > /tmp/bitident-a.list
+  (cd "$b" && find . -type f | sort) > /tmp/bitident-b.list
+  if ! diff -q /tmp/bitident-a.list /tmp/bitident-b.list >/dev/null; then
+    echo "different file lists:"; diff /tmp/bitident-a.list /tmp/bitident-b.list | head -20; bad=1
+  fi
+  while read -r f; do
+    [ -f "$b/$f" ] || continue
+    case "$f" in
+      *.json|*.jsonl)
+        if ! cmp -s <(mask_json "$a/$f") <(mask_json "$b/$f"); then echo "differs: $f"; bad=1; fi ;;
+      *.md|*.txt)
+        if ! cmp -s <(grep -viE 'date|machine|wall time|[0-9.]+ (s|min)\b' "$a/$f") \
+                    <(grep -viE 'date|machine|wall time|[0-9.]+ (s|min)\b' "$b/$f"); then
+          echo "differs: $f"; bad=1; fi ;;
+      *.png|*.svg)
+        # Figures of timings (speed) differ by nature; the others must match.
+        case "$f" in *speed*|*bench*) ;; *)
+          if ! cmp -s "$a/$f" "$b/$f"; then echo "differs: $f"; bad=1; fi ;; esac ;;
+      *)
+        if ! cmp -s "$a/$f" "$b/$f"; then echo "differs: $f"; bad=1; fi ;;
+    esac
+  done < /tmp/bitident-a.list
+  [ "$bad" = 0 ] && echo "identical (masked: dates, machines, wall times)"
+  return "$bad"
+}
+
+case "$mode" in
+  run) run_set "$(realpath "$2")" "$3" ;;
+  diff) diff_sets "$2" "$3" ;;
+  *) echo "usage: bitident.sh run BIN OUT | diff A B" >&2; exit 2 ;;
+esac
