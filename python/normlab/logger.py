@@ -19,10 +19,11 @@ logged or evaluated step): loss, lr, the global and per-block gradient norm
 residual-stream RMS after each block (forward hooks on the blocks: the ones
 given, or the longest ``nn.ModuleList`` of identical modules), and held-out
 losses. ``summary.json`` (written by :meth:`RunLogger.finish`) classifies
-the run as normlab does (SPEC section 4): diverged if the loss became
-non-finite or stayed above 2 ln V for 50 consecutive steps; stalled if the
-final held-out loss is within 10% of the way from the unigram entropy of
-the targets seen to the loss floor (0 unless given); else converged.
+the run with normlab's own rule (the native ``normlab::train::status``, not
+a copy): diverged if the loss became non-finite, stayed above 2 ln V for 50
+consecutive steps, or ended above it; stalled if the final held-out loss is
+within 10% of the way from the unigram entropy of the targets seen to the
+loss floor (0 unless given); else converged.
 
 ``config.json`` carries ``"source": "pytorch"``; keys of ``config`` that are
 normlab settings (``lr``, ``steps``, ``norm``, ``placement``, ``layers``,
@@ -42,9 +43,13 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from . import _native
+
 __all__ = ["RunLogger", "find_blocks"]
 
-DIVERGENCE_WINDOW = 50
+# The divergence rule and the classification are normlab's own (Rust,
+# normlab::train::status, through the native module): not re-implemented here.
+DIVERGENCE_WINDOW = _native.divergence_window()
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -129,8 +134,7 @@ class RunLogger:
         self.last_loss = math.nan
         self.evals: list = []
         self.diverged_at = None
-        self.spikes: list = []
-        self._excursion = None
+        self._divergence = _native.DivergenceTracker()
         self._counts = None
         self._tokens = 0
         self._train_seconds = 0.0
@@ -209,22 +213,15 @@ class RunLogger:
     def _track_divergence(self, step: int, loss: float) -> None:
         if self.diverged_at is not None:
             return
-        if not math.isfinite(loss):
-            self.diverged_at = step
-            return
-        if not self.vocab_size:
-            return
-        bound = 2.0 * math.log(self.vocab_size)
-        if loss > bound:
-            e = self._excursion or {"step": step, "peak_loss": loss, "steps": 0}
-            e["steps"] += 1
-            e["peak_loss"] = max(e["peak_loss"], loss)
-            self._excursion = e
-            if e["steps"] >= DIVERGENCE_WINDOW:
-                self.diverged_at = e["step"]
-        elif self._excursion is not None:
-            self.spikes.append(self._excursion)
-            self._excursion = None
+        # Without a vocabulary size there is no bound: only a non-finite
+        # loss diverges.
+        bound = 2.0 * math.log(self.vocab_size) if self.vocab_size else math.inf
+        self.diverged_at = self._divergence.track(step, loss, bound)
+
+    @property
+    def spikes(self) -> list:
+        """The excursions above the bound that came back."""
+        return [{"step": s, "peak_loss": p, "steps": n} for s, p, n in self._divergence.spikes()]
 
     def _grad_norms(self, per_block: bool) -> tuple:
         """The global gradient norm (every step: one norm per tensor) and,
@@ -289,15 +286,11 @@ class RunLogger:
         return float(-(p * p.log()).sum())
 
     def status(self) -> str:
-        """converged / stalled / diverged, by normlab's rule."""
+        """converged / stalled / diverged, by normlab's rule (the native one)."""
         final_eval = self.evals[-1][1] if self.evals else self.last_loss
-        if self.diverged_at is not None or not math.isfinite(final_eval):
-            return "diverged"
-        unigram = self._unigram()
-        if not math.isfinite(unigram):
-            return "converged" if final_eval < (self.first_loss or math.inf) else "stalled"
-        floor = self.loss_floor or 0.0
-        return "stalled" if final_eval >= unigram - 0.1 * (unigram - floor) else "converged"
+        first = self.first_loss if self.first_loss is not None else math.inf
+        floor = float(self.loss_floor) if self.loss_floor is not None else None
+        return _native.classify(self.diverged_at is not None, final_eval, self._unigram(), floor, first)
 
     def finish(self) -> dict:
         """Write ``metrics.jsonl`` and ``summary.json`` (the mark of a finished
@@ -305,9 +298,9 @@ class RunLogger:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        if self._excursion is not None and self.diverged_at is None:
-            self.spikes.append(self._excursion)
-            self._excursion = None
+        if self.diverged_at is None:
+            # A run that ends above the bound has not recovered.
+            self.diverged_at = self._divergence.unrecovered()
         self._flush()
         status = self.status()
         eval_loss = self.evals[-1][1] if self.evals else None

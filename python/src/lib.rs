@@ -1,5 +1,8 @@
 //! `normlab._native`: the Python extension module over normlab's fused
-//! row-wise norm kernels (`normlab-kernels`; no kernel code lives here).
+//! row-wise norm kernels (`normlab-kernels`; no kernel code lives here),
+//! and over the library's divergence rule and run classification
+//! (`normlab::train::status`), which the run logger calls so that a
+//! PyTorch run is classified by the same code as a normlab run.
 //!
 //! The functions take the *addresses* of float32 buffers (or bfloat16 /
 //! float16 ones for x, y, dy, dx with `dtype` "bf16" / "f16": parameters,
@@ -20,6 +23,7 @@
 //! 32 MiB tensor, 16.6 ms -> 8.2 ms on the 2-core dev VM). Only the advice
 //! for memory the call writes anyway; it changes no value.
 
+use normlab::train::{status, Spike};
 use normlab_kernels::half16::{bf16, f16};
 use normlab_kernels::norm::{self, NormKind, ParamInit, ParamLen, ParamRole};
 use normlab_kernels::simd::Elem;
@@ -429,6 +433,64 @@ fn isa() -> String {
     normlab_kernels::simd::level().name().to_string()
 }
 
+/// The trainer's divergence rule, step by step (`normlab::train::status`):
+/// a non-finite loss diverges at once; a loss above the bound for
+/// `divergence_window()` consecutive steps diverges where it rose; an
+/// excursion that comes back is a spike.
+#[pyclass(module = "normlab._native")]
+#[derive(Default)]
+struct DivergenceTracker {
+    excursion: Option<Spike>,
+    spikes: Vec<Spike>,
+}
+
+#[pymethods]
+impl DivergenceTracker {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Observe one step's loss against `bound`: the step the run diverged
+    /// at, or None.
+    fn track(&mut self, step: usize, loss: f64, bound: f64) -> Option<usize> {
+        status::track_excursion(&mut self.excursion, &mut self.spikes, step, loss, bound)
+    }
+
+    /// At the end of the run: the step where an excursion still above the
+    /// bound began (the run has not recovered: diverged there), or None.
+    fn unrecovered(&self) -> Option<usize> {
+        status::unrecovered(self.excursion.as_ref())
+    }
+
+    /// The spikes that came back, as (step, peak_loss, steps).
+    fn spikes(&self) -> Vec<(usize, f64, usize)> {
+        self.spikes
+            .iter()
+            .map(|s| (s.step, s.peak_loss, s.steps))
+            .collect()
+    }
+}
+
+/// converged / stalled / diverged, by the trainer's rule.
+#[pyfunction]
+#[pyo3(signature = (diverged, final_eval, unigram, floor, first_loss))]
+fn classify(
+    diverged: bool,
+    final_eval: f64,
+    unigram: f64,
+    floor: Option<f64>,
+    first_loss: f64,
+) -> &'static str {
+    status::classify(diverged, final_eval, unigram, floor, first_loss).name()
+}
+
+/// Consecutive steps above the bound that make a run diverged.
+#[pyfunction]
+fn divergence_window() -> usize {
+    status::DIVERGENCE_WINDOW
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(forward, m)?)?;
@@ -437,5 +499,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats_per_row, m)?)?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;
     m.add_function(wrap_pyfunction!(set_huge_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(classify, m)?)?;
+    m.add_function(wrap_pyfunction!(divergence_window, m)?)?;
+    m.add_class::<DivergenceTracker>()?;
     Ok(())
 }

@@ -448,3 +448,34 @@ def test_torch_compile_inductor():
     assert torch.allclose(y, m(x), rtol=1e-5, atol=1e-6)
     y.sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_logger_classifies_at_the_divergence_window_edge_by_the_native_rule(tmp_path):
+    """The logger calls normlab's own rule (normlab::train::status, through
+    the native module): a loss above 2 ln V for one step less than the
+    window comes back as a spike; for the whole window it diverges where it
+    rose; a run that ends above the bound diverges where it rose."""
+    from normlab import _native
+
+    window = _native.divergence_window()
+    vocab = 16
+    # Above the bound 2 ln V, and exact in float32 (the losses are f32 tensors).
+    low, high = 1.0, math.floor(2.0 * math.log(vocab)) + 2.0
+
+    def run(name, losses):
+        log = RunLogger(str(tmp_path / name), tiny_lm(vocab=vocab), vocab_size=vocab,
+                        unigram_entropy=math.log(vocab))
+        for v in losses:
+            log.step(torch.tensor(v))
+        log.eval(low)
+        return log.finish()
+
+    short = run("short", [low] * 5 + [high] * (window - 1) + [low] * 5)
+    assert (short["status"], short["diverged_at_step"]) == ("converged", None)
+    assert short["spikes"] == [{"step": 6, "peak_loss": high, "steps": window - 1}]
+    full = run("full", [low] * 5 + [high] * window + [low] * 5)
+    assert (full["status"], full["diverged_at_step"]) == ("diverged", 6)
+    ends = run("ends", [low] * 5 + [high] * 3)
+    assert (ends["status"], ends["diverged_at_step"]) == ("diverged", 6)
+    nan = run("nan", [low] * 3 + [math.nan])
+    assert (nan["status"], nan["diverged_at_step"]) == ("diverged", 4)

@@ -5,6 +5,7 @@ pub mod data;
 pub mod folder;
 pub mod optim;
 pub mod run;
+pub mod status;
 pub mod toy_task;
 pub mod trainer;
 

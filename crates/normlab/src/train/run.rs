@@ -1,11 +1,13 @@
-//! One training run: the step loop, evaluation, the divergence rule, and
+//! One training run: the step loop, evaluation (the divergence rule and the
+//! classification are [`super::status`]'s), and
 //! the run folder it writes (format and guarantees in [`super::folder`]):
 //! checkpoints every `checkpoint_every` steps, a clean stop on request
 //! (`--stop-after`, SIGINT/SIGTERM), and bit-identical resumption.
 
 use crate::error::Result;
 use crate::train::config::TrainConfig;
-use crate::train::folder::{self, Progress, RunLock, Status, Summary};
+use crate::train::folder::{self, Progress, RunLock, Summary};
+use crate::train::status::{classify, track_excursion, unrecovered};
 use crate::train::trainer::{StepRecord, Trainer};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,54 +18,7 @@ pub use crate::train::folder::{
     last_logged_step, load_model, read_config, read_metrics, read_metrics_sampled, read_run_config,
     read_summary,
 };
-
-/// Consecutive steps a run may spend above the divergence bound (2 ln V,
-/// twice the loss of a uniform guess) before it counts as diverged. A
-/// non-finite loss or gradient is divergence at once. Measured: the spikes
-/// normlab's grids produce last one or two steps (the 8-layer GPT at lr
-/// 1e-2 without warm-up, seed 0: one step at 12.8 > 11.09, then it trains
-/// to 2.67 held-out, as PyTorch trains the same setting to 2.61), while no
-/// run that rose above the bound and stayed there for 50 steps came back.
-pub const DIVERGENCE_WINDOW: usize = 50;
-
-/// Follow the loss against the divergence bound: above it, a spike while it
-/// lasts; the step it began, once it has lasted [`DIVERGENCE_WINDOW`]
-/// steps (the run diverged there); back below, the spike is recorded.
-pub(crate) fn track_excursion(
-    prog: &mut Progress,
-    step: usize,
-    loss: f64,
-    bound: f64,
-) -> Option<usize> {
-    if loss > bound {
-        let e = prog.excursion.get_or_insert(folder::Spike {
-            step,
-            peak_loss: loss,
-            steps: 0,
-        });
-        e.steps += 1;
-        e.peak_loss = e.peak_loss.max(loss);
-        (e.steps >= DIVERGENCE_WINDOW).then_some(e.step)
-    } else {
-        if let Some(e) = prog.excursion.take() {
-            prog.spikes.push(e);
-        }
-        None
-    }
-}
-
-/// Classify a finished run (SPEC section 4).
-pub fn classify(diverged: bool, final_eval: f64, unigram: f64, floor: Option<f64>) -> Status {
-    if diverged || !final_eval.is_finite() {
-        return Status::Diverged;
-    }
-    let floor = floor.unwrap_or(0.0);
-    if final_eval >= unigram - 0.1 * (unigram - floor) {
-        Status::Stalled
-    } else {
-        Status::Converged
-    }
-}
+pub use crate::train::status::DIVERGENCE_WINDOW;
 
 /// Options of one invocation (not part of the run's identity).
 #[derive(Clone, Debug, Default)]
@@ -205,7 +160,13 @@ pub fn run(
         }
         steps_this_run += 1;
         prog.step = tr.step;
-        diverged_at = track_excursion(&mut prog, rec.step, rec.loss, tr.divergence_bound());
+        diverged_at = track_excursion(
+            &mut prog.excursion,
+            &mut prog.spikes,
+            rec.step,
+            rec.loss,
+            tr.divergence_bound(),
+        );
         prog.last_loss = Some(rec.loss);
         prog.best_loss = Some(prog.best_loss.map_or(rec.loss, |b| b.min(rec.loss)));
         if tr.step % cfg.eval_every == 0 || tr.step == cfg.steps {
@@ -236,7 +197,7 @@ pub fn run(
     }
     // A run that ends above the bound has not recovered.
     if tr.step >= cfg.steps && diverged_at.is_none() {
-        diverged_at = prog.excursion.map(|e| e.step);
+        diverged_at = unrecovered(prog.excursion.as_ref());
     }
     let finished = diverged_at.is_some() || tr.step >= cfg.steps;
     if !finished {
@@ -261,6 +222,7 @@ pub fn run(
         eval_loss.unwrap_or(f64::NAN),
         tr.data.unigram_entropy(),
         tr.data.loss_floor(),
+        prog.first_loss.unwrap_or(f64::NAN),
     );
     let train_s = prog.train_seconds.max(1e-9);
     let summary = Summary {
@@ -290,33 +252,4 @@ pub fn run(
         folder::write_summary(dir, &summary)?;
     }
     Ok(RunOutcome::Finished(summary))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spikes_that_come_back_are_events_and_sustained_ones_divergence() {
-        let mut p = Progress::default();
-        let bound = 10.0;
-        // A two-step spike, then recovery.
-        for (step, loss) in [(1, 5.0), (2, 12.0), (3, 15.0), (4, 6.0)] {
-            assert_eq!(track_excursion(&mut p, step, loss, bound), None);
-        }
-        assert_eq!(p.spikes.len(), 1);
-        assert_eq!(
-            (p.spikes[0].step, p.spikes[0].steps, p.spikes[0].peak_loss),
-            (2, 2, 15.0)
-        );
-        // An excursion that lasts the window diverges at its first step.
-        let mut got = None;
-        for k in 0..DIVERGENCE_WINDOW {
-            got = track_excursion(&mut p, 10 + k, 11.0, bound);
-            if k + 1 < DIVERGENCE_WINDOW {
-                assert_eq!(got, None);
-            }
-        }
-        assert_eq!(got, Some(10));
-    }
 }
