@@ -13,9 +13,11 @@
 # lr-sensitivity (`sweep --dry-run --json`). `diff` masks only the fields
 # that record time, date and machine: in JSON files the keys `date`,
 # `machine`, `elapsed_seconds`, `wall_seconds`, `seconds`, `step_seconds`,
-# `started`, `finished`, `timings`, and any key ending in `_ms`/`_seconds`;
-# in report.md and findings.md the lines that print a date, a machine or a
-# wall time. Everything else (metrics.jsonl, checkpoints, figures' data,
+# `started`, `finished`, `timings`, `steps_per_sec`, `tokens_per_sec`, and
+# any key ending in `_ms`/`_seconds` (also inside safetensors metadata);
+# in report.md and findings.md the lines that print a date, a machine, a
+# wall time or a measured speed-up; the speed chapter's files (timings
+# only) are skipped, and its entries in findings.json. Everything else (metrics.jsonl, checkpoints, figures' data,
 # verdicts) must be byte-identical.
 set -euo pipefail
 mode="${1:?usage: bitident.sh run BIN OUT | diff A B}"
@@ -56,20 +58,43 @@ mask_json() {
   python3 - "$1" <<'EOF'
 import json, sys
 MASK = {"date", "machine", "elapsed_seconds", "wall_seconds", "seconds", "step_seconds",
-        "started", "finished", "timings", "other_machines", "recorded"}
+        "train_seconds", "steps_per_sec", "tokens_per_sec", "started", "finished", "timings",
+        "other_machines", "recorded", "started_unix", "ms_per_step", "speed_vs_layernorm"}
 def strip(v):
+    if isinstance(v, dict) and v.get("experiment") == "speed":
+        return "(a speed measurement)"
     if isinstance(v, dict):
         return {k: strip(x) for k, x in v.items()
                 if k not in MASK and not k.endswith("_ms") and not k.endswith("_seconds")}
     if isinstance(v, list):
         return [strip(x) for x in v]
+    if isinstance(v, str) and " Step time: " in v:
+        return v[:v.index(" Step time: ")]  # norm-kind's measured step times
     return v
+def show(text):
+    try:
+        return json.dumps(strip(json.loads(text)), sort_keys=True)
+    except ValueError:
+        return text.rstrip("\n")
 path = sys.argv[1]
-if path.endswith(".jsonl"):
-    for line in open(path):
-        print(json.dumps(strip(json.loads(line)), sort_keys=True))
-else:
-    print(json.dumps(strip(json.load(open(path))), sort_keys=True, indent=1))
+if path.endswith(".safetensors"):
+    # The tensors byte for byte; the metadata (a resume file's progress,
+    # which counts training seconds) masked as JSON.
+    import hashlib, struct
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    meta = {k: show(v) for k, v in header.pop("__metadata__", {}).items()}
+    print(json.dumps(header, sort_keys=True), json.dumps(meta, sort_keys=True))
+    print(hashlib.sha256(raw[8 + n:]).hexdigest())
+    sys.exit(0)
+text = open(path).read()
+try:
+    print(show_whole := json.dumps(strip(json.loads(text)), sort_keys=True, indent=1))
+except ValueError:
+    # JSON lines (metrics.jsonl, `--json` listings), or not JSON at all.
+    for line in text.splitlines():
+        print(show(line))
 EOF
 }
 
@@ -83,11 +108,14 @@ diff_sets() {
   while read -r f; do
     [ -f "$b/$f" ] || continue
     case "$f" in
-      *.json|*.jsonl)
+      */speed/*) ;;  # the speed chapter: timings only
+      *.json|*.jsonl|*.safetensors)
         if ! cmp -s <(mask_json "$a/$f") <(mask_json "$b/$f"); then echo "differs: $f"; bad=1; fi ;;
       *.md|*.txt)
-        if ! cmp -s <(grep -viE 'date|machine|wall time|[0-9.]+ (s|min)\b' "$a/$f") \
-                    <(grep -viE 'date|machine|wall time|[0-9.]+ (s|min)\b' "$b/$f"); then
+        # Lines that print a date, a machine, a wall time or a measured
+        # speed-up (their numbers are compared in result.json).
+        local t='date|machine|wall time|[0-9.]+ (s|min)\b|[0-9]\.[0-9]+x|ms per step|^[|] (layer|rms|zrms|scale)norm [|]'
+        if ! cmp -s <(grep -viE "$t" "$a/$f") <(grep -viE "$t" "$b/$f"); then
           echo "differs: $f"; bad=1; fi ;;
       *.png|*.svg)
         # Figures of timings (speed) differ by nature; the others must match.

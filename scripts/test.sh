@@ -9,8 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --release "$@"
-# The logger test runs `normlab report` on the folders it writes.
-cargo build --release -p normlab-cli
+# The logger test runs `normlab report` on the folders it writes: the
+# binary the workspace's tests built (target/release/normlab; a plain
+# `cargo build -p normlab-cli` resolves other features and rebuilds it).
+cargo test --workspace --release --no-run --quiet
 PY="${NORMLAB_PYTHON:-python3}"
 if "$PY" -c "import torch, numpy, pytest" 2>/dev/null; then
   "$PY" -m pip install --quiet ./python
@@ -19,5 +21,5 @@ elif [ "${NORMLAB_REQUIRE_TORCH:-}" = "1" ]; then
   echo "error: $PY cannot import torch, numpy and pytest, and NORMLAB_REQUIRE_TORCH=1" >&2
   exit 1
 else
-  echo "note: Python tests skipped: $PY cannot import torch, numpy and pytest (set NORMLAB_PYTHON to a Python that can)"
+  echo "note: Python tests skipped: $PY cannot import torch, numpy and pytest (python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy pytest, then NORMLAB_PYTHON=/tmp/venv/bin/python)"
 fi

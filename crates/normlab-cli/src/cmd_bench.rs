@@ -2,9 +2,9 @@
 
 use crate::ui::{bad, progress, Table};
 use clap::{Args, Subcommand};
-use normlab::bench::{self, NormBenchConfig};
 use normlab::kernels::norm::NormKind;
 use normlab::precision::Dtype;
+use normlab_lab::bench::{self, NormBenchConfig};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {

@@ -5,7 +5,8 @@ use clap::Args;
 use normlab::calc::{self, CalcRequest};
 use normlab::kernels::norm::NormKind;
 
-/// Normalise one vector and show the invariances of SPEC section 1.
+/// Normalise one vector and show the invariances (LayerNorm under a*x + c,
+/// RMSNorm under a*x).
 ///
 /// Example: `normlab calc --x 1,2,3,6 --norm rmsnorm --scale 3 --shift 2`
 #[derive(Args, Debug)]

@@ -129,7 +129,7 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
             c.check_sequences,
         );
         calib = Some(
-            json!({"steps": c.calibrate, "lr": normlab::exp::num(c.calibrate_lr), "batch": batch, "after": agreement_json(&after)}),
+            json!({"steps": c.calibrate, "lr": normlab_lab::exp::num(c.calibrate_lr), "batch": batch, "after": agreement_json(&after)}),
         );
     }
     let report = json!({

@@ -2,10 +2,8 @@
 
 use crate::ui::{bad, progress};
 use clap::Args;
-use normlab::exp::{self, ExpArgs, EXPERIMENTS};
-use normlab::kernels::norm::NormKind;
-use normlab::model::{InitScheme, ModelKind};
-use normlab::nn::Placement;
+use normlab_lab::exp::args::FlagShape;
+use normlab_lab::exp::{self, ExpArgs, ExpFlag, EXPERIMENTS};
 use std::path::PathBuf;
 
 /// Run a built-in experiment (`normlab exp list` names them).
@@ -23,153 +21,103 @@ pub struct ExpCmd {
     /// Print result.json instead of the tables.
     #[arg(long)]
     json: bool,
-    /// Number of seeds.
-    #[arg(long)]
-    seeds: Option<usize>,
-    /// First seed.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Training steps per run.
-    #[arg(long)]
-    steps: Option<usize>,
-    /// Runs in parallel (each single-threaded; default: all cores).
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Thread counts (speed), comma-separated.
-    #[arg(long)]
-    threads: Option<String>,
-    /// Depths, comma-separated.
-    #[arg(long)]
-    layers: Option<String>,
-    /// Norm kinds, comma-separated.
-    #[arg(long)]
-    norms: Option<String>,
-    /// Placements, comma-separated.
-    #[arg(long)]
-    placements: Option<String>,
-    /// Learning rates, comma-separated.
-    #[arg(long)]
-    lrs: Option<String>,
-    /// Warm-up lengths, comma-separated.
-    #[arg(long)]
-    warmups: Option<String>,
-    /// Weight scales (drift), comma-separated.
-    #[arg(long)]
-    scales: Option<String>,
-    /// Width.
-    #[arg(long)]
-    d_model: Option<usize>,
-    /// Rows of random inputs.
-    #[arg(long)]
-    rows: Option<usize>,
-    /// depth-sim: number of sublayers N.
-    #[arg(long)]
-    sublayers: Option<usize>,
-    /// depth-sim: init gain g.
-    #[arg(long)]
-    gain: Option<f32>,
-    /// depth-sim: residual connections on (default).
-    #[arg(long, overrides_with = "no_residual")]
-    residual: bool,
-    /// depth-sim: residual connections off.
-    #[arg(long)]
-    no_residual: bool,
-    /// depth-sim: RMSNorm before each sublayer.
-    #[arg(long)]
-    pre_norm: bool,
-    /// depth-sim: scale each write-back by 1/sqrt(N).
-    #[arg(long)]
-    scale_writeback: bool,
-    /// depth-sim: LayerNorm Scaling, the pre-norm output of sublayer l times 1/sqrt(l) (with --pre-norm).
-    #[arg(long)]
-    lns: bool,
-    /// depth-sim: DyT's tanh(0.5 x) in the pre-norm's place (with --pre-norm).
-    #[arg(long)]
-    dyt: bool,
-    /// depth-sim: ReZero, each branch times a learnable scalar gate at its init 0.
-    #[arg(long)]
-    rezero: bool,
-    /// depth-sim: LayerScale, each branch times a learnable per-channel scale at this init (e.g. 1e-4).
-    #[arg(long, value_name = "INIT")]
-    layerscale: Option<f64>,
-    /// placements: toy or gpt (default both).
-    #[arg(long)]
-    model: Option<String>,
-    /// convert: existing run folders to convert instead of training, comma-separated.
-    #[arg(long)]
-    runs: Option<String>,
-    /// convert: calibration (distillation) steps.
-    #[arg(long)]
-    calibrate: Option<usize>,
-    /// convert: a pretrained BERT folder to convert too (default: models/all-MiniLM-L6-v2 if present).
-    #[arg(long)]
-    bert: Option<PathBuf>,
-    /// Weight initialisations, comma-separated: gpt2, torch (collapse).
-    #[arg(long)]
-    inits: Option<String>,
+    /// The experiment flags, from their one declaration (`exp::args`).
+    #[command(flatten)]
+    flags: ExpFlagArgs,
 }
 
-fn list<T: std::str::FromStr>(flag: &str, s: &Option<String>) -> anyhow::Result<Option<Vec<T>>>
-where
-    T::Err: std::fmt::Display,
-{
-    let Some(s) = s else { return Ok(None) };
-    let mut out = Vec::new();
-    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match p.parse::<T>() {
-            Ok(v) => out.push(v),
-            Err(e) => return bad(format!("--{flag}: '{p}': {e}")),
+/// The experiment flags given on the command line, as (flag, text); the
+/// clap arguments are made from [`ExpFlag::ALL`] (name, help, shape), so a
+/// flag declared in `exp::args` is on the command line with nothing added
+/// here.
+#[derive(Clone, Debug, Default)]
+pub struct ExpFlagArgs(Vec<(ExpFlag, String)>);
+
+/// The clap id of the `--no-<name>` form of an on/off flag.
+fn no_id(f: ExpFlag) -> String {
+    format!("no-{}", f.name())
+}
+
+impl clap::FromArgMatches for ExpFlagArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut v = Self::default();
+        v.update_from_arg_matches(m)?;
+        Ok(v)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for &f in ExpFlag::ALL {
+            match f.shape() {
+                FlagShape::Value | FlagShape::List => {
+                    if let Some(t) = m.get_one::<String>(f.name()) {
+                        self.0.push((f, t.clone()));
+                    }
+                }
+                FlagShape::Switch => {
+                    if m.get_flag(f.name()) {
+                        self.0.push((f, "true".into()));
+                    }
+                }
+                FlagShape::OnOff => {
+                    // The later of --name / --no-name wins (overrides_with).
+                    if m.get_flag(&no_id(f)) {
+                        self.0.push((f, "false".into()));
+                    } else if m.get_flag(f.name()) {
+                        self.0.push((f, "true".into()));
+                    }
+                }
+            }
         }
+        Ok(())
     }
-    if out.is_empty() {
-        return bad(format!("--{flag} is empty"));
+}
+
+impl clap::Args for ExpFlagArgs {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        use clap::{Arg, ArgAction};
+        for &f in ExpFlag::ALL {
+            let help = f.help().trim_end_matches('.');
+            let arg = Arg::new(f.name()).long(f.name()).help(help);
+            let value_name = f.name().to_uppercase().replace('-', "_");
+            cmd = match f.shape() {
+                FlagShape::Value => cmd.arg(arg.action(ArgAction::Set).value_name(value_name)),
+                FlagShape::List => cmd.arg(
+                    arg.action(ArgAction::Set)
+                        .value_name(format!("{value_name},.."))
+                        .help(format!("{help}; comma-separated")),
+                ),
+                FlagShape::Switch => cmd.arg(arg.action(ArgAction::SetTrue)),
+                FlagShape::OnOff => cmd
+                    .arg(arg.action(ArgAction::SetTrue).overrides_with(no_id(f)))
+                    .arg(
+                        Arg::new(no_id(f))
+                            .long(no_id(f))
+                            .action(ArgAction::SetTrue)
+                            .overrides_with(f.name())
+                            .help(format!("The opposite of --{}.", f.name())),
+                    ),
+            };
+        }
+        cmd
     }
-    Ok(Some(out))
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 impl ExpCmd {
     fn args(&self) -> anyhow::Result<ExpArgs> {
-        Ok(ExpArgs {
+        let mut a = ExpArgs {
             quick: self.quick,
             out: self.out.clone(),
-            seeds: self.seeds,
-            seed: self.seed,
-            steps: self.steps,
-            jobs: self.jobs,
-            threads: list::<usize>("threads", &self.threads)?,
-            layers: list::<usize>("layers", &self.layers)?,
-            norms: list::<NormKind>("norms", &self.norms)?,
-            placements: list::<Placement>("placements", &self.placements)?,
-            lrs: list::<f32>("lrs", &self.lrs)?,
-            warmups: list::<usize>("warmups", &self.warmups)?,
-            scales: list::<f32>("scales", &self.scales)?,
-            d_model: self.d_model,
-            rows: self.rows,
-            sublayers: self.sublayers,
-            gain: self.gain,
-            residual: if self.no_residual {
-                Some(false)
-            } else if self.residual {
-                Some(true)
-            } else {
-                None
-            },
-            pre_norm: self.pre_norm.then_some(true),
-            scale_writeback: self.scale_writeback.then_some(true),
-            lns: self.lns.then_some(true),
-            dyt: self.dyt.then_some(true),
-            rezero: self.rezero.then_some(true),
-            layerscale: self.layerscale,
-            model: match &self.model {
-                Some(m) => Some(m.parse::<ModelKind>().or_else(bad)?),
-                None => None,
-            },
-            runs: list::<PathBuf>("runs", &self.runs)?,
-            calibrate: self.calibrate,
-            bert: self.bert.clone(),
-            inits: list::<InitScheme>("inits", &self.inits)?,
             stop: Some(crate::ui::stop_flag()),
-        })
+            ..ExpArgs::default()
+        };
+        for (f, text) in &self.flags.0 {
+            f.set(&mut a, text)?;
+        }
+        Ok(a)
     }
 }
 
@@ -340,7 +288,7 @@ pub struct BookCmd {
 }
 
 pub fn book(c: BookCmd) -> anyhow::Result<()> {
-    use normlab::exp::book::{self, BookOptions};
+    use normlab_lab::exp::book::{self, BookOptions};
     if c.out.exists() && !c.out.is_dir() {
         return bad(format!("{} exists and is not a folder", c.out.display()));
     }
@@ -355,7 +303,7 @@ pub fn book(c: BookCmd) -> anyhow::Result<()> {
                 .filter(|x| !x.is_empty())
                 .collect();
             for id in &ids {
-                normlab::exp::get(id)?;
+                normlab_lab::exp::get(id)?;
             }
             Some(ids)
         }
@@ -403,7 +351,7 @@ pub fn book(c: BookCmd) -> anyhow::Result<()> {
             "\nestimated {:.1} core-hours left, about {:.1} h with {jobs} job(s) (estimate: matmul work at {} GFLOP/s per core)",
             total / 3600.0,
             total / 3600.0 / jobs as f64,
-            normlab::exp::book::GFLOPS_PER_CORE
+            normlab_lab::exp::book::GFLOPS_PER_CORE
         );
         return Ok(());
     }

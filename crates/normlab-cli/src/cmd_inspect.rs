@@ -8,7 +8,7 @@
 use crate::ui::{bad, Table};
 use clap::Args;
 use normlab::model::bert::{self, Bert};
-use normlab::present::{plot, Figure, LineChart, Panel, Series};
+use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
 /// Inspect a pretrained model: a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a Llama-architecture .gguf file.

@@ -2,8 +2,8 @@
 
 use crate::ui::{bad, progress};
 use clap::Args;
-use normlab::report;
-use normlab::sweep::{self, RunSpec, Shard, SweepOptions};
+use normlab_lab::report;
+use normlab_lab::sweep::{self, RunSpec, Shard, SweepOptions};
 use std::path::PathBuf;
 
 /// Run a grid of training runs: parallel, resumable, shardable.
@@ -54,12 +54,12 @@ pub struct ReportCmd {
 }
 
 fn grid_specs(grid: &str) -> anyhow::Result<Vec<RunSpec>> {
-    if let Some(e) = normlab::exp::find(grid) {
+    if let Some(e) = normlab_lab::exp::find(grid) {
         return Ok(e.sweep_specs()?);
     }
     let path = PathBuf::from(grid);
     if !path.exists() {
-        let ids: Vec<&str> = normlab::exp::EXPERIMENTS
+        let ids: Vec<&str> = normlab_lab::exp::EXPERIMENTS
             .iter()
             .filter(|e| e.grid.is_some())
             .map(|e| e.id)
@@ -144,7 +144,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
     let threads = (jobs * c.threads).min(cores).max(1);
     let any_todo = specs.iter().any(|s| !sweep::is_finished(&c.out, &s.id));
     let peak_before = if !c.json && any_todo {
-        normlab::bench::matmul_peak_gflops(threads, 0.3)
+        normlab_lab::bench::matmul_peak_gflops(threads, 0.3)
     } else {
         0.0
     };
@@ -189,7 +189,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
         if gflop > 0.0 && secs > 1.0 {
             // The share of this machine's sgemm peak on the threads the
             // sweep used.
-            let peak = normlab::bench::matmul_peak_gflops(threads, 0.3).max(peak_before);
+            let peak = normlab_lab::bench::matmul_peak_gflops(threads, 0.3).max(peak_before);
             println!(
                 "matmul work of the training steps: {:.0} GFLOP, {:.1} GFLOP/s = {:.0}% of this machine's sgemm peak ({:.0} GFLOP/s on {threads} threads, the better of measurements before and after the runs)",
                 gflop,

@@ -26,10 +26,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use clap::Args;
 use normlab::calc::{self, CalcRequest};
-use normlab::exp::depth_sim::{self, SimConfig};
 use normlab::kernels::norm::NormKind;
-use normlab::present::plot::{self, Figure, LineChart, Panel, Series};
-use normlab::report;
+use normlab_lab::exp::depth_sim::{self, SimConfig};
+use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
+use normlab_lab::report;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -382,7 +382,7 @@ async fn api_runs(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Respons
             let varying: serde_json::Map<String, Value> = keys.iter().map(|k| (k.clone(), cfgv[k].clone())).collect();
             json!({
                 "id": r.name,
-                "model": r.source.clone().unwrap_or_else(|| r.cfg.model.kind.to_string()), "source": r.source.as_deref().unwrap_or("normlab"), "norm": r.cfg.model.norm.name(), "placement": r.cfg.model.placement.name(), "layers": r.cfg.model.layers, "lr": normlab::exp::num(r.cfg.lr),
+                "model": r.source.clone().unwrap_or_else(|| r.cfg.model.kind.to_string()), "source": r.source.as_deref().unwrap_or("normlab"), "norm": r.cfg.model.norm.name(), "placement": r.cfg.model.placement.name(), "layers": r.cfg.model.layers, "lr": normlab_lab::exp::num(r.cfg.lr),
                 "varying": varying,
                 "status": r.summary.as_ref().map(|s| s.status.name()).unwrap_or("unfinished"),
                 "final_eval_loss": r.summary.as_ref().and_then(|s| s.final_eval_loss),

@@ -107,7 +107,7 @@ fn minilm() -> Option<PathBuf> {
 
 #[test]
 fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
-    use normlab::exp::{ExpFlag, EXPERIMENTS};
+    use normlab_lab::exp::{ExpFlag, EXPERIMENTS};
     let dir = tmp("flags");
     // A run folder for --runs: a tiny LayerNorm GPT.
     let run = dir.join("tiny-run");
@@ -437,14 +437,14 @@ fn training_experiments_show_the_known_effects() {
 /// --publish and the session count of a resumed book.
 #[test]
 fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
-    use normlab::exp::claims::{Coverage, CLAIMS};
+    use normlab_lab::exp::claims::{Coverage, CLAIMS};
     let dir = tmp("book");
     let out = dir.join("book");
     let o = normlab(&["book", "--quick", "--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(text.contains("findings.md"), "{text}");
-    for e in normlab::exp::EXPERIMENTS {
+    for e in normlab_lab::exp::EXPERIMENTS {
         let r = check_files(e.id, &out.join(e.id));
         assert_eq!(r["id"], e.id);
         assert!(!r["conclusion"].as_str().unwrap().is_empty(), "{}", e.id);

@@ -1,4 +1,5 @@
-//! Property tests of the invariances of SPEC section 1.
+//! Property tests of the norms' invariances: LayerNorm under a*x + c
+//! (a > 0), RMSNorm under a*x, an RMSNorm output's norm sqrt(d).
 
 use normlab_kernels::norm::{self, NormKind};
 use proptest::prelude::*;

@@ -5,12 +5,12 @@
 //! learning rate, the lr-sensitivity grid as a heat map with diverged and
 //! stalled cells marked.
 
-use crate::error::{Error, Result};
 use crate::present::{f, grid, plot, Figure, LineChart, Panel, Series, Table};
 use crate::sweep::SeedGroup;
-use crate::train::run::{read_metrics, read_run_config, read_summary};
-use crate::train::Summary;
-use crate::train::{StepRecord, TrainConfig};
+use normlab::error::{Error, Result};
+use normlab::train::run::{read_metrics, read_run_config, read_summary};
+use normlab::train::Summary;
+use normlab::train::{StepRecord, TrainConfig};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -376,7 +376,7 @@ fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
 
 /// Write `report.md` (+ figures) into `dir`.
 pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<()> {
-    crate::io::create_dir_all(dir)?;
+    normlab::io::create_dir_all(dir)?;
     for fig in &report.figures {
         plot::save(fig, dir)?;
     }
@@ -389,8 +389,8 @@ pub fn write(report: &Report, dir: &Path, root: &Path) -> Result<()> {
         md.push('\n');
     }
     md.push_str(&report.table.markdown());
-    crate::io::atomic_write(&dir.join("report.md"), md.as_bytes())?;
-    crate::io::atomic_write(
+    normlab::io::atomic_write(&dir.join("report.md"), md.as_bytes())?;
+    normlab::io::atomic_write(
         &dir.join("report.json"),
         serde_json::to_string_pretty(&report.records)
             .unwrap()

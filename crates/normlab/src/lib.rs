@@ -1,19 +1,21 @@
 //! # normlab
 //!
 //! The normlab library: the norm calculator, modules with explicit
-//! forward/backward passes ([`nn`]), models ([`model`]), training
-//! ([`train`]) and benchmarks, built on [`normlab_kernels`].
+//! forward/backward passes ([`nn`]), models ([`model`]: trainable and
+//! pretrained), training ([`train`]), checkpoints ([`io`], [`gguf`]) and
+//! conversion ([`convert`]), built on [`normlab_kernels`]. The study built
+//! on it (experiments, sweeps, the book, reports, benchmarks) is the
+//! `normlab-lab` crate, which this crate never imports.
 //!
-//! Data flows one way: kernels -> nn -> model -> train -> exp -> cli/web.
+//! Data flows one way: kernels -> nn -> model -> train -> (lab: sweep ->
+//! exp) -> cli/web.
 
 pub use error::{Error, Result};
 pub use normlab_kernels as kernels;
 
-pub mod bench;
 pub mod calc;
 pub mod convert;
 pub mod error;
-pub mod exp;
 pub mod gguf;
 pub mod gradcheck;
 pub mod io;
@@ -22,8 +24,5 @@ pub mod model;
 pub mod nn;
 pub mod params;
 pub mod precision;
-pub mod present;
-pub mod report;
 pub mod settings;
-pub mod sweep;
 pub mod train;

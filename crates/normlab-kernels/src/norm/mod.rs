@@ -144,7 +144,7 @@ impl NormKind {
         self.spec().name
     }
 
-    /// The default eps of SPEC section 1.
+    /// The kind's default eps.
     pub fn default_eps(self) -> f32 {
         self.spec().default_eps
     }

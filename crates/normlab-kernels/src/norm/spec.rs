@@ -91,7 +91,7 @@ pub struct KindSpec {
     pub aliases: &'static [&'static str],
     /// One-line formula (help texts, `normlab calc`).
     pub formula: &'static str,
-    /// Default eps (SPEC section 1).
+    /// Default eps (the table in docs/kernels.md).
     pub default_eps: f32,
     /// Parameter tensors, in flat-slice order.
     pub params: &'static [ParamSpec],

@@ -6,7 +6,7 @@
 //! ratios lies wholly on one side of 1; otherwise the answer is "no
 //! measurable difference".
 
-use super::median;
+use super::timing::median;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -163,13 +163,13 @@ pub fn interleaved(
 /// Training step times of several configs, interleaved step by step
 /// (`rounds` steps of each after two warm-up steps), on `threads` threads.
 pub fn train_steps(
-    cfgs: &[(&str, crate::train::TrainConfig)],
+    cfgs: &[(&str, normlab::train::TrainConfig)],
     threads: usize,
     rounds: usize,
-) -> crate::Result<Rounds> {
+) -> normlab::Result<Rounds> {
     let mut trainers = Vec::with_capacity(cfgs.len());
     for (_, c) in cfgs {
-        let mut tr = crate::train::Trainer::new(c, threads)?;
+        let mut tr = normlab::train::Trainer::new(c, threads)?;
         for _ in 0..2 {
             tr.train_step(false);
         }

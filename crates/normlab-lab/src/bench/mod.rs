@@ -11,18 +11,21 @@
 //! (x -> y), of x and dy for forward+backward (x, dy, y, dx).
 
 pub mod compare;
+pub mod timing;
+pub mod train;
 
-use crate::error::Result;
-use crate::kernels::buf::AlignedBuf;
-use crate::kernels::half16::{bf16, f16};
-use crate::kernels::norm::{self, NormKind};
-use crate::kernels::rng::Rng;
-use crate::kernels::simd;
-use crate::kernels::simd::Elem;
-use crate::precision::Dtype;
-use rayon::prelude::*;
+pub use timing::{copy_roofline_gbps, median, range, time_median};
+pub use train::{
+    forward_gflop, matmul_peak_gflops, run_train_bench, standard_train_configs, TrainBenchRecord,
+};
+
+use normlab::kernels::buf::AlignedBuf;
+use normlab::kernels::half16::{bf16, f16};
+use normlab::kernels::norm::{self, NormKind};
+use normlab::kernels::rng::Rng;
+use normlab::kernels::simd::Elem;
+use normlab::precision::Dtype;
 use serde::Serialize;
-use std::time::Instant;
 
 /// Which passes a record timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -131,90 +134,18 @@ impl NormBenchConfig {
     }
 }
 
-/// The smallest and largest of `v` (per-round ratios and fractions, shown
-/// as a range next to their median).
-pub fn range(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo, hi)
-}
-
-/// Median of a sample (sorted in place).
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
-/// Time `f` repeatedly: one warm-up call, then at least `min_reps` calls and
-/// about `target_seconds` in all. Returns (median seconds, reps).
-pub fn time_median<F: FnMut()>(mut f: F, target_seconds: f64, min_reps: usize) -> (f64, usize) {
-    let t0 = Instant::now();
-    f();
-    let first = t0.elapsed().as_secs_f64().max(1e-9);
-    let reps = ((target_seconds / first) as usize).clamp(min_reps, 10_000);
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f();
-        times.push(t.elapsed().as_secs_f64());
-    }
-    (median(&mut times), reps)
-}
-
-/// Copy bandwidth (GB/s, read + write bytes / time) for `n` f32 elements
-/// with the current rayon pool: the better of `copy_from_slice` (memcpy,
-/// normal stores) and a copy with streaming stores, since each wins at
-/// different footprints (see `simd::STREAM_MIN_BYTES`).
-pub fn copy_roofline_gbps(n: usize, target_seconds: f64, min_reps: usize) -> f64 {
-    let src = AlignedBuf::from_slice(&vec![1.0f32; n]);
-    let mut dst = AlignedBuf::from_slice(&vec![0.5f32; n]);
-    // Chunks of whole 16-float blocks so streaming chunks stay aligned.
-    let chunk = ((64 * 1024).max(n.div_ceil(rayon::current_num_threads() * 4))).div_ceil(16) * 16;
-    let (t_memcpy, _) = time_median(
-        || {
-            dst.par_chunks_mut(chunk)
-                .zip(src.par_chunks(chunk))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-        },
-        target_seconds,
-        min_reps,
-    );
-    let (t_stream, _) = time_median(
-        || {
-            dst.par_chunks_mut(chunk)
-                .zip(src.par_chunks(chunk))
-                .for_each(|(d, s)| {
-                    simd::stream_copy(d, s);
-                    simd::stream_fence();
-                });
-        },
-        target_seconds,
-        min_reps,
-    );
-    std::hint::black_box(&*dst);
-    (2 * n * 4) as f64 / t_memcpy.min(t_stream) / 1e9
-}
-
 impl NormBenchConfig {
     /// Refuse shapes this machine cannot hold (x, y, dy, dx, the copy
     /// buffers: about 6 floats per element) and bad thread counts.
-    pub fn check(&self) -> crate::Result<()> {
+    pub fn check(&self) -> normlab::Result<()> {
         for &(rows, d) in &self.shapes {
-            crate::limits::check_memory(
-                crate::limits::f32_bytes(6.0 * rows as f64 * d as f64),
+            normlab::limits::check_memory(
+                normlab::limits::f32_bytes(6.0 * rows as f64 * d as f64),
                 &format!("bench shape {rows}x{d}"),
             )?;
         }
         for &t in &self.threads {
-            crate::limits::check_threads("--threads", t)?;
+            normlab::limits::check_threads("--threads", t)?;
         }
         Ok(())
     }
@@ -394,181 +325,4 @@ pub fn run_norm_bench(
         }
     }
     out
-}
-
-/// One `bench train` measurement.
-#[derive(Clone, Debug, Serialize)]
-pub struct TrainBenchRecord {
-    /// toy or gpt.
-    pub model: String,
-    /// Short description of the configuration.
-    pub config: String,
-    /// Threads.
-    pub threads: usize,
-    /// Median milliseconds per optimisation step.
-    pub ms_per_step: f64,
-    /// 1000 / ms_per_step.
-    pub steps_per_sec: f64,
-    /// Tokens per second.
-    pub tokens_per_sec: f64,
-    /// Matmul FLOP per step (forward x 3).
-    pub gflop_per_step: f64,
-    /// Achieved GFLOP/s.
-    pub gflops: f64,
-    /// Matmul peak measured in the same run with the same threads.
-    pub matmul_peak_gflops: f64,
-    /// gflops / matmul_peak_gflops.
-    pub peak_fraction: f64,
-    /// Steps timed per round.
-    pub steps: usize,
-    /// Each round's median step time (ms); `ms_per_step` is their median.
-    pub round_ms: Vec<f64>,
-    /// Each round's matmul peak (GFLOP/s), measured right after its steps;
-    /// `matmul_peak_gflops` is their median.
-    pub round_peak_gflops: Vec<f64>,
-    /// The smallest and largest per-round fraction of the peak (each
-    /// round's GFLOP/s over its own peak).
-    pub peak_fraction_range: (f64, f64),
-}
-
-/// Matmul FLOP of one forward pass of a model config on `batch` sequences
-/// (backward is counted as twice the forward).
-pub fn forward_gflop(cfg: &crate::model::ModelConfig, batch: usize) -> f64 {
-    let t = (batch * cfg.seq) as f64;
-    let (d, h, v, l) = (
-        cfg.d_model as f64,
-        cfg.hidden as f64,
-        cfg.vocab as f64,
-        cfg.layers as f64,
-    );
-    let mlp = match cfg.act {
-        crate::nn::Activation::Gelu => 2.0 * t * d * h * 2.0,
-        crate::nn::Activation::Swiglu => 2.0 * t * d * 2.0 * h + 2.0 * t * h * d,
-    };
-    let mix = match cfg.kind {
-        crate::model::ModelKind::Toy => 2.0 * t * d * d,
-        crate::model::ModelKind::Gpt => {
-            let attn = 2.0 * 2.0 * t * cfg.seq as f64 * d; // q k^T and P v over all heads
-            2.0 * t * d * 3.0 * d + attn + 2.0 * t * d * d
-        }
-    };
-    (l * (mlp + mix) + 2.0 * t * d * v) / 1e9
-}
-
-/// Peak sgemm GFLOP/s with `threads` threads, each multiplying its own
-/// 512x512 matrices (the shapes a well-blocked GEMM runs at full speed).
-pub fn matmul_peak_gflops(threads: usize, target_seconds: f64) -> f64 {
-    let n = 512;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("pool");
-    let a = vec![0.5f32; n * n];
-    let b = vec![0.25f32; n * n];
-    let mut cs: Vec<Vec<f32>> = (0..threads).map(|_| vec![0.0; n * n]).collect();
-    let (t, _) = pool.install(|| {
-        time_median(
-            || {
-                cs.par_iter_mut().for_each(|c| {
-                    use crate::kernels::matmul::{gemm, Mat};
-                    gemm(1.0, Mat::rows(&a, n, n), Mat::rows(&b, n, n), 0.0, c, n);
-                })
-            },
-            target_seconds,
-            7,
-        )
-    });
-    threads as f64 * 2.0 * (n * n * n) as f64 / t / 1e9
-}
-
-/// Time `cfg`'s optimisation steps with `threads` threads in `rounds`
-/// rounds (after 2 warm-up steps): each round times `steps` steps (their
-/// median) and then measures the matmul peak, so that the step and the
-/// peak it is compared with run minutes apart at most (A/B interleaved:
-/// these VMs drift 10-40%). Reported: the medians over the rounds, and the
-/// range of the per-round fractions of the peak.
-pub fn run_train_bench(
-    cfg: &crate::train::TrainConfig,
-    threads: usize,
-    steps: usize,
-    rounds: usize,
-) -> Result<TrainBenchRecord> {
-    if steps == 0 || rounds == 0 {
-        return Err("the train benchmark needs at least one step and one round".into());
-    }
-    let mut tr = crate::train::Trainer::new(cfg, threads)?;
-    for _ in 0..2 {
-        tr.train_step(false);
-    }
-    let gflop = 3.0 * forward_gflop(&cfg.model, cfg.batch);
-    let (mut round_t, mut round_peak) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
-    for _ in 0..rounds {
-        let mut times = Vec::with_capacity(steps);
-        for _ in 0..steps {
-            let t0 = Instant::now();
-            let (_, diverged) = tr.train_step(false);
-            times.push(t0.elapsed().as_secs_f64());
-            if diverged {
-                return Err("the benchmark run diverged".into());
-            }
-        }
-        round_t.push(median(&mut times));
-        round_peak.push(matmul_peak_gflops(threads, 0.3));
-    }
-    let fractions: Vec<f64> = round_t
-        .iter()
-        .zip(&round_peak)
-        .map(|(t, p)| gflop / t / p)
-        .collect();
-    let t = median(&mut round_t.clone());
-    let peak = median(&mut round_peak.clone());
-    let gflops = gflop / t;
-    Ok(TrainBenchRecord {
-        model: cfg.model.kind.to_string(),
-        config: format!(
-            "L{} d{} {} seq{} batch{} {} {} {}",
-            cfg.model.layers,
-            cfg.model.d_model,
-            if cfg.model.kind == crate::model::ModelKind::Gpt {
-                format!("heads{}", cfg.model.heads)
-            } else {
-                "mean-mixer".into()
-            },
-            cfg.model.seq,
-            cfg.batch,
-            cfg.model.norm,
-            cfg.model.placement,
-            match cfg.model.act {
-                crate::nn::Activation::Gelu => "gelu",
-                crate::nn::Activation::Swiglu => "swiglu",
-            }
-        ),
-        threads,
-        ms_per_step: t * 1e3,
-        steps_per_sec: 1.0 / t,
-        tokens_per_sec: (cfg.batch * cfg.model.seq) as f64 / t,
-        gflop_per_step: gflop,
-        gflops,
-        matmul_peak_gflops: peak,
-        peak_fraction: gflops / peak,
-        steps,
-        round_ms: round_t.iter().map(|t| t * 1e3).collect(),
-        round_peak_gflops: round_peak,
-        peak_fraction_range: range(&fractions),
-    })
-}
-
-/// The two configurations of the engine issue's benchmark: toy L20 batch 32
-/// and gpt d128 / 4 heads / L8 / seq 128 / batch 16 / MLP 4d GELU, pre-LN.
-pub fn standard_train_configs() -> Vec<crate::train::TrainConfig> {
-    use serde_json::json;
-    let toy = json!({"model": "toy", "layers": 20, "batch": 32});
-    let gpt = json!({"model": "gpt", "layers": 8, "d_model": 128, "heads": 4, "seq": 128, "hidden": 512, "batch": 16});
-    [toy, gpt]
-        .iter()
-        .map(|v| {
-            crate::train::TrainConfig::from_overrides(v.as_object().unwrap())
-                .expect("valid bench config")
-        })
-        .collect()
 }

@@ -1,273 +1,214 @@
-//! Settings an experiment can take from the command line. Each field is
-//! optional (None: the experiment's SPEC default); an experiment refuses a
-//! flag it does not use rather than silently ignoring it.
+//! Settings an experiment can take from the command line, each declared
+//! once in [`exp_flags!`]: its field of [`ExpArgs`] (None: the
+//! experiment's default), its [`ExpFlag`], its flag name, help text, value
+//! shape and the example value the tests pass. The `normlab exp` command
+//! line is built from that table, and every value is parsed by
+//! [`ExpFlag::set`]; a new flag is one line of the table. An experiment
+//! refuses a flag it does not use rather than silently ignoring it.
 
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
-use crate::model::ModelKind;
-use crate::nn::Placement;
+use normlab::error::{Error, Result};
+use normlab::kernels::norm::NormKind;
+use normlab::model::{InitScheme, ModelKind};
+use normlab::nn::Placement;
 use std::path::PathBuf;
 
-/// Experiment settings (all optional).
-#[derive(Clone, Debug, Default)]
-pub struct ExpArgs {
-    /// Reduced setting (seconds to a minute).
-    pub quick: bool,
-    /// Folder for outputs; training grids keep their runs in `<out>/runs`
-    /// (an interrupted experiment resumes without redoing finished runs).
-    pub out: Option<PathBuf>,
-    /// Number of seeds.
-    pub seeds: Option<usize>,
-    /// First seed.
-    pub seed: Option<u64>,
-    /// Training steps per run.
-    pub steps: Option<usize>,
-    /// Runs in parallel (each single-threaded).
-    pub jobs: Option<usize>,
-    /// Threads (speed experiment).
-    pub threads: Option<Vec<usize>>,
-    /// Depths.
-    pub layers: Option<Vec<usize>>,
-    /// Norm kinds.
-    pub norms: Option<Vec<NormKind>>,
-    /// Placements.
-    pub placements: Option<Vec<Placement>>,
-    /// Learning rates.
-    pub lrs: Option<Vec<f32>>,
-    /// Warm-up lengths.
-    pub warmups: Option<Vec<usize>>,
-    /// Weight scales (drift).
-    pub scales: Option<Vec<f32>>,
-    /// Width.
-    pub d_model: Option<usize>,
-    /// Rows (batch of vectors).
-    pub rows: Option<usize>,
-    /// Sublayers (depth-sim).
-    pub sublayers: Option<usize>,
-    /// Init gain (depth-sim).
-    pub gain: Option<f32>,
-    /// Residual connections on/off (depth-sim).
-    pub residual: Option<bool>,
-    /// Pre-norm on/off (depth-sim).
-    pub pre_norm: Option<bool>,
-    /// Write-back scaling 1/sqrt(N) (depth-sim).
-    pub scale_writeback: Option<bool>,
-    /// depth-sim: LayerNorm Scaling (pre-norm output of sublayer l times 1/sqrt(l)).
-    pub lns: Option<bool>,
-    /// depth-sim: DyT in the pre-norm's place.
-    pub dyt: Option<bool>,
-    /// depth-sim: ReZero's zero branch gate.
-    pub rezero: Option<bool>,
-    /// depth-sim: a LayerScale branch gate with this init.
-    pub layerscale: Option<f64>,
-    /// Model family (placements).
-    pub model: Option<ModelKind>,
-    /// Existing run folders to use instead of training (convert).
-    pub runs: Option<Vec<PathBuf>>,
-    /// Calibration steps (convert).
-    pub calibrate: Option<usize>,
-    /// A pretrained BERT folder to convert too (convert).
-    pub bert: Option<PathBuf>,
-    /// Weight initialisations (collapse).
-    pub inits: Option<Vec<crate::model::InitScheme>>,
-    /// Set by a signal handler: training stops after the current step of
-    /// every run, with a checkpoint (not a flag).
-    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-}
-
-/// A flag an experiment may take (besides --quick, --out and --json).
-/// Each experiment lists the flags it takes in its registry row; any other
-/// flag is refused, never silently ignored.
+/// How a flag is written on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpFlag {
-    /// --seeds N
-    Seeds,
-    /// --seed S
-    Seed,
-    /// --steps N
-    Steps,
-    /// --jobs N
-    Jobs,
-    /// --threads T,T
-    Threads,
-    /// --layers L,L
-    Layers,
-    /// --norms K,K
-    Norms,
-    /// --placements P,P
-    Placements,
-    /// --lrs LR,LR
-    Lrs,
-    /// --warmups W,W
-    Warmups,
-    /// --scales S,S
-    Scales,
-    /// --d-model D
-    DModel,
-    /// --rows R
-    Rows,
-    /// --sublayers N
-    Sublayers,
-    /// --gain G
-    Gain,
-    /// --residual / --no-residual
-    Residual,
-    /// --pre-norm
-    PreNorm,
-    /// --scale-writeback
-    ScaleWriteback,
-    /// --lns (LayerNorm Scaling in the depth simulator)
-    Lns,
-    /// --dyt (DyT as the depth simulator's pre-norm)
-    Dyt,
-    /// --rezero (a zero branch gate in the depth simulator)
-    Rezero,
-    /// --layerscale INIT (a LayerScale branch gate in the depth simulator)
-    Layerscale,
-    /// --model toy|gpt
-    Model,
-    /// --runs DIR,DIR
-    Runs,
-    /// --calibrate STEPS
-    Calibrate,
-    /// --bert DIR
-    Bert,
-    /// --inits gpt2,torch
-    Inits,
+pub enum FlagShape {
+    /// `--name VALUE`.
+    Value,
+    /// `--name A,B,C` (a non-empty comma-separated list).
+    List,
+    /// `--name` alone sets it.
+    Switch,
+    /// `--name` sets it on, `--no-name` off.
+    OnOff,
 }
 
-impl ExpFlag {
-    /// Every flag.
-    pub const ALL: [ExpFlag; 27] = [
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Steps,
-        ExpFlag::Jobs,
-        ExpFlag::Threads,
-        ExpFlag::Layers,
-        ExpFlag::Norms,
-        ExpFlag::Placements,
-        ExpFlag::Lrs,
-        ExpFlag::Warmups,
-        ExpFlag::Scales,
-        ExpFlag::DModel,
-        ExpFlag::Rows,
-        ExpFlag::Sublayers,
-        ExpFlag::Gain,
-        ExpFlag::Residual,
-        ExpFlag::PreNorm,
-        ExpFlag::ScaleWriteback,
-        ExpFlag::Lns,
-        ExpFlag::Dyt,
-        ExpFlag::Rezero,
-        ExpFlag::Layerscale,
-        ExpFlag::Model,
-        ExpFlag::Runs,
-        ExpFlag::Calibrate,
-        ExpFlag::Bert,
-        ExpFlag::Inits,
-    ];
+/// A value a flag's text parses into (one-line errors naming the flag).
+pub trait FlagValue: Sized {
+    /// Parse `text`, the value given to `--flag`.
+    fn parse_flag(flag: &str, text: &str) -> Result<Self>;
+}
 
-    /// The flag's name (without `--`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ExpFlag::Seeds => "seeds",
-            ExpFlag::Seed => "seed",
-            ExpFlag::Steps => "steps",
-            ExpFlag::Jobs => "jobs",
-            ExpFlag::Threads => "threads",
-            ExpFlag::Layers => "layers",
-            ExpFlag::Norms => "norms",
-            ExpFlag::Placements => "placements",
-            ExpFlag::Lrs => "lrs",
-            ExpFlag::Warmups => "warmups",
-            ExpFlag::Scales => "scales",
-            ExpFlag::DModel => "d-model",
-            ExpFlag::Rows => "rows",
-            ExpFlag::Sublayers => "sublayers",
-            ExpFlag::Gain => "gain",
-            ExpFlag::Residual => "residual",
-            ExpFlag::PreNorm => "pre-norm",
-            ExpFlag::ScaleWriteback => "scale-writeback",
-            ExpFlag::Lns => "lns",
-            ExpFlag::Dyt => "dyt",
-            ExpFlag::Rezero => "rezero",
-            ExpFlag::Layerscale => "layerscale",
-            ExpFlag::Model => "model",
-            ExpFlag::Runs => "runs",
-            ExpFlag::Calibrate => "calibrate",
-            ExpFlag::Bert => "bert",
-            ExpFlag::Inits => "inits",
+macro_rules! flag_value_by_from_str {
+    ($($t:ty),*) => {$(
+        impl FlagValue for $t {
+            fn parse_flag(flag: &str, text: &str) -> Result<Self> {
+                text.trim()
+                    .parse::<$t>()
+                    .map_err(|e| Error::bad(format!("--{flag}: '{text}': {e}")))
+            }
+        }
+    )*};
+}
+flag_value_by_from_str!(usize, u64, f32, f64, PathBuf, NormKind, Placement, ModelKind, InitScheme);
+
+impl FlagValue for bool {
+    fn parse_flag(flag: &str, text: &str) -> Result<Self> {
+        match text.trim() {
+            "true" | "on" | "1" => Ok(true),
+            "false" | "off" | "0" => Ok(false),
+            _ => Err(Error::bad(format!(
+                "--{flag}: '{text}' is not true or false"
+            ))),
         }
     }
+}
 
-    /// A small example value (None for switches and for paths, which a
-    /// caller must supply): what the tests pass to check that every
-    /// documented flag is accepted.
-    pub fn example(self) -> Option<&'static str> {
-        match self {
-            ExpFlag::Seeds => Some("1"),
-            ExpFlag::Seed => Some("0"),
-            ExpFlag::Steps => Some("10"),
-            ExpFlag::Jobs => Some("1"),
-            ExpFlag::Threads => Some("1"),
-            ExpFlag::Layers => Some("2"),
-            ExpFlag::Norms => Some("layernorm"),
-            ExpFlag::Placements => Some("pre"),
-            ExpFlag::Lrs => Some("0.001"),
-            ExpFlag::Warmups => Some("0"),
-            ExpFlag::Scales => Some("0.3"),
-            ExpFlag::DModel => Some("16"),
-            ExpFlag::Rows => Some("8"),
-            ExpFlag::Sublayers => Some("4"),
-            ExpFlag::Gain => Some("1"),
-            ExpFlag::Model => Some("toy"),
-            ExpFlag::Calibrate => Some("5"),
-            ExpFlag::Inits => Some("torch"),
-            ExpFlag::Layerscale => Some("0.0001"),
-            ExpFlag::Residual
-            | ExpFlag::PreNorm
-            | ExpFlag::ScaleWriteback
-            | ExpFlag::Lns
-            | ExpFlag::Dyt
-            | ExpFlag::Rezero
-            | ExpFlag::Runs
-            | ExpFlag::Bert => None,
+impl<T: FlagValue> FlagValue for Vec<T> {
+    fn parse_flag(flag: &str, text: &str) -> Result<Self> {
+        let v = text
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| T::parse_flag(flag, p))
+            .collect::<Result<Vec<T>>>()?;
+        if v.is_empty() {
+            return Err(Error::bad(format!("--{flag} is empty")));
         }
+        Ok(v)
     }
+}
 
-    /// Whether `a` sets this flag.
-    pub fn is_set(self, a: &ExpArgs) -> bool {
-        match self {
-            ExpFlag::Seeds => a.seeds.is_some(),
-            ExpFlag::Seed => a.seed.is_some(),
-            ExpFlag::Steps => a.steps.is_some(),
-            ExpFlag::Jobs => a.jobs.is_some(),
-            ExpFlag::Threads => a.threads.is_some(),
-            ExpFlag::Layers => a.layers.is_some(),
-            ExpFlag::Norms => a.norms.is_some(),
-            ExpFlag::Placements => a.placements.is_some(),
-            ExpFlag::Lrs => a.lrs.is_some(),
-            ExpFlag::Warmups => a.warmups.is_some(),
-            ExpFlag::Scales => a.scales.is_some(),
-            ExpFlag::DModel => a.d_model.is_some(),
-            ExpFlag::Rows => a.rows.is_some(),
-            ExpFlag::Sublayers => a.sublayers.is_some(),
-            ExpFlag::Gain => a.gain.is_some(),
-            ExpFlag::Residual => a.residual.is_some(),
-            ExpFlag::PreNorm => a.pre_norm.is_some(),
-            ExpFlag::ScaleWriteback => a.scale_writeback.is_some(),
-            ExpFlag::Lns => a.lns.is_some(),
-            ExpFlag::Dyt => a.dyt.is_some(),
-            ExpFlag::Rezero => a.rezero.is_some(),
-            ExpFlag::Layerscale => a.layerscale.is_some(),
-            ExpFlag::Model => a.model.is_some(),
-            ExpFlag::Runs => a.runs.is_some(),
-            ExpFlag::Calibrate => a.calibrate.is_some(),
-            ExpFlag::Bert => a.bert.is_some(),
-            ExpFlag::Inits => a.inits.is_some(),
+/// Declare the experiment flags: per flag its doc comment (the help text),
+/// `Variant field: Type = "name", Shape, example`. Generates [`ExpArgs`]
+/// and [`ExpFlag`] with its table methods.
+macro_rules! exp_flags {
+    ($(
+        $(#[doc = $doc:literal])+
+        $variant:ident $field:ident : $ty:ty = $name:literal, $shape:ident, $example:expr;
+    )*) => {
+        /// Experiment settings: `quick`, `out` and a stop flag, then every
+        /// declared flag as an optional field (None: the default).
+        #[derive(Clone, Debug, Default)]
+        pub struct ExpArgs {
+            /// Reduced setting (seconds to a minute).
+            pub quick: bool,
+            /// Folder for outputs; training grids keep their runs in
+            /// `<out>/runs` (an interrupted experiment resumes without
+            /// redoing finished runs).
+            pub out: Option<PathBuf>,
+            /// Set by a signal handler: training stops after the current
+            /// step of every run, with a checkpoint (not a flag).
+            pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+            $($(#[doc = $doc])+ pub $field: Option<$ty>,)*
         }
-    }
+
+        /// A flag an experiment may take (besides --quick, --out and
+        /// --json). Each experiment lists the flags it takes in its
+        /// registry row; any other flag is refused, never silently ignored.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum ExpFlag {
+            $($(#[doc = $doc])+ $variant,)*
+        }
+
+        impl ExpFlag {
+            /// Every flag, in declaration order.
+            pub const ALL: &'static [ExpFlag] = &[$(ExpFlag::$variant),*];
+
+            /// The flag's name (without `--`).
+            pub fn name(self) -> &'static str {
+                match self { $(ExpFlag::$variant => $name,)* }
+            }
+
+            /// Its help text (the declaration's doc comment).
+            pub fn help(self) -> &'static str {
+                match self { $(ExpFlag::$variant => concat!($($doc),+).trim_ascii(),)* }
+            }
+
+            /// How it is written on the command line.
+            pub fn shape(self) -> FlagShape {
+                match self { $(ExpFlag::$variant => FlagShape::$shape,)* }
+            }
+
+            /// A small example value (None for switches and for paths,
+            /// which a caller must supply): what the tests pass to check
+            /// that every documented flag is accepted.
+            pub fn example(self) -> Option<&'static str> {
+                match self { $(ExpFlag::$variant => $example,)* }
+            }
+
+            /// Whether `a` sets this flag.
+            pub fn is_set(self, a: &ExpArgs) -> bool {
+                match self { $(ExpFlag::$variant => a.$field.is_some(),)* }
+            }
+
+            /// Set this flag in `a` from its text (`true`/`false` for a
+            /// switch).
+            pub fn set(self, a: &mut ExpArgs, text: &str) -> Result<()> {
+                match self {
+                    $(ExpFlag::$variant => {
+                        a.$field = Some(<$ty as FlagValue>::parse_flag($name, text)?)
+                    })*
+                }
+                Ok(())
+            }
+
+            /// The flag called `name` (`d-model` or `d_model`).
+            pub fn find(name: &str) -> Option<ExpFlag> {
+                let name = name.replace('_', "-");
+                Self::ALL.iter().copied().find(|f| f.name() == name)
+            }
+        }
+    };
+}
+
+exp_flags! {
+    /// Number of seeds.
+    Seeds seeds: usize = "seeds", Value, Some("1");
+    /// First seed.
+    Seed seed: u64 = "seed", Value, Some("0");
+    /// Training steps per run.
+    Steps steps: usize = "steps", Value, Some("10");
+    /// Runs in parallel (each single-threaded; default: all cores).
+    Jobs jobs: usize = "jobs", Value, Some("1");
+    /// Thread counts (speed).
+    Threads threads: Vec<usize> = "threads", List, Some("1");
+    /// Depths.
+    Layers layers: Vec<usize> = "layers", List, Some("2");
+    /// Norm kinds.
+    Norms norms: Vec<NormKind> = "norms", List, Some("layernorm");
+    /// Placements.
+    Placements placements: Vec<Placement> = "placements", List, Some("pre");
+    /// Learning rates.
+    Lrs lrs: Vec<f32> = "lrs", List, Some("0.001");
+    /// Warm-up lengths.
+    Warmups warmups: Vec<usize> = "warmups", List, Some("0");
+    /// Weight scales (drift).
+    Scales scales: Vec<f32> = "scales", List, Some("0.3");
+    /// Width.
+    DModel d_model: usize = "d-model", Value, Some("16");
+    /// Rows of random inputs.
+    Rows rows: usize = "rows", Value, Some("8");
+    /// depth-sim: number of sublayers N.
+    Sublayers sublayers: usize = "sublayers", Value, Some("4");
+    /// depth-sim: init gain g.
+    Gain gain: f32 = "gain", Value, Some("1");
+    /// depth-sim: residual connections on (default) or off (--no-residual).
+    Residual residual: bool = "residual", OnOff, None;
+    /// depth-sim: RMSNorm before each sublayer.
+    PreNorm pre_norm: bool = "pre-norm", Switch, None;
+    /// depth-sim: scale each write-back by 1/sqrt(N).
+    ScaleWriteback scale_writeback: bool = "scale-writeback", Switch, None;
+    /// depth-sim: LayerNorm Scaling, the pre-norm output of sublayer l times 1/sqrt(l) (with --pre-norm).
+    Lns lns: bool = "lns", Switch, None;
+    /// depth-sim: DyT's tanh(0.5 x) in the pre-norm's place (with --pre-norm).
+    Dyt dyt: bool = "dyt", Switch, None;
+    /// depth-sim: ReZero, each branch times a learnable scalar gate at its init 0.
+    Rezero rezero: bool = "rezero", Switch, None;
+    /// depth-sim: LayerScale, each branch times a learnable per-channel scale at this init (e.g. 1e-4).
+    Layerscale layerscale: f64 = "layerscale", Value, Some("0.0001");
+    /// placements: toy or gpt (default both).
+    Model model: ModelKind = "model", Value, Some("toy");
+    /// convert: existing run folders to convert instead of training.
+    Runs runs: Vec<PathBuf> = "runs", List, None;
+    /// convert: calibration (distillation) steps.
+    Calibrate calibrate: usize = "calibrate", Value, Some("5");
+    /// convert: a pretrained BERT folder to convert too (default: models/all-MiniLM-L6-v2 if present).
+    Bert bert: PathBuf = "bert", Value, None;
+    /// Weight initialisations: gpt2, torch (collapse).
+    Inits inits: Vec<InitScheme> = "inits", List, Some("torch");
 }
 
 /// The flags every training experiment takes (its grid and how it runs).
@@ -277,7 +218,7 @@ impl ExpArgs {
     /// Error if a flag is given that experiment `id` (taking `allowed`)
     /// does not use, or a value is out of range.
     pub fn check(&self, id: &str, allowed: &[ExpFlag]) -> Result<()> {
-        for flag in ExpFlag::ALL {
+        for &flag in ExpFlag::ALL {
             if flag.is_set(self) && !allowed.contains(&flag) {
                 return Err(format!(
                     "exp {id} does not take --{} (it takes: {})",
@@ -298,10 +239,10 @@ impl ExpArgs {
             return Err("--steps must be at least 1".into());
         }
         if let Some(j) = self.jobs {
-            crate::limits::check_threads("--jobs", j)?;
+            normlab::limits::check_threads("--jobs", j)?;
         }
         for &t in self.threads.iter().flatten() {
-            crate::limits::check_threads("--threads", t)?;
+            normlab::limits::check_threads("--threads", t)?;
         }
         if let Some(&l) = self
             .layers

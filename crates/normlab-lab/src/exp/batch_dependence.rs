@@ -3,14 +3,15 @@
 //! when padding is added and when the batch is a single generated token;
 //! BatchNorm's training and evaluation modes; LayerNorm and RMSNorm beside.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::norm::{BatchNorm, NormKind};
-use crate::kernels::rng::Rng;
-use crate::nn::norm::normalise_rows;
-use crate::params::sum_squares;
+use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, Heatmap, Panel, Table};
+use normlab::error::Result;
+use normlab::kernels::norm::{BatchNorm, NormKind};
+use normlab::kernels::rng::Rng;
+use normlab::nn::norm::normalise_rows;
+use normlab::params::sum_squares;
 use serde_json::json;
 
 /// The experiment's registry row.
@@ -30,8 +31,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let seqs = a.rows.unwrap_or(8).max(2);
     let t = 16;
     let seed = a.seed.unwrap_or(0);
-    crate::limits::check_memory(
-        crate::limits::f32_bytes(16.0 * (seqs * t * d) as f64),
+    normlab::limits::check_memory(
+        normlab::limits::f32_bytes(16.0 * (seqs * t * d) as f64),
         &format!("batch-dependence ({seqs} sequences of {t} x {d})"),
     )?;
     let mut rng = Rng::derive(seed, "batch-dependence");

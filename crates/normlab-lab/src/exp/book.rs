@@ -6,11 +6,13 @@
 //! same verdicts for machines (and for the test that quick settings agree
 //! with the full ones).
 
+use super::args::ExpArgs;
 use super::claims::{Coverage, Verdict, CLAIMS};
+use super::framework::ExpResult;
 use super::provenance::{machine, other_machines, today};
-use super::{ExpArgs, ExpResult, EXPERIMENTS};
-use crate::error::Result;
+use super::registry::{self, EXPERIMENTS};
 use crate::sweep::{self, RunSpec};
+use normlab::error::Result;
 use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -129,7 +131,7 @@ fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
             out: Some(opts.out.join(e.id)),
             jobs: opts
                 .jobs
-                .filter(|_| e.flags.contains(&super::ExpFlag::Jobs)),
+                .filter(|_| e.flags.contains(&super::args::ExpFlag::Jobs)),
             stop: opts.stop.clone(),
             ..ExpArgs::default()
         };
@@ -149,7 +151,7 @@ fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
 /// Run the book.
 pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
     let t0 = Instant::now();
-    crate::io::create_dir_all(&opts.out)?;
+    normlab::io::create_dir_all(&opts.out)?;
     let chapters = chapters(opts)?;
     let chapter_cost = |c: &Chapter| FIXED_COST + c.specs.iter().map(run_cost).sum::<f64>();
     let total: f64 = chapters.iter().map(chapter_cost).sum();
@@ -175,12 +177,12 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
                 .collect();
             let base = done;
             let so_far = std::sync::Mutex::new(0.0f64);
-            let r = super::run(c.id, &c.args, &|_, _, id| {
+            let r = registry::run(c.id, &c.args, &|_, _, id| {
                 let mut s = so_far.lock().unwrap();
                 *s += costs.get(id).copied().unwrap_or(0.0);
                 progress(base + *s, total, &format!("{} {id}", c.id));
             })?;
-            super::write_outputs(
+            super::framework::write_outputs(
                 &r,
                 c.args.out.as_ref().expect("book chapters have a folder"),
             )?;
@@ -212,7 +214,7 @@ fn record_session(opts: &BookOptions, started: u64, seconds: f64) -> Result<f64>
     let path = opts.out.join(SESSIONS);
     let mut list: Vec<serde_json::Value> = match std::fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-            crate::Error::BadInput(format!(
+            normlab::Error::BadInput(format!(
                 "{} is not a book's session list ({e}); move it away to start the count again",
                 path.display()
             ))
@@ -224,7 +226,7 @@ fn record_session(opts: &BookOptions, started: u64, seconds: f64) -> Result<f64>
         Some(v) => *v = this,
         None => list.push(this),
     }
-    crate::io::atomic_write(
+    normlab::io::atomic_write(
         &path,
         serde_json::to_string_pretty(&list)
             .expect("json")
@@ -282,7 +284,7 @@ pub fn recorded(out: &Path, quick: bool) -> Result<Vec<Recorded>> {
             continue;
         };
         let bad = |why: &str| {
-            crate::Error::BadInput(format!(
+            normlab::Error::BadInput(format!(
                 "{}: {why}; run the book again with --only {}",
                 path.display(),
                 e.id
@@ -361,7 +363,9 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
         book.total_seconds / 60.0,
         sessions(opts)
     ));
-    md.push_str(&other_machines(&recorded));
+    md.push_str(&other_machines(
+        recorded.iter().map(|r| (r.id.as_str(), r.ran_on.as_ref())),
+    ));
     if opts.quick {
         md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
     }
@@ -431,7 +435,7 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
             ));
         }
     }
-    crate::io::atomic_write(&opts.out.join("findings.md"), md.as_bytes())?;
+    normlab::io::atomic_write(&opts.out.join("findings.md"), md.as_bytes())?;
     let j = json!({
         "quick": opts.quick,
         "date": today(),
@@ -441,7 +445,7 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
         "findings": list,
         "experiments": recorded.iter().map(|r| json!({"id": r.id, "seconds": r.seconds, "seeds": r.seeds})).collect::<Vec<_>>(),
     });
-    crate::io::atomic_write(
+    normlab::io::atomic_write(
         &opts.out.join("findings.json"),
         serde_json::to_string_pretty(&j).expect("json").as_bytes(),
     )
@@ -453,10 +457,10 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
 /// (the training runs stay in the book folder). Files of an earlier
 /// publication are replaced; nothing else in `dest` is touched.
 pub fn publish(book: &Path, dest: &Path) -> Result<()> {
-    let md = crate::io::read(&book.join("findings.md"))?;
+    let md = normlab::io::read(&book.join("findings.md"))?;
     let md = String::from_utf8_lossy(&md).into_owned();
     let sub = dest.join("findings");
-    crate::io::create_dir_all(&sub)?;
+    normlab::io::create_dir_all(&sub)?;
     let mut text = md.clone();
     for e in EXPERIMENTS {
         let src = book.join(e.id);
@@ -464,8 +468,8 @@ pub fn publish(book: &Path, dest: &Path) -> Result<()> {
             continue;
         }
         let to = sub.join(e.id);
-        crate::io::create_dir_all(&to)?;
-        let entries = std::fs::read_dir(&src).map_err(|e| crate::Error::io("read", &src, e))?;
+        normlab::io::create_dir_all(&to)?;
+        let entries = std::fs::read_dir(&src).map_err(|e| normlab::Error::io("read", &src, e))?;
         for ent in entries.flatten() {
             let name = ent.file_name().to_string_lossy().into_owned();
             let keep = name == "report.md"
@@ -473,15 +477,15 @@ pub fn publish(book: &Path, dest: &Path) -> Result<()> {
                 || name.ends_with(".png")
                 || name.ends_with(".svg");
             if keep && ent.path().is_file() {
-                let bytes = crate::io::read(&ent.path())?;
-                crate::io::atomic_write(&to.join(&name), &bytes)?;
+                let bytes = normlab::io::read(&ent.path())?;
+                normlab::io::atomic_write(&to.join(&name), &bytes)?;
             }
         }
         text = text.replace(&format!("]({}/", e.id), &format!("](findings/{}/", e.id));
     }
-    let json = crate::io::read(&book.join("findings.json"))?;
-    crate::io::atomic_write(&sub.join("findings.json"), &json)?;
-    crate::io::atomic_write(&dest.join("findings.md"), text.as_bytes())
+    let json = normlab::io::read(&book.join("findings.json"))?;
+    normlab::io::atomic_write(&sub.join("findings.json"), &json)?;
+    normlab::io::atomic_write(&dest.join("findings.md"), text.as_bytes())
 }
 
 /// How many sessions at this setting the book folder has seen.
@@ -499,7 +503,7 @@ pub fn uncovered_claims() -> Vec<&'static str> {
         .iter()
         .filter(|c| match c.coverage {
             Coverage::Experiments(ids) => {
-                ids.is_empty() || ids.iter().any(|id| super::find(id).is_none())
+                ids.is_empty() || ids.iter().any(|id| registry::find(id).is_none())
             }
             Coverage::Uncheckable(why) => why.trim().is_empty(),
         })

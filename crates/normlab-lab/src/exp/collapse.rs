@@ -4,15 +4,16 @@
 //! (the lesson's) and GPT-2's (normlab's default); and the deepest no-norm
 //! net at a sweep of learning rates, to find where it does diverge.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, eval_curve, grid_settings, lrs_json, mean_curve};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
-use crate::model::InitScheme;
 use crate::present::{f, opt, opt_step, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
-use crate::train::Status;
+use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
+use normlab::model::InitScheme;
+use normlab::train::Status;
 use serde_json::json;
 
 /// The experiment's registry row.
@@ -88,7 +89,7 @@ fn toy(
     lr: f32,
     init: InitScheme,
     seed: u64,
-) -> Result<crate::train::TrainConfig> {
+) -> Result<normlab::train::TrainConfig> {
     let mut v = json!({"model": "toy", "layers": l, "norm": n.name(), "placement": "pre", "lr": lr, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": s.eval_sequences, "eval_every": (s.steps / 10).max(1)});
     if init != InitScheme::Gpt2 {
         v["init"] = json!(init.name());

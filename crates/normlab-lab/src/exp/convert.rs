@@ -5,16 +5,17 @@
 //! approximately elsewhere, then calibrated by distillation; plus the
 //! pretrained Post-LN encoder all-MiniLM-L6-v2 when it is available.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, final_params, gpt_base, grid_settings, merge};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::model::Model;
-use crate::nn::Placement;
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
-use crate::train::trainer::load_data;
-use crate::train::TrainConfig;
+use normlab::error::Result;
+use normlab::model::Model;
+use normlab::nn::Placement;
+use normlab::train::trainer::load_data;
+use normlab::train::TrainConfig;
 use serde_json::json;
 
 /// The experiment's registry row.
@@ -73,7 +74,7 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
-    use crate::convert;
+    use normlab::convert;
     let calib_steps = a.calibrate.unwrap_or(if a.quick { 100 } else { 300 });
     let Settings { steps, seed, .. } = settings(a);
     // Models: given run folders, or trained here.
@@ -95,7 +96,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 .into());
             }
             for d in dirs {
-                let (tc, m, p) = crate::train::run::load_model(d)?;
+                let (tc, m, p) = normlab::train::run::load_model(d)?;
                 models.push((d.display().to_string(), tc, m, p));
             }
         }
@@ -127,8 +128,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         let exact_norms = c.norms.iter().filter(|n| n.exact).count();
         // The naive swap: the same weights loaded into an RMSNorm model
         // (gammas kept, betas dropped, nothing else changed).
-        let naive_cfg = crate::model::ModelConfig {
-            norm: crate::kernels::norm::NormKind::RmsNorm,
+        let naive_cfg = normlab::model::ModelConfig {
+            norm: normlab::kernels::norm::NormKind::RmsNorm,
             ..model.cfg.clone()
         };
         let naive_model = Model::new(&naive_cfg)?;
@@ -257,7 +258,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             .filter(|p| p.join("model.safetensors").exists())
     });
     if let Some(dir) = bert_dir {
-        use crate::model::bert;
+        use normlab::model::bert;
         let b = bert::Bert::load(&dir)?;
         let (nc, nh) = if a.quick { (16, 12) } else { (64, 48) };
         let enc = |v: Vec<String>| v.iter().map(|s| b.encode(s)).collect::<Result<Vec<_>, _>>();

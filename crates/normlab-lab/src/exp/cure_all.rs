@@ -6,15 +6,16 @@
 //! loss above that norm's baseline; a norm "cures" a problem if it removes
 //! the cost.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, grid_settings};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
 use crate::present::{f, opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
-use crate::train::toy_task::ToyTask;
-use crate::train::TrainConfig;
+use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
+use normlab::train::toy_task::ToyTask;
+use normlab::train::TrainConfig;
 use serde_json::json;
 
 /// The experiment's registry row.
@@ -176,7 +177,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "toy", "layers": LAYERS, "placement": "pre", "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "steps": s.steps, "conditions": Problem::ALL.iter().map(|p| { let (noise, lr, d, hidden) = p.setting(); json!({"name": p.short(), "toy_noise": noise, "lr": super::num(lr), "d_model": d, "hidden": hidden}) }).collect::<Vec<_>>()}),
+            json!({"model": "toy", "layers": LAYERS, "placement": "pre", "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "steps": s.steps, "conditions": Problem::ALL.iter().map(|p| { let (noise, lr, d, hidden) = p.setting(); json!({"name": p.short(), "toy_noise": noise, "lr": super::framework::num(lr), "d_model": d, "hidden": hidden}) }).collect::<Vec<_>>()}),
         ),
         s.seeds.clone(),
     );

@@ -10,14 +10,15 @@
 //! the model with block l removed (the identity in its place) minus the
 //! full model's.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, final_params, grid_settings, merge};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::model::{Model, ModelConfig, Workspace};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec};
-use crate::train::{Status, TrainConfig};
+use normlab::error::Result;
+use normlab::model::{Model, ModelConfig, Workspace};
+use normlab::train::{Status, TrainConfig};
 use serde_json::{json, Value};
 
 /// The experiment's registry row.
@@ -53,8 +54,8 @@ fn designs() -> Vec<(&'static str, Value)> {
 
 /// The label of a trained config.
 fn design_of(m: &ModelConfig) -> &'static str {
-    use crate::kernels::norm::NormKind;
-    use crate::nn::Placement;
+    use normlab::kernels::norm::NormKind;
+    use normlab::nn::Placement;
     match (m.norm, m.placement, m.lns) {
         (NormKind::Dyt, _, _) => "dyt",
         (_, Placement::Peri, _) => "peri-ln",
@@ -108,7 +109,7 @@ struct BlockUse {
 
 /// A workspace holding held-out sequences `0..n`.
 fn eval_workspace(model: &Model, c: &TrainConfig, n: usize) -> Result<Workspace> {
-    let data = crate::train::trainer::load_data(c)?;
+    let data = normlab::train::trainer::load_data(c)?;
     let t = c.model.seq;
     let mut ws = model.workspace(n, t);
     for i in 0..n {

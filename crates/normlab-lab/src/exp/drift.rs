@@ -5,14 +5,15 @@
 //! W = s * randn(d, d) (its code: x s sqrt(d) per layer). Values that
 //! overflow f32 are reported as such.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::matmul::linear_forward;
-use crate::kernels::norm::NormKind;
-use crate::kernels::rng::Rng;
-use crate::nn::norm::{mean_row_norm, normalise_rows};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, LineChart, Series, Table};
+use normlab::error::Result;
+use normlab::kernels::matmul::linear_forward;
+use normlab::kernels::norm::NormKind;
+use normlab::kernels::rng::Rng;
+use normlab::nn::norm::{mean_row_norm, normalise_rows};
 use serde::Serialize;
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! dyt-recipe (issue 17; claim C12): what is each part of the DyT paper's
+//! dyt-recipe (claim C12): what is each part of the DyT paper's
 //! LLaMA recipe worth? "Transformers without Normalization" replaces every
 //! norm of a Pre-LN GPT with DyT and, for its LLaMA models, also drops
 //! DyT's beta, gives the attention sublayers' DyT a larger initial alpha
@@ -8,12 +8,13 @@
 //! each part moves the held-out loss, and how far the full recipe ends
 //! from Pre-LN.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, lrs_json, merge};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
 use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
+use normlab::error::Result;
 use serde_json::{json, Value};
 
 /// The experiment's registry row.
@@ -234,7 +235,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::Status;
+    use normlab::train::Status;
 
     fn group(status: Status, mean: f64, std: f64) -> SeedGroup {
         SeedGroup {

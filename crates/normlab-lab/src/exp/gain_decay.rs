@@ -3,18 +3,19 @@
 //! training pushed to 1.5; then the gains of RMSNorm and zero-centred
 //! RMSNorm GPTs trained with weight decay on their gains.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, final_params, gpt_base, grid_settings, merge};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
-use crate::model::Model;
-use crate::nn::NormRole;
-use crate::params::{Init, ParamKind, ParamLayout};
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
-use crate::train::optim::{Adam, OptimizerKind};
-use crate::train::TrainConfig;
+use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
+use normlab::model::Model;
+use normlab::nn::NormRole;
+use normlab::params::{Init, ParamKind, ParamLayout};
+use normlab::train::optim::{Adam, OptimizerKind};
+use normlab::train::TrainConfig;
 use serde::Serialize;
 use serde_json::json;
 

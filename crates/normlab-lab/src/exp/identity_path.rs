@@ -3,14 +3,15 @@
 //! identity term and the term through F, against y = F(x); and the gradient
 //! that reaches the input of deep stacks with and without residuals.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::buf::AlignedBuf;
-use crate::kernels::rng::Rng;
-use crate::nn::{Activation, Mlp, Op, Scratch, Sublayer, SublayerCache};
-use crate::params::{sum_squares, Init, ParamLayout};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, LineChart, Panel, Series, Table};
+use normlab::error::Result;
+use normlab::kernels::buf::AlignedBuf;
+use normlab::kernels::rng::Rng;
+use normlab::nn::{Activation, Mlp, Op, Scratch, Sublayer, SublayerCache};
+use normlab::params::{sum_squares, Init, ParamLayout};
 use serde_json::{json, Map, Value};
 
 /// The experiment's registry row.
@@ -182,8 +183,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     });
     let deepest = depths.iter().copied().max().unwrap_or(1) as f64;
     let (df, rf) = (d as f64, rows as f64);
-    crate::limits::check_memory(
-        crate::limits::f32_bytes(deepest * (8.0 * df * df + 20.0 * rf * df)),
+    normlab::limits::check_memory(
+        normlab::limits::f32_bytes(deepest * (8.0 * df * df + 20.0 * rf * df)),
         &format!("identity-path ({deepest} blocks, d {d}, {rows} rows)"),
     )?;
     let mut rng = Rng::derive(seed, "identity-path");

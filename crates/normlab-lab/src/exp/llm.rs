@@ -11,14 +11,15 @@
 //! experiment's setting. Without the model file the verdicts are
 //! inconclusive and say how to get it.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, block_row_norms, cfg, final_params, gpt_base, merge};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::model::bert::sample_sentences;
-use crate::model::llama::{self, Llama};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
+use normlab::error::Result;
+use normlab::model::bert::sample_sentences;
+use normlab::model::llama::{self, Llama};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -74,7 +75,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     );
     let Some(path) = find_model() else {
         out.conclusion = format!("The model file {MODEL} is not here (run scripts/fetch_smollm2.sh in the checkout): nothing measured.");
-        out.unavailable = Some(super::Unavailable {
+        out.unavailable = Some(super::framework::Unavailable {
             needs: "model",
             why: format!("{MODEL} is absent: run scripts/fetch_smollm2.sh in the checkout"),
         });

@@ -3,15 +3,16 @@
 //! a sweep of learning rates, several seeds: the final held-out loss per
 //! cell, with diverged (D) and stalled (S) cells marked.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, grid_settings, lrs_json};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
-use crate::nn::Placement;
 use crate::present::{f, grid as heat, opt, opt_step, Figure, Table};
 use crate::sweep::{RunSpec, SeedGroup};
-use crate::train::Status;
+use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
+use normlab::nn::Placement;
+use normlab::train::Status;
 use serde_json::{json, Map, Value};
 
 /// The experiment's registry row.

@@ -8,15 +8,16 @@
 //! the GPT, over learning rates and seeds: which train, at which rates, and
 //! how close each gets to Pre-LN.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, lrs_json, mean_curve, merge};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::model::ModelConfig;
-use crate::nn::Placement;
 use crate::present::{f, grid as cells, Figure, Series};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
-use crate::train::Status;
+use normlab::error::Result;
+use normlab::model::ModelConfig;
+use normlab::nn::Placement;
+use normlab::train::Status;
 use serde_json::{json, Value};
 
 /// The experiment's registry row.
@@ -104,7 +105,7 @@ impl Variant {
 
     /// The design a trained config is.
     fn of(m: &ModelConfig) -> Option<Variant> {
-        use crate::kernels::norm::NormKind as K;
+        use normlab::kernels::norm::NormKind as K;
         if m.placement != Placement::Pre {
             return None;
         }

@@ -3,14 +3,15 @@
 //! loss curves and final loss against the seed-to-seed spread, and the step
 //! time of each.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, mean_curve, merge};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
 use crate::bench::compare;
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunSpec, SeedGroup};
+use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
 use serde::Serialize;
 use serde_json::{json, Map};
 
@@ -89,7 +90,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     // Step times of every kind, interleaved step by step, after the grid
     // (its parallel runs share the machine), 1 thread.
     let rounds = if a.quick { 6 } else { 30 };
-    let timed: Vec<(&str, crate::train::TrainConfig)> = groups
+    let timed: Vec<(&str, normlab::train::TrainConfig)> = groups
         .iter()
         .map(|(n, g)| (n.name(), g[0].cfg.clone()))
         .collect();

@@ -3,13 +3,14 @@
 //! and std of the output rows' means and stds, and each output's L2 norm;
 //! and the invariances: each kind's output under x -> a x and x -> x + c.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::norm::NormKind;
-use crate::kernels::rng::Rng;
-use crate::nn::norm::{mean_row_norm, normalise_rows};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, LineChart, Series, Table};
+use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
+use normlab::kernels::rng::Rng;
+use normlab::nn::norm::{mean_row_norm, normalise_rows};
 use serde::Serialize;
 use serde_json::json;
 
@@ -49,8 +50,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(512);
     let rows = a.rows.unwrap_or(if a.quick { 256 } else { 4096 });
     let seed = a.seed.unwrap_or(0);
-    crate::limits::check_memory(
-        crate::limits::f32_bytes(6.0 * rows as f64 * d as f64),
+    normlab::limits::check_memory(
+        normlab::limits::f32_bytes(6.0 * rows as f64 * d as f64),
         &format!("norm-stats ({rows} rows of d {d})"),
     )?;
     let x = Rng::derive(seed, "norm-stats").normal_vec(rows * d, 1.5, 3.0);

@@ -3,15 +3,16 @@
 //! final held-out loss, and the spread of per-block gradient norms at
 //! initialisation and at the end.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, full_gpt, grid_settings, merge, tiny_gpt};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::model::ModelKind;
-use crate::nn::Placement;
 use crate::present::{f, grid as heat, opt, Figure, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
-use crate::train::Status;
+use normlab::error::Result;
+use normlab::model::ModelKind;
+use normlab::nn::Placement;
+use normlab::train::Status;
 use serde::Serialize;
 use serde_json::json;
 

@@ -19,17 +19,18 @@
 //! overflows to inf, the table says so. Also: how much eps changes the
 //! output as the row's mean square nears it, the output of LayerNorm and
 //! RMSNorm in f16 for rows with a common offset, and SwiGLU's output in
-//! bf16 and f16. The rounding is [`crate::precision`]'s.
+//! bf16 and f16. The rounding is [`normlab::precision`]'s.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::half16::{bf16, f16};
-use crate::kernels::norm::{self, NormKind};
-use crate::kernels::rng::Rng;
-use crate::kernels::simd::Elem;
-use crate::precision::Dtype;
+use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{Figure, LineChart, Series, Table};
+use normlab::error::Result;
+use normlab::kernels::half16::{bf16, f16};
+use normlab::kernels::norm::{self, NormKind};
+use normlab::kernels::rng::Rng;
+use normlab::kernels::simd::Elem;
+use normlab::precision::Dtype;
 use serde_json::json;
 
 /// The experiment's registry row.
@@ -112,7 +113,7 @@ impl Kind {
 /// every operation rounded by `r`.
 fn norm_with(kind: Kind, x: &[f64], eps: f64, r: &dyn Fn(f64) -> f64) -> (Vec<f64>, f64) {
     let ones = vec![1.0; x.len()];
-    let out = crate::precision::norm(kind == Kind::Ln, x, &ones, None, eps, r);
+    let out = normlab::precision::norm(kind == Kind::Ln, x, &ones, None, eps, r);
     (out.output, out.second_moment)
 }
 
@@ -176,7 +177,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let d = a.d_model.unwrap_or(512);
     let seed = a.seed.unwrap_or(0);
     if !(2..=65536).contains(&d) {
-        return Err(crate::Error::bad(format!(
+        return Err(normlab::Error::bad(format!(
             "--d-model must be 2..65536 (got {d})"
         )));
     }

@@ -8,12 +8,13 @@
 //! and whether the held-out loss is worse than f32's beyond the seeds'
 //! spread.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, grid_settings, merge, tiny_gpt};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
 use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
+use normlab::error::Result;
 use serde_json::{json, Value};
 
 /// The experiment's registry row.

@@ -2,15 +2,13 @@
 //! result.json records, and the findings' paragraph naming experiments that
 //! ran on another machine than the book's latest session.
 
-use super::book::Recorded;
-
 /// What this machine is, for the record.
 pub fn machine() -> String {
-    let mem = crate::limits::available_memory()
+    let mem = normlab::limits::available_memory()
         .map(|b| {
             format!(
                 ", {} available memory",
-                crate::limits::human_bytes(b as f64)
+                normlab::limits::human_bytes(b as f64)
             )
         })
         .unwrap_or_default();
@@ -54,19 +52,22 @@ pub fn today() -> String {
 
 /// A paragraph naming the experiments whose recorded results ran on
 /// another processor than this one (or do not say where), grouped by
-/// processor and date; empty when there are none.
-pub(super) fn other_machines(recorded: &[Recorded]) -> String {
+/// processor and date; empty when there are none. `ran_on` gives, per
+/// experiment id, the (processor, date) its result records.
+pub(super) fn other_machines<'a>(
+    ran_on: impl IntoIterator<Item = (&'a str, Option<&'a (String, String)>)>,
+) -> String {
     let here = processor();
     let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
-    for r in recorded {
-        let key = match &r.ran_on {
+    for (id, ran) in ran_on {
+        let key = match ran {
             Some((m, _)) if *m == here => continue,
             Some((m, date)) => format!("{m} ({date})"),
             None => "a machine they do not record".to_string(),
         };
         match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, ids)) => ids.push(&r.id),
-            None => groups.push((key, vec![&r.id])),
+            Some((_, ids)) => ids.push(id),
+            None => groups.push((key, vec![id])),
         }
     }
     if groups.is_empty() {
@@ -88,25 +89,20 @@ mod tests {
 
     #[test]
     fn findings_name_the_experiments_that_ran_on_other_machines() {
-        let rec = |id: &str, ran_on: Option<(&str, &str)>| Recorded {
-            id: id.into(),
-            seeds: vec![],
-            settings: serde_json::Value::Null,
-            figures: vec![],
-            checks: vec![],
-            seconds: 0.0,
-            ran_on: ran_on.map(|(m, d)| (m.into(), d.into())),
-        };
         let here = processor();
-        assert_eq!(
-            other_machines(&[rec("drift", Some((&here, "2026-12-01")))]),
-            ""
+        let (mine, other) = (
+            (here.clone(), "2026-12-01".to_string()),
+            (
+                "Elsewhere CPU, 2 cores".to_string(),
+                "2026-11-30".to_string(),
+            ),
         );
-        let text = other_machines(&[
-            rec("drift", Some((&here, "2026-12-01"))),
-            rec("speed", Some(("Elsewhere CPU, 2 cores", "2026-11-30"))),
-            rec("collapse", Some(("Elsewhere CPU, 2 cores", "2026-11-30"))),
-            rec("warmup", None),
+        assert_eq!(other_machines([("drift", Some(&mine))]), "");
+        let text = other_machines([
+            ("drift", Some(&mine)),
+            ("speed", Some(&other)),
+            ("collapse", Some(&other)),
+            ("warmup", None),
         ]);
         assert!(
             text.contains("speed, collapse on Elsewhere CPU, 2 cores (2026-11-30)"),

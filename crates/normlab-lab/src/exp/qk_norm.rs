@@ -2,12 +2,13 @@
 //! learning rates with and without QK-Norm: the largest attention logit and
 //! the mean attention entropy over training, loss spikes, final loss.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, gpt_base, grid_settings, lrs_json, mean_curve, merge};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
+use normlab::error::Result;
 use serde::Serialize;
 use serde_json::json;
 

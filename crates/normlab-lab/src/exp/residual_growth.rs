@@ -6,17 +6,18 @@
 //! sqrt(d) by its norms); and what removing the final norm from a trained
 //! Pre-LN model does to its held-out loss.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, block_row_norms, cfg, final_params, gpt_base, grid_settings, merge};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::rng::Rng;
-use crate::model::Model;
-use crate::nn::norm::mean_row_norm;
-use crate::nn::Placement;
-use crate::nn::Scratch;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
+use normlab::error::Result;
+use normlab::kernels::rng::Rng;
+use normlab::model::Model;
+use normlab::nn::norm::mean_row_norm;
+use normlab::nn::Placement;
+use normlab::nn::Scratch;
 use serde_json::{json, Map, Value};
 
 /// The experiment's registry row.
@@ -115,15 +116,15 @@ fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> Result<(Vec<f64>, f
 }
 
 /// Held-out loss of a trained model with and without its final norm.
-fn without_final_norm(cfg: &crate::train::TrainConfig, params: &[f32]) -> Result<(f64, f64)> {
+fn without_final_norm(cfg: &normlab::train::TrainConfig, params: &[f32]) -> Result<(f64, f64)> {
     let model = Model::new(&cfg.model)?;
     let mut bare = cfg.model.clone();
     bare.final_norm = Some(false);
     let bare_model = Model::new(&bare)?;
     let mut q = vec![0.0f32; bare_model.layout.buffer_len()];
-    crate::convert::copy_common(&model, params, &bare_model, &mut q);
-    let data = crate::train::trainer::load_data(cfg)?;
-    let a = crate::convert::compare((&model, params), (&bare_model, &q), &data, 64);
+    normlab::convert::copy_common(&model, params, &bare_model, &mut q);
+    let data = normlab::train::trainer::load_data(cfg)?;
+    let a = normlab::convert::compare((&model, params), (&bare_model, &q), &data, 64);
     Ok((a.eval_loss_a, a.eval_loss_b))
 }
 

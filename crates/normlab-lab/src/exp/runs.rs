@@ -3,12 +3,13 @@
 //! sweep engine (parallel; with `--out`, resumable under `<out>/runs`), one
 //! JSON record per run, loss curves, and a run's final parameters.
 
-use super::{num, ExpArgs, Progress};
-use crate::error::Result;
-use crate::nn::norm::mean_row_norm;
+use super::args::ExpArgs;
+use super::framework::{num, Progress};
 use crate::present::{LineChart, Panel, Series};
 use crate::sweep::{self, RunResult, RunSpec, SweepOptions};
-use crate::train::TrainConfig;
+use normlab::error::Result;
+use normlab::nn::norm::mean_row_norm;
+use normlab::train::TrainConfig;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -146,8 +147,8 @@ pub fn final_params(a: &ExpArgs, r: &RunResult) -> Result<Vec<f32>> {
         .out
         .as_ref()
         .map(|o| o.join("runs").join(&r.id))
-        .ok_or_else(|| crate::Error::Internal("run parameters unavailable".into()))?;
-    Ok(crate::train::run::load_model(&dir)?.2)
+        .ok_or_else(|| normlab::Error::Internal("run parameters unavailable".into()))?;
+    Ok(normlab::train::run::load_model(&dir)?.2)
 }
 
 /// The settings block of a training experiment: `quick`, `jobs` and `extra`.
@@ -163,8 +164,8 @@ pub fn lrs_json(lrs: &[f32]) -> Value {
 /// Mean row norm of the residual stream after the embedding (index 0) and
 /// after each block, on the first held-out batch (at most 16 sequences).
 pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>> {
-    let model = crate::model::Model::new(&cfg.model)?;
-    let data = crate::train::trainer::load_data(cfg)?;
+    let model = normlab::model::Model::new(&cfg.model)?;
+    let data = normlab::train::trainer::load_data(cfg)?;
     let (batch, t, d) = (cfg.batch.min(16), cfg.model.seq, cfg.model.d_model);
     let mut ws = model.workspace(batch, t);
     for i in 0..batch {

@@ -8,17 +8,18 @@
 //! against the fused LayerNorm; and the norms' parameter count in a d-4096,
 //! 32-layer model.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
+use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::bench::compare::{self, Direction, Ratio};
 use crate::bench::{NormBenchConfig, Pass};
-use crate::error::Result;
-use crate::kernels::buf::AlignedBuf;
-use crate::kernels::norm::{self, NormKind};
-use crate::kernels::rng::Rng;
-use crate::model::{Model, ModelConfig};
-use crate::nn::{Activation, NormRole};
 use crate::present::{f, Figure, LineChart, Series, Table};
+use normlab::error::Result;
+use normlab::kernels::buf::AlignedBuf;
+use normlab::kernels::norm::{self, NormKind};
+use normlab::kernels::rng::Rng;
+use normlab::model::{Model, ModelConfig};
+use normlab::nn::{Activation, NormRole};
 use rayon::prelude::*;
 use serde::Serialize;
 use serde_json::json;

@@ -6,13 +6,14 @@
 //! the depth where Post-LN trouble shows on the bundled text (at 4 blocks,
 //! normlab's default GPT, Post-LN trains at every rate tried).
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
+use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, cfg, gpt_base, grid_settings, lrs_json, mean_curve, merge, train_curve};
-use super::{num, result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::nn::Placement;
 use crate::present::{f, opt, opt_step, Figure, LineChart, Series, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
+use normlab::error::Result;
+use normlab::nn::Placement;
 use serde::Serialize;
 use serde_json::json;
 
@@ -298,7 +299,7 @@ fn block_grads(r: &RunResult) -> Option<(f64, f64)> {
 /// (Post-LN stalls at the unigram entropy; its blocks' gradients at init;
 /// the bottom/top ratio at the end).
 fn checks(s: &Settings, rs: &[RunResult]) -> Vec<ClaimCheck> {
-    use crate::train::Status;
+    use normlab::train::Status;
     let cell = |p: Placement, lr: f32, w: usize| {
         let g: Vec<&RunResult> = rs
             .iter()

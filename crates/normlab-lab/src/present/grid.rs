@@ -5,7 +5,7 @@
 //! experiments and by `normlab report`.
 
 use super::plot::{Heatmap, Panel};
-use super::{f, Table};
+use super::table::{f, Table};
 use crate::sweep::SeedGroup;
 
 /// The text of one cell: `D`, `2.345 S`, `2.345`, or `-` (no runs).

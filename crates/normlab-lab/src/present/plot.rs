@@ -3,8 +3,8 @@
 //! per-cell marks, arranged as panels of one figure. The font (DejaVu Sans)
 //! is embedded, so nothing has to be installed.
 
-use crate::error::{Error, Result};
 use image::ImageEncoder;
+use normlab::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -180,8 +180,8 @@ fn err<E: std::fmt::Display>(e: E) -> Error {
 pub fn save(fig: &Figure, dir: &Path) -> Result<Vec<PathBuf>> {
     let svg = dir.join(format!("{}.svg", fig.stem));
     let png = dir.join(format!("{}.png", fig.stem));
-    crate::io::atomic_write(&svg, svg_string(fig)?.as_bytes())?;
-    crate::io::atomic_write(&png, &png_bytes(fig)?)?;
+    normlab::io::atomic_write(&svg, svg_string(fig)?.as_bytes())?;
+    normlab::io::atomic_write(&png, &png_bytes(fig)?)?;
     Ok(vec![svg, png])
 }
 

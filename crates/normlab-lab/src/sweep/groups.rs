@@ -3,8 +3,8 @@
 //! best) and the earliest divergence; and grouping runs by a typed key.
 //! Experiments and `normlab report` tabulate grids of these.
 
-use super::RunResult;
-use crate::train::{Status, Summary};
+use super::spec::RunResult;
+use normlab::train::{Status, Summary};
 use serde::Serialize;
 
 /// What the seeds of one setting did: how many runs ended in each status,

@@ -203,7 +203,7 @@ crate::settings! {
 }
 
 impl ModelConfig {
-    /// The defaults of a model family: the toy net of SPEC section 3 (6
+    /// The defaults of a model family: the toy net of docs/toy-task.md (6
     /// blocks, d 64, pre-LN) or a small byte-level GPT (4 blocks, d 128, 4
     /// heads, seq 128, MLP 4d). Run ids hash the settings that differ from
     /// these, so changing a default changes ids.
@@ -242,7 +242,7 @@ impl ModelConfig {
         }
     }
 
-    /// SPEC section 3's toy net with `layers` blocks, pre-LN.
+    /// The toy net (docs/toy-task.md) with `layers` blocks, pre-LN.
     pub fn toy(layers: usize) -> ModelConfig {
         ModelConfig {
             layers,

@@ -1,4 +1,4 @@
-//! One sublayer struct for every placement of the norms (DESIGN.md):
+//! One sublayer struct for every placement of the norms:
 //!
 //! ```text
 //! h  = skip * x + branch * Gate( OutNorm( S( in_scale * InNorm(x) ) ) )

@@ -1,4 +1,4 @@
-//! The toy deep net's synthetic next-token task (SPEC section 3).
+//! The toy deep net's synthetic next-token task (docs/toy-task.md).
 //!
 //! Rule ("shift-rank"), over inputs drawn iid uniform from an alphabet of
 //! A = 8 tokens, for each position t of a sequence x[0..16):

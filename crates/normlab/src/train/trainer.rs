@@ -1,7 +1,8 @@
 //! The training loop's state and one optimisation step: data -> shards
 //! (forward + backward in parallel) -> gradients summed in shard order ->
 //! divergence check -> clipping -> Adam(W); plus evaluation on the held-out
-//! split and the per-step diagnostics of SPEC section 4.
+//! split and the per-step diagnostics (loss, gradient norms, residual-stream RMS,
+//! update sizes; the run folder's format is `folder.rs`'s).
 
 use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
@@ -14,7 +15,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// Metrics of one step (SPEC section 4).
+/// Metrics of one step.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct StepRecord {
     /// 1-based step number (after this many updates).

@@ -15,11 +15,12 @@
 //! propagated down exactly. Computed in f64; values that overflow even f64
 //! are reported as null.
 
+use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::{result, ExpArgs, ExpFlag, ExpResult, Experiment, Progress};
-use crate::error::Result;
-use crate::kernels::rng::Rng;
+use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, LineChart, Panel, Series, Table};
+use normlab::error::Result;
+use normlab::kernels::rng::Rng;
 use serde::Serialize;
 use serde_json::json;
 

@@ -38,7 +38,7 @@ pub struct LlamaLayerRow {
     pub xhat_mean: f64,
 }
 
-/// The lesson's claims measured on the model (issue 15 item 5; not yet a
+/// The lesson's claims measured on the model (not yet a
 /// registered experiment).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelClaims {
