@@ -864,7 +864,7 @@ fn io_failures_exit_1_with_the_path_and_leave_no_temp_file() {
             std::env::var_os("NORMLAB_REQUIRE_TMPFS").is_none(),
             "cannot mount a tmpfs for the full-disk test"
         );
-        eprintln!("skipping the full-disk part: cannot mount a tmpfs (not root?)");
+        eprintln!("skipping the full-disk part: cannot mount a tmpfs (run the tests as root)");
         return;
     }
     let run = mnt.join("run");
@@ -895,4 +895,31 @@ fn io_failures_exit_1_with_the_path_and_leave_no_temp_file() {
         "temp files left on the full disk: {left:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The command reference (docs/commands.md) has a section for every
+/// subcommand `normlab --help` lists.
+#[test]
+fn every_subcommand_has_a_section_in_the_command_reference() {
+    let help = stdout_ok(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 10, "{help}");
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/commands.md"),
+    )
+    .unwrap();
+    for c in commands {
+        assert!(
+            doc.lines()
+                .any(|l| l.starts_with(&format!("## `normlab {c}"))),
+            "docs/commands.md has no section for `normlab {c}`"
+        );
+    }
 }
