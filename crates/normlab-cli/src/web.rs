@@ -10,8 +10,9 @@
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
-//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&gate=&seed=` —
-//!   the depth simulator, with an SVG chart.
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&rezero=&layerscale=&d_model=&rows=&seed=` —
+//!   the depth simulator, with an SVG chart: the parameters are `normlab exp
+//!   depth-sim`'s flags (one declaration, `exp::args`).
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
 //!   metrics sampled to at most N records (default 2000, at most 20000;
@@ -27,7 +28,8 @@ use axum::{Json, Router};
 use clap::Args;
 use normlab::calc::{self, CalcRequest};
 use normlab::kernels::norm::NormKind;
-use normlab_lab::exp::depth_sim::{self, SimConfig};
+use normlab_lab::exp::depth_sim;
+use normlab_lab::exp::{ExpArgs, ExpFlag};
 use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
 use normlab_lab::report;
 use serde_json::{json, Value};
@@ -39,8 +41,6 @@ use std::sync::Arc;
 const PAGE: &str = include_str!("web/index.html");
 /// Longest vector the calculator accepts over HTTP.
 pub const MAX_CALC_LEN: usize = 4096;
-/// Most sublayers the simulator accepts.
-pub const MAX_SUBLAYERS: usize = 1000;
 /// Most runs one plot overlays.
 pub const MAX_PLOT_RUNS: usize = 20;
 /// Simulations and plots computed at the same time; more requests wait.
@@ -243,80 +243,31 @@ fn parse_bool(name: &str, v: Option<&String>, default: bool) -> Result<bool, Str
 }
 
 async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
-    let allowed = [
-        "sublayers",
-        "gain",
-        "residual",
-        "pre_norm",
-        "scale_writeback",
-        "lns",
-        "dyt",
-        "gate",
-        "seed",
-    ];
+    // The parameters are the depth-sim experiment's flags (one declaration
+    // in exp::args: the same names, parsing and help as `normlab exp
+    // depth-sim`), with `_` for `-`; an empty value is the default.
+    let flags = depth_sim::EXPERIMENT.flags;
+    let allowed: Vec<String> = flags.iter().map(|f| f.name().replace('-', "_")).collect();
+    let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
     let q = match query(raw, &allowed) {
         Ok(q) => q,
         Err(r) => return *r,
     };
-    let sublayers = match q.get("sublayers").map(|s| s.trim().parse::<usize>()) {
-        None => 32,
-        Some(Ok(n)) if (1..=MAX_SUBLAYERS).contains(&n) => n,
-        Some(_) => {
-            return bad(format!(
-                "sublayers must be an integer in 1..={MAX_SUBLAYERS}"
-            ))
+    let mut args = ExpArgs::default();
+    for (key, value) in &q {
+        let flag = ExpFlag::find(key).expect("an allowed parameter is a flag");
+        if value.trim().is_empty() {
+            continue;
         }
-    };
-    let gain = match q.get("gain").map(|s| s.trim().parse::<f64>()) {
-        None => 1.0,
-        Some(Ok(g)) if g.is_finite() && (0.0..=100.0).contains(&g) => g,
-        Some(Ok(g)) if g < 0.0 => return bad(format!("gain must not be negative (got {g})")),
-        Some(_) => return bad("gain must be a number in [0, 100]"),
-    };
-    // A branch gate's init (0: ReZero; else LayerScale); empty or absent:
-    // none. Its range is depth_sim::validate's to check.
-    let gate = match q.get("gate").map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        None => None,
-        Some(s) => match s.parse::<f64>() {
-            Ok(g) => Some(g),
-            Err(_) => return bad(format!("gate must be a number (got '{s}')")),
-        },
-    };
-    let seed = match q.get("seed").map(|s| s.trim().parse::<u64>()) {
-        None => 0,
-        Some(Ok(s)) => s,
-        Some(Err(_)) => return bad("seed must be a non-negative integer"),
-    };
-    let switches: Result<Vec<bool>, String> = [
-        ("residual", true),
-        ("pre_norm", false),
-        ("scale_writeback", false),
-        ("lns", false),
-        ("dyt", false),
-    ]
-    .iter()
-    .map(|&(name, default)| parse_bool(name, q.get(name), default))
-    .collect();
-    let [residual, pre_norm, scale_writeback, lns, dyt] = match switches {
-        Ok(v) => <[bool; 5]>::try_from(v).expect("five switches"),
-        Err(r) => return bad(r),
-    };
-    let cfg = SimConfig {
-        sublayers,
-        gain,
-        residual,
-        pre_norm,
-        scale_writeback,
-        lns,
-        dyt,
-        gate,
-        d: 64,
-        rows: 32,
-        seed,
-    };
-    if let Err(e) = depth_sim::validate(&cfg) {
-        return bad(e.to_string());
+        if let Err(e) = flag.set_as(&mut args, value, key) {
+            return bad(e.to_string());
+        }
     }
+    // The lab's charts average 32 rows (the experiment: 64).
+    let cfg = match depth_sim::config(&args, 32) {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
     let Ok(_permit) = lab.heavy.acquire().await else {
         return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
     };

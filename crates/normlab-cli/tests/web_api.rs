@@ -182,9 +182,9 @@ fn api_answers_and_validates() {
         assert_eq!(code, 200, "{q}");
         json_body(&body)
     };
-    let rezero = sim("gate=0");
+    let rezero = sim("rezero=true");
     assert_eq!(rezero["grad_ratio_bottom_top"].as_f64(), Some(1.0));
-    let (ls, plain) = (sim("gate=0.0001"), sim("gate="));
+    let (ls, plain) = (sim("layerscale=0.0001"), sim("layerscale="));
     let rms = |v: &serde_json::Value| v["final_residual_rms"].as_f64().unwrap();
     assert!(
         rms(&plain) > 100.0 * rms(&ls),
@@ -192,7 +192,12 @@ fn api_answers_and_validates() {
         rms(&plain),
         rms(&ls)
     );
-    for bad in ["gate=-1", "gate=x", "gate=inf"] {
+    for bad in [
+        "layerscale=-1",
+        "layerscale=x",
+        "layerscale=inf",
+        "rezero=true&layerscale=0.1",
+    ] {
         let (code, _) = get(&s, &format!("/api/simulate?{bad}"));
         assert_eq!(code, 400, "{bad}");
     }

@@ -25,19 +25,20 @@ pub enum FlagShape {
     OnOff,
 }
 
-/// A value a flag's text parses into (one-line errors naming the flag).
+/// A value a flag's text parses into, with one-line errors that name it by
+/// `label` (`--gain` on the command line, `gain` in the web lab's API).
 pub trait FlagValue: Sized {
-    /// Parse `text`, the value given to `--flag`.
-    fn parse_flag(flag: &str, text: &str) -> Result<Self>;
+    /// Parse `text`, the value given to the flag called `label`.
+    fn parse_flag(label: &str, text: &str) -> Result<Self>;
 }
 
 macro_rules! flag_value_by_from_str {
     ($($t:ty),*) => {$(
         impl FlagValue for $t {
-            fn parse_flag(flag: &str, text: &str) -> Result<Self> {
+            fn parse_flag(label: &str, text: &str) -> Result<Self> {
                 text.trim()
                     .parse::<$t>()
-                    .map_err(|e| Error::bad(format!("--{flag}: '{text}': {e}")))
+                    .map_err(|e| Error::bad(format!("{label}: '{text}': {e}")))
             }
         }
     )*};
@@ -45,27 +46,27 @@ macro_rules! flag_value_by_from_str {
 flag_value_by_from_str!(usize, u64, f32, f64, PathBuf, NormKind, Placement, ModelKind, InitScheme);
 
 impl FlagValue for bool {
-    fn parse_flag(flag: &str, text: &str) -> Result<Self> {
-        match text.trim() {
-            "true" | "on" | "1" => Ok(true),
-            "false" | "off" | "0" => Ok(false),
+    fn parse_flag(label: &str, text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => Ok(true),
+            "false" | "off" | "no" | "0" => Ok(false),
             _ => Err(Error::bad(format!(
-                "--{flag}: '{text}' is not true or false"
+                "{label} must be true or false (got '{text}')"
             ))),
         }
     }
 }
 
 impl<T: FlagValue> FlagValue for Vec<T> {
-    fn parse_flag(flag: &str, text: &str) -> Result<Self> {
+    fn parse_flag(label: &str, text: &str) -> Result<Self> {
         let v = text
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .map(|p| T::parse_flag(flag, p))
+            .map(|p| T::parse_flag(label, p))
             .collect::<Result<Vec<T>>>()?;
         if v.is_empty() {
-            return Err(Error::bad(format!("--{flag} is empty")));
+            return Err(Error::bad(format!("{label} is empty")));
         }
         Ok(v)
     }
@@ -134,12 +135,18 @@ macro_rules! exp_flags {
                 match self { $(ExpFlag::$variant => a.$field.is_some(),)* }
             }
 
-            /// Set this flag in `a` from its text (`true`/`false` for a
-            /// switch).
+            /// Set this flag in `a` from its command-line text
+            /// (`true`/`false` for a switch).
             pub fn set(self, a: &mut ExpArgs, text: &str) -> Result<()> {
+                self.set_as(a, text, &format!("--{}", self.name()))
+            }
+
+            /// Set this flag in `a` from `text`, naming it `label` in an
+            /// error (the web lab's API names its query parameters).
+            pub fn set_as(self, a: &mut ExpArgs, text: &str, label: &str) -> Result<()> {
                 match self {
                     $(ExpFlag::$variant => {
-                        a.$field = Some(<$ty as FlagValue>::parse_flag($name, text)?)
+                        a.$field = Some(<$ty as FlagValue>::parse_flag(label, text)?)
                     })*
                 }
                 Ok(())
@@ -184,7 +191,7 @@ exp_flags! {
     /// depth-sim: number of sublayers N.
     Sublayers sublayers: usize = "sublayers", Value, Some("4");
     /// depth-sim: init gain g.
-    Gain gain: f32 = "gain", Value, Some("1");
+    Gain gain: f64 = "gain", Value, Some("1");
     /// depth-sim: residual connections on (default) or off (--no-residual).
     Residual residual: bool = "residual", OnOff, None;
     /// depth-sim: RMSNorm before each sublayer.

@@ -231,7 +231,10 @@ pub fn validate(c: &SimConfig) -> Result<()> {
     if c.sublayers == 0 || c.sublayers > 1000 {
         return Err(format!("sublayers must be in 1..=1000 (got {})", c.sublayers).into());
     }
-    if !(c.gain.is_finite() && (0.0..=100.0).contains(&c.gain)) {
+    if c.gain < 0.0 {
+        return Err(format!("gain must not be negative (got {})", c.gain).into());
+    }
+    if !(c.gain.is_finite() && c.gain <= 100.0) {
         return Err(format!("gain must be a number in [0, 100] (got {})", c.gain).into());
     }
     if let Some(g) = c.gate {
@@ -299,13 +302,14 @@ pub const EXPERIMENT: Experiment = Experiment {
 };
 
 /// `normlab exp depth-sim`.
-fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
-    let base = SimConfig {
+/// The simulator's settings from the experiment flags (the one declaration
+/// of `exp::args` that `normlab exp depth-sim` and the web lab's
+/// `/api/simulate` both parse), with the defaults of the lesson's widget
+/// (N = 32, gain 1, residuals on) and `rows` rows; checked.
+pub fn config(a: &ExpArgs, rows: usize) -> Result<SimConfig> {
+    let c = SimConfig {
         sublayers: a.sublayers.unwrap_or(32),
-        gain: a
-            .gain
-            .map(|g| g.to_string().parse::<f64>().unwrap_or(g as f64))
-            .unwrap_or(1.0),
+        gain: a.gain.unwrap_or(1.0),
         residual: a.residual.unwrap_or(true),
         pre_norm: a.pre_norm.unwrap_or(false),
         scale_writeback: a.scale_writeback.unwrap_or(false),
@@ -313,16 +317,21 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         dyt: a.dyt.unwrap_or(false),
         gate: match (a.rezero, a.layerscale) {
             (Some(true), Some(_)) => {
-                return Err("--rezero and --layerscale are two gates; give one".into())
+                return Err("rezero and layerscale are two gates; give one".into())
             }
             (Some(true), None) => Some(0.0),
             (_, ls) => ls,
         },
         d: a.d_model.unwrap_or(64),
-        rows: a.rows.unwrap_or(64),
+        rows: a.rows.unwrap_or(rows),
         seed: a.seed.unwrap_or(0),
     };
-    validate(&base)?;
+    validate(&c)?;
+    Ok(c)
+}
+
+fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
+    let base = config(a, 64)?;
     let main = simulate(&base);
     // The canonical settings at the same N and gain, for comparison (the
     // four of the lesson, then pre-norm with LayerNorm Scaling, DyT in the
