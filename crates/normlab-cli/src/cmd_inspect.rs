@@ -42,7 +42,7 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     }
     let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
-        bert::sample_sentences(32, 0, 53)
+        normlab::io::sample_sentences(32, 0, 53)
     } else {
         c.text.clone()
     };
@@ -107,7 +107,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     use normlab::model::llama::{self, Llama};
     let m = Llama::load(&c.model)?;
     let texts = if c.text.is_empty() {
-        bert::sample_sentences(16, 0, 53)
+        normlab::io::sample_sentences(16, 0, 53)
     } else {
         c.text.clone()
     };

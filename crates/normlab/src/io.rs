@@ -14,6 +14,23 @@ use std::path::Path;
 /// The Shakespeare text bundled with normlab (see data/README.md).
 pub const BUNDLED_TEXT: &[u8] = include_bytes!("../../../data/shakespeare.txt");
 
+/// Sentences for calibration and held-out checks: lines of the bundled
+/// Shakespeare with 6 to 40 words (`skip` lines first, every `step`-th).
+pub fn sample_sentences(count: usize, skip: usize, step: usize) -> Vec<String> {
+    let text = String::from_utf8_lossy(BUNDLED_TEXT);
+    text.lines()
+        .map(str::trim)
+        .filter(|l| {
+            let w = l.split_whitespace().count();
+            (6..=40).contains(&w) && !l.chars().all(|c| c.is_uppercase() || !c.is_alphabetic())
+        })
+        .skip(skip)
+        .step_by(step.max(1))
+        .take(count)
+        .map(String::from)
+        .collect()
+}
+
 /// The temp name a write of `path` by this process uses: `.<name>.<pid>.tmp`
 /// in the same folder (so the rename is atomic).
 fn temp_name(path: &Path) -> std::path::PathBuf {

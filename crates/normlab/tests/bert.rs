@@ -78,8 +78,8 @@ fn minilm_rmsnorm_conversion_and_calibration() {
             .map(|s| bert.encode(s).unwrap())
             .collect::<Vec<_>>()
     };
-    let calib = enc(bert::sample_sentences(24, 0, 37));
-    let held = enc(bert::sample_sentences(16, 5, 41));
+    let calib = enc(normlab::io::sample_sentences(24, 0, 37));
+    let held = enc(normlab::io::sample_sentences(16, 5, 41));
     let mean_cos = |norms: &[bert::NormParams]| {
         held.iter()
             .map(|ids| {

@@ -262,8 +262,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         let b = bert::Bert::load(&dir)?;
         let (nc, nh) = if a.quick { (16, 12) } else { (64, 48) };
         let enc = |v: Vec<String>| v.iter().map(|s| b.encode(s)).collect::<Result<Vec<_>, _>>();
-        let calib = enc(bert::sample_sentences(nc, 0, 37))?;
-        let held = enc(bert::sample_sentences(nh, 5, 41))?;
+        let calib = enc(normlab::io::sample_sentences(nc, 0, 37))?;
+        let held = enc(normlab::io::sample_sentences(nh, 5, 41))?;
         let originals: Vec<Vec<f32>> = held.iter().map(|ids| b.embed_ids(ids, &b.norms)).collect();
         let cos = |norms: &[bert::NormParams]| -> (f64, f64) {
             let v: Vec<f64> = held

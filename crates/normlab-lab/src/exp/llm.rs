@@ -18,7 +18,7 @@ use super::runs::{self, block_row_norms, cfg, final_params, gpt_base, merge};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
-use normlab::model::bert::sample_sentences;
+use normlab::io::sample_sentences;
 use normlab::model::llama::{self, Llama};
 use serde_json::json;
 use std::path::PathBuf;

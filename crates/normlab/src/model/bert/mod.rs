@@ -6,8 +6,16 @@
 //! normalisation (the sentence-transformers recipe).
 //!
 //! Every norm can be swapped (LayerNorm, or RMSNorm with optional bias) to
-//! study conversion, and a trace records each norm's input and output, the
-//! residual stream and each sublayer's write, for `normlab inspect`.
+//! study conversion (`convert.rs`: RMS conversion and calibration), and a
+//! trace records each norm's input and output, the residual stream and each
+//! sublayer's write, which `inspect.rs` turns into `normlab inspect`'s rows.
+//! This file: the configuration, loading, tokenisation and the forward pass.
+
+mod convert;
+mod inspect;
+
+pub use convert::{calibrate_rms, cosine, rms_norms};
+pub use inspect::{inspect, stats, InspectRow};
 
 use crate::error::Result;
 use crate::io::load_tensors;
@@ -16,7 +24,6 @@ use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind, ParamRole};
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// The fields of a Hugging Face BERT `config.json` that inference needs.
@@ -352,196 +359,4 @@ impl Bert {
     pub fn embed(&self, text: &str) -> Result<Vec<f32>> {
         Ok(self.embed_ids(&self.encode(text)?, &self.norms))
     }
-}
-
-/// Cosine similarity.
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb).max(1e-30)
-}
-
-/// The model's LayerNorms as RMSNorms: gamma kept; beta kept or dropped.
-pub fn rms_norms(bert: &Bert, keep_beta: bool) -> Vec<NormParams> {
-    bert.norms
-        .iter()
-        .map(|n| NormParams {
-            kind: NormKind::RmsNorm,
-            gamma: n.gamma.clone(),
-            beta: if keep_beta {
-                n.beta.clone()
-            } else {
-                vec![0.0; n.beta.len()]
-            },
-            eps: n.eps,
-        })
-        .collect()
-}
-
-/// Calibrate RMSNorm replacements layer by layer: for each norm in forward
-/// order, run the partly converted model on `sentences`, and fit per feature
-/// the gain and bias that best map RMSNorm(input) to the original
-/// LayerNorm's output at that place (least squares).
-pub fn calibrate_rms(bert: &Bert, sentences: &[Vec<u32>]) -> Vec<NormParams> {
-    let d = bert.cfg.hidden_size;
-    let mut conv = rms_norms(bert, true);
-    let originals: Vec<Trace> = sentences
-        .iter()
-        .map(|ids| {
-            let mut tr = Trace::default();
-            bert.forward(ids, &bert.norms, Some(&mut tr));
-            tr
-        })
-        .collect();
-    for k in 0..conv.len() {
-        // Sums for y = a r + b per feature.
-        let (mut sr, mut srr, mut sy, mut sry, mut n) = (
-            vec![0f64; d],
-            vec![0f64; d],
-            vec![0f64; d],
-            vec![0f64; d],
-            0f64,
-        );
-        for (ids, orig) in sentences.iter().zip(&originals) {
-            let mut tr = Trace::default();
-            bert.forward(ids, &conv, Some(&mut tr));
-            let (input, target) = (&tr.norm_in[k], &orig.norm_out[k]);
-            for (row, yrow) in input.chunks_exact(d).zip(target.chunks_exact(d)) {
-                let rms = (row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / d as f64
-                    + conv[k].eps as f64)
-                    .sqrt();
-                for j in 0..d {
-                    let r = row[j] as f64 / rms;
-                    let y = yrow[j] as f64;
-                    sr[j] += r;
-                    srr[j] += r * r;
-                    sy[j] += y;
-                    sry[j] += r * y;
-                }
-                n += 1.0;
-            }
-        }
-        for j in 0..d {
-            let var = srr[j] / n - (sr[j] / n).powi(2);
-            let cov = sry[j] / n - (sr[j] / n) * (sy[j] / n);
-            let a = if var > 1e-12 {
-                cov / var
-            } else {
-                conv[k].gamma[j] as f64
-            };
-            let b = sy[j] / n - a * sr[j] / n;
-            conv[k].gamma[j] = a as f32;
-            conv[k].beta[j] = b as f32;
-        }
-    }
-    conv
-}
-
-/// Sentences for calibration and held-out checks: lines of the bundled
-/// Shakespeare with 6 to 40 words (`skip` lines first, every `step`-th).
-pub fn sample_sentences(count: usize, skip: usize, step: usize) -> Vec<String> {
-    let text = String::from_utf8_lossy(crate::io::BUNDLED_TEXT);
-    text.lines()
-        .map(str::trim)
-        .filter(|l| {
-            let w = l.split_whitespace().count();
-            (6..=40).contains(&w) && !l.chars().all(|c| c.is_uppercase() || !c.is_alphabetic())
-        })
-        .skip(skip)
-        .step_by(step.max(1))
-        .take(count)
-        .map(String::from)
-        .collect()
-}
-
-/// Statistics of a vector (mean, std, min, max).
-pub fn stats(v: &[f32]) -> HashMap<&'static str, f64> {
-    let n = v.len().max(1) as f64;
-    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
-    let std = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
-    let (mn, mx) = v
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-            (a.min(x as f64), b.max(x as f64))
-        });
-    HashMap::from([("mean", mean), ("std", std), ("min", mn), ("max", mx)])
-}
-
-/// One row of `normlab inspect`: a norm of the model and what flows through it.
-#[derive(Clone, Debug, Serialize)]
-pub struct InspectRow {
-    /// Norm name.
-    pub norm: String,
-    /// RMS of the norm's input (the residual stream before the norm).
-    pub stream_rms_before: f64,
-    /// RMS of the norm's output (the stream after it).
-    pub stream_rms_after: f64,
-    /// For the norms after a sublayer: mean over tokens of |write| / |stream it read|.
-    pub write_over_stream: Option<f64>,
-    /// Gain statistics.
-    pub gamma_mean: f64,
-    /// Gain std.
-    pub gamma_std: f64,
-    /// Smallest gain.
-    pub gamma_min: f64,
-    /// Largest gain.
-    pub gamma_max: f64,
-    /// Mean |beta|.
-    pub beta_abs_mean: f64,
-}
-
-/// The residual-growth and identity-path views of a real model on `texts`.
-pub fn inspect(bert: &Bert, texts: &[String]) -> Result<Vec<InspectRow>> {
-    let d = bert.cfg.hidden_size;
-    let k = bert.norms.len();
-    let (mut rb, mut ra, mut nrow) = (vec![0f64; k], vec![0f64; k], 0f64);
-    let mut wr = vec![0f64; k];
-    for text in texts {
-        let ids = bert.encode(text)?;
-        let mut tr = Trace::default();
-        bert.forward(&ids, &bert.norms, Some(&mut tr));
-        let rms = |v: &[f32]| {
-            (v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
-        };
-        for i in 0..k {
-            for (a, b) in tr.norm_in[i]
-                .chunks_exact(d)
-                .zip(tr.norm_out[i].chunks_exact(d))
-            {
-                rb[i] += rms(a);
-                ra[i] += rms(b);
-            }
-            if i > 0 {
-                for (w, s) in tr.writes[i - 1]
-                    .chunks_exact(d)
-                    .zip(tr.stream_in[i - 1].chunks_exact(d))
-                {
-                    wr[i] += rms(w) / rms(s).max(1e-30);
-                }
-            }
-        }
-        nrow += ids.len() as f64;
-    }
-    Ok((0..k)
-        .map(|i| {
-            let g = stats(&bert.norms[i].gamma);
-            InspectRow {
-                norm: bert.norm_names[i].clone(),
-                stream_rms_before: rb[i] / nrow,
-                stream_rms_after: ra[i] / nrow,
-                write_over_stream: (i > 0).then(|| wr[i] / nrow),
-                gamma_mean: g["mean"],
-                gamma_std: g["std"],
-                gamma_min: g["min"],
-                gamma_max: g["max"],
-                beta_abs_mean: bert.norms[i]
-                    .beta
-                    .iter()
-                    .map(|b| b.abs() as f64)
-                    .sum::<f64>()
-                    / d as f64,
-            }
-        })
-        .collect())
 }
