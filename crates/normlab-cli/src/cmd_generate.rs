@@ -53,7 +53,7 @@ pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
     if ids.is_empty() {
         return bad("--prompt gives no tokens");
     }
-    if ids.len() + c.tokens > m.cfg.context {
+    if ids.len().saturating_add(c.tokens) > m.cfg.context {
         return bad(format!(
             "the prompt ({} tokens) and --tokens {} exceed the model's context of {}",
             ids.len(),

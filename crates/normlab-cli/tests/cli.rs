@@ -923,3 +923,26 @@ fn every_subcommand_has_a_section_in_the_command_reference() {
         );
     }
 }
+
+/// A token count so large that prompt + tokens wraps around is refused
+/// against the model's context (it once panicked: "capacity overflow").
+#[test]
+fn generate_refuses_a_token_count_beyond_the_context() {
+    let test = "generate_refuses_a_token_count_beyond_the_context";
+    let Some(model) = model_or_skip(SMOLLM2, SMOLLM2, test, "fetch_smollm2.sh") else {
+        return;
+    };
+    for tokens in ["18446744073709551615", "9000"] {
+        let o = normlab(&[
+            "generate",
+            model.to_str().unwrap(),
+            "--prompt",
+            "Hi",
+            "--tokens",
+            tokens,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{tokens}: {err}");
+        assert!(err.contains("context"), "{tokens}: {err}");
+    }
+}

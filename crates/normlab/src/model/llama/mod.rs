@@ -61,10 +61,70 @@ pub struct LlamaConfig {
     pub context: usize,
 }
 
+/// Most blocks a file may declare (SmolLM2-135M has 30; the largest Llama
+/// models about 130): a metadata count beyond it is refused before anything
+/// is allocated from it.
+pub const MAX_BLOCKS: usize = 4096;
+
 impl LlamaConfig {
     /// Per-head width.
     pub fn head_dim(&self) -> usize {
         self.d / self.heads
+    }
+
+    /// Check the metadata against itself and against the tensors the file
+    /// holds, before anything is sized from it: a corrupt or hostile count
+    /// (a flipped bit of `block_count`) is a one-line error, not an
+    /// allocation of terabytes; eps and the RoPE base must be positive.
+    fn check(&self, g: &Gguf) -> Result<()> {
+        if self.layers == 0 || self.layers > MAX_BLOCKS {
+            return Err(format!("block_count {} is not in 1..={MAX_BLOCKS}", self.layers).into());
+        }
+        let last = format!("blk.{}.attn_norm.weight", self.layers - 1);
+        if g.info(&last).is_err() {
+            return Err(format!(
+                "block_count says {} blocks but the file has no tensor {last}",
+                self.layers
+            )
+            .into());
+        }
+        if self.d == 0 || self.vocab == 0 || self.ffn == 0 || self.context == 0 {
+            return Err("embedding_length, vocab_size, feed_forward_length and context_length must be at least 1".into());
+        }
+        if self.heads == 0
+            || !self.d.is_multiple_of(self.heads)
+            || self.kv_heads == 0
+            || !self.heads.is_multiple_of(self.kv_heads)
+        {
+            return Err("inconsistent head counts".into());
+        }
+        // Every size must be what the file's tensors hold (so no product
+        // of counts can exceed what was read from disk).
+        let dims = |name: &str| g.info(name).map(|t| t.dims.iter().product::<usize>());
+        for (name, want) in [
+            ("token_embd.weight", self.vocab.checked_mul(self.d)),
+            ("blk.0.ffn_up.weight", self.ffn.checked_mul(self.d)),
+            ("blk.0.attn_norm.weight", Some(self.d)),
+        ] {
+            if dims(name)? as u128 != want.map_or(u128::MAX, |w| w as u128) {
+                return Err(format!("{name} does not have the shape the metadata gives").into());
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(format!(
+                "the RMSNorm eps must be a positive number (got {})",
+                self.eps
+            )
+            .into());
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
+            return Err(format!(
+                "the RoPE base must be a positive number (got {})",
+                self.rope_base
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -158,13 +218,8 @@ impl Llama {
             rope_base: g.f64("llama.rope.freq_base").unwrap_or(10000.0),
             context: g.usize("llama.context_length")?,
         };
-        if cfg.heads == 0
-            || !cfg.d.is_multiple_of(cfg.heads)
-            || cfg.kv_heads == 0
-            || !cfg.heads.is_multiple_of(cfg.kv_heads)
-        {
-            return Err(format!("{}: inconsistent head counts", path.display()).into());
-        }
+        cfg.check(&g)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let (d, kvd) = (cfg.d, cfg.kv_heads * cfg.head_dim());
         let get = |name: &str, len: usize| -> Result<Vec<f32>> {
             let v = g.tensor(name)?;
@@ -302,7 +357,7 @@ impl Llama {
     ) -> Result<Vec<u32>> {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let mut cache = KvCache::new(self);
-        let mut out = Vec::with_capacity(n);
+        let mut out = Vec::with_capacity(n.min(self.cfg.context));
         let mut h = self.forward(ids, NormKind::RmsNorm, &mut cache, None)?;
         for i in 0..n {
             let l = self.logits_from(&h[h.len() - d..], true);

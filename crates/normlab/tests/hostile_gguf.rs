@@ -1,0 +1,113 @@
+//! GGUF files a user may download that lie about themselves: a Llama
+//! file's metadata is checked against itself and against the tensors it
+//! holds before anything is sized from it, so a flipped bit of a count or a
+//! NaN eps is a one-line error (bad input), never an abort, a panic or
+//! garbage text. Model-free: the files are built here.
+
+use normlab::model::llama::Llama;
+
+/// GGUF value types used here.
+const U32: u32 = 4;
+const F32: u32 = 6;
+const STRING: u32 = 8;
+
+fn key(f: &mut Vec<u8>, k: &str) {
+    f.extend((k.len() as u64).to_le_bytes());
+    f.extend(k.as_bytes());
+}
+
+/// A tiny Llama GGUF (d 4, vocab 8, ffn 8, one block's worth of the tensors
+/// the checks look at, all F32) with `block_count`, `eps` and `rope_base`.
+fn tiny_llama(block_count: u32, eps: f32, rope_base: f32) -> Vec<u8> {
+    let (d, vocab, ffn) = (4u64, 8u64, 8u64);
+    let tensors: [(&str, Vec<u64>); 3] = [
+        ("blk.0.attn_norm.weight", vec![d]),
+        ("token_embd.weight", vec![d, vocab]),
+        ("blk.0.ffn_up.weight", vec![d, ffn]),
+    ];
+    let nums: [(&str, u32); 7] = [
+        ("llama.vocab_size", vocab as u32),
+        ("llama.embedding_length", d as u32),
+        ("llama.block_count", block_count),
+        ("llama.attention.head_count", 2),
+        ("llama.attention.head_count_kv", 1),
+        ("llama.feed_forward_length", ffn as u32),
+        ("llama.context_length", 64),
+    ];
+    let mut f = b"GGUF".to_vec();
+    f.extend(3u32.to_le_bytes());
+    f.extend((tensors.len() as u64).to_le_bytes());
+    f.extend((1 + nums.len() as u64 + 2).to_le_bytes());
+    key(&mut f, "general.architecture");
+    f.extend(STRING.to_le_bytes());
+    f.extend(5u64.to_le_bytes());
+    f.extend(b"llama");
+    for (k, v) in nums {
+        key(&mut f, k);
+        f.extend(U32.to_le_bytes());
+        f.extend(v.to_le_bytes());
+    }
+    for (k, v) in [
+        ("llama.attention.layer_norm_rms_epsilon", eps),
+        ("llama.rope.freq_base", rope_base),
+    ] {
+        key(&mut f, k);
+        f.extend(F32.to_le_bytes());
+        f.extend(v.to_le_bytes());
+    }
+    let mut offset = 0u64;
+    for (name, dims) in &tensors {
+        key(&mut f, name);
+        f.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            f.extend(d.to_le_bytes());
+        }
+        f.extend(0u32.to_le_bytes()); // F32
+        f.extend(offset.to_le_bytes());
+        offset += 4 * dims.iter().product::<u64>();
+        offset = offset.div_ceil(32) * 32;
+    }
+    while !f.len().is_multiple_of(32) {
+        f.push(0);
+    }
+    f.resize(f.len() + offset as usize, 0);
+    f
+}
+
+fn load_error(bytes: Vec<u8>) -> String {
+    let dir = std::env::temp_dir().join(format!("normlab-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("{n}.gguf"));
+    std::fs::write(&path, &bytes).unwrap();
+    let r = Llama::load(&path);
+    let _ = std::fs::remove_file(&path);
+    let e = r.err().expect("a hostile file must be refused");
+    assert!(e.is_bad_input(), "{e}");
+    e.to_string()
+}
+
+#[test]
+fn block_counts_that_the_file_does_not_hold_are_refused_before_allocating() {
+    // A flipped high bit: 4294967295 blocks would be terabytes of layers.
+    let e = load_error(tiny_llama(u32::MAX, 1e-5, 1e4));
+    assert!(e.contains("block_count"), "{e}");
+    let e = load_error(tiny_llama(0, 1e-5, 1e4));
+    assert!(e.contains("block_count 0"), "{e}");
+    // Two blocks declared, one in the file.
+    let e = load_error(tiny_llama(2, 1e-5, 1e4));
+    assert!(e.contains("blk.1.attn_norm.weight"), "{e}");
+}
+
+#[test]
+fn nan_or_non_positive_eps_and_rope_base_are_refused() {
+    for eps in [f32::NAN, 0.0, -1e-5, f32::INFINITY] {
+        let e = load_error(tiny_llama(1, eps, 1e4));
+        assert!(e.contains("eps"), "{eps}: {e}");
+    }
+    for base in [f32::NAN, 0.0] {
+        let e = load_error(tiny_llama(1, 1e-5, base));
+        assert!(e.contains("RoPE base"), "{base}: {e}");
+    }
+}
