@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from . import _native
 
 STATS = _native.stats_per_row()
+MAX_THREADS = _native.max_threads()
 
 
 @dataclass(frozen=True)
@@ -83,18 +84,31 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def forward_raw(kind: str, d: int, eps: float, n: int, x: int, params: int, np_: int,
-                y: int, stats: int, threads: int, dtype: str = "f32") -> None:
-    """Forward over buffers at these addresses (checked by the caller); x
-    and y stored as ``dtype`` ("f32", "bf16", "f16"), params and stats f32."""
-    _native.forward(kind, d, float(eps), n, x, params, np_, y, stats, max(1, int(threads)), dtype)
+def check_threads(threads) -> int:
+    """A thread count as normlab's CLI takes it: an int in 1..=MAX_THREADS
+    (the library's one cap, ``normlab::limits``), else ValueError."""
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be an int (got {type(threads).__name__})")
+    if not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"threads must be between 1 and {MAX_THREADS} (got {threads})")
+    return threads
 
 
-def backward_raw(kind: str, d: int, n: int, x: int, dy: int, params: int, np_: int,
-                 stats: int, dx: int, dparams: int, threads: int, dtype: str = "f32") -> None:
-    """Backward over buffers at these addresses; ``dparams`` (f32) is added
-    to; x, dy, dx stored as ``dtype``."""
-    _native.backward(kind, d, n, x, dy, params, np_, stats, dx, dparams, max(1, int(threads)),
+def _forward_raw(kind: str, d: int, eps: float, n: int, x: int, params: int, np_: int,
+                 y: int, stats: int, threads: int, dtype: str = "f32") -> None:
+    """Forward over buffers at these addresses, which the caller (the NumPy
+    and PyTorch front ends) has checked: private, since wrong addresses
+    crash the interpreter. x and y stored as ``dtype`` ("f32", "bf16",
+    "f16"), params and stats f32."""
+    _native.forward(kind, d, float(eps), n, x, params, np_, y, stats, check_threads(threads), dtype)
+
+
+def _backward_raw(kind: str, d: int, n: int, x: int, dy: int, params: int, np_: int,
+                  stats: int, dx: int, dparams: int, threads: int, dtype: str = "f32") -> None:
+    """Backward over buffers at these addresses (private, as
+    :func:`_forward_raw`); ``dparams`` (f32) is added to; x, dy, dx stored
+    as ``dtype``."""
+    _native.backward(kind, d, n, x, dy, params, np_, stats, dx, dparams, check_threads(threads),
                      dtype)
 
 

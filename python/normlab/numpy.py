@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import STATS, backward_raw, default_threads, forward_raw, kind_info
+from . import _core
+from ._core import STATS, default_threads, kind_info
 
 __all__ = ["norm_forward", "norm_backward", "layer_norm", "rms_norm", "params_for"]
 
@@ -68,9 +69,9 @@ def norm_forward(kind: str, x: np.ndarray, params: np.ndarray, eps: float | None
     y = np.empty_like(x)
     stats = np.empty(rows * STATS, dtype=np.float32)
     if x.size:
-        forward_raw(info.name, d, info.default_eps if eps is None else eps, x.size,
+        _core._forward_raw(info.name, d, info.default_eps if eps is None else eps, x.size,
                     x.ctypes.data, params.ctypes.data if params.size else 16, params.size,
-                    y.ctypes.data, stats.ctypes.data, threads or default_threads())
+                    y.ctypes.data, stats.ctypes.data, default_threads() if threads is None else threads)
     return y, stats
 
 
@@ -92,10 +93,10 @@ def norm_backward(kind: str, x: np.ndarray, dy: np.ndarray, params: np.ndarray,
     dx = np.empty_like(x)
     dparams = np.zeros(params.size, dtype=np.float32)
     if x.size:
-        backward_raw(info.name, d, x.size, x.ctypes.data, dy.ctypes.data,
+        _core._backward_raw(info.name, d, x.size, x.ctypes.data, dy.ctypes.data,
                      params.ctypes.data if params.size else 16, params.size, stats.ctypes.data,
                      dx.ctypes.data, dparams.ctypes.data if params.size else 16,
-                     threads or default_threads())
+                     default_threads() if threads is None else threads)
     return dx, dparams
 
 

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._core import STATS, backward_raw, forward_raw, kind_info
+from . import _core
+from ._core import STATS, kind_info
 
 __all__ = [
     "norm", "layer_norm", "rms_norm", "Norm", "LayerNorm", "RMSNorm", "ZeroCenteredRMSNorm",
@@ -58,8 +59,8 @@ def _fwd_impl(x: Tensor, params: Tensor, kind: str, d: int, eps: float) -> tuple
     rows = x.numel() // d
     stats = torch.empty(rows * STATS, dtype=torch.float32)
     if x.numel():
-        forward_raw(kind, d, eps, x.numel(), x.data_ptr(), params.data_ptr(), params.numel(),
-                    y.data_ptr(), stats.data_ptr(), torch.get_num_threads(), _DTYPES[x.dtype])
+        _core._forward_raw(kind, d, eps, x.numel(), x.data_ptr(), params.data_ptr(), params.numel(),
+                    y.data_ptr(), stats.data_ptr(), min(torch.get_num_threads(), _core.MAX_THREADS), _DTYPES[x.dtype])
     return y, stats
 
 
@@ -84,9 +85,9 @@ def _bwd_impl(dy: Tensor, x: Tensor, params: Tensor, stats: Tensor, kind: str,
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dparams = torch.zeros_like(params)
     if x.numel():
-        backward_raw(kind, d, x.numel(), x.data_ptr(), dy.data_ptr(), params.data_ptr(),
+        _core._backward_raw(kind, d, x.numel(), x.data_ptr(), dy.data_ptr(), params.data_ptr(),
                      params.numel(), stats.data_ptr(), dx.data_ptr(), dparams.data_ptr(),
-                     torch.get_num_threads(), _DTYPES[x.dtype])
+                     min(torch.get_num_threads(), _core.MAX_THREADS), _DTYPES[x.dtype])
     return dx, dparams
 
 

@@ -41,7 +41,9 @@ static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 static POOLS: Mutex<Vec<(usize, Arc<ThreadPool>)>> = Mutex::new(Vec::new());
 
 fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
-    let threads = threads.max(1);
+    // The library's one cap on threads (the CLI's too).
+    normlab::limits::check_threads("threads", threads)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, p)) = pools.iter().find(|(n, _)| *n == threads) {
         return Ok(p.clone());
@@ -485,6 +487,12 @@ fn classify(
     status::classify(diverged, final_eval, unigram, floor, first_loss).name()
 }
 
+/// The most threads a call may ask for (`normlab::limits::MAX_THREADS`).
+#[pyfunction]
+fn max_threads() -> usize {
+    normlab::limits::MAX_THREADS
+}
+
 /// Consecutive steps above the bound that make a run diverged.
 #[pyfunction]
 fn divergence_window() -> usize {
@@ -501,6 +509,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_huge_pages, m)?)?;
     m.add_function(wrap_pyfunction!(classify, m)?)?;
     m.add_function(wrap_pyfunction!(divergence_window, m)?)?;
+    m.add_function(wrap_pyfunction!(max_threads, m)?)?;
     m.add_class::<DivergenceTracker>()?;
     Ok(())
 }

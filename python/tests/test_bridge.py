@@ -479,3 +479,20 @@ def test_logger_classifies_at_the_divergence_window_edge_by_the_native_rule(tmp_
     assert (ends["status"], ends["diverged_at_step"]) == ("diverged", 6)
     nan = run("nan", [low] * 3 + [math.nan])
     assert (nan["status"], nan["diverged_at_step"]) == ("diverged", 4)
+
+
+def test_raw_address_calls_are_private_and_thread_counts_capped():
+    """The calls on raw addresses crash the interpreter on a wrong address:
+    neither front end exports them. Thread counts have the CLI's cap
+    (normlab::limits), 0 and negatives included."""
+    import normlab.numpy as nnp
+    import normlab.torch as nt
+    for mod in (nnp, nt):
+        assert not hasattr(mod, "forward_raw") and not hasattr(mod, "backward_raw")
+    x = np.ones((2, 8), dtype=np.float32)
+    params = nnp.params_for("rmsnorm", 8)
+    for bad in (0, -1, 10**6):
+        with pytest.raises(ValueError, match="threads must be between 1 and"):
+            nnp.norm_forward("rmsnorm", x, params, threads=bad)
+    y, _ = nnp.norm_forward("rmsnorm", x, params, threads=2)
+    assert np.allclose(y, 1.0, atol=1e-5)

@@ -73,9 +73,26 @@ pub fn run_id(cfg: &TrainConfig) -> String {
     )
 }
 
+/// Most runs one grid may expand into.
+pub const MAX_GRID_RUNS: usize = 100_000;
+
 /// Expand a grid: keys whose value is a list are axes (cartesian product,
 /// keys in sorted order), the rest are fixed. Every point is validated.
 pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>> {
+    // The size first (the product of the axes' lengths, checked), so that a
+    // small file of long axes is refused before anything is expanded.
+    let mut runs: u128 = 1;
+    for (k, v) in grid {
+        if let Value::Array(vals) = v {
+            if vals.is_empty() {
+                return Err(format!("grid axis '{k}' is empty").into());
+            }
+            runs = runs.saturating_mul(vals.len() as u128);
+        }
+    }
+    if runs > MAX_GRID_RUNS as u128 {
+        return Err(format!("grid has {runs} runs; at most {MAX_GRID_RUNS}").into());
+    }
     let mut points: Vec<Map<String, Value>> = vec![Map::new()];
     for (k, v) in grid {
         match v {
@@ -98,9 +115,6 @@ pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>> {
             }),
         }
     }
-    if points.len() > 100_000 {
-        return Err(format!("grid has {} runs; at most 100000", points.len()).into());
-    }
     let mut specs = Vec::with_capacity(points.len());
     let mut seen = std::collections::HashSet::new();
     for p in points {
@@ -118,4 +132,25 @@ pub fn expand_grid(grid: &Map<String, Value>) -> Result<Vec<RunSpec>> {
 pub fn read_grid(path: &Path) -> Result<Map<String, Value>> {
     let text = normlab::io::read_to_string(path)?;
     normlab::settings::toml_overrides(&text, &format!("grid {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small file of long axes (3 x 400 values: 64,000,000 runs) is
+    /// refused from the axes' lengths, before any point is built (expanded
+    /// first, it took gigabytes before the size check).
+    #[test]
+    fn a_huge_grid_is_refused_before_it_is_expanded() {
+        let mut g = Map::new();
+        for k in ["lr", "seed", "layers"] {
+            g.insert(k.into(), Value::from((1..=400).collect::<Vec<u64>>()));
+        }
+        let e = expand_grid(&g).err().unwrap().to_string();
+        assert!(e.contains("64000000 runs"), "{e}");
+        g.insert("steps".into(), Value::from(Vec::<u64>::new()));
+        let e = expand_grid(&g).err().unwrap().to_string();
+        assert!(e.contains("empty"), "{e}");
+    }
 }
