@@ -131,7 +131,14 @@ impl TrainConfig {
     pub fn from_overrides(overrides: &Map<String, Value>) -> Result<TrainConfig> {
         let mut ov = Map::new();
         for (k, v) in overrides {
-            ov.insert(k.replace('-', "_"), v.clone());
+            let key = k.replace('-', "_");
+            if ov.insert(key.clone(), v.clone()).is_some() {
+                return Err(format!(
+                    "option {key} is given twice (as {key} and as {})",
+                    key.replace('_', "-")
+                )
+                .into());
+            }
         }
         let kind = match ov.get("model") {
             Some(Value::String(s)) => s.parse::<ModelKind>()?,
@@ -345,6 +352,17 @@ mod tests {
 
     fn ov(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    /// `d-model` and `d_model` are one option: a file giving both is
+    /// refused, not read as one of them.
+    #[test]
+    fn an_option_given_under_both_spellings_is_refused() {
+        let mut m = Map::new();
+        m.insert("d-model".into(), Value::from(32));
+        m.insert("d_model".into(), Value::from(64));
+        let e = TrainConfig::from_overrides(&m).err().unwrap().to_string();
+        assert!(e.contains("d_model is given twice"), "{e}");
     }
 
     #[test]
