@@ -118,9 +118,13 @@ fn parse_list<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> anyhow::
 fn thread_counts(arg: Option<&str>) -> anyhow::Result<Vec<usize>> {
     let all = crate::cmd_train::default_threads();
     match arg {
-        Some(s) => parse_list("--threads", s, |p| {
-            p.parse().ok().filter(|&t: &usize| t > 0 && t <= 1024)
-        }),
+        Some(s) => {
+            let v = parse_list("--threads", s, |p| p.parse::<usize>().ok())?;
+            for &t in &v {
+                normlab::limits::check_threads("--threads", t)?;
+            }
+            Ok(v)
+        }
         None if all > 1 => Ok(vec![1, all]),
         None => Ok(vec![1]),
     }
@@ -254,9 +258,7 @@ fn norms(a: NormsArgs) -> anyhow::Result<()> {
         return bad(format!("--seconds must be in (0, 60] (got {})", a.seconds));
     }
     cfg.target_seconds = a.seconds;
-    if !(1..=1000).contains(&a.rounds) {
-        return bad(format!("--rounds must be in 1..=1000 (got {})", a.rounds));
-    }
+    normlab::limits::check_count("--rounds", a.rounds, 1, normlab::limits::MAX_ROUNDS)?;
     cfg.rounds = a.rounds;
     cfg.check()?;
     let total =
@@ -376,9 +378,7 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
     if a.steps == 0 {
         return bad("--steps must be at least 1");
     }
-    if a.rounds == 0 {
-        return bad("--rounds must be at least 1");
-    }
+    normlab::limits::check_count("--rounds", a.rounds, 1, normlab::limits::MAX_ROUNDS)?;
     let cfgs: Vec<_> = bench::standard_train_configs()
         .into_iter()
         .filter(|c| a.model == "both" || c.model.kind.to_string() == a.model)

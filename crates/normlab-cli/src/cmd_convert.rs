@@ -63,6 +63,12 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
     if c.check_sequences == 0 || c.check_sequences > 100_000 {
         return bad("--check-sequences must be in 1..=100000");
     }
+    normlab::limits::check_count(
+        "--calibrate",
+        c.calibrate,
+        0,
+        normlab::limits::MAX_CALIBRATION_STEPS,
+    )?;
     if !(c.calibrate_lr.is_finite() && c.calibrate_lr > 0.0) {
         return bad("--calibrate-lr must be positive");
     }

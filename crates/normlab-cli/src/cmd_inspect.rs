@@ -114,8 +114,11 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     if texts.iter().any(|t| t.trim().is_empty()) {
         return bad("--text must not be empty");
     }
-    let (rows, fin, claims) =
-        llama::inspect(&m, &texts, llama::held_out_text(), c.held_out_tokens)?;
+    let (rows, fin, claims) = {
+        // Read in windows: the bound is the bundled text's size, not the context.
+        normlab::limits::check_count("--held-out-tokens", c.held_out_tokens, 2, 10_000_000)?;
+        llama::inspect(&m, &texts, llama::held_out_text(), c.held_out_tokens)?
+    };
     if let Some(dir) = &c.out {
         let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
             Series::new(name, rows.iter().map(|r| (r.layer as f64, f(r))).collect())

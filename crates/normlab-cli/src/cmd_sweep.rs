@@ -76,8 +76,11 @@ fn grid_specs(grid: &str) -> anyhow::Result<Vec<RunSpec>> {
 pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
     let specs = grid_specs(&c.grid)?;
     if let Some(n) = c.emit_slurm {
-        if n == 0 {
-            return bad("--emit-slurm needs at least 1 task");
+        if n == 0 || n > specs.len() {
+            return bad(format!(
+                "--emit-slurm must be in 1..={} (the grid's runs: a task runs one or more of them; got {n})",
+                specs.len()
+            ));
         }
         normlab::io::create_dir_all(&c.out)?;
         let cpus = c.jobs.unwrap_or(1);

@@ -152,6 +152,41 @@ fn absurd_sizes_are_refused_up_front() {
         &["--threads"],
     );
     refused(&["train", "--threads", "100000"], &["--threads"]);
+    // One cap per resource (normlab::limits), named in the message.
+    refused(
+        &["bench", "norms", "--threads", "2000", "--shapes", "64x64"],
+        &["--threads", "1024", "2000"],
+    );
+    refused(
+        &["bench", "train", "--rounds", "5000"],
+        &["--rounds", "1000"],
+    );
+    refused(
+        &[
+            "convert",
+            "/nonexistent",
+            "/tmp/normlab-never-out",
+            "--to",
+            "rmsnorm",
+            "--calibrate",
+            "100000000",
+        ],
+        &["--calibrate", "1000000"],
+    );
+    let grid = std::env::temp_dir().join(format!("normlab-grid2-{}.toml", std::process::id()));
+    std::fs::write(&grid, "lr = [0.001, 0.002]\nsteps = 2\n").unwrap();
+    refused(
+        &[
+            "sweep",
+            grid.to_str().unwrap(),
+            "--out",
+            "/tmp/normlab-never-sweep",
+            "--emit-slurm",
+            "1000000000",
+        ],
+        &["--emit-slurm", "1..=2"],
+    );
+    let _ = std::fs::remove_file(&grid);
 }
 
 #[test]

@@ -945,4 +945,14 @@ fn generate_refuses_a_token_count_beyond_the_context() {
         assert_eq!(o.status.code(), Some(2), "{tokens}: {err}");
         assert!(err.contains("context"), "{tokens}: {err}");
     }
+    // inspect's held-out count: named, not "fewer than 2 tokens".
+    let o = normlab(&[
+        "inspect",
+        model.to_str().unwrap(),
+        "--held-out-tokens",
+        "18446744073709551615",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--held-out-tokens"), "{err}");
 }

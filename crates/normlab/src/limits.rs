@@ -1,12 +1,29 @@
 //! Up-front bounds on what one command may ask of the machine: memory
 //! (estimated from the sizes asked for, against what the OS says is
-//! available) and thread counts. A request beyond them is refused with one
+//! available), thread counts and the other counts a command takes (rounds,
+//! calibration steps), one cap each for the CLI, the web lab and Python. A request beyond them is refused with one
 //! line that names the sizes, before anything is allocated or started.
 
 use crate::error::{Error, Result};
 
 /// Most threads a run or a sweep worker pool may start.
 pub const MAX_THREADS: usize = 1024;
+
+/// Most interleaved rounds a benchmark or a timed comparison may run.
+pub const MAX_ROUNDS: usize = 1000;
+
+/// Most calibration (distillation) steps a checkpoint conversion may run.
+pub const MAX_CALIBRATION_STEPS: usize = 1_000_000;
+
+/// Refuse `n` outside `lo..=hi` for the option `what`, naming both.
+pub fn check_count(what: &str, n: usize, lo: usize, hi: usize) -> Result<()> {
+    if n < lo || n > hi {
+        return Err(Error::bad(format!(
+            "{what} must be in {lo}..={hi} (got {n})"
+        )));
+    }
+    Ok(())
+}
 
 /// Memory the OS reports as available (`MemAvailable` of /proc/meminfo),
 /// if it says.

@@ -262,8 +262,13 @@ impl ExpArgs {
         if let Some(n) = self.seeds.filter(|&n| n > 1000) {
             return Err(format!("--seeds must be at most 1000 (got {n})").into());
         }
-        if let Some(n) = self.calibrate.filter(|&n| n > 1_000_000) {
-            return Err(format!("--calibrate must be at most 1000000 steps (got {n})").into());
+        if let Some(n) = self.calibrate {
+            normlab::limits::check_count(
+                "--calibrate",
+                n,
+                0,
+                normlab::limits::MAX_CALIBRATION_STEPS,
+            )?;
         }
         if let Some(l) = &self.lrs {
             if l.iter().any(|v| !(v.is_finite() && *v > 0.0)) {

@@ -140,7 +140,7 @@ pub fn inspect(
         })
         .collect::<Vec<_>>();
     let mut ids = m.encode(held_out)?;
-    ids.truncate(max_tokens + 1);
+    ids.truncate(max_tokens.saturating_add(1));
     if ids.len() < 2 {
         return Err("the held-out text has fewer than 2 tokens"
             .to_string()
