@@ -151,9 +151,16 @@ pub struct Gguf {
     data_start: usize,
 }
 
+/// Most metadata values (array elements included) a file may hold: Gemma
+/// 3's 262k-token vocabulary needs about 0.8 million; each value costs tens
+/// of bytes in memory, so a small file of long arrays cannot blow up.
+pub const MAX_META_VALUES: usize = 4_000_000;
+
 struct Cursor<'a> {
     b: &'a [u8],
     pos: usize,
+    /// Metadata values read so far (bounded by [`MAX_META_VALUES`]).
+    values: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -186,6 +193,10 @@ impl<'a> Cursor<'a> {
             .map_err(|_| Error::from("GGUF string is not UTF-8".to_string()))
     }
     fn value(&mut self, ty: u32, depth: usize) -> Result<Value> {
+        self.values += 1;
+        if self.values > MAX_META_VALUES {
+            return Err(format!("GGUF metadata holds more than {MAX_META_VALUES} values").into());
+        }
         let b = |c: &mut Self, n| c.take(n);
         Ok(match ty {
             0 => Value::U(b(self, 1)?[0] as u64),
@@ -203,6 +214,15 @@ impl<'a> Cursor<'a> {
                 }
                 let inner = self.u32()?;
                 let n = self.len()?;
+                // Each element takes at least one byte of the file and one
+                // value of the budget: check both before reading any.
+                let left = self.b.len() - self.pos;
+                if n > left || self.values.saturating_add(n) > MAX_META_VALUES {
+                    return Err(format!(
+                        "GGUF array of {n} values does not fit the file or the metadata budget ({MAX_META_VALUES} values)"
+                    )
+                    .into());
+                }
                 let mut v = Vec::with_capacity(n.min(1 << 20));
                 for _ in 0..n {
                     v.push(self.value(inner, depth + 1)?);
@@ -220,13 +240,17 @@ impl<'a> Cursor<'a> {
 impl Gguf {
     /// Read a GGUF file.
     pub fn open(path: &Path) -> Result<Gguf> {
-        let data = std::fs::read(path).map_err(|e| Error::read(path, e))?;
+        let data = crate::io::read(path)?;
         Gguf::parse(data).map_err(|e| format!("{}: {e}", path.display()).into())
     }
 
     /// Parse GGUF bytes.
     pub fn parse(data: Vec<u8>) -> Result<Gguf> {
-        let mut c = Cursor { b: &data, pos: 0 };
+        let mut c = Cursor {
+            b: &data,
+            pos: 0,
+            values: 0,
+        };
         if c.take(4)? != b"GGUF" {
             return Err("not a GGUF file (no GGUF magic)".to_string().into());
         }
@@ -440,6 +464,45 @@ mod tests {
         let e = Gguf::parse(cut).err().unwrap().to_string();
         assert!(e.contains("past the end"), "{e}");
         assert!(Gguf::parse(b"GGML".to_vec()).is_err());
+    }
+
+    /// Arrays are bounded before they are read: a count beyond the file's
+    /// bytes, or beyond the metadata budget (many small arrays), is refused
+    /// (a 20 MB file of bool arrays took 653 MB before it was refused).
+    #[test]
+    fn metadata_arrays_are_bounded_before_reading() {
+        let header = |n_kv: u64| {
+            let mut f = b"GGUF".to_vec();
+            f.extend(3u32.to_le_bytes());
+            f.extend(0u64.to_le_bytes()); // tensors
+            f.extend(n_kv.to_le_bytes());
+            f
+        };
+        let bool_array = |f: &mut Vec<u8>, key: &str, n: u64, present: usize| {
+            f.extend((key.len() as u64).to_le_bytes());
+            f.extend(key.as_bytes());
+            f.extend(9u32.to_le_bytes()); // array
+            f.extend(7u32.to_le_bytes()); // of bool
+            f.extend(n.to_le_bytes());
+            f.extend(std::iter::repeat_n(1u8, present));
+        };
+        // A count far beyond the bytes that follow.
+        let mut f = header(1);
+        bool_array(&mut f, "a", 1 << 40, 16);
+        let e = Gguf::parse(f).err().unwrap().to_string();
+        assert!(
+            e.contains("exceeds the file's size") || e.contains("does not fit"),
+            "{e}"
+        );
+        // Real arrays whose total passes the budget.
+        let per = 1 << 20;
+        let arrays = MAX_META_VALUES / per + 1;
+        let mut f = header(arrays as u64);
+        for i in 0..arrays {
+            bool_array(&mut f, &format!("k{i}"), per as u64, per);
+        }
+        let e = Gguf::parse(f).err().unwrap().to_string();
+        assert!(e.contains("budget") || e.contains("more than"), "{e}");
     }
 
     #[test]

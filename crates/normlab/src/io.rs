@@ -80,13 +80,29 @@ pub fn create_dir_all(path: &Path) -> Result<()> {
     fs::create_dir_all(path).map_err(|e| Error::io("create", path, e))
 }
 
-/// Read a whole file (a missing file is bad input, see [`Error::read`]).
+/// Refuse what is not a regular file before reading it whole: a FIFO
+/// would block forever and `/dev/zero` never ends.
+fn check_regular(path: &Path) -> Result<()> {
+    let meta = fs::metadata(path).map_err(|e| Error::read(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::bad(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Read a whole regular file (a missing file is bad input, see
+/// [`Error::read`]; a FIFO or a device is refused).
 pub fn read(path: &Path) -> Result<Vec<u8>> {
+    check_regular(path)?;
     fs::read(path).map_err(|e| Error::read(path, e))
 }
 
-/// Read a whole UTF-8 text file.
+/// Read a whole regular UTF-8 text file.
 pub fn read_to_string(path: &Path) -> Result<String> {
+    check_regular(path)?;
     fs::read_to_string(path).map_err(|e| Error::read(path, e))
 }
 
@@ -180,6 +196,31 @@ pub fn read_metadata(bytes: &[u8], what: &str) -> Result<HashMap<String, String>
 
 #[cfg(test)]
 mod tests {
+
+    /// A FIFO and a device are refused at once (they blocked or read until
+    /// memory ran out).
+    #[test]
+    fn only_regular_files_are_read_whole() {
+        for p in ["/dev/zero", "/dev/null"] {
+            let e = read(Path::new(p)).err().unwrap().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let dir = std::env::temp_dir().join(format!("normlab-fifo-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        if unsafe { libc_mkfifo(c.as_ptr(), 0o600) } == 0 {
+            let e = read_to_string(&fifo).err().unwrap().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    extern "C" {
+        #[link_name = "mkfifo"]
+        fn libc_mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+    }
     use super::*;
 
     #[test]
