@@ -70,7 +70,12 @@ fn tiny_llama(block_count: u32, eps: f32, rope_base: f32) -> Vec<u8> {
     while !f.len().is_multiple_of(32) {
         f.push(0);
     }
-    f.resize(f.len() + offset as usize, 0);
+    let data_start = f.len();
+    f.resize(data_start + offset as usize, 0);
+    // blk.0.attn_norm.weight's values are the first of the data: 1.0 each.
+    for i in 0..d as usize {
+        f[data_start + 4 * i..data_start + 4 * i + 4].copy_from_slice(&1f32.to_le_bytes());
+    }
     f
 }
 
@@ -110,4 +115,18 @@ fn nan_or_non_positive_eps_and_rope_base_are_refused() {
         let e = load_error(tiny_llama(1, 1e-5, base));
         assert!(e.contains("RoPE base"), "{base}: {e}");
     }
+}
+
+#[test]
+fn a_nan_in_a_norm_gain_is_refused() {
+    let mut f = tiny_llama(1, 1e-5, 1e4);
+    // The first norm gain (4 values of 1.0) sits at the start of the data.
+    let one = 1f32.to_le_bytes();
+    let at = f.windows(4).rposition(|w| w == one).unwrap() - 12;
+    f[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let e = load_error(f);
+    assert!(
+        e.contains("blk.0.attn_norm.weight holds a non-finite value"),
+        "{e}"
+    );
 }

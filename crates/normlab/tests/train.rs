@@ -565,3 +565,44 @@ fn no_beta_keeps_every_norm_bias_at_zero() {
         );
     }
 }
+
+/// A snapshot with a NaN weight (a damaged file: a diverged run writes no
+/// snapshot) is refused on resume instead of resuming into "diverged".
+#[test]
+fn a_snapshot_with_non_finite_values_is_refused() {
+    let c = cfg(
+        json!({"model": "toy", "layers": 1, "steps": 12, "batch": 4, "eval_sequences": 4, "eval_every": 4, "log_every": 2}),
+    );
+    let d = std::env::temp_dir().join(format!("normlab-nan-snap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let (_, out) = run_collect(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            threads: 1,
+            stop_after: Some(4),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(out, RunOutcome::Interrupted { step: 4, .. }));
+    let path = d.join("resume.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let at = 8 + header;
+    bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let err = train::run(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            resume: true,
+            threads: 1,
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.is_bad_input(), "{err}");
+    assert!(err.to_string().contains("non-finite"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

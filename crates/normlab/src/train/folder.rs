@@ -472,6 +472,16 @@ pub(crate) fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> 
     load_tensors(&bytes, &tr.model.layout, "", &mut tr.params, SNAPSHOT)?;
     load_tensors(&bytes, &tr.model.layout, "m.", &mut tr.opt.m, SNAPSHOT)?;
     load_tensors(&bytes, &tr.model.layout, "v.", &mut tr.opt.v, SNAPSHOT)?;
+    // A snapshot is written only while the run is finite (a diverged run
+    // writes none), so a non-finite weight or moment is damage, not a
+    // result: refuse it rather than resume into a "diverged" run.
+    let finite = |v: &[f32]| v.iter().all(|x| x.is_finite());
+    if !finite(&tr.params)
+        || !finite(&tr.opt.m)
+        || !tr.opt.v.iter().all(|x| x.is_finite() && *x >= 0.0)
+    {
+        return Err(corrupt("holds non-finite weights or moments"));
+    }
     tr.opt.t = t;
     tr.step = prog.step;
     Ok(prog)

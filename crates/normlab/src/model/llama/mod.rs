@@ -226,6 +226,9 @@ impl Llama {
             if v.len() != len {
                 return Err(format!("{name} has {} values, expected {len}", v.len()).into());
             }
+            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                return Err(format!("{name} holds a non-finite value ({}) at {i}", v[i]).into());
+            }
             Ok(v)
         };
         let mut layers = Vec::with_capacity(cfg.layers);
