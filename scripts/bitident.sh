@@ -90,7 +90,7 @@ if path.endswith(".safetensors"):
     sys.exit(0)
 text = open(path).read()
 try:
-    print(show_whole := json.dumps(strip(json.loads(text)), sort_keys=True, indent=1))
+    print(json.dumps(strip(json.loads(text)), sort_keys=True, indent=1))
 except ValueError:
     # JSON lines (metrics.jsonl, `--json` listings), or not JSON at all.
     for line in text.splitlines():

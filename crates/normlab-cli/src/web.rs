@@ -28,6 +28,7 @@ use axum::{Json, Router};
 use clap::Args;
 use normlab::calc::{self, CalcRequest};
 use normlab::kernels::norm::NormKind;
+use normlab_lab::exp::args::FlagValue;
 use normlab_lab::exp::depth_sim;
 use normlab_lab::exp::{ExpArgs, ExpFlag};
 use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
@@ -233,12 +234,12 @@ async fn api_calc(RawQuery(raw): RawQuery) -> Response {
     }
 }
 
+/// A switch parameter (the experiment flags' parsing of true/false), or
+/// `default` when absent or empty.
 fn parse_bool(name: &str, v: Option<&String>, default: bool) -> Result<bool, String> {
-    match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("") => Ok(default),
-        Some("1" | "true" | "on" | "yes") => Ok(true),
-        Some("0" | "false" | "off" | "no") => Ok(false),
-        Some(other) => Err(format!("{name} must be true or false (got '{other}')")),
+    match v.map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        None => Ok(default),
+        Some(s) => <bool as FlagValue>::parse_flag(name, s).map_err(|e| e.to_string()),
     }
 }
 

@@ -210,16 +210,11 @@ mod tests {
         let fifo = dir.join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: mkfifo with a valid NUL-terminated path.
-        if unsafe { libc_mkfifo(c.as_ptr(), 0o600) } == 0 {
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 {
             let e = read_to_string(&fifo).err().unwrap().to_string();
             assert!(e.contains("not a regular file"), "{e}");
         }
         let _ = fs::remove_dir_all(&dir);
-    }
-
-    extern "C" {
-        #[link_name = "mkfifo"]
-        fn libc_mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
     }
     use super::*;
 

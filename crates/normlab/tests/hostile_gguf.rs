@@ -17,8 +17,9 @@ fn key(f: &mut Vec<u8>, k: &str) {
 }
 
 /// A tiny Llama GGUF (d 4, vocab 8, ffn 8, one block's worth of the tensors
-/// the checks look at, all F32) with `block_count`, `eps` and `rope_base`.
-fn tiny_llama(block_count: u32, eps: f32, rope_base: f32) -> Vec<u8> {
+/// the checks look at, all F32) with `block_count`, `eps` and `rope_base`;
+/// the first norm's gains are `gain` (the other tensors are zeros).
+fn tiny_llama(block_count: u32, eps: f32, rope_base: f32, gain: f32) -> Vec<u8> {
     let (d, vocab, ffn) = (4u64, 8u64, 8u64);
     let tensors: [(&str, Vec<u64>); 3] = [
         ("blk.0.attn_norm.weight", vec![d]),
@@ -72,9 +73,9 @@ fn tiny_llama(block_count: u32, eps: f32, rope_base: f32) -> Vec<u8> {
     }
     let data_start = f.len();
     f.resize(data_start + offset as usize, 0);
-    // blk.0.attn_norm.weight's values are the first of the data: 1.0 each.
+    // blk.0.attn_norm.weight's values are the first of the data.
     for i in 0..d as usize {
-        f[data_start + 4 * i..data_start + 4 * i + 4].copy_from_slice(&1f32.to_le_bytes());
+        f[data_start + 4 * i..data_start + 4 * i + 4].copy_from_slice(&gain.to_le_bytes());
     }
     f
 }
@@ -96,35 +97,30 @@ fn load_error(bytes: Vec<u8>) -> String {
 #[test]
 fn block_counts_that_the_file_does_not_hold_are_refused_before_allocating() {
     // A flipped high bit: 4294967295 blocks would be terabytes of layers.
-    let e = load_error(tiny_llama(u32::MAX, 1e-5, 1e4));
+    let e = load_error(tiny_llama(u32::MAX, 1e-5, 1e4, 1.0));
     assert!(e.contains("block_count"), "{e}");
-    let e = load_error(tiny_llama(0, 1e-5, 1e4));
+    let e = load_error(tiny_llama(0, 1e-5, 1e4, 1.0));
     assert!(e.contains("block_count 0"), "{e}");
     // Two blocks declared, one in the file.
-    let e = load_error(tiny_llama(2, 1e-5, 1e4));
+    let e = load_error(tiny_llama(2, 1e-5, 1e4, 1.0));
     assert!(e.contains("blk.1.attn_norm.weight"), "{e}");
 }
 
 #[test]
 fn nan_or_non_positive_eps_and_rope_base_are_refused() {
     for eps in [f32::NAN, 0.0, -1e-5, f32::INFINITY] {
-        let e = load_error(tiny_llama(1, eps, 1e4));
+        let e = load_error(tiny_llama(1, eps, 1e4, 1.0));
         assert!(e.contains("eps"), "{eps}: {e}");
     }
     for base in [f32::NAN, 0.0] {
-        let e = load_error(tiny_llama(1, 1e-5, base));
+        let e = load_error(tiny_llama(1, 1e-5, base, 1.0));
         assert!(e.contains("RoPE base"), "{base}: {e}");
     }
 }
 
 #[test]
 fn a_nan_in_a_norm_gain_is_refused() {
-    let mut f = tiny_llama(1, 1e-5, 1e4);
-    // The first norm gain (4 values of 1.0) sits at the start of the data.
-    let one = 1f32.to_le_bytes();
-    let at = f.windows(4).rposition(|w| w == one).unwrap() - 12;
-    f[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    let e = load_error(f);
+    let e = load_error(tiny_llama(1, 1e-5, 1e4, f32::NAN));
     assert!(
         e.contains("blk.0.attn_norm.weight holds a non-finite value"),
         "{e}"

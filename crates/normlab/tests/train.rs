@@ -21,6 +21,24 @@ fn run_collect(c: &TrainConfig, opts: &RunOptions) -> (Vec<StepRecord>, RunOutco
     (recs, out)
 }
 
+/// Run `c` into `dir` on one thread, stopping with a snapshot after `step`
+/// steps (`--stop-after`).
+fn interrupt_at(c: &TrainConfig, dir: &std::path::Path, step: usize) {
+    let (_, out) = run_collect(
+        c,
+        &RunOptions {
+            out: Some(dir.to_path_buf()),
+            threads: 1,
+            stop_after: Some(step),
+            ..Default::default()
+        },
+    );
+    assert!(
+        matches!(out, RunOutcome::Interrupted { step: s, .. } if s == step),
+        "{out:?}"
+    );
+}
+
 fn bits(recs: &[StepRecord]) -> Vec<u64> {
     recs.iter().map(|r| r.loss.to_bits()).collect()
 }
@@ -131,16 +149,7 @@ fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {
             ..Default::default()
         },
     );
-    let (_, out) = run_collect(
-        &c,
-        &RunOptions {
-            out: Some(b.clone()),
-            threads: 1,
-            stop_after: Some(7),
-            ..Default::default()
-        },
-    );
-    assert!(matches!(out, RunOutcome::Interrupted { step: 7, .. }));
+    interrupt_at(&c, &b, 7);
     assert!(!b.join("summary.json").exists());
     let (_, out) = run_collect(
         &c,
@@ -269,16 +278,7 @@ fn legacy_run_folders_resume() {
             ..Default::default()
         },
     );
-    let (_, out) = run_collect(
-        &c,
-        &RunOptions {
-            out: Some(b.clone()),
-            threads: 1,
-            stop_after: Some(5),
-            ..Default::default()
-        },
-    );
-    assert!(matches!(out, RunOutcome::Interrupted { step: 5, .. }));
+    interrupt_at(&c, &b, 5);
     // Rewrite b's snapshot as the old pair of files.
     let snap = std::fs::read(b.join("resume.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&snap).unwrap();
@@ -573,18 +573,8 @@ fn a_snapshot_with_non_finite_values_is_refused() {
     let c = cfg(
         json!({"model": "toy", "layers": 1, "steps": 12, "batch": 4, "eval_sequences": 4, "eval_every": 4, "log_every": 2}),
     );
-    let d = std::env::temp_dir().join(format!("normlab-nan-snap-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    let (_, out) = run_collect(
-        &c,
-        &RunOptions {
-            out: Some(d.clone()),
-            threads: 1,
-            stop_after: Some(4),
-            ..Default::default()
-        },
-    );
-    assert!(matches!(out, RunOutcome::Interrupted { step: 4, .. }));
+    let d = tmpdir("nan-snapshot");
+    interrupt_at(&c, &d, 4);
     let path = d.join("resume.safetensors");
     let mut bytes = std::fs::read(&path).unwrap();
     let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;

@@ -8,6 +8,7 @@
 
 use normlab::error::{Error, Result};
 use normlab::kernels::norm::NormKind;
+use normlab::limits::check_count;
 use normlab::model::{InitScheme, ModelKind};
 use normlab::nn::Placement;
 use std::path::PathBuf;
@@ -251,24 +252,14 @@ impl ExpArgs {
         for &t in self.threads.iter().flatten() {
             normlab::limits::check_threads("--threads", t)?;
         }
-        if let Some(&l) = self
-            .layers
-            .iter()
-            .flatten()
-            .find(|&&l| l == 0 || l > 10_000)
-        {
-            return Err(format!("--layers must be in 1..=10000 (got {l})").into());
+        for &l in self.layers.iter().flatten() {
+            check_count("--layers", l, 1, 10_000)?;
         }
         if let Some(n) = self.seeds.filter(|&n| n > 1000) {
             return Err(format!("--seeds must be at most 1000 (got {n})").into());
         }
         if let Some(n) = self.calibrate {
-            normlab::limits::check_count(
-                "--calibrate",
-                n,
-                0,
-                normlab::limits::MAX_CALIBRATION_STEPS,
-            )?;
+            check_count("--calibrate", n, 0, normlab::limits::MAX_CALIBRATION_STEPS)?;
         }
         if let Some(l) = &self.lrs {
             if l.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
@@ -276,9 +267,7 @@ impl ExpArgs {
             }
         }
         if let Some(n) = self.sublayers {
-            if n == 0 || n > 100_000 {
-                return Err(format!("--sublayers must be in 1..=100000 (got {n})").into());
-            }
+            check_count("--sublayers", n, 1, 100_000)?;
         }
         if let Some(g) = self.gain {
             if !(g.is_finite() && g >= 0.0) {
@@ -286,14 +275,10 @@ impl ExpArgs {
             }
         }
         if let Some(d) = self.d_model {
-            if d == 0 || d > 1 << 16 {
-                return Err(format!("--d-model must be in 1..=65536 (got {d})").into());
-            }
+            check_count("--d-model", d, 1, 1 << 16)?;
         }
         if let Some(r) = self.rows {
-            if r == 0 || r > 1 << 20 {
-                return Err(format!("--rows must be in 1..=1048576 (got {r})").into());
-            }
+            check_count("--rows", r, 1, 1 << 20)?;
         }
         Ok(())
     }
