@@ -69,10 +69,9 @@ impl Experiment {
     /// verdicts as inconclusive, with what it measured.
     pub fn run_with(&self, args: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         let t0 = std::time::Instant::now();
-        let e = self;
-        args.check(e.id, e.flags)?;
-        let mut r = (e.run)(args, progress)?;
-        if args.quick && !e.quick_decides {
+        args.check(self.id, self.flags)?;
+        let mut r = (self.run)(args, progress)?;
+        if args.quick && !self.quick_decides {
             for c in &mut r.checks {
                 if c.verdict != Verdict::Inconclusive {
                     c.evidence = format!(
@@ -84,8 +83,8 @@ impl Experiment {
                 }
             }
         }
-        r.id = e.id.to_string();
-        r.question = e.question.to_string();
+        r.id = self.id.to_string();
+        r.question = self.question.to_string();
         r.quick = args.quick;
         r.elapsed_seconds = t0.elapsed().as_secs_f64();
         Ok(r)
