@@ -173,14 +173,22 @@ pub fn run_train_bench(
 /// The two configurations of the engine issue's benchmark: toy L20 batch 32
 /// and gpt d128 / 4 heads / L8 / seq 128 / batch 16 / MLP 4d GELU, pre-LN.
 pub fn standard_train_configs() -> Vec<normlab::train::TrainConfig> {
-    use serde_json::json;
-    let toy = json!({"model": "toy", "layers": 20, "batch": 32});
-    let gpt = json!({"model": "gpt", "layers": 8, "d_model": 128, "heads": 4, "seq": 128, "hidden": 512, "batch": 16});
+    use normlab::model::ModelKind;
+    use normlab::train::TrainConfig;
+    let toy = TrainConfig::defaults(ModelKind::Toy).with(|c| {
+        c.model.layers = 20;
+        c.batch = 32;
+    });
+    let gpt = TrainConfig::defaults(ModelKind::Gpt).with(|c| {
+        c.model.layers = 8;
+        c.model.d_model = 128;
+        c.model.heads = 4;
+        c.model.seq = 128;
+        c.model.hidden = 512;
+        c.batch = 16;
+    });
     [toy, gpt]
-        .iter()
-        .map(|v| {
-            normlab::train::TrainConfig::from_overrides(v.as_object().unwrap())
-                .expect("valid bench config")
-        })
+        .into_iter()
+        .map(|c| c.expect("valid bench config"))
         .collect()
 }

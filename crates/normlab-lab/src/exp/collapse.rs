@@ -7,12 +7,13 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, eval_curve, grid_settings, lrs_json, mean_curve};
+use super::runs::{self, eval_curve, grid_settings, lrs_json, mean_curve};
 use crate::present::{f, opt, opt_step, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
 use normlab::model::InitScheme;
+use normlab::nn::Placement;
 use normlab::train::Status;
 use serde_json::json;
 
@@ -90,11 +91,18 @@ fn toy(
     init: InitScheme,
     seed: u64,
 ) -> Result<normlab::train::TrainConfig> {
-    let mut v = json!({"model": "toy", "layers": l, "norm": n.name(), "placement": "pre", "lr": lr, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": s.eval_sequences, "eval_every": (s.steps / 10).max(1)});
-    if init != InitScheme::Gpt2 {
-        v["init"] = json!(init.name());
-    }
-    cfg(v)
+    runs::toy(|c| {
+        c.model.layers = l;
+        c.model.norm = n;
+        c.model.placement = Placement::Pre;
+        c.model.init = init;
+        c.lr = lr;
+        c.steps = s.steps;
+        c.seed = seed;
+        c.shards = 1;
+        c.eval_sequences = s.eval_sequences;
+        c.eval_every = (s.steps / 10).max(1);
+    })
 }
 
 /// Toy net: init x depth x lr x norm x seed, pre placement; plus the

@@ -8,10 +8,11 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, final_params, gpt_base, grid_settings, merge};
+use super::runs::{self, final_params, gpt_base, grid_settings};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
 use normlab::model::Model;
 use normlab::nn::Placement;
 use normlab::train::trainer::load_data;
@@ -65,10 +66,13 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let base = gpt_base(a);
     let mut cfgs: Vec<TrainConfig> = Vec::new();
     for p in &s.placements {
-        cfgs.push(cfg(merge(
-            &base,
-            json!({"placement": p.name(), "norm": "layernorm", "steps": s.steps, "seed": s.seed, "shards": 1}),
-        ))?);
+        cfgs.push(base.with(|c| {
+            c.model.placement = *p;
+            c.model.norm = NormKind::LayerNorm;
+            c.steps = s.steps;
+            c.seed = s.seed;
+            c.shards = 1;
+        })?);
     }
     Ok(runs::specs(cfgs))
 }

@@ -9,11 +9,12 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, grid_settings};
+use super::runs::{self, grid_settings};
 use crate::present::{f, opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
+use normlab::nn::Placement;
 use normlab::train::toy_task::ToyTask;
 use normlab::train::TrainConfig;
 use serde_json::json;
@@ -123,7 +124,20 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
         let (noise, lr, d, hidden) = p.setting();
         for &n in &s.norms {
             for &seed in &s.seeds {
-                cfgs.push(cfg(json!({"model": "toy", "layers": LAYERS, "d_model": d, "hidden": hidden, "norm": n.name(), "placement": "pre", "lr": lr, "toy_noise": noise, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": 256, "eval_every": (s.steps / 5).max(1)}))?);
+                cfgs.push(runs::toy(|c| {
+                    c.model.layers = LAYERS;
+                    c.model.d_model = d;
+                    c.model.hidden = hidden;
+                    c.model.norm = n;
+                    c.model.placement = Placement::Pre;
+                    c.lr = lr;
+                    c.toy_noise = noise;
+                    c.steps = s.steps;
+                    c.seed = seed;
+                    c.shards = 1;
+                    c.eval_sequences = 256;
+                    c.eval_every = (s.steps / 5).max(1);
+                })?);
             }
         }
     }

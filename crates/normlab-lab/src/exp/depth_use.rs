@@ -13,13 +13,15 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, final_params, grid_settings, merge};
+use super::runs::{self, final_params, grid_settings};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec};
 use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
 use normlab::model::{Model, ModelConfig, Workspace};
+use normlab::nn::Placement;
 use normlab::train::{Status, TrainConfig};
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The experiment's registry row.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -38,24 +40,20 @@ pub const EXPERIMENT: Experiment = Experiment {
     quick_decides: false,
 };
 
-/// The designs compared: (label, model settings).
-fn designs() -> Vec<(&'static str, Value)> {
+/// The designs compared: label, norm, placement, LayerNorm Scaling.
+fn designs() -> Vec<(&'static str, NormKind, Placement, bool)> {
+    use NormKind::{Dyt, LayerNorm};
     vec![
-        ("pre-ln", json!({"norm": "layernorm", "placement": "pre"})),
-        (
-            "pre-ln+lns",
-            json!({"norm": "layernorm", "placement": "pre", "lns": true}),
-        ),
-        ("peri-ln", json!({"norm": "layernorm", "placement": "peri"})),
-        ("mix-ln", json!({"norm": "layernorm", "placement": "mixln"})),
-        ("dyt", json!({"norm": "dyt", "placement": "pre"})),
+        ("pre-ln", LayerNorm, Placement::Pre, false),
+        ("pre-ln+lns", LayerNorm, Placement::Pre, true),
+        ("peri-ln", LayerNorm, Placement::Peri, false),
+        ("mix-ln", LayerNorm, Placement::MixLn, false),
+        ("dyt", Dyt, Placement::Pre, false),
     ]
 }
 
 /// The label of a trained config.
 fn design_of(m: &ModelConfig) -> &'static str {
-    use normlab::kernels::norm::NormKind;
-    use normlab::nn::Placement;
     match (m.norm, m.placement, m.lns) {
         (NormKind::Dyt, _, _) => "dyt",
         (_, Placement::Peri, _) => "peri-ln",
@@ -89,10 +87,20 @@ fn settings(a: &ExpArgs) -> Settings {
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let s = settings(a);
     let mut cfgs = Vec::new();
-    for (_, over) in designs() {
+    for (_, norm, placement, lns) in designs() {
         for &seed in &s.seeds {
-            let base = json!({"model": "toy", "layers": s.layers, "lr": s.lr, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": 256, "eval_every": (s.steps / 5).max(1)});
-            cfgs.push(cfg(merge(&base, over.clone()))?);
+            cfgs.push(runs::toy(|c| {
+                c.model.layers = s.layers;
+                c.model.norm = norm;
+                c.model.placement = placement;
+                c.model.lns = lns;
+                c.lr = s.lr;
+                c.steps = s.steps;
+                c.seed = seed;
+                c.shards = 1;
+                c.eval_sequences = 256;
+                c.eval_every = (s.steps / 5).max(1);
+            })?);
         }
     }
     Ok(runs::specs(cfgs))
@@ -263,7 +271,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "toy", "layers": s.layers, "designs": designs().iter().map(|(n, _)| *n).collect::<Vec<_>>(), "lr": s.lr, "steps": s.steps, "eval_sequences": EVAL_SEQUENCES}),
+            json!({"model": "toy", "layers": s.layers, "designs": designs().iter().map(|d| d.0).collect::<Vec<_>>(), "lr": s.lr, "steps": s.steps, "eval_sequences": EVAL_SEQUENCES}),
         ),
         s.seeds.clone(),
     );

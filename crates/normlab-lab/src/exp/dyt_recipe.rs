@@ -11,10 +11,12 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, lrs_json, merge};
+use super::runs::{self, eval_curve, gpt_base, grid_settings, lrs_json};
 use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
+use normlab::train::TrainConfig;
 use serde_json::{json, Value};
 
 /// The experiment's registry row.
@@ -38,26 +40,63 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// attention alpha above the rest.
 const ALPHA_ATTN: f32 = 1.0;
 
-/// Label and overrides of each variant (all pre placement).
-fn variants() -> Vec<(&'static str, Value)> {
-    vec![
-        ("pre-ln", json!({"norm": "layernorm"})),
-        ("dyt", json!({"norm": "dyt"})),
-        ("dyt, no beta", json!({"norm": "dyt", "no_beta": true})),
-        (
-            "dyt, attention alpha",
-            json!({"norm": "dyt", "dyt_alpha_attn": ALPHA_ATTN}),
-        ),
-        (
-            "dyt, embedding scale",
-            json!({"norm": "dyt", "emb_scale": true}),
-        ),
-        (
-            "dyt, full recipe",
-            json!({"norm": "dyt", "no_beta": true, "dyt_alpha_attn": ALPHA_ATTN, "emb_scale": true}),
-        ),
-    ]
+/// One variant of the recipe (all pre placement): its norm and the parts
+/// of the recipe it uses.
+struct Variant {
+    label: &'static str,
+    norm: NormKind,
+    no_beta: bool,
+    alpha_attn: bool,
+    emb_scale: bool,
 }
+
+impl Variant {
+    const fn new(label: &'static str, parts: (bool, bool, bool)) -> Variant {
+        Variant {
+            label,
+            norm: NormKind::Dyt,
+            no_beta: parts.0,
+            alpha_attn: parts.1,
+            emb_scale: parts.2,
+        }
+    }
+
+    /// Set the variant's options on a config.
+    fn apply(&self, c: &mut TrainConfig) {
+        c.model.norm = self.norm;
+        c.model.no_beta = self.no_beta;
+        c.model.dyt_alpha_attn = self.alpha_attn.then_some(ALPHA_ATTN);
+        c.model.emb_scale = self.emb_scale;
+    }
+
+    /// The options it sets, for result.json.
+    fn overrides(&self) -> Value {
+        let mut v = json!({"norm": self.norm.name()});
+        if self.no_beta {
+            v["no_beta"] = json!(true);
+        }
+        if self.alpha_attn {
+            v["dyt_alpha_attn"] = json!(ALPHA_ATTN);
+        }
+        if self.emb_scale {
+            v["emb_scale"] = json!(true);
+        }
+        v
+    }
+}
+
+/// The variants: Pre-LN, plain DyT, each part alone, the full recipe.
+const VARIANTS: [Variant; 6] = [
+    Variant {
+        norm: NormKind::LayerNorm,
+        ..Variant::new("pre-ln", (false, false, false))
+    },
+    Variant::new("dyt", (false, false, false)),
+    Variant::new("dyt, no beta", (true, false, false)),
+    Variant::new("dyt, attention alpha", (false, true, false)),
+    Variant::new("dyt, embedding scale", (false, false, true)),
+    Variant::new("dyt, full recipe", (true, true, true)),
+];
 
 /// Learning rates: 1e-3 (the rate at which DyT with the embedding scale
 /// trained in `no-norm`'s GPT); quick: 1e-2 (the tiny GPT's Pre-LN trains
@@ -68,20 +107,23 @@ fn lrs(a: &ExpArgs) -> Vec<f32> {
         .unwrap_or(if a.quick { vec![1e-2] } else { vec![1e-3] })
 }
 
-fn base(a: &ExpArgs) -> Value {
-    merge(&gpt_base(a), json!({"steps": a.steps_or(200, 600)}))
+fn base(a: &ExpArgs) -> TrainConfig {
+    let mut b = gpt_base(a);
+    b.steps = a.steps_or(200, 600);
+    b
 }
 
 /// Variant x lr x seed.
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let mut cfgs = Vec::new();
-    for (_, v) in variants() {
+    for v in &VARIANTS {
         for &lr in &lrs(a) {
             for &seed in &a.seeds_or(1, 2) {
-                cfgs.push(cfg(merge(
-                    &merge(&base(a), v.clone()),
-                    json!({"lr": lr, "seed": seed}),
-                ))?);
+                cfgs.push(base(a).with(|c| {
+                    v.apply(c);
+                    c.lr = lr;
+                    c.seed = seed;
+                })?);
             }
         }
     }
@@ -146,7 +188,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     for &lr in &lrs(a) {
         let (pre, dyt) = (group("pre-ln", lr), group("dyt", lr));
         let mut series = Vec::new();
-        for (label, _) in variants() {
+        for label in VARIANTS.iter().map(|v| v.label) {
             let g = group(label, lr);
             let (vs_dyt, vs_pre) = (delta(&g, &dyt), delta(&g, &pre));
             if label.starts_with("dyt") && g.converged > 0 {
@@ -199,7 +241,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"gpt": base(a), "variants": variants().into_iter().map(|(l, v)| json!({"label": l, "overrides": v})).collect::<Vec<_>>(), "lrs": lrs_json(&lrs(a)), "alpha_attn": ALPHA_ATTN}),
+            json!({"gpt": base(a).overrides(), "variants": VARIANTS.iter().map(|v| json!({"label": v.label, "overrides": v.overrides()})).collect::<Vec<_>>(), "lrs": lrs_json(&lrs(a)), "alpha_attn": ALPHA_ATTN}),
         ),
         seeds.clone(),
     );

@@ -6,7 +6,7 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, final_params, gpt_base, grid_settings, merge};
+use super::runs::{self, final_params, gpt_base, grid_settings};
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
@@ -62,7 +62,16 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let mut cfgs = Vec::new();
     for n in [NormKind::RmsNorm, NormKind::ZRmsNorm] {
         for &seed in &s.seeds {
-            cfgs.push(cfg(merge(&base, json!({"norm": n.name(), "wd_norm_gains": true, "weight_decay": WEIGHT_DECAY, "optimizer": "adamw", "steps": s.steps, "seed": seed, "lr": s.lr, "shards": 1})))?);
+            cfgs.push(base.with(|c| {
+                c.model.norm = n;
+                c.wd_norm_gains = true;
+                c.weight_decay = WEIGHT_DECAY;
+                c.optimizer = OptimizerKind::Adamw;
+                c.steps = s.steps;
+                c.seed = seed;
+                c.lr = s.lr;
+                c.shards = 1;
+            })?);
         }
     }
     Ok(runs::specs(cfgs))
@@ -203,7 +212,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"lr": num(lr), "weight_decay": num(wd), "simulation_steps": SIM_STEPS, "gpt": base, "gpt_steps": steps}),
+            json!({"lr": num(lr), "weight_decay": num(wd), "simulation_steps": SIM_STEPS, "gpt": base.overrides(), "gpt_steps": steps}),
         ),
         s.seeds.clone(),
     );

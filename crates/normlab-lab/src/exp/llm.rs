@@ -13,13 +13,15 @@
 
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
-use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, block_row_norms, cfg, final_params, gpt_base, merge};
+use super::framework::{result, ExpResult, Experiment, Progress};
+use super::runs::{self, block_row_norms, final_params, gpt_base};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
 use normlab::io::sample_sentences;
+use normlab::kernels::norm::NormKind;
 use normlab::model::llama::{self, Llama};
+use normlab::nn::Placement;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -57,13 +59,20 @@ const CLAIMS: [&str; 5] = ["C3", "C6", "C8", "C20", "C21"];
 /// 1000 steps at lr 1e-3; quick: d 64, 4 blocks, 100 steps).
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let d = if a.quick { 64 } else { 128 };
-    let v = merge(
-        &gpt_base(a),
-        json!({"d_model": d, "heads": 4.min(d / 16).max(1), "hidden": 4 * d, "layers": if a.quick { 4 } else { 12 },
-               "norm": "rmsnorm", "placement": "pre", "final_norm": true, "steps": a.steps_or(100, 1000),
-               "seed": a.seed_list(1)[0], "lr": num(1e-3), "shards": 1}),
-    );
-    Ok(runs::specs(vec![cfg(v)?]))
+    let c = gpt_base(a).with(|c| {
+        c.model.d_model = d;
+        c.model.heads = 4.min(d / 16).max(1);
+        c.model.hidden = 4 * d;
+        c.model.layers = if a.quick { 4 } else { 12 };
+        c.model.norm = NormKind::RmsNorm;
+        c.model.placement = Placement::Pre;
+        c.model.final_norm = Some(true);
+        c.steps = a.steps_or(100, 1000);
+        c.seed = a.seed_list(1)[0];
+        c.lr = 1e-3;
+        c.shards = 1;
+    })?;
+    Ok(runs::specs(vec![c]))
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {

@@ -6,7 +6,7 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, grid_settings, lrs_json};
+use super::runs::{self, grid_settings, lrs_json};
 use crate::present::{f, grid as heat, opt, opt_step, Figure, Table};
 use crate::sweep::{RunSpec, SeedGroup};
 use normlab::error::Result;
@@ -86,7 +86,18 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
             for &w in &s.warmups {
                 for &lr in &s.lrs {
                     for &seed in &s.seeds {
-                        cfgs.push(cfg(json!({"model": "toy", "layers": l, "norm": s.norm.name(), "placement": p.name(), "lr": lr, "warmup": w, "steps": s.steps, "seed": seed, "shards": 1, "eval_sequences": s.eval_sequences, "eval_every": (s.steps / 6).max(1)}))?);
+                        cfgs.push(runs::toy(|c| {
+                            c.model.layers = l;
+                            c.model.norm = s.norm;
+                            c.model.placement = p;
+                            c.lr = lr;
+                            c.warmup = w;
+                            c.steps = s.steps;
+                            c.seed = seed;
+                            c.shards = 1;
+                            c.eval_sequences = s.eval_sequences;
+                            c.eval_every = (s.steps / 6).max(1);
+                        })?);
                     }
                 }
             }

@@ -11,14 +11,14 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, lrs_json, mean_curve, merge};
+use super::runs::{self, eval_curve, gpt_base, grid_settings, lrs_json, mean_curve};
 use crate::present::{f, grid as cells, Figure, Series};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::model::ModelConfig;
 use normlab::nn::Placement;
 use normlab::train::Status;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The experiment's registry row.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -86,20 +86,23 @@ impl Variant {
         }
     }
 
-    /// The model settings of the design.
-    fn overrides(self) -> Value {
+    /// Set the design's model settings (all pre placement).
+    fn apply(self, m: &mut ModelConfig) {
+        use normlab::kernels::norm::NormKind as K;
+        m.placement = Placement::Pre;
+        m.norm = match self {
+            Variant::None | Variant::ReZero => K::None,
+            Variant::PreLn | Variant::LayerScale | Variant::Lns => K::LayerNorm,
+            Variant::PreRms => K::RmsNorm,
+            Variant::Dyt | Variant::DytEmb => K::Dyt,
+            Variant::Derf => K::Derf,
+        };
         match self {
-            Variant::None => json!({"norm": "none", "placement": "pre"}),
-            Variant::PreLn => json!({"norm": "layernorm", "placement": "pre"}),
-            Variant::PreRms => json!({"norm": "rmsnorm", "placement": "pre"}),
-            Variant::Dyt => json!({"norm": "dyt", "placement": "pre"}),
-            Variant::DytEmb => json!({"norm": "dyt", "placement": "pre", "emb_scale": true}),
-            Variant::Derf => json!({"norm": "derf", "placement": "pre"}),
-            Variant::ReZero => json!({"norm": "none", "placement": "pre", "rezero": true}),
-            Variant::LayerScale => {
-                json!({"norm": "layernorm", "placement": "pre", "layerscale": LAYERSCALE_INIT})
-            }
-            Variant::Lns => json!({"norm": "layernorm", "placement": "pre", "lns": true}),
+            Variant::DytEmb => m.emb_scale = true,
+            Variant::ReZero => m.rezero = true,
+            Variant::LayerScale => m.layerscale = Some(LAYERSCALE_INIT),
+            Variant::Lns => m.lns = true,
+            _ => {}
         }
     }
 
@@ -169,24 +172,33 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
         for v in Variant::ALL {
             for &lr in &s.lrs {
                 for &seed in &s.seeds {
-                    let base = json!({"model": "toy", "layers": l, "lr": lr, "steps": s.toy_steps, "seed": seed, "shards": 1, "eval_sequences": s.eval_sequences, "eval_every": (s.toy_steps / 10).max(1)});
-                    cfgs.push(cfg(merge(&base, v.overrides()))?);
+                    cfgs.push(runs::toy(|c| {
+                        c.model.layers = l;
+                        c.lr = lr;
+                        c.steps = s.toy_steps;
+                        c.seed = seed;
+                        c.shards = 1;
+                        c.eval_sequences = s.eval_sequences;
+                        c.eval_every = (s.toy_steps / 10).max(1);
+                        v.apply(&mut c.model);
+                    })?);
                 }
             }
         }
     }
-    let gpt = merge(
-        &gpt_base(&ExpArgs {
-            layers: None,
-            ..a.clone()
-        }),
-        json!({"steps": s.gpt_steps}),
-    );
+    let mut gpt = gpt_base(&ExpArgs {
+        layers: None,
+        ..a.clone()
+    });
+    gpt.steps = s.gpt_steps;
     for v in Variant::ALL {
         for &lr in &s.lrs {
             for &seed in &s.gpt_seeds {
-                let base = merge(&gpt, json!({"lr": lr, "seed": seed}));
-                cfgs.push(cfg(merge(&base, v.overrides()))?);
+                cfgs.push(gpt.with(|c| {
+                    c.lr = lr;
+                    c.seed = seed;
+                    v.apply(&mut c.model);
+                })?);
             }
         }
     }
@@ -226,7 +238,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"toy_layers": s.toy_layers, "gpt": gpt_base(&ExpArgs { layers: None, ..a.clone() }), "designs": v_labels, "lrs": lrs_json(&s.lrs), "toy_steps": s.toy_steps, "gpt_steps": s.gpt_steps, "gpt_seeds": s.gpt_seeds, "layerscale_init": LAYERSCALE_INIT, "optimizer": "adam"}),
+            json!({"toy_layers": s.toy_layers, "gpt": gpt_base(&ExpArgs { layers: None, ..a.clone() }).overrides(), "designs": v_labels, "lrs": lrs_json(&s.lrs), "toy_steps": s.toy_steps, "gpt_steps": s.gpt_steps, "gpt_seeds": s.gpt_seeds, "layerscale_init": LAYERSCALE_INIT, "optimizer": "adam"}),
         ),
         s.seeds.clone(),
     );

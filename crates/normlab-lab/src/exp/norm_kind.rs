@@ -6,12 +6,13 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, eval_curve, gpt_base, grid_settings, mean_curve, merge};
+use super::runs::{self, eval_curve, gpt_base, grid_settings, mean_curve};
 use crate::bench::compare;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
+use normlab::nn::Placement;
 use serde::Serialize;
 use serde_json::{json, Map};
 
@@ -62,10 +63,14 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let mut cfgs = Vec::new();
     for &n in &s.norms {
         for &seed in &s.seeds {
-            cfgs.push(cfg(merge(
-                &base,
-                json!({"norm": n.name(), "placement": "pre", "steps": s.steps, "seed": seed, "lr": s.lr, "shards": 1}),
-            ))?);
+            cfgs.push(base.with(|c| {
+                c.model.norm = n;
+                c.model.placement = Placement::Pre;
+                c.steps = s.steps;
+                c.seed = seed;
+                c.lr = s.lr;
+                c.shards = 1;
+            })?);
         }
     }
     Ok(runs::specs(cfgs))
@@ -131,7 +136,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "gpt", "base": base, "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lr": num(lr), "steps": steps, "timing_rounds": rounds}),
+            json!({"model": "gpt", "base": base.overrides(), "norms": s.norms.iter().map(|n| n.name()).collect::<Vec<_>>(), "placement": "pre", "lr": num(lr), "steps": steps, "timing_rounds": rounds}),
         ),
         s.seeds.clone(),
     );

@@ -6,10 +6,11 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, full_gpt, grid_settings, merge, tiny_gpt};
+use super::runs::{self, full_gpt, grid_settings, tiny_gpt};
 use crate::present::{f, grid as heat, opt, Figure, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
 use normlab::model::ModelKind;
 use normlab::nn::Placement;
 use normlab::train::Status;
@@ -63,10 +64,13 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     for &m in &s.models {
         let (base, steps) = match (m, a.quick) {
             (ModelKind::Toy, true) => (
-                json!({"model": "toy", "layers": 6, "eval_sequences": 64}),
+                runs::toy(|c| {
+                    c.model.layers = 6;
+                    c.eval_sequences = 64;
+                })?,
                 200,
             ),
-            (ModelKind::Toy, false) => (json!({"model": "toy", "layers": 30}), 3000),
+            (ModelKind::Toy, false) => (runs::toy(|c| c.model.layers = 30)?, 3000),
             (ModelKind::Gpt, true) => (tiny_gpt(), 250),
             (ModelKind::Gpt, false) => (full_gpt(), 1000),
         };
@@ -74,17 +78,20 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
         for &p in &s.presets {
             for &lr in &s.lrs {
                 for &seed in &s.seeds {
-                    let mut v = merge(
-                        &base,
-                        json!({"placement": p.name(), "lr": lr, "steps": steps, "seed": seed, "shards": 1, "eval_every": (steps / 5).max(1)}),
-                    );
-                    if let Some(l) = a.first_layers() {
-                        v = merge(&v, json!({ "layers": l }));
-                    }
-                    if p == Placement::None {
-                        v = merge(&v, json!({"norm": "layernorm"}));
-                    }
-                    cfgs.push(cfg(v)?);
+                    cfgs.push(base.with(|c| {
+                        c.model.placement = p;
+                        c.lr = lr;
+                        c.steps = steps;
+                        c.seed = seed;
+                        c.shards = 1;
+                        c.eval_every = (steps / 5).max(1);
+                        if let Some(l) = a.first_layers() {
+                            c.model.layers = l;
+                        }
+                        if p == Placement::None {
+                            c.model.norm = NormKind::LayerNorm;
+                        }
+                    })?);
                 }
             }
         }

@@ -11,11 +11,15 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, grid_settings, merge, tiny_gpt};
+use super::runs::{self, full_gpt, grid_settings, tiny_gpt};
 use crate::present::{opt, Figure, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
-use serde_json::{json, Value};
+use normlab::kernels::norm::NormKind;
+use normlab::nn::Placement;
+use normlab::precision::Dtype;
+use normlab::train::TrainConfig;
+use serde_json::json;
 
 /// The experiment's registry row.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -28,54 +32,76 @@ pub const EXPERIMENT: Experiment = Experiment {
 };
 
 /// Norm, placement and label of each variant.
-const VARIANTS: [(&str, &str, &str); 5] = [
-    ("layernorm", "pre", "Pre-LN"),
-    ("layernorm", "post", "Post-LN"),
-    ("rmsnorm", "pre", "Pre-RMSNorm"),
-    ("rmsnorm", "post", "Post-RMSNorm"),
-    ("none", "pre", "no norm"),
+const VARIANTS: [(NormKind, Placement, &str); 5] = [
+    (NormKind::LayerNorm, Placement::Pre, "Pre-LN"),
+    (NormKind::LayerNorm, Placement::Post, "Post-LN"),
+    (NormKind::RmsNorm, Placement::Pre, "Pre-RMSNorm"),
+    (NormKind::RmsNorm, Placement::Post, "Post-RMSNorm"),
+    (NormKind::None, Placement::Pre, "no norm"),
 ];
 
-const DTYPES: [&str; 3] = ["f32", "bf16", "f16"];
+const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
 
 /// The two models: the toy net (8 blocks) and a small GPT (d 64, 4 blocks,
 /// seq 128); quick: 3 toy blocks and the tiny GPT, fewer steps.
-fn models(a: &ExpArgs) -> Vec<(&'static str, Value)> {
+fn models(a: &ExpArgs) -> Result<Vec<(&'static str, TrainConfig)>> {
     let steps = |q: usize, full: usize| a.steps_or(q, full);
-    if a.quick {
+    Ok(if a.quick {
         vec![
             (
                 "toy",
-                json!({"model": "toy", "layers": 3, "steps": steps(150, 150), "eval_every": 50, "eval_sequences": 64}),
+                runs::toy(|c| {
+                    c.model.layers = 3;
+                    c.steps = steps(150, 150);
+                    c.eval_every = 50;
+                    c.eval_sequences = 64;
+                })?,
             ),
-            ("gpt", merge(&tiny_gpt(), json!({"steps": steps(60, 60)}))),
+            ("gpt", tiny_gpt().with(|c| c.steps = steps(60, 60))?),
         ]
     } else {
         vec![
             (
                 "toy",
-                json!({"model": "toy", "layers": 8, "steps": steps(150, 1500), "eval_every": 250}),
+                runs::toy(|c| {
+                    c.model.layers = 8;
+                    c.steps = steps(150, 1500);
+                    c.eval_every = 250;
+                })?,
             ),
             (
                 "gpt",
-                json!({"model": "gpt", "layers": 4, "d_model": 64, "heads": 2, "seq": 128, "hidden": 256, "steps": steps(60, 600), "eval_every": 100, "warmup": 50}),
+                full_gpt().with(|c| {
+                    c.model.layers = 4;
+                    c.model.d_model = 64;
+                    c.model.heads = 2;
+                    c.model.seq = 128;
+                    c.model.hidden = 256;
+                    c.steps = steps(60, 600);
+                    c.eval_every = 100;
+                    c.warmup = 50;
+                })?,
             ),
         ]
-    }
+    })
 }
 
 /// Model x variant x dtype x seed.
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let seeds = a.seeds_or(1, 2);
     let mut cfgs = Vec::new();
-    for (_, base) in models(a) {
+    for (_, base) in models(a)? {
         for (norm, placement, _) in VARIANTS {
             for dtype in DTYPES {
                 for &seed in &seeds {
-                    cfgs.push(cfg(merge(
-                        &base,
-                        json!({"norm": norm, "placement": placement, "dtype": dtype, "seed": seed, "shards": 1, "log_every": 10}),
-                    ))?);
+                    cfgs.push(base.with(|c| {
+                        c.model.norm = norm;
+                        c.model.placement = placement;
+                        c.dtype = dtype;
+                        c.seed = seed;
+                        c.shards = 1;
+                        c.log_every = 10;
+                    })?);
                 }
             }
         }
@@ -109,24 +135,26 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         )
     };
     let groups = group_by(&rs, key);
-    let group = |model: &str, norm: &str, pl: &str, t: &str| {
+    let group = |model: &str, norm: NormKind, pl: Placement, t: Dtype| {
         groups
             .iter()
-            .find(|((m, n, p, d), _)| m == model && n == norm && p == pl && d == t)
+            .find(|((m, n, p, d), _)| {
+                m == model && n == norm.name() && p == pl.name() && d == t.name()
+            })
             .map(|(_, g)| g.clone())
             .unwrap_or_default()
     };
     let (mut degraded, mut compared) = (Vec::new(), 0usize);
     let mut cells = Vec::new();
     let mut panels = Vec::new();
-    for (model, _) in models(a) {
+    for (model, _) in models(a)? {
         let mut series = Vec::new();
         for (norm, pl, label) in VARIANTS {
             let sg: Vec<SeedGroup> = DTYPES
                 .iter()
-                .map(|t| SeedGroup::of_runs(group(model, norm, pl, t).iter().copied()))
+                .map(|&t| SeedGroup::of_runs(group(model, norm, pl, t).iter().copied()))
                 .collect();
-            let skips: u64 = group(model, norm, pl, "f16")
+            let skips: u64 = group(model, norm, pl, Dtype::F16)
                 .iter()
                 .map(|r| skipped(r))
                 .sum();
@@ -148,6 +176,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     }
                     _ => "-",
                 };
+                let t = t.name();
                 if v != "same" && v != "-" {
                     degraded.push(format!("{model} {label} {t}: {v}"));
                 }
@@ -162,15 +191,18 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 skips.to_string(),
                 verdicts.join(", "),
             ]);
-            cells.push(json!({"model": model, "variant": label, "norm": norm, "placement": pl,
+            cells.push(json!({"model": model, "variant": label, "norm": norm.name(), "placement": pl.name(),
                 "final_eval_loss": {"f32": sg[0].mean, "bf16": sg[1].mean, "f16": sg[2].mean},
                 "std": {"f32": sg[0].std, "bf16": sg[1].std, "f16": sg[2].std},
                 "status": {"f32": sg[0].status.name(), "bf16": sg[1].status.name(), "f16": sg[2].status.name()},
                 "f16_skipped_steps": skips, "verdict": verdicts}));
             // Held-out curves of the first seed, f32 against f16.
-            for t in ["f32", "f16"] {
+            for t in [Dtype::F32, Dtype::F16] {
                 if let Some(r) = group(model, norm, pl, t).first() {
-                    series.push(Series::new(format!("{label} {t}"), runs::eval_curve(r)));
+                    series.push(Series::new(
+                        format!("{label} {}", t.name()),
+                        runs::eval_curve(r),
+                    ));
                 }
             }
         }
@@ -182,7 +214,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"models": models(a).into_iter().map(|(n, v)| json!({"name": n, "config": v})).collect::<Vec<_>>(), "variants": VARIANTS.iter().map(|v| v.2).collect::<Vec<_>>(), "dtypes": DTYPES}),
+            json!({"models": models(a)?.into_iter().map(|(n, c)| json!({"name": n, "config": c.overrides()})).collect::<Vec<_>>(), "variants": VARIANTS.iter().map(|v| v.2).collect::<Vec<_>>(), "dtypes": DTYPES.map(Dtype::name)}),
         ),
         seeds.clone(),
     );

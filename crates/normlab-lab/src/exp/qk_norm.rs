@@ -5,7 +5,7 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, gpt_base, grid_settings, lrs_json, mean_curve, merge};
+use super::runs::{self, gpt_base, grid_settings, lrs_json, mean_curve};
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
@@ -56,10 +56,14 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     for &lr in &s.lrs {
         for qk in [false, true] {
             for &seed in &s.seeds {
-                cfgs.push(cfg(merge(
-                    &base,
-                    json!({"qk_norm": qk, "lr": lr, "steps": s.steps, "seed": seed, "log_every": 5, "shards": 1}),
-                ))?);
+                cfgs.push(base.with(|c| {
+                    c.model.qk_norm = qk;
+                    c.lr = lr;
+                    c.steps = s.steps;
+                    c.seed = seed;
+                    c.log_every = 5;
+                    c.shards = 1;
+                })?);
             }
         }
     }
@@ -180,7 +184,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "gpt", "base": base, "lrs": lrs_json(&s.lrs), "steps": steps}),
+            json!({"model": "gpt", "base": base.overrides(), "lrs": lrs_json(&s.lrs), "steps": steps}),
         ),
         s.seeds.clone(),
     );

@@ -9,12 +9,12 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, block_row_norms, cfg, final_params, gpt_base, grid_settings, merge};
+use super::runs::{self, block_row_norms, final_params, gpt_base, grid_settings};
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
 use normlab::kernels::rng::Rng;
-use normlab::model::Model;
+use normlab::model::{InitScheme, Model};
 use normlab::nn::norm::mean_row_norm;
 use normlab::nn::Placement;
 use normlab::nn::Scratch;
@@ -75,14 +75,20 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let mut cfgs = Vec::new();
     for (_, p, fin) in VARIANTS {
         for &seed in &s.seeds {
-            let mut v = merge(
-                &base,
-                json!({"d_model": d, "heads": 4.min(d / 16).max(1), "hidden": 4 * d, "layers": s.layers, "placement": p.name(), "steps": s.steps, "seed": seed, "lr": s.lr, "shards": 1}),
-            );
-            if let Some(fnorm) = fin {
-                v = merge(&v, json!({ "final_norm": fnorm }));
-            }
-            cfgs.push(cfg(v)?);
+            cfgs.push(base.with(|c| {
+                c.model.d_model = d;
+                c.model.heads = 4.min(d / 16).max(1);
+                c.model.hidden = 4 * d;
+                c.model.layers = s.layers;
+                c.model.placement = p;
+                c.steps = s.steps;
+                c.seed = seed;
+                c.lr = s.lr;
+                c.shards = 1;
+                if fin.is_some() {
+                    c.model.final_norm = fin;
+                }
+            })?);
         }
     }
     Ok(runs::specs(cfgs))
@@ -92,9 +98,14 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
 /// after each of `layers` Pre-LN blocks at PyTorch's default init, and
 /// after the final LayerNorm.
 fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> Result<(Vec<f64>, f64)> {
-    let cfg = runs::cfg(
-        json!({"model": "gpt", "d_model": d, "heads": 4.min(d / 16).max(1), "hidden": 4 * d, "layers": layers, "seq": 16, "init": "torch"}),
-    )?;
+    let cfg = runs::full_gpt().with(|c| {
+        c.model.d_model = d;
+        c.model.heads = 4.min(d / 16).max(1);
+        c.model.hidden = 4 * d;
+        c.model.layers = layers;
+        c.model.seq = 16;
+        c.model.init = InitScheme::Torch;
+    })?;
     let model = Model::new(&cfg.model)?;
     let params = model.init_params(seed);
     let (batch, t) = (2, 16);

@@ -1,5 +1,5 @@
-//! What the training experiments share: building configs from defaults +
-//! overrides, the small and full GPT settings, running a grid through the
+//! What the training experiments share: typed configs from a model
+//! family's defaults, the small and full GPT settings, running a grid through the
 //! sweep engine (parallel; with `--out`, resumable under `<out>/runs`), one
 //! JSON record per run, loss curves, and a run's final parameters.
 
@@ -8,43 +8,45 @@ use super::framework::{num, Progress};
 use crate::present::{LineChart, Panel, Series};
 use crate::sweep::{self, RunResult, RunSpec, SweepOptions};
 use normlab::error::Result;
+use normlab::model::ModelKind;
 use normlab::nn::norm::mean_row_norm;
 use normlab::train::TrainConfig;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// A config from defaults + overrides (a JSON object).
-pub fn cfg(v: Value) -> Result<TrainConfig> {
-    TrainConfig::from_overrides(v.as_object().expect("overrides are an object"))
-}
-
-/// `base` with the keys of `extra` replaced.
-pub fn merge(base: &Value, extra: Value) -> Value {
-    let mut m = base.as_object().expect("an object").clone();
-    for (k, v) in extra.as_object().expect("an object") {
-        m.insert(k.clone(), v.clone());
-    }
-    Value::Object(m)
+/// The toy net's defaults (`normlab train`), changed by `f` and checked.
+pub fn toy(f: impl FnOnce(&mut TrainConfig)) -> Result<TrainConfig> {
+    TrainConfig::defaults(ModelKind::Toy).with(f)
 }
 
 /// A small GPT for quick runs.
-pub fn tiny_gpt() -> Value {
-    json!({"model": "gpt", "layers": 2, "d_model": 64, "heads": 2, "seq": 64, "hidden": 256, "batch": 8, "eval_sequences": 16, "eval_every": 25, "warmup": 10})
+pub fn tiny_gpt() -> TrainConfig {
+    let mut c = full_gpt();
+    c.model.layers = 2;
+    c.model.d_model = 64;
+    c.model.heads = 2;
+    c.model.seq = 64;
+    c.model.hidden = 256;
+    c.batch = 8;
+    c.eval_sequences = 16;
+    c.eval_every = 25;
+    c.warmup = 10;
+    c
 }
 
 /// The GPT of the full experiments (the defaults of `normlab train --model gpt`).
-pub fn full_gpt() -> Value {
-    json!({"model": "gpt"})
+pub fn full_gpt() -> TrainConfig {
+    TrainConfig::defaults(ModelKind::Gpt)
 }
 
 /// The GPT base of an experiment: tiny with `--quick`, else full; with
 /// `--layers L`, L blocks.
-pub fn gpt_base(a: &ExpArgs) -> Value {
-    let base = if a.quick { tiny_gpt() } else { full_gpt() };
-    match a.first_layers() {
-        Some(l) => merge(&base, json!({ "layers": l })),
-        None => base,
+pub fn gpt_base(a: &ExpArgs) -> TrainConfig {
+    let mut base = if a.quick { tiny_gpt() } else { full_gpt() };
+    if let Some(l) = a.first_layers() {
+        base.model.layers = l;
     }
+    base
 }
 
 /// Run specs of configs (duplicates removed, first kept).
@@ -153,7 +155,11 @@ pub fn final_params(a: &ExpArgs, r: &RunResult) -> Result<Vec<f32>> {
 
 /// The settings block of a training experiment: `quick`, `jobs` and `extra`.
 pub fn grid_settings(a: &ExpArgs, extra: Value) -> Value {
-    merge(&json!({"quick": a.quick, "jobs": a.jobs()}), extra)
+    let mut m = json!({"quick": a.quick, "jobs": a.jobs()});
+    for (k, v) in extra.as_object().expect("settings are an object") {
+        m[k] = v.clone();
+    }
+    m
 }
 
 /// Learning rates as JSON numbers in their shortest decimal form.

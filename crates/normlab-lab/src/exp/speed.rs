@@ -314,16 +314,20 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ]);
     }
     // Whole-model step, interleaved.
-    let base = if a.quick {
-        json!({"model": "gpt", "layers": 2, "d_model": 64, "heads": 2, "seq": 64, "hidden": 256, "batch": 8})
+    let (layers, d, heads, seq, batch) = if a.quick {
+        (2, 64, 2, 64, 8)
     } else {
-        json!({"model": "gpt", "layers": 8, "d_model": 128, "heads": 4, "seq": 128, "hidden": 512, "batch": 16})
+        (8, 128, 4, 128, 16)
     };
-    let cfg_of = |n: NormKind| {
-        let mut v = base.clone();
-        v["norm"] = json!(n.name());
-        super::runs::cfg(v)
-    };
+    let base = super::runs::full_gpt().with(|c| {
+        c.model.layers = layers;
+        c.model.d_model = d;
+        c.model.heads = heads;
+        c.model.seq = seq;
+        c.model.hidden = 4 * d;
+        c.batch = batch;
+    })?;
+    let cfg_of = |n: NormKind| base.with(|c| c.model.norm = n);
     let (ln_cfg, rms_cfg) = (cfg_of(NormKind::LayerNorm)?, cfg_of(NormKind::RmsNorm)?);
     let steps = compare::train_steps(
         &[("layernorm", ln_cfg.clone()), ("rmsnorm", rms_cfg)],
@@ -390,7 +394,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         share_rows.push(json!({"norm": n.name(), "norm_params_blocks": blocks, "norm_params_with_final": with_final, "total_params": total_p, "share": with_final as f64 / total_p as f64}));
     }
     let mut out = result(
-        json!({"threads": threads, "shapes": nb.shapes, "rounds": rounds, "model": base, "model_step_rounds": step_rounds, "large_model": {"d": 4096, "layers": 32, "hidden": 11008, "vocab": 32000}}),
+        json!({"threads": threads, "shapes": nb.shapes, "rounds": rounds, "model": base.overrides(), "model_step_rounds": step_rounds, "large_model": {"d": 4096, "layers": 32, "hidden": 11008, "vocab": 32000}}),
         vec![],
     );
     out.data.insert("kernels".into(), json!(kernels));

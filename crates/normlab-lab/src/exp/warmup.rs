@@ -9,11 +9,13 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, cfg, gpt_base, grid_settings, lrs_json, mean_curve, merge, train_curve};
+use super::runs::{self, gpt_base, grid_settings, lrs_json, mean_curve, train_curve};
 use crate::present::{f, opt, opt_step, Figure, LineChart, Series, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::nn::Placement;
+use normlab::train::optim::ScheduleKind;
+use normlab::train::TrainConfig;
 use serde::Serialize;
 use serde_json::json;
 
@@ -66,13 +68,12 @@ fn settings(a: &ExpArgs) -> Settings {
 }
 
 /// The GPT: tiny with --quick, else 8 blocks (or --layers).
-fn base(a: &ExpArgs) -> serde_json::Value {
-    let b = gpt_base(a);
-    if a.quick || a.layers.is_some() {
-        b
-    } else {
-        merge(&b, json!({"layers": 8}))
+fn base(a: &ExpArgs) -> TrainConfig {
+    let mut b = gpt_base(a);
+    if !(a.quick || a.layers.is_some()) {
+        b.model.layers = 8;
     }
+    b
 }
 
 /// GPT: placement x lr x warm-up x seed, constant lr after warm-up.
@@ -84,10 +85,16 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
         for &lr in &s.lrs {
             for &w in &s.warmups {
                 for &seed in &s.seeds {
-                    cfgs.push(cfg(merge(
-                        &base,
-                        json!({"placement": p.name(), "lr": lr, "warmup": w, "steps": s.steps, "seed": seed, "log_every": 5, "schedule": "constant", "shards": 1}),
-                    ))?);
+                    cfgs.push(base.with(|c| {
+                        c.model.placement = p;
+                        c.lr = lr;
+                        c.warmup = w;
+                        c.steps = s.steps;
+                        c.seed = seed;
+                        c.log_every = 5;
+                        c.schedule = ScheduleKind::Constant;
+                        c.shards = 1;
+                    })?);
                 }
             }
         }
@@ -212,7 +219,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "gpt", "base": base, "placements": s.placements.iter().map(|p| p.name()).collect::<Vec<_>>(), "lrs": lrs_json(&s.lrs), "warmups": s.warmups, "steps": steps}),
+            json!({"model": "gpt", "base": base.overrides(), "placements": s.placements.iter().map(|p| p.name()).collect::<Vec<_>>(), "lrs": lrs_json(&s.lrs), "warmups": s.warmups, "steps": steps}),
         ),
         s.seeds.clone(),
     );

@@ -194,6 +194,33 @@ impl TrainConfig {
         Ok(cfg)
     }
 
+    /// This config changed by `f`, then checked: how code (the experiments)
+    /// builds a run's settings, so that a misspelt option does not compile.
+    pub fn with(&self, f: impl FnOnce(&mut TrainConfig)) -> Result<TrainConfig> {
+        let mut c = self.clone();
+        f(&mut c);
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The settings that differ from the model family's defaults, with the
+    /// family (`model`) always: the options of `normlab train` that rebuild
+    /// this config, as a JSON object whose numbers keep their f32 decimal
+    /// form.
+    pub fn overrides(&self) -> Value {
+        let full = self.to_json_value();
+        let base = TrainConfig::defaults(self.model.kind).to_json_value();
+        let mut changed: Map<String, Value> = full
+            .as_object()
+            .expect("config is an object")
+            .iter()
+            .filter(|(k, v)| base.get(k.as_str()) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        changed.insert("model".into(), Value::from(self.model.kind.to_string()));
+        Value::Object(changed)
+    }
+
     /// Check that a stored config (`config.json`) has only known keys:
     /// serde cannot deny unknown fields of a flattened struct.
     pub fn check_keys(v: &Value) -> Result<()> {
@@ -397,6 +424,26 @@ mod tests {
         let e = TrainConfig::from_overrides(&ov(json!({"batch": 5})))
             .unwrap_err()
             .to_string();
+        assert!(e.contains("divisible"), "{e}");
+    }
+
+    #[test]
+    fn typed_configs_match_the_overrides_they_print() {
+        let base = TrainConfig::defaults(ModelKind::Gpt);
+        let c = base
+            .with(|c| {
+                c.model.layers = 2;
+                c.lr = 3e-3;
+            })
+            .unwrap();
+        let o = c.overrides();
+        assert_eq!(o, json!({"model": "gpt", "layers": 2, "lr": 0.003}));
+        // The printed overrides rebuild the same config.
+        let back = TrainConfig::from_overrides(o.as_object().unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(base.overrides(), json!({"model": "gpt"}));
+        // `with` checks what it built, as the flags are checked.
+        let e = base.with(|c| c.batch = 5).unwrap_err().to_string();
         assert!(e.contains("divisible"), "{e}");
     }
 }
