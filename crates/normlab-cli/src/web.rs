@@ -58,6 +58,22 @@ pub struct ServeCmd {
     /// Folder of runs for the dashboard (from train, sweep, exp --out).
     #[arg(long)]
     runs: Option<PathBuf>,
+    /// Seconds a client may take to send a request's header (from the
+    /// connection's start, or from the previous response); a slower one is
+    /// disconnected.
+    #[arg(long, default_value_t = 10.0, value_parser = header_timeout)]
+    header_timeout: f64,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_connections: u32,
+}
+
+/// `--header-timeout`: a number of seconds in (0, 3600].
+fn header_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 3600.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a number of seconds in (0, 3600]")),
+    }
 }
 
 struct Lab {
@@ -147,13 +163,60 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
         );
         use std::io::Write;
         std::io::stdout().flush()?;
-        axum::serve(listener, router(c.runs.clone()))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let limits = Limits {
+            header_timeout: std::time::Duration::from_secs_f64(c.header_timeout),
+            max_connections: c.max_connections as usize,
+        };
+        serve(listener, router(c.runs.clone()), limits).await;
         Ok(())
     })
+}
+
+/// What one client can hold of the server.
+struct Limits {
+    /// Time allowed for a request's header.
+    header_timeout: std::time::Duration,
+    /// Connections served at once.
+    max_connections: usize,
+}
+
+/// Accept and serve connections until Ctrl-C: HTTP/1.1 with a header-read
+/// timeout (hyper's, on tokio's timer), at most `max_connections` at once
+/// (the next waits in the listen queue until one closes), so clients that
+/// open connections and send nothing, or a header byte by byte, cannot
+/// starve the others.
+async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limits) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stop => return,
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        let stream = tokio::select! {
+            _ = &mut stop => return,
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                // Out of file descriptors and the like: wait, then go on.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let timeout = limits.header_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 fn parse_f32(name: &str, v: Option<&String>) -> Result<Option<f32>, String> {

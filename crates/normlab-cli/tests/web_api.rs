@@ -18,8 +18,13 @@ impl Drop for Server {
 }
 
 fn serve(runs: Option<&std::path::Path>) -> Server {
+    serve_with(runs, &[])
+}
+
+fn serve_with(runs: Option<&std::path::Path>, extra: &[&str]) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_normlab"));
     cmd.args(["serve", "--addr", "127.0.0.1:0"])
+        .args(extra)
         .stdout(Stdio::piped());
     if let Some(r) = runs {
         cmd.arg("--runs").arg(r);
@@ -430,4 +435,49 @@ fn get2(s: &Server2, path: &str) -> (u16, String) {
     let text = String::from_utf8_lossy(&resp).into_owned();
     let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     (status, text)
+}
+
+/// Clients that connect and send half a header, more of them than the lab
+/// serves at once, are cut off after the header timeout; a normal request
+/// that arrives meanwhile is answered once they are.
+#[test]
+fn slow_clients_cannot_starve_the_lab() {
+    use std::time::{Duration, Instant};
+    let s = serve_with(None, &["--header-timeout", "0.5", "--max-connections", "4"]);
+    let slow: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = TcpStream::connect(&s.addr).unwrap();
+            // A header that never ends.
+            let _ = c.write_all(b"GET /api/kinds HTTP/1.1\r\nHost: x\r\n");
+            c
+        })
+        .collect();
+    let t = Instant::now();
+    let (status, body) = get(&s, "/api/kinds");
+    let waited = t.elapsed();
+    assert_eq!(status, 200, "{body}");
+    // The four served slow clients held every slot until their timeout;
+    // the request waited for that, not for the slow clients to give up.
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    for mut c in slow {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        // Closed by the server (EOF or reset), not left hanging.
+        match c.read_to_end(&mut buf) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "a slow client was never disconnected"
+            ),
+        }
+    }
+    // Bad limits are refused.
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["serve", "--header-timeout", "0"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
 }
