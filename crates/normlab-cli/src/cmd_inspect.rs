@@ -201,8 +201,14 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     );
     println!("the lesson's claims on this model:");
     println!(
-        "  C3  the stream grows x{:.1} from block 1 to the output (x{:.3} per block on average; {} of {} blocks grow it; the largest jump x{:.1} at block {})",
-        claims.growth_total, claims.growth_per_block, claims.blocks_growing, m.cfg.layers - 1, claims.largest_jump.0, claims.largest_jump.1
+        "  C3  the mean token norm grows x{:.1} from block 1 to the output (x{:.3} per block on average; {} of {} blocks grow it; the largest jump x{:.1} at block {}); the RMS over all elements x{:.1} ({} of {} blocks; largest jump x{:.1} at block {})",
+        claims.growth_total, claims.growth_per_block, claims.blocks_growing, m.cfg.layers - 1, claims.largest_jump.0, claims.largest_jump.1,
+        claims.rms_growth_total, claims.rms_blocks_growing, m.cfg.layers - 1, claims.rms_largest_jump.0, claims.rms_largest_jump.1
+    );
+    let ma = &claims.massive;
+    println!(
+        "      massive activation: |x| = {:.0} in channel {} of the token {:?} (text {}, position {}), after block {} (present from block {}): {:.0}% of f16's largest value, {:.1}x the mean token norm",
+        ma.value, ma.channel, ma.token, ma.text, ma.position, ma.block, ma.from_block, 100.0 * ma.of_f16_max, ma.over_mean_token_norm
     );
     println!(
         "  C6  the rows of x / rms(x) at the attention norms have |mean| {:.3} on average in the block where it is largest (a LayerNorm's are 0; N(1.5, 3^2) inputs give 0.447)",

@@ -690,6 +690,14 @@ fn inspect_a_pretrained_pre_rmsnorm_decoder() {
     let f = |b: &serde_json::Value, k: &str| b[k].as_f64().unwrap();
     // The Pre-LN stream grows with depth; every block writes something.
     assert!(f(&blocks[20], "rms_in") > 2.0 * f(&blocks[0], "rms_in"));
+    // ... by the lesson's metric too, and for the median token.
+    assert!(f(&blocks[20], "row_norm_out") > 2.0 * f(&blocks[0], "row_norm_out"));
+    assert!(f(&blocks[20], "row_norm_median_out") > 2.0 * f(&blocks[0], "row_norm_median_out"));
+    // One token's massive activation: larger than the mean token norm
+    // where it sits (one element of one token outweighs whole tokens).
+    let ma = &v["claims"]["massive"];
+    assert!(f(ma, "value") >= f(&blocks[20], "max_abs"));
+    assert!(f(ma, "over_mean_token_norm") > 1.0);
     assert!(blocks
         .iter()
         .all(|b| f(b, "attn_write") > 0.0 && f(b, "mlp_write") > 0.0));

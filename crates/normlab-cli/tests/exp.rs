@@ -427,6 +427,18 @@ fn training_experiments_show_the_known_effects() {
         .map(num)
         .collect();
     assert!(pre.last().unwrap() > &pre[1]);
+    // The lesson's one-sublayer Pre-LN block at init: the stream grows block
+    // after block, and a final LayerNorm brings every token back to sqrt(d).
+    let lesson = &r["lesson_init"];
+    let norms: Vec<f64> = lesson["mean_row_norm"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(num)
+        .collect();
+    assert_eq!(norms.len(), 13);
+    assert!(norms.windows(2).all(|w| w[1] > w[0]), "{norms:?}");
+    assert!((num(&lesson["after_final_norm"]) - 128f64.sqrt()).abs() < 0.05);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

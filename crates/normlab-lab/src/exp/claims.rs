@@ -122,7 +122,7 @@ pub static CLAIMS: &[Claim] = &[
     Claim {
         id: "C3",
         title: "the Pre-LN residual stream grows",
-        statement: "At initialisation 12 Pre-LN blocks (d 128, MLP 4d, x ~ N(0,1) of shape (2, 16, 128)) grow the mean row norm steadily from 11.25 to 13.66 (x1.21, 1.6% per layer); the final LayerNorm brings it back to sqrt(128) = 11.31. The growth amplifies during training; a Post-LN stream stays at sqrt(d).",
+        statement: "At initialisation 12 Pre-LN blocks of one sublayer and no attention (x + Linear(4d, d)(GELU(Linear(d, 4d)(LayerNorm(x)))), d 128, PyTorch default init, x ~ N(0,1) of shape (2, 16, 128), seed 11) grow the mean over tokens of each token's norm steadily from 11.25 to 13.66 (x1.21, 1.6% per layer); the final LayerNorm brings it back to sqrt(128) = 11.31. The growth amplifies during training; a Post-LN stream stays at sqrt(d).",
         coverage: Coverage::Experiments(&["residual-growth", "llm"]),
     },
     Claim {

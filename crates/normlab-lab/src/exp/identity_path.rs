@@ -6,12 +6,11 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
+use super::lesson_block::{MlpStack, StackInit};
 use crate::present::{f, Figure, LineChart, Panel, Series, Table};
 use normlab::error::Result;
-use normlab::kernels::buf::AlignedBuf;
 use normlab::kernels::rng::Rng;
-use normlab::nn::{Activation, Mlp, Op, Scratch, Sublayer, SublayerCache};
-use normlab::params::{sum_squares, Init, ParamLayout};
+use normlab::params::sum_squares;
 use serde_json::{json, Map, Value};
 
 /// The experiment's registry row.
@@ -28,146 +27,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     grid: None,
     quick_decides: true,
 };
-
-/// How the stack's weights are drawn.
-#[derive(Clone, Copy, Debug)]
-enum StackInit {
-    /// N(0, std_in^2) into the hidden layer, N(0, std_out^2) out of it,
-    /// zero biases.
-    Normal(f32, f32),
-    /// PyTorch's nn.Linear default: weights and biases U(+-1/sqrt(fan_in)).
-    Torch,
-}
-
-/// A stack of residual (or plain) MLP sublayers for the identity-path experiment.
-struct MlpStack {
-    subs: Vec<Sublayer>,
-    params: AlignedBuf,
-    grads: AlignedBuf,
-    caches: Vec<SublayerCache>,
-    scratch: Scratch,
-}
-
-impl MlpStack {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        depth: usize,
-        d: usize,
-        hidden: usize,
-        residual: bool,
-        init: StackInit,
-        seed: u64,
-        rows: usize,
-    ) -> MlpStack {
-        let (std_in, std_out) = match init {
-            StackInit::Normal(a, b) => (a, b),
-            StackInit::Torch => (0.0, 0.0),
-        };
-        let mut layout = ParamLayout::new();
-        let subs: Vec<Sublayer> = (0..depth)
-            .map(|i| {
-                let mlp = Mlp::new(
-                    &mut layout,
-                    &format!("f.{i}"),
-                    d,
-                    hidden,
-                    Activation::Gelu,
-                    Some(i),
-                    Init::Normal(std_in),
-                    Init::Normal(std_out),
-                );
-                Sublayer {
-                    d,
-                    in_norm: None,
-                    out_norm: None,
-                    post_norm: None,
-                    skip: if residual { 1.0 } else { 0.0 },
-                    out_bias: None,
-                    branch: 1.0,
-                    in_scale: 1.0,
-                    gate: None,
-                    op: Op::Mlp(mlp),
-                }
-            })
-            .collect();
-        if let StackInit::Torch = init {
-            for sub in &subs {
-                for l in sub.op.linears() {
-                    let bound = 1.0 / (l.d_in as f32).sqrt();
-                    layout.set_init(&l.w, Init::Uniform(bound));
-                    if let Some(b) = &l.b {
-                        layout.set_init(b, Init::Uniform(bound));
-                    }
-                }
-            }
-        }
-        let mut params = layout.zeros();
-        layout.init(&mut params, seed);
-        let caches = subs
-            .iter()
-            .map(|s| {
-                let mut c = s.cache(rows, 1);
-                c.track_paths = true;
-                c
-            })
-            .collect();
-        MlpStack {
-            scratch: Scratch::new(&subs, rows),
-            subs,
-            params,
-            grads: layout.zeros(),
-            caches,
-        }
-    }
-
-    /// Forward; returns y.
-    fn forward(&mut self, x: &[f32]) -> Vec<f32> {
-        for i in 0..self.subs.len() {
-            let (done, rest) = self.caches.split_at_mut(i);
-            let input: &[f32] = if i == 0 { x } else { done[i - 1].output() };
-            self.subs[i].forward(&self.params, input, &mut rest[0], &mut self.scratch);
-        }
-        self.caches
-            .last()
-            .map(|c| c.output().to_vec())
-            .unwrap_or_else(|| x.to_vec())
-    }
-
-    /// Forward, then backward of sum(r * y); returns dL/dx.
-    fn grad(&mut self, x: &[f32], r: &[f32]) -> Vec<f32> {
-        self.forward(x);
-        self.backward(x, r)
-    }
-
-    /// Forward, then backward of the lesson's loss sum(y^2) (dL/dy = 2y);
-    /// returns dL/dx.
-    fn grad_sum_sq(&mut self, x: &[f32]) -> Vec<f32> {
-        let y = self.forward(x);
-        let r: Vec<f32> = y.iter().map(|v| 2.0 * v).collect();
-        self.backward(x, &r)
-    }
-
-    /// Backward of sum(r * y) after a forward of `x`; returns dL/dx.
-    fn backward(&mut self, x: &[f32], r: &[f32]) -> Vec<f32> {
-        let mut dcur = r.to_vec();
-        let mut dnext = vec![0.0; r.len()];
-        for i in (0..self.subs.len()).rev() {
-            let (done, rest) = self.caches.split_at_mut(i);
-            let input: &[f32] = if i == 0 { x } else { done[i - 1].output() };
-            self.subs[i].backward(
-                &self.params,
-                &mut self.grads,
-                input,
-                &dcur,
-                &mut dnext,
-                &mut rest[0],
-                &mut self.scratch,
-            );
-            std::mem::swap(&mut dcur, &mut dnext);
-        }
-        dcur
-    }
-}
 
 /// identity-path: split dL/dx of y = x + F(x) into the identity term and
 /// the term through F; compare with y = F(x); then through stacks.
@@ -210,16 +69,34 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     );
     let mut single = Map::new();
     for (name, (si, so)) in inits {
-        let mut st = MlpStack::new(1, d, hidden, true, StackInit::Normal(si, so), seed, rows);
+        let mut st = MlpStack::new(
+            1,
+            d,
+            hidden,
+            true,
+            StackInit::Normal(si, so),
+            seed,
+            rows,
+            false,
+        );
         let dx = st.grad(&x, &r);
-        let c = &st.caches[0];
+        let c = st.cache(0);
         let (id, br, tot) = (
             c.identity_grad_sumsq.sqrt(),
             c.branch_grad_sumsq.sqrt(),
             sum_squares(&dx).sqrt(),
         );
         let share = c.identity_grad_sumsq / (c.identity_grad_sumsq + c.branch_grad_sumsq);
-        let mut plain = MlpStack::new(1, d, hidden, false, StackInit::Normal(si, so), seed, rows);
+        let mut plain = MlpStack::new(
+            1,
+            d,
+            hidden,
+            false,
+            StackInit::Normal(si, so),
+            seed,
+            rows,
+            false,
+        );
         let no_res = sum_squares(&plain.grad(&x, &r)).sqrt();
         table.row(vec![
             name.into(),
@@ -243,12 +120,32 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     for &l in &depths {
         let (si, so) = (1.0 / (d as f32).sqrt(), 1.0 / (hidden as f32).sqrt());
         let g_res = sum_squares(
-            &MlpStack::new(l, d, hidden, true, StackInit::Normal(si, so), seed, rows).grad(&x, &r),
+            &MlpStack::new(
+                l,
+                d,
+                hidden,
+                true,
+                StackInit::Normal(si, so),
+                seed,
+                rows,
+                false,
+            )
+            .grad(&x, &r),
         )
         .sqrt()
             / top;
         let g_plain = sum_squares(
-            &MlpStack::new(l, d, hidden, false, StackInit::Normal(si, so), seed, rows).grad(&x, &r),
+            &MlpStack::new(
+                l,
+                d,
+                hidden,
+                false,
+                StackInit::Normal(si, so),
+                seed,
+                rows,
+                false,
+            )
+            .grad(&x, &r),
         )
         .sqrt()
             / top;
@@ -316,10 +213,10 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     for k in 0..n_seeds as u64 {
         let s = seed.wrapping_add(k);
         let xl = Rng::derive(s, "identity-path-lesson").normal_vec(64, 0.0, 1.0);
-        let mut res = MlpStack::new(1, 64, 64, true, StackInit::Torch, s, 1);
+        let mut res = MlpStack::new(1, 64, 64, true, StackInit::Torch, s, 1, false);
         let total = sum_squares(&res.grad_sum_sq(&xl)).sqrt();
-        let identity = res.caches[0].identity_grad_sumsq.sqrt();
-        let mut plain = MlpStack::new(1, 64, 64, false, StackInit::Torch, s, 1);
+        let identity = res.cache(0).identity_grad_sumsq.sqrt();
+        let mut plain = MlpStack::new(1, 64, 64, false, StackInit::Torch, s, 1, false);
         plains.push(sum_squares(&plain.grad_sum_sq(&xl)).sqrt());
         totals.push(total);
         ids.push(identity);

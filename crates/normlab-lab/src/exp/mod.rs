@@ -20,6 +20,7 @@ pub mod dyt_recipe;
 pub mod framework;
 pub mod gain_decay;
 pub mod identity_path;
+pub mod lesson_block;
 pub mod llm;
 pub mod lr_sensitivity;
 pub mod no_norm;

@@ -1,7 +1,8 @@
 //! residual-growth (claims C3, C20): how does the residual stream grow with
-//! depth? The lesson's setting at initialisation (12 Pre-LN blocks, d 128,
-//! MLP 4d, PyTorch's default init, x ~ N(0, 1) of shape (2, 16, 128) fed to
-//! the blocks); then the mean row norm after each block of trained GPTs:
+//! depth? The lesson's setting at initialisation (12 of its Pre-LN blocks
+//! `x + MLP(LayerNorm(x))`, one sublayer and no attention, d 128, MLP 4d,
+//! PyTorch's default init, x ~ N(0, 1) of shape (2, 16, 128), 30 seeds;
+//! the mean over tokens of each token's norm); then the mean row norm after each block of trained GPTs:
 //! Pre-LN with and without the final norm, against Post-LN (pinned at
 //! sqrt(d) by its norms); and what removing the final norm from a trained
 //! Pre-LN model does to its held-out loss.
@@ -9,15 +10,19 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
+use super::lesson_block::{MlpStack, StackInit, LAYERNORM_EPS};
 use super::runs::{self, block_row_norms, final_params, gpt_base, grid_settings};
+use crate::bench::timing::median;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
+use normlab::kernels::norm::NormKind;
 use normlab::kernels::rng::Rng;
-use normlab::model::{InitScheme, Model};
+use normlab::model::Model;
 use normlab::nn::norm::mean_row_norm;
+use normlab::nn::Norm;
 use normlab::nn::Placement;
-use normlab::nn::Scratch;
+use normlab::params::ParamLayout;
 use serde_json::{json, Map, Value};
 
 /// The experiment's registry row.
@@ -94,36 +99,46 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     Ok(runs::specs(cfgs))
 }
 
-/// The lesson's C3 setting: mean row norm of x ~ N(0,1), shape (2, 16, d),
-/// after each of `layers` Pre-LN blocks at PyTorch's default init, and
-/// after the final LayerNorm.
-fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> Result<(Vec<f64>, f64)> {
-    let cfg = runs::full_gpt().with(|c| {
-        c.model.d_model = d;
-        c.model.heads = 4.min(d / 16).max(1);
-        c.model.hidden = 4 * d;
-        c.model.layers = layers;
-        c.model.seq = 16;
-        c.model.init = InitScheme::Torch;
-    })?;
-    let model = Model::new(&cfg.model)?;
-    let params = model.init_params(seed);
-    let (batch, t) = (2, 16);
-    let rows = batch * t;
-    let mut scratch = Scratch::new(model.sublayers(), rows);
-    let mut x = Rng::derive(seed, "residual-growth-lesson").normal_vec(rows * d, 0.0, 1.0);
+/// Seeds of the lesson's setting at initialisation (each takes a
+/// millisecond, so every run measures all of them).
+const LESSON_SEEDS: u64 = 30;
+
+/// The lesson's C3 setting: the mean over tokens of each token's L2 norm
+/// for x ~ N(0,1) of shape (2, 16, d), after each of `layers` of the
+/// lesson's Pre-LN blocks (`x + F(LayerNorm(x))`, F the MLP d -> 4d -> d,
+/// one sublayer and no attention) at PyTorch's default init, and after a
+/// final LayerNorm (unit gain, zero bias).
+fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> (Vec<f64>, f64) {
+    let rows = 2 * 16;
+    let mut stack = MlpStack::new(layers, d, 4 * d, true, StackInit::Torch, seed, rows, true);
+    let x = Rng::derive(seed, "residual-growth-lesson").normal_vec(rows * d, 0.0, 1.0);
+    let y = stack.forward(&x);
     let mut norms = vec![mean_row_norm(&x, d)];
-    for b in &model.blocks {
-        let mut c = b.cache(batch, t);
-        b.forward(&params, &x, &mut c, &mut scratch);
-        x = c.output().to_vec();
-        norms.push(mean_row_norm(&x, d));
-    }
-    let fin = model.final_norm.as_ref().expect("pre-LN has a final norm");
-    let mut y = vec![0.0; x.len()];
-    let mut fc = fin.cache(rows);
-    fin.forward(&params, &x, &mut y, &mut fc);
-    Ok((norms, mean_row_norm(&y, d)))
+    norms.extend(stack.outputs().map(|o| mean_row_norm(o, d)));
+    let mut layout = ParamLayout::new();
+    let ln = Norm::new(
+        &mut layout,
+        "ln_f",
+        NormKind::LayerNorm,
+        d,
+        LAYERNORM_EPS,
+        None,
+    );
+    let mut p = layout.zeros();
+    layout.init(&mut p, seed);
+    let mut out = vec![0.0; y.len()];
+    ln.forward(&p, &y, &mut out, &mut ln.cache(rows));
+    (norms, mean_row_norm(&out, d))
+}
+
+/// Median, min and max.
+fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    (median(&mut v.to_vec()), lo, hi)
 }
 
 /// Held-out loss of a trained model with and without its final norm.
@@ -142,10 +157,16 @@ fn without_final_norm(cfg: &normlab::train::TrainConfig, params: &[f32]) -> Resu
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let s = settings(a);
     let (d, layers, steps) = (s.d, s.layers, s.steps);
-    let (lesson, lesson_final) = lesson_init_growth(128, 12, s.seeds[0])?;
+    let per_seed: Vec<(Vec<f64>, f64)> = (0..LESSON_SEEDS)
+        .map(|seed| lesson_init_growth(128, 12, seed))
+        .collect();
+    let at = |i: usize| per_seed.iter().map(|p| p.0[i]).collect::<Vec<f64>>();
+    let lesson: Vec<f64> = (0..=12).map(|i| spread(&at(i)).0).collect();
+    let finals: Vec<f64> = per_seed.iter().map(|p| p.1).collect();
+    let lesson_final = spread(&finals).0;
     let mut t0 = Table::new(
-        "The lesson's setting at initialisation: 12 Pre-LN blocks (attention + MLP 4d), d 128, PyTorch default init, x ~ N(0,1) of shape (2, 16, 128) fed to the blocks",
-        &["after", "mean row norm", "lesson"],
+        format!("The lesson's setting at initialisation: 12 of its Pre-LN blocks (x + MLP(LayerNorm(x)), MLP d -> 4d -> d with GELU, no attention), d 128, PyTorch default init, x ~ N(0,1) of shape (2, 16, 128); the mean over tokens of each token's norm, median and range over {LESSON_SEEDS} seeds (the lesson: one run, seed 11)"),
+        &["after", "mean row norm (median)", "range over seeds", "lesson"],
     );
     let lesson_vals = [(0, "11.25"), (1, "11.42"), (12, "13.66")];
     for (i, v) in lesson.iter().enumerate() {
@@ -153,6 +174,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             .iter()
             .find(|(k, _)| *k == i)
             .map_or("", |(_, s)| s);
+        let (_, lo, hi) = spread(&at(i));
         t0.row(vec![
             if i == 0 {
                 "input".into()
@@ -160,12 +182,15 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 format!("block {i}")
             },
             f(*v, 3),
+            format!("{}-{}", f(lo, 3), f(hi, 3)),
             l.into(),
         ]);
     }
+    let (_, flo, fhi) = spread(&finals);
     t0.row(vec![
         "final LayerNorm".into(),
         f(lesson_final, 3),
+        format!("{}-{}", f(flo, 3), f(fhi, 3)),
         "11.31 = sqrt(128)".into(),
     ]);
     let rs = runs::run_grid(a, grid(a)?, true, progress)?;
@@ -251,9 +276,14 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .find(|r| r.cfg.model.placement == Placement::Pre && r.cfg.model.final_norm == Some(false))
         .and_then(|r| r.summary.final_eval_loss);
     // C3.
-    let growth = lesson[12.min(lesson.len() - 1)] / lesson[0];
-    let monotone = lesson.windows(2).all(|w| w[1] >= w[0]);
-    let per_layer = growth.powf(1.0 / (lesson.len() - 1) as f64) - 1.0;
+    let growths: Vec<f64> = per_seed.iter().map(|p| p.0[12] / p.0[0]).collect();
+    let (growth, growth_lo, growth_hi) = spread(&growths);
+    let monotone_seeds = per_seed
+        .iter()
+        .filter(|p| p.0.windows(2).all(|w| w[1] >= w[0]))
+        .count();
+    let monotone = monotone_seeds as u64 == LESSON_SEEDS;
+    let per_layer = growth.powf(1.0 / 12.0) - 1.0;
     let trained_growth = pre[layers] / pre[1];
     let init_growth = match (init_pre.get(layers), init_pre.get(1)) {
         (Some(a), Some(b)) => a / b,
@@ -267,7 +297,9 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         && post[1..]
             .iter()
             .all(|v| (v / (d as f64).sqrt() - 1.0).abs() < 0.1);
-    let final_back = (lesson_final / (128f64).sqrt() - 1.0).abs() < 0.01;
+    let final_back = finals
+        .iter()
+        .all(|v| (v / (128f64).sqrt() - 1.0).abs() < 0.01);
     let c3 = monotone
         && (1.0..3.0).contains(&growth)
         && final_back
@@ -277,13 +309,14 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         "C3",
         if c3 { Verdict::Holds } else if monotone && final_back { Verdict::Partly } else { Verdict::DoesNotHold },
         format!(
-            "lesson's setting at init: {} -> {} -> ... -> {} after 12 blocks (x{:.2}, {:.1}% per layer, {}; lesson 11.25 -> 11.42 -> 13.66, x1.21, 1.6%); the final LayerNorm gives {} (sqrt(128) = 11.31). Trained GPT (d {d}, {layers} blocks): block {layers} / block 1 = {} after training vs {} at init (growth {} in training; lesson: it amplifies); the trained Post-LN stream {}.",
+            "lesson's setting at init (its one-sublayer Pre-LN block, median of {LESSON_SEEDS} seeds): {} -> {} -> ... -> {} after 12 blocks (x{:.2}, range x{:.2}-x{:.2}; {:.1}% per layer; monotone in {monotone_seeds} of {LESSON_SEEDS} seeds; lesson 11.25 -> 11.42 -> 13.66, x1.21, 1.6%); the final LayerNorm gives {} (sqrt(128) = 11.31). Trained GPT (d {d}, {layers} blocks): block {layers} / block 1 = {} after training vs {} at init (growth {} in training; lesson: it amplifies); the trained Post-LN stream {}.",
             f(lesson[0], 2),
             f(lesson[1], 2),
             f(lesson[lesson.len() - 1], 2),
             growth,
+            growth_lo,
+            growth_hi,
             100.0 * per_layer,
-            if monotone { "monotone" } else { "not monotone" },
             f(lesson_final, 2),
             f(trained_growth, 2),
             f(init_growth, 2),
@@ -311,7 +344,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     ));
     out.data.insert(
         "lesson_init".into(),
-        json!({"mean_row_norm": lesson, "after_final_norm": lesson_final}),
+        json!({"block": "x + MLP(LayerNorm(x)), one sublayer, no attention", "metric": "mean over tokens of each token's L2 norm", "seeds": LESSON_SEEDS, "mean_row_norm": lesson, "after_final_norm": lesson_final, "growth": growths, "monotone_seeds": monotone_seeds}),
     );
     out.data.insert("final_norm_removed".into(), json!({"eval_loss_with": loss_with, "eval_loss_removed": loss_removed, "trained_without": trained_without}));
     out.tables.insert(0, t0);

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
 use crate::kernels::simd;
-use crate::nn::norm::rms;
+use crate::nn::norm::{mean_row_norm, rms};
 use rayon::prelude::*;
 
 /// Keys (RoPE applied) and values of every position seen so far, per block.
@@ -44,6 +44,20 @@ impl KvCache {
 
 /// Per row of `[rows, d]`: the smallest mean square, and the mean over rows
 /// of |the row mean of `x / rms(x)`|.
+/// Median L2 norm of the rows of a `[rows, d]` matrix.
+fn median_row_norm(x: &[f32], d: usize) -> f64 {
+    let mut n: Vec<f64> = x
+        .chunks_exact(d)
+        .map(|r| crate::params::sum_squares(r).sqrt())
+        .collect();
+    n.sort_by(f64::total_cmp);
+    match n.len() {
+        0 => 0.0,
+        k if k % 2 == 1 => n[k / 2],
+        k => 0.5 * (n[k / 2 - 1] + n[k / 2]),
+    }
+}
+
 fn row_stats(x: &[f32], d: usize) -> (f64, f64) {
     let (mut min, mut mean, mut n) = (f64::INFINITY, 0f64, 0usize);
     for r in x.chunks_exact(d) {
@@ -121,6 +135,7 @@ impl Llama {
         };
         for (l, layer) in self.layers.iter().enumerate() {
             let (rms_in, ms_min_attn, xhat_mean) = probe(&h);
+            let row_norm_in = if tracing { mean_row_norm(&h, d) } else { 0.0 };
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
             linear(&a, &layer.wq, t, d, d, &mut q);
             linear(&a, &layer.wk, t, d, kvd, &mut k);
@@ -208,6 +223,17 @@ impl Llama {
                 *hh += oo;
             }
             if let Some(tr) = trace.as_deref_mut() {
+                let (at, _) = h.iter().enumerate().fold((0, 0f32), |(i, m), (j, &x)| {
+                    if x.abs() > m {
+                        (j, x.abs())
+                    } else {
+                        (i, m)
+                    }
+                });
+                tr.max_at.push((past + at / d, at % d));
+                tr.row_norm_in.push(row_norm_in);
+                tr.row_norm_out.push(mean_row_norm(&h, d));
+                tr.row_norm_median_out.push(median_row_norm(&h, d));
                 tr.rms_in.push(rms_in);
                 tr.rms_attn.push(rms_attn);
                 tr.rms_out.push(rms(&h));

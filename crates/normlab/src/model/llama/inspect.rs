@@ -20,6 +20,16 @@ pub struct LlamaLayerRow {
     pub rms_out: f64,
     /// Largest |activation| of the stream after the block (massive activations).
     pub max_abs: f64,
+    /// Where it is: (text, position, channel).
+    pub max_at: (usize, usize, usize),
+    /// The lesson's metric entering the block: the mean over tokens of
+    /// each token's L2 norm.
+    pub row_norm_in: f64,
+    /// The same after the block.
+    pub row_norm_out: f64,
+    /// The median over tokens of each token's norm after the block (mean
+    /// over texts).
+    pub row_norm_median_out: f64,
     /// ||attention write|| / ||stream||.
     pub attn_write: f64,
     /// ||MLP write|| / ||stream||.
@@ -42,15 +52,27 @@ pub struct LlamaLayerRow {
 /// registered experiment).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelClaims {
-    /// C3: stream RMS after the last block over the RMS entering block 1
-    /// (block 0 lifts the small embeddings and is left out).
+    /// C3, on the lesson's metric (the mean over tokens of each token's
+    /// norm): the stream after the last block over the stream entering
+    /// block 1 (block 0 lifts the small embeddings and is left out).
     pub growth_total: f64,
     /// C3: the geometric mean growth per block over the same span.
     pub growth_per_block: f64,
-    /// C3: blocks (of 1..L) after which the stream's RMS is larger.
+    /// C3: blocks (of 1..L) after which the stream is larger.
     pub blocks_growing: usize,
     /// C3: the largest one-block growth factor, and its block.
     pub largest_jump: (f64, usize),
+    /// The same four on the RMS over all elements of all tokens, which one
+    /// token's massive activation dominates.
+    pub rms_growth_total: f64,
+    /// See `rms_growth_total`.
+    pub rms_growth_per_block: f64,
+    /// See `rms_growth_total`.
+    pub rms_blocks_growing: usize,
+    /// See `rms_growth_total`.
+    pub rms_largest_jump: (f64, usize),
+    /// The largest |activation| anywhere in the stream.
+    pub massive: MassiveActivation,
     /// C6: the largest mean |row mean of x / rms(x)| over the blocks.
     pub xhat_mean_max_abs: f64,
     /// C8: the smallest row mean square entering any norm, over eps.
@@ -58,6 +80,31 @@ pub struct ModelClaims {
     /// C21 reversed: held-out loss with every RMSNorm replaced by a
     /// LayerNorm keeping its gain (and the loss with the model's own).
     pub loss_layernorm: f64,
+}
+
+/// The largest activation of the residual stream over the texts: its size,
+/// where it sits, and from which block on it is there.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MassiveActivation {
+    /// |value|.
+    pub value: f64,
+    /// The block after which it is largest.
+    pub block: usize,
+    /// The first block after which the stream holds a value of at least
+    /// half of it.
+    pub from_block: usize,
+    /// Text index, position and channel.
+    pub text: usize,
+    /// Position in the text (0 = its first token).
+    pub position: usize,
+    /// The token there.
+    pub token: String,
+    /// Channel.
+    pub channel: usize,
+    /// Its size over f16's largest finite value (65504).
+    pub of_f16_max: f64,
+    /// Its size over the mean token norm after that block.
+    pub over_mean_token_norm: f64,
 }
 
 /// What the final RMSNorm does, measured on held-out text.
@@ -95,8 +142,12 @@ pub fn inspect(
         s[8] = f64::INFINITY;
     }
     let mut count = 0usize;
-    for text in texts {
+    let (mut row_in, mut row_out, mut row_med) = (vec![0f64; l], vec![0f64; l], vec![0f64; l]);
+    let mut max_at = vec![(0usize, 0usize, 0usize); l];
+    let mut ids_of = Vec::new();
+    for (ti, text) in texts.iter().enumerate() {
         let ids = m.encode(text)?;
+        ids_of.push(ids.clone());
         if ids.is_empty() {
             continue;
         }
@@ -106,6 +157,12 @@ pub fn inspect(
             s[0] += tr.rms_in[i];
             s[1] += tr.rms_attn[i];
             s[2] += tr.rms_out[i];
+            if tr.max_abs[i] > s[3] {
+                max_at[i] = (ti, tr.max_at[i].0, tr.max_at[i].1);
+            }
+            row_in[i] += tr.row_norm_in[i];
+            row_out[i] += tr.row_norm_out[i];
+            row_med[i] += tr.row_norm_median_out[i];
             s[3] = s[3].max(tr.max_abs[i]);
             s[4] += tr.attn_write[i];
             s[5] += tr.mlp_write[i];
@@ -129,6 +186,10 @@ pub fn inspect(
             rms_attn: s[1] / c,
             rms_out: s[2] / c,
             max_abs: s[3],
+            max_at: max_at[i],
+            row_norm_in: row_in[i] / c,
+            row_norm_out: row_out[i] / c,
+            row_norm_median_out: row_med[i] / c,
             attn_write: s[4] / c,
             mlp_write: s[5] / c,
             attn_max_logit: s[6],
@@ -168,19 +229,50 @@ pub fn inspect(
     })?;
     let (loss_with, loss_without) = (with / n as f64, without / n as f64);
     let span = &rows[1.min(rows.len() - 1)..];
-    let sizes: Vec<f64> = std::iter::once(span[0].rms_in)
-        .chain(span.iter().map(|r| r.rms_out))
-        .collect();
-    let (growth_total, growth_per_block, blocks_growing) = stream_growth(&sizes);
-    let largest_jump = span
+    // Growth by a metric: (total, per block, blocks growing, largest jump).
+    let growth = |inn: &dyn Fn(&LlamaLayerRow) -> f64, out: &dyn Fn(&LlamaLayerRow) -> f64| {
+        let sizes: Vec<f64> = std::iter::once(inn(&span[0]))
+            .chain(span.iter().map(out))
+            .collect();
+        let (total, per, growing) = stream_growth(&sizes);
+        let jump = span
+            .iter()
+            .map(|r| (out(r) / inn(r).max(1e-30), r.layer))
+            .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
+        (total, per, growing, jump)
+    };
+    let (growth_total, growth_per_block, blocks_growing, largest_jump) =
+        growth(&|r| r.row_norm_in, &|r| r.row_norm_out);
+    let (rms_growth_total, rms_growth_per_block, rms_blocks_growing, rms_largest_jump) =
+        growth(&|r| r.rms_in, &|r| r.rms_out);
+    let top = rows
         .iter()
-        .map(|r| (r.rms_out / r.rms_in.max(1e-30), r.layer))
-        .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
+        .fold(&rows[0], |a, r| if r.max_abs > a.max_abs { r } else { a });
+    let (text, position, channel) = top.max_at;
+    let massive = MassiveActivation {
+        value: top.max_abs,
+        block: top.layer,
+        from_block: rows
+            .iter()
+            .find(|r| r.max_abs >= 0.5 * top.max_abs)
+            .map_or(top.layer, |r| r.layer),
+        text,
+        position,
+        token: m.decode(&ids_of[text][position..=position])?,
+        channel,
+        of_f16_max: top.max_abs / 65504.0,
+        over_mean_token_norm: top.max_abs / top.row_norm_out.max(1e-30),
+    };
     let claims = ModelClaims {
         growth_total,
         growth_per_block,
         blocks_growing,
         largest_jump,
+        rms_growth_total,
+        rms_growth_per_block,
+        rms_blocks_growing,
+        rms_largest_jump,
+        massive,
         xhat_mean_max_abs: rows.iter().fold(0f64, |a, r| a.max(r.xhat_mean.abs())),
         ms_min_over_eps: rows.iter().fold(f64::INFINITY, |a, r| a.min(r.ms_min))
             / f64::from(m.cfg.eps),

@@ -34,7 +34,8 @@ use forward::linear;
 pub use forward::KvCache;
 
 pub use inspect::{
-    held_out_text, inspect, stream_growth, FinalNormEffect, LlamaLayerRow, ModelClaims,
+    held_out_text, inspect, stream_growth, FinalNormEffect, LlamaLayerRow, MassiveActivation,
+    ModelClaims,
 };
 use tokenizer::tokenizer_from_gguf;
 
@@ -177,6 +178,17 @@ pub struct LlamaTrace {
     pub rms_out: Vec<f64>,
     /// Largest |value| of the stream after each block.
     pub max_abs: Vec<f64>,
+    /// Where it is: (position, channel), per block.
+    pub max_at: Vec<(usize, usize)>,
+    /// The lesson's metric of the stream entering each block: the mean over
+    /// tokens of each token's L2 norm (`x.norm(dim=-1).mean()`), which one
+    /// token's massive activation cannot dominate as it does the RMS.
+    pub row_norm_in: Vec<f64>,
+    /// The same after each block.
+    pub row_norm_out: Vec<f64>,
+    /// The median over tokens of each token's L2 norm after each block (the
+    /// typical token, whatever one token holds).
+    pub row_norm_median_out: Vec<f64>,
     /// ||attention write|| / ||stream it read||, per block.
     pub attn_write: Vec<f64>,
     /// ||MLP write|| / ||stream it read||, per block.
