@@ -493,6 +493,18 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
             Coverage::Uncheckable(why) => assert!(md.contains(why), "{}: reason missing", c.id),
         }
     }
+    // One verdict per claim, decided by a chapter that checked it.
+    assert!(md.contains("One verdict per claim"));
+    for o in quick["claims"].as_array().unwrap() {
+        let (claim, by) = (
+            o["claim"].as_str().unwrap(),
+            o["overall"]["decided_by"].as_str().unwrap(),
+        );
+        assert!(
+            quick_v.iter().any(|(k, e, _)| k == claim && e == by),
+            "{claim} decided by {by}, which did not check it"
+        );
+    }
     // The published full book: quick verdicts that decide must match it.
     let full_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/findings/findings.json");
     match std::fs::read_to_string(&full_path) {

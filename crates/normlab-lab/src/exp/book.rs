@@ -369,29 +369,47 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
     if opts.quick {
         md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
     }
-    md.push_str("| claim | | verdict | checked by |\n|---|---|---|---|\n");
+    md.push_str("One verdict per claim: the chapter on the lesson's own setting (the first listed) decides; the other chapters are evidence beside it and can only qualify it (a chapter whose verdict differs is named after the verdict). An inconclusive chapter hands the decision to the next.\n\n");
+    md.push_str("| claim | | verdict | each chapter |\n|---|---|---|---|\n");
+    let mut overall = Vec::new();
     for c in CLAIMS {
         let mine: Vec<&Finding> = list.iter().filter(|f| f.claim == c.id).collect();
-        let (verdict, by) = if mine.is_empty() {
-            let why = match c.coverage {
-                Coverage::Uncheckable(why) => format!("not checked: {why}"),
-                Coverage::Experiments(ids) => format!("not run here ({})", ids.join(", ")),
-            };
-            (why, "-".to_string())
-        } else {
-            (
-                mine.iter()
-                    .map(|f| f.verdict.label())
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-                mine.iter()
-                    .map(|f| format!("[{}]({}/report.md)", f.experiment, f.experiment))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )
+        let checks: Vec<(&str, Verdict)> = mine
+            .iter()
+            .map(|f| (f.experiment.as_str(), f.verdict))
+            .collect();
+        let (verdict, by) = match c.overall(&checks) {
+            None => {
+                let why = match c.coverage {
+                    Coverage::Uncheckable(why) => format!("not checked: {why}"),
+                    Coverage::Experiments(ids) => {
+                        format!("not run here ({})", ids.join(", "))
+                    }
+                };
+                (why, "-".to_string())
+            }
+            Some(o) => {
+                let label = format!("**{}**", o.label());
+                overall.push(json!({"claim": c.id, "overall": o}));
+                (
+                    label,
+                    mine.iter()
+                        .map(|f| {
+                            format!(
+                                "[{}]({}/report.md): {}",
+                                f.experiment,
+                                f.experiment,
+                                f.verdict.label()
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+            }
         };
         md.push_str(&format!("| {} | {} | {verdict} | {by} |\n", c.id, c.title));
     }
+    md.push('\n');
     md.push('\n');
     for c in CLAIMS {
         md.push_str(&format!("## {} — {}\n\n", c.id, c.title));
@@ -435,6 +453,8 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
             ));
         }
     }
+    md.push_str("## Where normlab departs from the lesson\n\nEach chapter against the lesson's own setting (the claims above give it): what the lesson gives, what normlab runs, why, and whether the verdict could depend on it. A verdict is whatever normlab's setting gives; where the answer is \"yes\", read it as a verdict on normlab's setting.\n\n");
+    md.push_str(&super::departures::markdown());
     normlab::io::atomic_write(&opts.out.join("findings.md"), md.as_bytes())?;
     let j = json!({
         "quick": opts.quick,
@@ -443,6 +463,7 @@ fn write_findings(book: &Book, opts: &BookOptions) -> Result<()> {
         "seconds": book.total_seconds,
         "sessions": sessions(opts),
         "findings": list,
+        "claims": overall,
         "experiments": recorded.iter().map(|r| json!({"id": r.id, "seconds": r.seconds, "seeds": r.seeds})).collect::<Vec<_>>(),
     });
     normlab::io::atomic_write(

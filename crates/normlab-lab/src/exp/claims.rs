@@ -251,3 +251,115 @@ pub static CLAIMS: &[Claim] = &[
 pub fn claim(id: &str) -> Option<&'static Claim> {
     CLAIMS.iter().find(|c| c.id == id)
 }
+
+/// A claim's one verdict over the chapters that checked it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Overall {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The chapter it comes from.
+    pub decided_by: String,
+    /// Chapters whose own verdict differs (evidence that qualifies it).
+    pub qualified_by: Vec<(String, Verdict)>,
+}
+
+impl Overall {
+    /// As written in the claims table: `holds partly`, or `holds (qualified
+    /// by llm: holds partly)`.
+    pub fn label(&self) -> String {
+        if self.qualified_by.is_empty() {
+            return self.verdict.label().to_string();
+        }
+        let q: Vec<String> = self
+            .qualified_by
+            .iter()
+            .map(|(e, v)| format!("{e}: {}", v.label()))
+            .collect();
+        format!("{} (qualified by {})", self.verdict.label(), q.join(", "))
+    }
+}
+
+impl Claim {
+    /// One verdict from the chapters' (`(experiment, verdict)`): the first
+    /// chapter in the claim's coverage order (the one on the lesson's own
+    /// setting comes first) whose verdict is not inconclusive decides, then
+    /// chapters outside that list in the order given; every other decided
+    /// verdict that differs only qualifies it. Inconclusive when no chapter
+    /// decided; None when none checked the claim.
+    pub fn overall(&self, checks: &[(&str, Verdict)]) -> Option<Overall> {
+        if checks.is_empty() {
+            return None;
+        }
+        let order: &[&str] = match self.coverage {
+            Coverage::Experiments(ids) => ids,
+            Coverage::Uncheckable(_) => &[],
+        };
+        let rank = |e: &str| order.iter().position(|x| *x == e).unwrap_or(order.len());
+        let mut ranked: Vec<(usize, usize, &str, Verdict)> = checks
+            .iter()
+            .enumerate()
+            .map(|(i, (e, v))| (rank(e), i, *e, *v))
+            .collect();
+        ranked.sort_by_key(|x| (x.0, x.1));
+        let &(_, _, by, verdict) = ranked
+            .iter()
+            .find(|x| x.3 != Verdict::Inconclusive)
+            .or(ranked.first())?;
+        let qualified_by = ranked
+            .iter()
+            .filter(|x| x.2 != by && x.3 != Verdict::Inconclusive && x.3 != verdict)
+            .map(|x| (x.2.to_string(), x.3))
+            .collect();
+        Some(Overall {
+            verdict,
+            decided_by: by.to_string(),
+            qualified_by,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lesson_setting_chapter_decides_and_the_others_qualify() {
+        let c3 = claim("C3").unwrap();
+        // Listed first in coverage, residual-growth decides whatever order
+        // the checks come in; llm's differing verdict qualifies it.
+        let o = c3
+            .overall(&[
+                ("llm", Verdict::Partly),
+                ("residual-growth", Verdict::Holds),
+            ])
+            .unwrap();
+        assert_eq!(
+            (o.verdict, o.decided_by.as_str()),
+            (Verdict::Holds, "residual-growth")
+        );
+        assert_eq!(o.label(), "holds (qualified by llm: holds partly)");
+        // An inconclusive first chapter hands the decision on.
+        let o = c3
+            .overall(&[
+                ("residual-growth", Verdict::Inconclusive),
+                ("llm", Verdict::DoesNotHold),
+            ])
+            .unwrap();
+        assert_eq!(
+            (o.verdict, o.decided_by.as_str()),
+            (Verdict::DoesNotHold, "llm")
+        );
+        assert!(o.qualified_by.is_empty());
+        // Agreement needs no qualification; nothing checked, no verdict.
+        let o = c3
+            .overall(&[
+                ("residual-growth", Verdict::Partly),
+                ("llm", Verdict::Partly),
+            ])
+            .unwrap();
+        assert_eq!(o.label(), "holds partly");
+        assert!(c3.overall(&[]).is_none());
+        let o = c3.overall(&[("llm", Verdict::Inconclusive)]).unwrap();
+        assert_eq!(o.verdict, Verdict::Inconclusive);
+    }
+}

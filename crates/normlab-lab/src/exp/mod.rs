@@ -13,6 +13,7 @@ pub mod claims;
 pub mod collapse;
 pub mod convert;
 pub mod cure_all;
+pub mod departures;
 pub mod depth_sim;
 pub mod depth_use;
 pub mod drift;

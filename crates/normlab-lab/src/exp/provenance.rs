@@ -57,11 +57,11 @@ pub fn today() -> String {
 pub(super) fn other_machines<'a>(
     ran_on: impl IntoIterator<Item = (&'a str, Option<&'a (String, String)>)>,
 ) -> String {
-    let here = processor();
+    let (here, date) = (processor(), today());
     let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
     for (id, ran) in ran_on {
         let key = match ran {
-            Some((m, _)) if *m == here => continue,
+            Some((m, d)) if *m == here && *d == date => continue,
             Some((m, date)) => format!("{m} ({date})"),
             None => "a machine they do not record".to_string(),
         };
@@ -78,7 +78,7 @@ pub(super) fn other_machines<'a>(
         .map(|(k, ids)| format!("{} on {k}", ids.join(", ")))
         .collect();
     format!(
-        "Not every experiment ran on this machine: {}. Only their timings depend on it (every SIMD level gives the same bits).\n\n",
+        "Not every experiment ran on this machine today: {}. Only their timings depend on the machine (every SIMD level gives the same bits).\n\n",
         list.join("; ")
     )
 }
@@ -91,7 +91,7 @@ mod tests {
     fn findings_name_the_experiments_that_ran_on_other_machines() {
         let here = processor();
         let (mine, other) = (
-            (here.clone(), "2026-12-01".to_string()),
+            (here.clone(), today()),
             (
                 "Elsewhere CPU, 2 cores".to_string(),
                 "2026-11-30".to_string(),
@@ -113,5 +113,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("drift"), "{text}");
+        // This machine on another day is another run.
+        let before = (here.clone(), "2020-01-01".to_string());
+        let text = other_machines([("drift", Some(&before))]);
+        assert!(text.contains("drift on "), "{text}");
+        assert!(text.contains("(2020-01-01)"), "{text}");
     }
 }
