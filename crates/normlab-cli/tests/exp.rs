@@ -495,6 +495,15 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
     }
     // One verdict per claim, decided by a chapter that checked it.
     assert!(md.contains("One verdict per claim"));
+    // Where PyTorch was there, the cross-checked claims say so.
+    let xc: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("cross-check").join("result.json")).unwrap(),
+    )
+    .unwrap();
+    if xc.get("unavailable").is_none() {
+        assert!(md.contains("| C3 |") && md.contains("cross-checked: agrees"));
+        assert!(md.contains("**Cross-checked against PyTorch"));
+    }
     for o in quick["claims"].as_array().unwrap() {
         let (claim, by) = (
             o["claim"].as_str().unwrap(),
@@ -750,5 +759,68 @@ fn killed_sweep_loses_no_finished_run() {
     let recs = v.as_array().unwrap();
     assert_eq!(recs.len(), 8);
     assert!(recs.iter().filter(|r| r["reused"] == true).count() >= finished_before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// cross-check: with a Python that has torch (NORMLAB_PYTHON), normlab and
+/// the independent PyTorch implementation agree on every statistic; without
+/// one the chapter says how to get it. A PyTorch side that returns other
+/// numbers is called a disagreement, not hidden.
+#[test]
+fn cross_check_agrees_with_pytorch_and_flags_a_disagreement() {
+    let dir = tmp("cross-check");
+    let r = run_exp("cross-check", &[], &dir);
+    if r.get("unavailable").is_none() {
+        let recs = r["agreement"].as_array().unwrap();
+        assert!(recs.len() >= 10);
+        for a in recs {
+            assert_eq!(a["agrees"], true, "{a}");
+        }
+    } else {
+        assert_eq!(r["unavailable"]["needs"], "torch");
+        assert!(r["unavailable"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("pip install torch"));
+    }
+    // A stand-in "Python" whose per-layer factor is 0.5 instead of ~0.3.
+    let fake = dir.join("fake-python");
+    let v = |x: f64, n: usize| vec![x; n];
+    let body = serde_json::json!({
+        "torch": "fake",
+        "C1": {"per_layer_factor": v(0.5, 20)},
+        "C2": {"identity_ratio": v(0.94, 50), "grad_norm": v(17.4, 50)},
+        "C3": {"growth": v(1.21, 15), "after_final_norm": v(11.3137, 15)},
+        "C6": {"row_mean": v(0.4474, 15), "row_std": v(0.8937, 15)},
+        "C5": {"layernorm": {"scale_change": 0.0, "shift_change": 0.0},
+               "rmsnorm": {"scale_change": 0.0, "shift_change": 1.4}},
+    });
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&fake, format!("#!/bin/sh\necho '{body}'\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.join("fake");
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args([
+            "exp",
+            "cross-check",
+            "--quick",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("NORMLAB_PYTHON", &fake)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let c1 = r["agreement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["claim"] == "C1")
+        .unwrap();
+    assert_eq!(c1["agrees"], false);
+    assert!(r["conclusion"].as_str().unwrap().contains("do not: C1"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,9 +7,9 @@
 use super::args::ExpArgs;
 use super::framework::{ExpResult, Experiment, Progress};
 use super::{
-    batch_dependence, collapse, convert, cure_all, depth_sim, depth_use, drift, dyt_recipe,
-    gain_decay, identity_path, llm, lr_sensitivity, no_norm, norm_kind, norm_stats, placements,
-    precision, precision_train, qk_norm, residual_growth, speed, warmup,
+    batch_dependence, collapse, convert, cross_check, cure_all, depth_sim, depth_use, drift,
+    dyt_recipe, gain_decay, identity_path, llm, lr_sensitivity, no_norm, norm_kind, norm_stats,
+    placements, precision, precision_train, qk_norm, residual_growth, speed, warmup,
 };
 use crate::sweep::RunSpec;
 use normlab::error::{Error, Result};
@@ -38,6 +38,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &precision::EXPERIMENT,
     &precision_train::EXPERIMENT,
     &llm::EXPERIMENT,
+    &cross_check::EXPERIMENT,
 ];
 
 /// Look an experiment up.

@@ -108,7 +108,7 @@ const LESSON_SEEDS: u64 = 30;
 /// lesson's Pre-LN blocks (`x + F(LayerNorm(x))`, F the MLP d -> 4d -> d,
 /// one sublayer and no attention) at PyTorch's default init, and after a
 /// final LayerNorm (unit gain, zero bias).
-fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> (Vec<f64>, f64) {
+pub(super) fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> (Vec<f64>, f64) {
     let rows = 2 * 16;
     let mut stack = MlpStack::new(layers, d, 4 * d, true, StackInit::Torch, seed, rows, true);
     let x = Rng::derive(seed, "residual-growth-lesson").normal_vec(rows * d, 0.0, 1.0);
@@ -132,7 +132,7 @@ fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> (Vec<f64>, f64) {
 }
 
 /// Median, min and max.
-fn spread(v: &[f64]) -> (f64, f64, f64) {
+pub(super) fn spread(v: &[f64]) -> (f64, f64, f64) {
     let (lo, hi) = v
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {

@@ -1,0 +1,327 @@
+//! cross-check (claims C1, C2, C3, C5, C6): do normlab's numbers agree with
+//! an independent PyTorch implementation? `cross_check.py` (beside this
+//! file, compiled in and run by `NORMLAB_PYTHON`, default `python3`) is
+//! written from the lesson and normlab's documented settings with torch's
+//! own modules and RNG; normlab computes the same statistics with its
+//! kernels and its own RNG, seed by seed. The agreement rule: for a
+//! statistic over seeds, PyTorch's median lies inside normlab's seed range
+//! and normlab's median inside PyTorch's; for an invariance, both find the
+//! same outputs unchanged (to 1e-4). Without torch the chapter says so
+//! (and how to install it) and measures nothing.
+
+use super::args::ExpArgs;
+use super::framework::{result, ExpResult, Experiment, Progress, Unavailable};
+use super::lesson_block::{MlpStack, StackInit};
+use super::residual_growth::{lesson_init_growth, spread};
+use crate::present::{f, Figure, LineChart, Series, Table};
+use normlab::error::{Error, Result};
+use normlab::kernels::matmul::linear_forward;
+use normlab::kernels::norm::NormKind;
+use normlab::kernels::rng::Rng;
+use normlab::nn::norm::{mean_row_norm, normalise_rows};
+use serde_json::{json, Value};
+
+/// The experiment's registry row.
+pub const EXPERIMENT: Experiment = Experiment {
+    id: "cross-check",
+    question: "Does an independent PyTorch implementation give the same numbers?",
+    flags: &[],
+    run,
+    grid: None,
+    quick_decides: false,
+};
+
+/// The PyTorch side (run with its request as the one argument).
+const SCRIPT: &str = include_str!("cross_check.py");
+
+/// The installation line printed when torch is missing.
+const INSTALL: &str = "python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy, then NORMLAB_PYTHON=/tmp/venv/bin/python";
+
+/// Seeds per claim: (C1, C2, C3, C6).
+fn seeds(quick: bool) -> [usize; 4] {
+    if quick {
+        // Enough that a median lies well inside the other side's range.
+        [20, 50, 15, 15]
+    } else {
+        [30, 200, 30, 30]
+    }
+}
+
+/// C1: the per-layer factor of the mean token norm through 20 plain linear
+/// layers, d 64, x (4, 16, 64), W ~ N(0, 0.3^2/d).
+fn c1(seed: u64) -> f64 {
+    let (d, rows, layers) = (64, 64, 20);
+    let mut rng = Rng::derive(seed, "cross-check-c1");
+    let mut x = rng.normal_vec(rows * d, 0.0, 1.0);
+    let first = mean_row_norm(&x, d);
+    let mut y = vec![0.0; rows * d];
+    for _ in 0..layers {
+        let w = rng.normal_vec(d * d, 0.0, 0.3 / (d as f32).sqrt());
+        linear_forward(&x, &w, None, rows, d, d, &mut y);
+        std::mem::swap(&mut x, &mut y);
+    }
+    (mean_row_norm(&x, d) / first).powf(1.0 / layers as f64)
+}
+
+/// C2: the identity term's norm over dL/dx's, and dL/dx's norm, in the
+/// lesson's block.
+fn c2(seed: u64) -> (f64, f64) {
+    let mut st = MlpStack::new(1, 64, 64, true, StackInit::Torch, seed, 1, false);
+    let x = Rng::derive(seed, "cross-check-c2").normal_vec(64, 0.0, 1.0);
+    let g = st.grad_sum_sq(&x);
+    let total = normlab::params::sum_squares(&g).sqrt();
+    (st.cache(0).identity_grad_sumsq.sqrt() / total, total)
+}
+
+/// C6: the mean row mean and row std of RMSNorm's output for N(1.5, 3^2)
+/// rows, d 512, 4096 rows.
+fn c6(seed: u64) -> (f64, f64) {
+    let d = 512;
+    let x = Rng::derive(seed, "cross-check-c6").normal_vec(4096 * d, 1.5, 3.0);
+    let y = normalise_rows(NormKind::RmsNorm, d, &x);
+    let (mut means, mut stds) = (0.0, 0.0);
+    for r in y.chunks_exact(d) {
+        let m = r.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+        means += m;
+        stds += (r.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / d as f64).sqrt();
+    }
+    (means / 4096.0, stds / 4096.0)
+}
+
+/// C5: the largest output change under 3x and x + 2, per kind.
+fn c5() -> Value {
+    let d = 512;
+    let x = Rng::derive(0, "cross-check-c5").normal_vec(256 * d, 1.5, 3.0);
+    let change = |kind: NormKind, g: &dyn Fn(f32) -> f32| {
+        let y = normalise_rows(kind, d, &x);
+        let t: Vec<f32> = x.iter().map(|&v| g(v)).collect();
+        let z = normalise_rows(kind, d, &t);
+        y.iter()
+            .zip(&z)
+            .fold(0f64, |m, (a, b)| m.max((a - b).abs() as f64))
+    };
+    let mut out = json!({});
+    for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+        out[kind.name()] = json!({
+            "scale_change": change(kind, &|v| 3.0 * v),
+            "shift_change": change(kind, &|v| v + 2.0),
+        });
+    }
+    out
+}
+
+/// Run the PyTorch side: Ok(None) when the Python has no torch (or no
+/// Python is there), an error when the script fails otherwise.
+fn torch_side(request: &Value) -> Result<Option<Value>> {
+    let python = std::env::var("NORMLAB_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = match std::process::Command::new(&python)
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(request.to_string())
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => return Ok(None),
+    };
+    match out.status.code() {
+        Some(0) => serde_json::from_slice(&out.stdout).map(Some).map_err(|e| {
+            Error::Internal(format!("cross-check: unreadable output of {python}: {e}"))
+        }),
+        Some(3) => Ok(None),
+        _ => Err(Error::Internal(format!(
+            "cross-check: {python} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("no message")
+        ))),
+    }
+}
+
+/// One compared statistic: claim, what, the lesson's value, normlab's
+/// values over seeds, PyTorch's.
+type Statistic = (&'static str, &'static str, &'static str, Vec<f64>, Vec<f64>);
+
+/// Sorted values against their quantile, for a figure.
+fn quantiles(v: &[f64]) -> Vec<(f64, f64)> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len() as f64;
+    s.iter()
+        .enumerate()
+        .map(|(i, &y)| ((i as f64 + 0.5) / n, y))
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default()
+}
+
+fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
+    let [n1, n2, n3, n6] = seeds(a.quick);
+    let request = json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1});
+    let mut out = result(
+        json!({"seeds": request, "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4"}),
+        vec![],
+    );
+    let Some(torch) = torch_side(&request)? else {
+        let why = format!("no Python with torch (NORMLAB_PYTHON): {INSTALL}");
+        out.conclusion = format!("Nothing cross-checked: {why}.");
+        out.unavailable = Some(Unavailable {
+            needs: "torch",
+            why,
+        });
+        return Ok(out);
+    };
+    let seeds_of = |n: usize| 0..n as u64;
+    let nl_c1: Vec<f64> = seeds_of(n1).map(c1).collect();
+    let nl_c2: Vec<(f64, f64)> = seeds_of(n2).map(c2).collect();
+    let nl_c3: Vec<(Vec<f64>, f64)> = seeds_of(n3)
+        .map(|s| lesson_init_growth(128, 12, s))
+        .collect();
+    let nl_c6: Vec<(f64, f64)> = seeds_of(n6).map(c6).collect();
+    let stats: Vec<Statistic> = vec![
+        (
+            "C1",
+            "per-layer factor of the mean token norm, W ~ N(0, 0.3^2/d)",
+            "x0.3",
+            nl_c1,
+            floats(&torch["C1"]["per_layer_factor"]),
+        ),
+        (
+            "C2",
+            "norm of the identity term / norm of dL/dx, one block",
+            "0.881 (seed 3)",
+            nl_c2.iter().map(|p| p.0).collect(),
+            floats(&torch["C2"]["identity_ratio"]),
+        ),
+        (
+            "C2",
+            "norm of dL/dx, one block",
+            "13.79 (seed 3)",
+            nl_c2.iter().map(|p| p.1).collect(),
+            floats(&torch["C2"]["grad_norm"]),
+        ),
+        (
+            "C3",
+            "mean token norm after 12 Pre-LN blocks / before",
+            "x1.21 (seed 11)",
+            nl_c3.iter().map(|p| p.0[12] / p.0[0]).collect(),
+            floats(&torch["C3"]["growth"]),
+        ),
+        (
+            "C3",
+            "mean token norm after the final LayerNorm",
+            "11.31 = sqrt(128)",
+            nl_c3.iter().map(|p| p.1).collect(),
+            floats(&torch["C3"]["after_final_norm"]),
+        ),
+        (
+            "C6",
+            "RMSNorm output: mean of row means, N(1.5, 3^2) rows",
+            "~0.4475",
+            nl_c6.iter().map(|p| p.0).collect(),
+            floats(&torch["C6"]["row_mean"]),
+        ),
+        (
+            "C6",
+            "RMSNorm output: mean of row stds",
+            "~0.8944",
+            nl_c6.iter().map(|p| p.1).collect(),
+            floats(&torch["C6"]["row_std"]),
+        ),
+    ];
+    let mut table = Table::new(
+        format!("normlab (its kernels and RNG) against an independent PyTorch {} implementation (torch's modules and RNG), seed by seed: median and range over the seeds", torch["torch"].as_str().unwrap_or("?")),
+        &["claim", "statistic", "seeds", "normlab", "PyTorch", "lesson", "agrees"],
+    );
+    let mut records = Vec::new();
+    let mut panels = Vec::new();
+    for (claim, stat, lesson, nl, pt) in &stats {
+        if pt.is_empty() {
+            return Err(Error::Internal(format!(
+                "cross-check: PyTorch gave no values for {claim} ({stat})"
+            )));
+        }
+        let ((nm, nlo, nhi), (pm, plo, phi)) = (spread(nl), spread(pt));
+        let agrees = (nlo..=nhi).contains(&pm) && (plo..=phi).contains(&nm);
+        table.row(vec![
+            claim.to_string(),
+            stat.to_string(),
+            nl.len().to_string(),
+            format!("{} [{}, {}]", f(nm, 4), f(nlo, 4), f(nhi, 4)),
+            format!("{} [{}, {}]", f(pm, 4), f(plo, 4), f(phi, 4)),
+            lesson.to_string(),
+            if agrees { "agrees" } else { "disagrees" }.into(),
+        ]);
+        records.push(json!({"claim": claim, "statistic": stat, "agrees": agrees,
+            "normlab": {"median": nm, "min": nlo, "max": nhi, "values": nl},
+            "torch": {"median": pm, "min": plo, "max": phi, "values": pt}}));
+        panels.push(
+            LineChart::new(
+                format!("{claim}: {stat}"),
+                "quantile over seeds",
+                "value",
+                vec![
+                    Series::new("normlab", quantiles(nl)),
+                    Series::new("PyTorch", quantiles(pt)),
+                ],
+            )
+            .panel(),
+        );
+    }
+    // C5: the same invariances (unchanged to 1e-4) on both sides.
+    let nl_c5 = c5();
+    for kind in ["layernorm", "rmsnorm"] {
+        for (t, key) in [("x -> 3x", "scale_change"), ("x -> x + 2", "shift_change")] {
+            let (n, p) = (
+                nl_c5[kind][key].as_f64().unwrap_or(f64::NAN),
+                torch["C5"][kind][key].as_f64().unwrap_or(f64::NAN),
+            );
+            let agrees = (n < 1e-4) == (p < 1e-4);
+            let lesson = match (kind, key) {
+                ("rmsnorm", "shift_change") => "changes",
+                _ => "unchanged",
+            };
+            table.row(vec![
+                "C5".into(),
+                format!("{kind}: largest output change under {t}"),
+                "1".into(),
+                format!("{n:.2e}"),
+                format!("{p:.2e}"),
+                lesson.into(),
+                if agrees { "agrees" } else { "disagrees" }.into(),
+            ]);
+            records.push(json!({"claim": "C5", "statistic": format!("{kind}: largest output change under {t}"), "agrees": agrees, "normlab": n, "torch": p}));
+        }
+    }
+    let n_agree = records.iter().filter(|r| r["agrees"] == true).count();
+    let disagree: Vec<String> = records
+        .iter()
+        .filter(|r| r["agrees"] != true)
+        .map(|r| {
+            format!(
+                "{} ({})",
+                r["claim"].as_str().unwrap_or("?"),
+                r["statistic"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    out.conclusion = format!(
+        "{n_agree} of {} statistics agree between normlab and an independent PyTorch implementation{}.",
+        records.len(),
+        if disagree.is_empty() {
+            String::new()
+        } else {
+            format!("; these do not: {}", disagree.join(", "))
+        }
+    );
+    out.data
+        .insert("torch_version".into(), torch["torch"].clone());
+    out.data.insert("agreement".into(), json!(records));
+    out.tables.push(table);
+    out.figures.push(Figure::new("cross_check", panels, 2));
+    Ok(out)
+}

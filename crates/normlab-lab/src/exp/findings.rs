@@ -1,0 +1,309 @@
+//! findings.md and findings.json: read every experiment result a book
+//! folder holds (`<id>/result.json`), then write the claims table (one
+//! verdict per claim, each chapter's beside it), a section per claim with
+//! each chapter's setting, figures, verdict and, where the cross-check
+//! chapter ran, its agreement, and the table of departures from the
+//! lesson.
+
+use super::claims::{Coverage, Verdict, CLAIMS};
+use super::provenance::{machine, other_machines, today};
+use super::registry::EXPERIMENTS;
+use normlab::error::Result;
+use serde::Serialize;
+use serde_json::json;
+use std::path::Path;
+
+/// One verdict, as findings.json lists them.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// Claim id.
+    pub claim: &'static str,
+    /// The experiment that checked it.
+    pub experiment: String,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// The numbers.
+    pub evidence: String,
+}
+
+/// An experiment's result as the book folder holds it (`<id>/result.json`):
+/// what findings.md is written from, so that a book run with `--only`
+/// refreshes its sections and keeps the others.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// Experiment id.
+    pub id: String,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Settings.
+    pub settings: serde_json::Value,
+    /// Figure file stems (`<stem>.png` beside result.json).
+    pub figures: Vec<String>,
+    /// Its verdicts.
+    pub checks: Vec<Finding>,
+    /// Wall time (s).
+    pub seconds: f64,
+    /// Where and when it ran ([`processor`], [`today`]); absent in results
+    /// written before they were recorded.
+    pub ran_on: Option<(String, String)>,
+    /// The cross-check chapter's agreement records (null elsewhere).
+    pub agreement: serde_json::Value,
+}
+
+/// The cross-check's records of one claim (statistic, agrees, and the two
+/// sides' medians and ranges), if that chapter ran.
+fn cross_checked<'a>(recorded: &'a [Recorded], claim: &str) -> Vec<&'a serde_json::Value> {
+    recorded
+        .iter()
+        .filter(|r| r.id == "cross-check")
+        .flat_map(|r| r.agreement.as_array().into_iter().flatten())
+        .filter(|a| a["claim"] == claim)
+        .collect()
+}
+
+/// "agrees" when every cross-checked statistic of the claim agrees.
+fn agreement(records: &[&serde_json::Value]) -> &'static str {
+    if records.iter().all(|a| a["agrees"] == true) {
+        "agrees"
+    } else {
+        "disagrees"
+    }
+}
+
+/// One record as a phrase: the statistic, normlab's and PyTorch's values.
+fn agreement_line(a: &serde_json::Value) -> String {
+    let side = |v: &serde_json::Value| match v.as_f64() {
+        Some(x) => format!("{x:.3e}"),
+        None => format!(
+            "{:.4} [{:.4}, {:.4}]",
+            v["median"].as_f64().unwrap_or(f64::NAN),
+            v["min"].as_f64().unwrap_or(f64::NAN),
+            v["max"].as_f64().unwrap_or(f64::NAN)
+        ),
+    };
+    format!(
+        "{}: normlab {}, PyTorch {} ({})",
+        a["statistic"].as_str().unwrap_or("?"),
+        side(&a["normlab"]),
+        side(&a["torch"]),
+        if a["agrees"] == true {
+            "agrees"
+        } else {
+            "disagrees"
+        }
+    )
+}
+
+/// The recorded results of the book folder at this setting, in registry
+/// order (experiments never run, or run at the other setting, are absent).
+pub fn recorded(out: &Path, quick: bool) -> Result<Vec<Recorded>> {
+    let mut v = Vec::new();
+    for e in EXPERIMENTS {
+        let path = out.join(e.id).join("result.json");
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let bad = |why: &str| {
+            normlab::Error::BadInput(format!(
+                "{}: {why}; run the book again with --only {}",
+                path.display(),
+                e.id
+            ))
+        };
+        let j: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|x| bad(&x.to_string()))?;
+        if j["quick"].as_bool() != Some(quick) {
+            continue;
+        }
+        let mut checks = Vec::new();
+        for c in j["claims"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let claim = c["claim"]
+                .as_str()
+                .and_then(super::claims::claim)
+                .ok_or_else(|| bad("unknown claim"))?;
+            let verdict = c["verdict"]
+                .as_str()
+                .and_then(Verdict::from_label)
+                .ok_or_else(|| bad("unknown verdict"))?;
+            checks.push(Finding {
+                claim: claim.id,
+                experiment: e.id.to_string(),
+                verdict,
+                evidence: c["evidence"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+        v.push(Recorded {
+            id: e.id.to_string(),
+            seeds: serde_json::from_value(j["seeds"].clone()).unwrap_or_default(),
+            settings: j["settings"].clone(),
+            figures: serde_json::from_value(j["figures"].clone()).unwrap_or_default(),
+            checks,
+            seconds: j["elapsed_seconds"].as_f64().unwrap_or(0.0),
+            agreement: j["agreement"].clone(),
+            ran_on: j["machine"]
+                .as_str()
+                .map(|m| (m.to_string(), j["date"].as_str().unwrap_or("?").to_string())),
+        });
+    }
+    Ok(v)
+}
+
+/// The verdicts of recorded results, claim by claim.
+pub fn findings(results: &[Recorded]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for c in CLAIMS {
+        for r in results {
+            out.extend(r.checks.iter().filter(|k| k.claim == c.id).cloned());
+        }
+    }
+    out
+}
+
+/// A compact, readable form of an experiment's settings.
+fn settings_line(r: &Recorded) -> String {
+    let mut s = serde_json::to_string(&r.settings).unwrap_or_default();
+    if s.len() > 600 {
+        s.truncate(600);
+        s.push_str(" ...");
+    }
+    s
+}
+
+/// Write `findings.md` and `findings.json` into the book's folder `out`,
+/// from every experiment result it holds at this setting (`quick`); the
+/// header gives the wall time and sessions of the book.
+pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Result<()> {
+    let recorded = recorded(out, quick)?;
+    let list = findings(&recorded);
+    let mut md = String::new();
+    md.push_str("# What normlab finds: the lesson's claims, checked\n\n");
+    md.push_str(&format!(
+        "Written by `normlab book{}` on {} ({}), in {:.0} min of wall time over {} session(s) (the book resumes where an interrupted one stopped); every number below was measured by that run. Each experiment states its settings and seeds; its full tables are in `<id>/report.md` beside this file. A difference is called only beyond the seed-to-seed (losses) or round-to-round (timings) spread.\n\n",
+        if quick { " --quick" } else { "" },
+        today(),
+        machine(),
+        total_seconds / 60.0,
+        sessions
+    ));
+    md.push_str(&other_machines(
+        recorded.iter().map(|r| (r.id.as_str(), r.ran_on.as_ref())),
+    ));
+    if quick {
+        md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
+    }
+    md.push_str("One verdict per claim: the chapter on the lesson's own setting (the first listed) decides; the other chapters are evidence beside it and can only qualify it (a chapter whose verdict differs is named after the verdict). An inconclusive chapter hands the decision to the next. \"cross-checked\": the cross-check chapter computed the claim's statistics again in an independent PyTorch implementation; they agree when, over seeds, PyTorch's median lies inside normlab's seed range and normlab's median inside PyTorch's (an invariance: both find the same outputs unchanged to 1e-4).\n\n");
+    md.push_str("| claim | | verdict | each chapter |\n|---|---|---|---|\n");
+    let mut overall = Vec::new();
+    for c in CLAIMS {
+        let mine: Vec<&Finding> = list.iter().filter(|f| f.claim == c.id).collect();
+        let checks: Vec<(&str, Verdict)> = mine
+            .iter()
+            .map(|f| (f.experiment.as_str(), f.verdict))
+            .collect();
+        let (verdict, by) = match c.overall(&checks) {
+            None => {
+                let why = match c.coverage {
+                    Coverage::Uncheckable(why) => format!("not checked: {why}"),
+                    Coverage::Experiments(ids) => {
+                        format!("not run here ({})", ids.join(", "))
+                    }
+                };
+                (why, "-".to_string())
+            }
+            Some(o) => {
+                let xc = cross_checked(&recorded, c.id);
+                let label = if xc.is_empty() {
+                    format!("**{}**", o.label())
+                } else {
+                    format!("**{}** · cross-checked: {}", o.label(), agreement(&xc))
+                };
+                overall.push(json!({"claim": c.id, "overall": o}));
+                (
+                    label,
+                    mine.iter()
+                        .map(|f| {
+                            format!(
+                                "[{}]({}/report.md): {}",
+                                f.experiment,
+                                f.experiment,
+                                f.verdict.label()
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+            }
+        };
+        md.push_str(&format!("| {} | {} | {verdict} | {by} |\n", c.id, c.title));
+    }
+    md.push('\n');
+    md.push('\n');
+    for c in CLAIMS {
+        md.push_str(&format!("## {} — {}\n\n", c.id, c.title));
+        md.push_str(&format!("**The lesson:** {}\n\n", c.statement));
+        let checks: Vec<(&Recorded, &Finding)> = recorded
+            .iter()
+            .flat_map(|r| {
+                r.checks
+                    .iter()
+                    .filter(|k| k.claim == c.id)
+                    .map(move |k| (r, k))
+            })
+            .collect();
+        if checks.is_empty() {
+            match c.coverage {
+                Coverage::Uncheckable(why) => {
+                    md.push_str(&format!("**Not checked yet:** {why}.\n\n"))
+                }
+                Coverage::Experiments(ids) => md.push_str(&format!(
+                    "**Not run in this book** (checked by: {}).\n\n",
+                    ids.join(", ")
+                )),
+            }
+            continue;
+        }
+        for (r, k) in checks {
+            md.push_str(&format!(
+                "**normlab's setting** ([{}]({}/report.md), seeds {:?}): `{}`\n\n",
+                r.id,
+                r.id,
+                r.seeds,
+                settings_line(r)
+            ));
+            for stem in &r.figures {
+                md.push_str(&format!("![{stem}]({}/{stem}.png)\n\n", r.id));
+            }
+            md.push_str(&format!(
+                "**Verdict: {}.** {}\n\n",
+                k.verdict.label(),
+                k.evidence
+            ));
+        }
+        let xc = cross_checked(&recorded, c.id);
+        if !xc.is_empty() {
+            let lines: Vec<String> = xc.iter().map(|a| agreement_line(a)).collect();
+            md.push_str(&format!(
+                "**Cross-checked against PyTorch ([cross-check](cross-check/report.md)): {}.** {}.\n\n",
+                agreement(&xc),
+                lines.join("; ")
+            ));
+        }
+    }
+    md.push_str("## Where normlab departs from the lesson\n\nEach chapter against the lesson's own setting (the claims above give it): what the lesson gives, what normlab runs, why, and whether the verdict could depend on it. A verdict is whatever normlab's setting gives; where the answer is \"yes\", read it as a verdict on normlab's setting.\n\n");
+    md.push_str(&super::departures::markdown());
+    normlab::io::atomic_write(&out.join("findings.md"), md.as_bytes())?;
+    let j = json!({
+        "quick": quick,
+        "date": today(),
+        "machine": machine(),
+        "seconds": total_seconds,
+        "sessions": sessions,
+        "findings": list,
+        "claims": overall,
+        "experiments": recorded.iter().map(|r| json!({"id": r.id, "seconds": r.seconds, "seeds": r.seeds})).collect::<Vec<_>>(),
+    });
+    normlab::io::atomic_write(
+        &out.join("findings.json"),
+        serde_json::to_string_pretty(&j).expect("json").as_bytes(),
+    )
+}
