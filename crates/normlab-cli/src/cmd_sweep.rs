@@ -216,7 +216,15 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
 }
 
 pub fn report_run(c: ReportCmd) -> anyhow::Result<()> {
-    let runs = report::scan(&c.dir)?;
+    let (runs, skipped) = report::scan_with_skipped(&c.dir)?;
+    // Folders that look like runs but are not valid ones are named, never
+    // silently left out of the tables.
+    for why in skipped.iter().take(5) {
+        eprintln!("warning: skipped: {why}");
+    }
+    if skipped.len() > 5 {
+        eprintln!("warning: skipped {} more such folder(s)", skipped.len() - 5);
+    }
     if runs.is_empty() {
         return bad(format!(
             "no runs (folders with config.json) under {}",

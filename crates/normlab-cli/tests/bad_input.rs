@@ -208,6 +208,34 @@ fn small_mistakes_are_named() {
     )
     .unwrap();
     refused(&["report", dir.to_str().unwrap()], &["none is a valid run"]);
+    // Beside a valid run, an invalid one is reported as skipped, by name.
+    let good = dir.join("good");
+    let o = normlab(&[
+        "train",
+        "--model",
+        "toy",
+        "--layers",
+        "1",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--shards",
+        "1",
+        "--eval-sequences",
+        "2",
+        "--quiet",
+        "--out",
+        good.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = normlab(&["report", dir.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: skipped") && err.contains("r/config.json"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -227,3 +227,47 @@ fn two_sweeps_on_one_folder_share_the_work_and_never_finish_a_run_wrongly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `train --resume` on a folder whose metrics.jsonl is gone says so in one
+/// warning line naming the lost steps, and still finishes the run.
+#[test]
+fn resume_warns_about_a_lost_history() {
+    let dir = tmp("lost-history");
+    let out = dir.join("run").to_str().unwrap().to_string();
+    let o = normlab(&[
+        "train",
+        "--model",
+        "toy",
+        "--layers",
+        "1",
+        "--steps",
+        "10",
+        "--batch",
+        "2",
+        "--shards",
+        "1",
+        "--eval-sequences",
+        "2",
+        "--eval-every",
+        "5",
+        "--log-every",
+        "1",
+        "--stop-after",
+        "4",
+        "--quiet",
+        "--out",
+        &out,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(Path::new(&out).join("metrics.jsonl")).unwrap();
+    let o = normlab(&["train", "--resume", &out, "--quiet"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning:")
+            && err.contains("metrics.jsonl is missing")
+            && err.contains("steps 1-4"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -34,16 +34,22 @@ pub struct FoundRun {
 /// Find every run folder (one with a valid `config.json`) under `root`,
 /// with its metrics.
 pub fn scan(root: &Path) -> Result<Vec<FoundRun>> {
+    Ok(scan_with(root, true)?.0)
+}
+
+/// [`scan`], with the folders it skipped: one line each, saying why their
+/// `config.json` is not a valid run (for `normlab report` to print).
+pub fn scan_with_skipped(root: &Path) -> Result<(Vec<FoundRun>, Vec<String>)> {
     scan_with(root, true)
 }
 
 /// [`scan`] without reading the metrics (`metrics` stays empty): what a
 /// listing needs, at a cost that does not grow with the runs' length.
 pub fn scan_headers(root: &Path) -> Result<Vec<FoundRun>> {
-    scan_with(root, false)
+    Ok(scan_with(root, false)?.0)
 }
 
-fn scan_with(root: &Path, metrics: bool) -> Result<Vec<FoundRun>> {
+fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)> {
     if !root.is_dir() {
         return Err(format!("{} is not a folder", root.display()).into());
     }
@@ -98,7 +104,7 @@ fn scan_with(root: &Path, metrics: bool) -> Result<Vec<FoundRun>> {
         )
         .into());
     }
-    Ok(out)
+    Ok((out, invalid))
 }
 
 /// Config keys whose values differ between runs.

@@ -596,3 +596,59 @@ fn a_snapshot_with_non_finite_values_is_refused() {
     assert!(err.to_string().contains("non-finite"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Resuming a run whose metrics.jsonl is damaged keeps every readable
+/// record, leaves the file as it was beside it (`metrics.jsonl.damaged`),
+/// and goes on; a missing file loses only its own records.
+#[test]
+fn resume_keeps_what_a_damaged_history_still_holds() {
+    let c = cfg(
+        json!({"model": "toy", "layers": 2, "steps": 12, "eval_every": 6, "eval_sequences": 16, "batch": 8, "log_every": 1}),
+    );
+    let resume = |d: &std::path::Path| {
+        let (_, out) = run_collect(
+            &c,
+            &RunOptions {
+                out: Some(d.to_path_buf()),
+                resume: true,
+                threads: 1,
+                ..Default::default()
+            },
+        );
+        assert!(matches!(out, RunOutcome::Finished(_)), "{out:?}");
+    };
+    let steps_of = |d: &std::path::Path| -> Vec<usize> {
+        train::folder::read_metrics(d)
+            .iter()
+            .map(|r| r.step)
+            .collect()
+    };
+    // A line that is not UTF-8 in the middle (a torn or foreign write).
+    let d = tmpdir("damaged-metrics");
+    interrupt_at(&c, &d, 6);
+    let path = d.join("metrics.jsonl");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let cut = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+    bytes.splice(cut..cut, b"\xff\xfe not a record\n".iter().copied());
+    std::fs::write(&path, &bytes).unwrap();
+    resume(&d);
+    assert_eq!(
+        std::fs::read(d.join("metrics.jsonl.damaged")).unwrap(),
+        bytes
+    );
+    let steps = steps_of(&d);
+    assert_eq!(steps.iter().filter(|&&s| s <= 6).count(), 6, "{steps:?}");
+    assert_eq!(steps.last(), Some(&12));
+    let _ = std::fs::remove_dir_all(&d);
+    // The file gone: the resumed run logs from where it resumed.
+    let d = tmpdir("missing-metrics");
+    interrupt_at(&c, &d, 6);
+    std::fs::remove_file(d.join("metrics.jsonl")).unwrap();
+    resume(&d);
+    let steps = steps_of(&d);
+    assert!(
+        steps.iter().all(|&s| s > 6) && steps.last() == Some(&12),
+        "{steps:?}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -23,11 +23,13 @@
 //! `checkpoint.safetensors`, moments in `optimizer.safetensors`) still read
 //! and resume.
 
+pub use super::metrics_file::{last_logged_step, read_metrics, read_metrics_sampled};
+pub(crate) use super::metrics_file::{metric_lines_up_to, write_metrics};
 use crate::error::{Error, Result};
 use crate::io::{atomic_write, load_tensors, read_metadata, safetensors_bytes};
 use crate::model::Model;
 use crate::train::config::TrainConfig;
-use crate::train::trainer::{StepRecord, Trainer};
+use crate::train::trainer::Trainer;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashMap;
 use std::fs;
@@ -280,96 +282,6 @@ pub(crate) fn write_summary(dir: &Path, s: &Summary) -> Result<()> {
     )
 }
 
-/// Read `metrics.jsonl` (lines that do not parse are skipped).
-pub fn read_metrics(dir: &Path) -> Vec<StepRecord> {
-    fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-/// At most about `max` records of `metrics.jsonl`, read as a stream (a long
-/// run's file is never held whole): every k-th line, the last one, and every
-/// evaluation. Returns them with the file's number of records.
-pub fn read_metrics_sampled(dir: &Path, max: usize) -> (Vec<StepRecord>, usize) {
-    use std::io::BufRead;
-    let path = dir.join("metrics.jsonl");
-    // Lines as bytes: a line that is not UTF-8 (a torn or foreign write) is
-    // counted and skipped, not the end of the history.
-    let lines = || {
-        fs::File::open(&path).ok().map(|f| {
-            std::io::BufReader::new(f)
-                .split(b'\n')
-                .map_while(|l| l.ok())
-                .filter(|l| !l.trim_ascii().is_empty())
-        })
-    };
-    let Some(all) = lines() else {
-        return (Vec::new(), 0);
-    };
-    let total = all.count();
-    let stride = total.div_ceil(max.max(1)).max(1);
-    let mut out = Vec::new();
-    for (i, line) in lines().into_iter().flatten().enumerate() {
-        if i % stride == 0 || i + 1 == total || is_evaluation(&line) {
-            if let Ok(r) = serde_json::from_slice(&line) {
-                out.push(r);
-            }
-        }
-    }
-    (out, total)
-}
-
-/// Whether a metrics line records a held-out evaluation: its `eval_loss`
-/// is not null, however the writer spaced the JSON (normlab writes
-/// `"eval_loss":null`, Python's json module `"eval_loss": null`).
-fn is_evaluation(line: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"eval_loss\"";
-    let Some(i) = line.windows(KEY.len()).position(|w| w == KEY) else {
-        return false;
-    };
-    let rest = line[i + KEY.len()..].trim_ascii_start();
-    let value = rest.strip_prefix(b":").unwrap_or(rest).trim_ascii_start();
-    !value.starts_with(b"null")
-}
-
-/// The step of the last record of `metrics.jsonl`, reading only its end.
-pub fn last_logged_step(dir: &Path) -> usize {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = fs::File::open(dir.join("metrics.jsonl")) else {
-        return 0;
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
-    let mut tail = String::new();
-    let _ = f.read_to_string(&mut tail);
-    tail.lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<StepRecord>(l).ok())
-        .map_or(0, |r| r.step)
-}
-
-/// The metric lines of `dir` up to and including `step` (later ones belong
-/// to steps that a resume redoes).
-pub(crate) fn metric_lines_up_to(dir: &Path, step: usize) -> Vec<String> {
-    fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| serde_json::from_str::<StepRecord>(l).is_ok_and(|r| r.step <= step))
-        .map(String::from)
-        .collect()
-}
-
-/// Write `metrics.jsonl` with these lines.
-pub(crate) fn write_metrics(dir: &Path, lines: &[String]) -> Result<()> {
-    let mut text = lines.join("\n");
-    if !text.is_empty() {
-        text.push('\n');
-    }
-    atomic_write(&dir.join("metrics.jsonl"), text.as_bytes())
-}
-
 /// The weights as `checkpoint.safetensors` bytes.
 fn weights_bytes(tr: &Trainer) -> Result<Vec<u8>> {
     // One metadata key per file: safetensors stores metadata as a hash map,
@@ -528,40 +440,4 @@ pub fn load_model(dir: &Path) -> Result<(TrainConfig, Model, Vec<f32>)> {
     let mut params = vec![0.0; model.layout.buffer_len()];
     load_tensors(&bytes, &model.layout, "", &mut params, CHECKPOINT)?;
     Ok((cfg, model, params))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn evaluations_are_found_however_the_json_is_spaced() {
-        assert!(!is_evaluation(br#"{"step":1,"eval_loss":null}"#));
-        assert!(!is_evaluation(br#"{"step": 1, "eval_loss": null}"#));
-        assert!(is_evaluation(br#"{"step":1,"eval_loss":2.5}"#));
-        assert!(is_evaluation(br#"{"step": 1, "eval_loss": 2.5}"#));
-        assert!(!is_evaluation(br#"{"step": 1}"#));
-    }
-
-    /// A Python logger's run (spaced JSON) of 600 lines with 3
-    /// evaluations, and a last line that is not UTF-8: sampling to 10 keeps
-    /// about 10 records plus the evaluations, and counts every line.
-    #[test]
-    fn sampling_keeps_evaluations_and_survives_a_bad_line() {
-        let dir = std::env::temp_dir().join(format!("normlab-sample-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let mut text = Vec::new();
-        for s in 1..=600 {
-            let eval = if s % 200 == 0 { "1.5" } else { "null" };
-            text.extend(format!("{{\"step\": {s}, \"loss\": 2.0, \"lr\": 0.001, \"grad_norm\": 1.0, \"grad_norm_per_block\": [], \"residual_rms\": [], \"update_ratio\": null, \"update_ratio_per_block\": [], \"eval_loss\": {eval}}}\n").bytes());
-        }
-        text.extend(b"\xff\xfe not utf-8\n");
-        fs::write(dir.join("metrics.jsonl"), &text).unwrap();
-        let (recs, total) = read_metrics_sampled(&dir, 10);
-        assert_eq!(total, 601);
-        let evals = recs.iter().filter(|r| r.eval_loss.is_some()).count();
-        assert_eq!(evals, 3);
-        assert!(recs.len() <= 10 + 3 + 1, "{} records", recs.len());
-        let _ = fs::remove_dir_all(&dir);
-    }
 }

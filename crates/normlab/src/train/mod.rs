@@ -3,6 +3,7 @@
 pub mod config;
 pub mod data;
 pub mod folder;
+pub mod metrics_file;
 pub mod optim;
 pub mod run;
 pub mod status;

@@ -98,7 +98,11 @@ pub fn run(
                 .into());
             }
             // Keep the metrics up to the checkpoint; later lines are redone.
-            let lines = folder::metric_lines_up_to(dir, prog.step);
+            let (lines, problem) = folder::metric_lines_up_to(dir, prog.step, cfg.log_every);
+            if let Some(p) = problem {
+                // A damaged history is reported, never silently replaced.
+                eprintln!("warning: {}: {p}", dir.display());
+            }
             if opts.steps_override.is_some() {
                 folder::write_config(dir, &cfg)?;
             }

@@ -1,0 +1,195 @@
+//! `metrics.jsonl`, one `StepRecord` per line: read whole, sampled as a
+//! stream, or from its end; and, on resume, kept up to the snapshot's step
+//! and rewritten. Lines are read as bytes, one at a time, so a line that is
+//! not UTF-8 (a torn or foreign write) loses only itself; what a resume
+//! cannot keep is reported and the file as it was is kept beside it.
+
+use crate::error::Result;
+use crate::io::atomic_write;
+use crate::train::trainer::StepRecord;
+use std::fs;
+use std::path::Path;
+
+/// Read `metrics.jsonl` (lines that do not parse are skipped, one at a
+/// time: a line that is not UTF-8 loses only itself).
+pub fn read_metrics(dir: &Path) -> Vec<StepRecord> {
+    fs::read(dir.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .split(|&b| b == b'\n')
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
+}
+
+/// At most about `max` records of `metrics.jsonl`, read as a stream (a long
+/// run's file is never held whole): every k-th line, the last one, and every
+/// evaluation. Returns them with the file's number of records.
+pub fn read_metrics_sampled(dir: &Path, max: usize) -> (Vec<StepRecord>, usize) {
+    use std::io::BufRead;
+    let path = dir.join("metrics.jsonl");
+    // Lines as bytes: a line that is not UTF-8 (a torn or foreign write) is
+    // counted and skipped, not the end of the history.
+    let lines = || {
+        fs::File::open(&path).ok().map(|f| {
+            std::io::BufReader::new(f)
+                .split(b'\n')
+                .map_while(|l| l.ok())
+                .filter(|l| !l.trim_ascii().is_empty())
+        })
+    };
+    let Some(all) = lines() else {
+        return (Vec::new(), 0);
+    };
+    let total = all.count();
+    let stride = total.div_ceil(max.max(1)).max(1);
+    let mut out = Vec::new();
+    for (i, line) in lines().into_iter().flatten().enumerate() {
+        if i % stride == 0 || i + 1 == total || is_evaluation(&line) {
+            if let Ok(r) = serde_json::from_slice(&line) {
+                out.push(r);
+            }
+        }
+    }
+    (out, total)
+}
+
+/// Whether a metrics line records a held-out evaluation: its `eval_loss`
+/// is not null, however the writer spaced the JSON (normlab writes
+/// `"eval_loss":null`, Python's json module `"eval_loss": null`).
+fn is_evaluation(line: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"eval_loss\"";
+    let Some(i) = line.windows(KEY.len()).position(|w| w == KEY) else {
+        return false;
+    };
+    let rest = line[i + KEY.len()..].trim_ascii_start();
+    let value = rest.strip_prefix(b":").unwrap_or(rest).trim_ascii_start();
+    !value.starts_with(b"null")
+}
+
+/// The step of the last record of `metrics.jsonl`, reading only its end.
+pub fn last_logged_step(dir: &Path) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = fs::File::open(dir.join("metrics.jsonl")) else {
+        return 0;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    // Bytes, not a string: the cut may fall inside a character, and a line
+    // that is not UTF-8 must not hide the records before it.
+    let mut tail = Vec::new();
+    let _ = f.read_to_end(&mut tail);
+    tail.split(|&b| b == b'\n')
+        .rev()
+        .find_map(|l| serde_json::from_slice::<StepRecord>(l).ok())
+        .map_or(0, |r| r.step)
+}
+
+/// The metric lines of `dir` up to and including `step` (later ones belong
+/// to steps that a resume redoes), and what is wrong with the history, in
+/// words: the file missing, lines that cannot be read (the file as it was
+/// is then kept beside it as `metrics.jsonl.damaged`, since the resume
+/// rewrites it), or records ending well before `step` (more than
+/// `log_every` steps).
+pub(crate) fn metric_lines_up_to(
+    dir: &Path,
+    step: usize,
+    log_every: usize,
+) -> (Vec<String>, Option<String>) {
+    let path = dir.join("metrics.jsonl");
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(_) if step == 0 => return (Vec::new(), None),
+        Err(_) => {
+            return (
+                Vec::new(),
+                Some(format!(
+                    "metrics.jsonl is missing: the records of steps 1-{step} are lost (the run goes on from step {step})"
+                )),
+            )
+        }
+    };
+    let (mut lines, mut unreadable, mut last) = (Vec::new(), 0usize, 0usize);
+    for raw in bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+    {
+        let parsed = std::str::from_utf8(raw)
+            .ok()
+            .and_then(|l| Some((l, serde_json::from_str::<StepRecord>(l).ok()?)));
+        match parsed {
+            Some((l, r)) if r.step <= step => {
+                last = last.max(r.step);
+                lines.push(l.to_string());
+            }
+            Some(_) => {}
+            None => unreadable += 1,
+        }
+    }
+    let mut problems = Vec::new();
+    if unreadable > 0 {
+        let kept = dir.join("metrics.jsonl.damaged");
+        let saved = atomic_write(&kept, &bytes).is_ok();
+        problems.push(format!(
+            "{unreadable} line(s) of metrics.jsonl cannot be read and are left out of the resumed history{}",
+            if saved {
+                " (the file as it was: metrics.jsonl.damaged)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if step > last + log_every.max(1) {
+        problems.push(format!(
+            "metrics.jsonl's records end at step {last} but the run resumes from step {step}: steps {}-{step} have no records",
+            last + 1
+        ));
+    }
+    (lines, (!problems.is_empty()).then(|| problems.join("; ")))
+}
+
+/// Write `metrics.jsonl` with these lines.
+pub(crate) fn write_metrics(dir: &Path, lines: &[String]) -> Result<()> {
+    let mut text = lines.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    atomic_write(&dir.join("metrics.jsonl"), text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evaluations_are_found_however_the_json_is_spaced() {
+        assert!(!is_evaluation(br#"{"step":1,"eval_loss":null}"#));
+        assert!(!is_evaluation(br#"{"step": 1, "eval_loss": null}"#));
+        assert!(is_evaluation(br#"{"step":1,"eval_loss":2.5}"#));
+        assert!(is_evaluation(br#"{"step": 1, "eval_loss": 2.5}"#));
+        assert!(!is_evaluation(br#"{"step": 1}"#));
+    }
+
+    /// A Python logger's run (spaced JSON) of 600 lines with 3
+    /// evaluations, and a last line that is not UTF-8: sampling to 10 keeps
+    /// about 10 records plus the evaluations, and counts every line.
+    #[test]
+    fn sampling_keeps_evaluations_and_survives_a_bad_line() {
+        let dir = std::env::temp_dir().join(format!("normlab-sample-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut text = Vec::new();
+        for s in 1..=600 {
+            let eval = if s % 200 == 0 { "1.5" } else { "null" };
+            text.extend(format!("{{\"step\": {s}, \"loss\": 2.0, \"lr\": 0.001, \"grad_norm\": 1.0, \"grad_norm_per_block\": [], \"residual_rms\": [], \"update_ratio\": null, \"update_ratio_per_block\": [], \"eval_loss\": {eval}}}\n").bytes());
+        }
+        text.extend(b"\xff\xfe not utf-8\n");
+        fs::write(dir.join("metrics.jsonl"), &text).unwrap();
+        let (recs, total) = read_metrics_sampled(&dir, 10);
+        assert_eq!(total, 601);
+        let evals = recs.iter().filter(|r| r.eval_loss.is_some()).count();
+        assert_eq!(evals, 3);
+        assert!(recs.len() <= 10 + 3 + 1, "{} records", recs.len());
+        // Read whole, and from its end: the bad last line loses only itself.
+        assert_eq!(read_metrics(&dir).len(), 600);
+        assert_eq!(last_logged_step(&dir), 600);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
