@@ -133,6 +133,11 @@ class _EagerNorm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        if torch.is_grad_enabled():
+            # create_graph=True: the backward itself would need a gradient.
+            raise RuntimeError(
+                f"normlab's {ctx.kind} has no double backward (a gradient of its gradient, "
+                "create_graph=True): use torch's own norm where higher-order gradients are needed")
         x, params, stats = ctx.saved_tensors
         dx, dparams = _bwd_impl(dy, x, params, stats, ctx.kind, ctx.d)
         return dx, dparams, None, None, None
@@ -158,6 +163,9 @@ def norm(kind: str, x: Tensor, normalized_shape, params: Sequence[Tensor | None]
     if tuple(x.shape[x.dim() - len(ns):]) != ns or x.dim() < len(ns):
         raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")
     d = math.prod(ns)
+    if d == 0:
+        # Rows of no features: an empty output of the input's shape, as torch.
+        return x.clone()
     if len(params) != len(info.params):
         raise ValueError(f"{info.name} takes {len(info.params)} parameter tensors "
                          f"({', '.join(p.suffix for p in info.params)}), got {len(params)}")
@@ -167,7 +175,9 @@ def norm(kind: str, x: Tensor, normalized_shape, params: Sequence[Tensor | None]
             flat.append(torch.full((spec.numel(d),), spec.init_value(d), dtype=torch.float32))
             continue
         _check_tensor(p, spec.suffix)
-        if p.numel() != spec.numel(d):
+        # As torch: a per-feature tensor has exactly normalized_shape (a
+        # (2, 8) weight for (8,) is refused, not read as 16 values).
+        if (tuple(p.shape) != ns) if spec.per_feature else (p.numel() != 1):
             want = ns if spec.per_feature else (1,)
             raise ValueError(f"{info.name} {spec.suffix} must have shape {want}, got {tuple(p.shape)}")
         flat.append(p.reshape(-1).float())

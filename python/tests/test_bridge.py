@@ -496,3 +496,23 @@ def test_raw_address_calls_are_private_and_thread_counts_capped():
             nnp.norm_forward("rmsnorm", x, params, threads=bad)
     y, _ = nnp.norm_forward("rmsnorm", x, params, threads=2)
     assert np.allclose(y, 1.0, atol=1e-5)
+
+
+def test_edge_cases_behave_as_torch():
+    # A norm over no features: an empty output of the input's shape.
+    for mod in (nn.RMSNorm(0), nt.RMSNorm(0), nn.LayerNorm(0), nt.LayerNorm(0)):
+        assert mod(torch.randn(3, 0)).shape == (3, 0)
+    # A weight of another shape with as many values is refused, as torch does.
+    x = torch.randn(4, 16)
+    with pytest.raises(RuntimeError):
+        F.rms_norm(x, (16,), weight=torch.ones(2, 8))
+    with pytest.raises(ValueError, match=r"weight must have shape \(16,\), got \(2, 8\)"):
+        nt.rms_norm(x, (16,), torch.ones(2, 8))
+    # No double backward: a clear message, not torch's generic one.
+    w = torch.ones(16, requires_grad=True)
+    xr = x.clone().requires_grad_()
+    y = nt.rms_norm(xr, (16,), w)
+    (g,) = torch.autograd.grad(y.square().sum(), xr, create_graph=False)
+    assert g.shape == x.shape
+    with pytest.raises(RuntimeError, match="no double backward"):
+        torch.autograd.grad(nt.rms_norm(xr, (16,), w).square().sum(), xr, create_graph=True)
