@@ -1,0 +1,5 @@
+//! Helpers shared by the integration tests (each test file uses a part).
+#![allow(dead_code)]
+
+pub mod fuzz;
+pub mod tiny_gguf;

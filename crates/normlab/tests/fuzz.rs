@@ -1,0 +1,102 @@
+//! The readers of files a user may be handed, fuzzed (see common/fuzz.rs):
+//! GGUF (the reader, every tensor's dequantisation, and the Llama checks),
+//! a run folder's checkpoint (safetensors) and config.json, and a TOML
+//! training config. No input may panic or make a reader hold more than the
+//! stated bound at once; bad input is an `Err`. One test, so that the
+//! allocation counts are this work's alone.
+
+mod common;
+use common::fuzz::{fuzz, Counting};
+use common::tiny_gguf::tiny_llama;
+use normlab::gguf::Gguf;
+use normlab::model::llama::Llama;
+use normlab::train::{folder, RunOptions, TrainConfig};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const MIB: usize = 1 << 20;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("normlab-fuzz-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn readers_survive_mutated_files() {
+    // GGUF: tiny Llama files, and the head of the real model when present.
+    let mut seeds = vec![tiny_llama(1, 1e-5, 1e4, 1.0), tiny_llama(3, 1e-6, 5e5, 0.5)];
+    let real = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if let Ok(bytes) = std::fs::read(&real) {
+        seeds.push(bytes[..bytes.len().min(1 << 20)].to_vec());
+    }
+    let dir = tmp("gguf");
+    let file = dir.join("m.gguf");
+    fuzz("gguf", &seeds, 256 * MIB, |b| {
+        if let Ok(g) = Gguf::parse(b.to_vec()) {
+            for t in &g.tensors {
+                let _ = g.tensor(&t.name);
+            }
+        }
+        std::fs::write(&file, b).unwrap();
+        let _ = Llama::load(&file);
+    });
+
+    // A run folder: a real checkpoint and config.json, mutated.
+    let run = tmp("run");
+    let cfg = TrainConfig::defaults(normlab::model::ModelKind::Toy)
+        .with(|c| {
+            c.model.layers = 1;
+            c.steps = 2;
+            c.batch = 2;
+            c.shards = 1;
+            c.eval_sequences = 2;
+        })
+        .unwrap();
+    normlab::train::run(
+        &cfg,
+        &RunOptions {
+            out: Some(run.clone()),
+            threads: 1,
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let ckpt = std::fs::read(run.join("checkpoint.safetensors")).unwrap();
+    let config = std::fs::read(run.join("config.json")).unwrap();
+    let target = tmp("target");
+    std::fs::write(target.join("config.json"), &config).unwrap();
+    fuzz("checkpoint", &[ckpt], 64 * MIB, |b| {
+        let _ = normlab::io::read_metadata(b, "fuzz");
+        std::fs::write(target.join("checkpoint.safetensors"), b).unwrap();
+        let _ = folder::load_model(&target);
+    });
+    let cdir = tmp("config");
+    fuzz("config.json", &[config], 64 * MIB, |b| {
+        std::fs::write(cdir.join("config.json"), b).unwrap();
+        let _ = folder::read_run_config(&cdir);
+    });
+
+    // A TOML training config.
+    let toml_seeds: Vec<Vec<u8>> = [
+        "model = \"gpt\"\nlayers = 4\nd_model = 64\nheads = 2\nlr = 3e-3\nnorm = \"rmsnorm\"\nplacement = \"pre\"\n",
+        "model = \"toy\"\nlayers = 12\nsteps = 3000\nwarmup = 100\nbranch_scale = \"invsqrt\"\nfinal_norm = true\n",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    fuzz("toml", &toml_seeds, 64 * MIB, |b| {
+        if let Ok(text) = std::str::from_utf8(b) {
+            if let Ok(ov) = normlab::settings::toml_overrides(text, "fuzz") {
+                let _ = TrainConfig::from_overrides(&ov);
+            }
+        }
+    });
+    for d in [dir, run, target, cdir] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
