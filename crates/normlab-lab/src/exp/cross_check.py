@@ -111,6 +111,38 @@ def c5_invariance():
     return out
 
 
+def smollm2(req):
+    """SmolLM2 through Hugging Face transformers, loading the same GGUF file
+    (transformers dequantises it itself): per text (normlab's token ids),
+    per block, the mean and the median over tokens of each token's norm
+    after the block, and the largest |activation|."""
+    try:
+        from transformers import AutoModelForCausalLM
+        import gguf  # noqa: F401  (transformers reads GGUF through it)
+        import accelerate  # noqa: F401
+    except ImportError as e:
+        return {"unavailable": f"{e.name} is not installed (pip install transformers gguf accelerate)"}
+    import os
+    model = AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(req["path"]), gguf_file=os.path.basename(req["path"]), dtype=torch.float32)
+    model.eval()
+    outs = []
+    for layer in model.model.layers:
+        layer.register_forward_hook(
+            lambda _m, _i, out: outs.append((out[0] if isinstance(out, tuple) else out).detach()))
+    mean, med, mx = [], [], []
+    with torch.no_grad():
+        for ids in req["ids"]:
+            outs.clear()
+            model(torch.tensor([ids]))
+            norms = [h[0].norm(dim=-1) for h in outs]
+            mean.append([n.mean().item() for n in norms])
+            # The median of an even count: the mean of the two middle values.
+            med.append([n.sort().values[(len(n) - 1) // 2: len(n) // 2 + 1].mean().item() for n in norms])
+            mx.append([h.abs().max().item() for h in outs])
+    return {"row_norm_out": mean, "row_norm_median_out": med, "max_abs": mx}
+
+
 def main():
     req = json.loads(sys.argv[1])
     out = {"torch": torch.__version__}
@@ -128,6 +160,8 @@ def main():
         out["C6"] = {"row_mean": [a for a, _ in r], "row_std": [b for _, b in r]}
     if req.get("C5"):
         out["C5"] = c5_invariance()
+    if req.get("smollm2"):
+        out["smollm2"] = smollm2(req["smollm2"])
     print(json.dumps(out))
 
 

@@ -6,8 +6,12 @@
 //! kernels and its own RNG, seed by seed. The agreement rule: for a
 //! statistic over seeds, PyTorch's median lies inside normlab's seed range
 //! and normlab's median inside PyTorch's; for an invariance, both find the
-//! same outputs unchanged (to 1e-4). Without torch the chapter says so
-//! (and how to install it) and measures nothing.
+//! same outputs unchanged (to 1e-4). With SmolLM2's file and transformers
+//! (+ gguf, accelerate) there, C3's stream on the real model is compared
+//! too: transformers loads the same GGUF file and runs normlab's token ids;
+//! per block, the mean and median token norm and the largest activation
+//! agree within 1e-3 relative. Without torch the chapter says so (and how
+//! to install it) and measures nothing.
 
 use super::args::ExpArgs;
 use super::framework::{result, ExpResult, Experiment, Progress, Unavailable};
@@ -15,9 +19,11 @@ use super::lesson_block::{MlpStack, StackInit};
 use super::residual_growth::{lesson_init_growth, spread};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use normlab::error::{Error, Result};
+use normlab::io::sample_sentences;
 use normlab::kernels::matmul::linear_forward;
 use normlab::kernels::norm::NormKind;
 use normlab::kernels::rng::Rng;
+use normlab::model::llama::{Llama, LlamaTrace};
 use normlab::nn::norm::{mean_row_norm, normalise_rows};
 use serde_json::{json, Value};
 
@@ -35,7 +41,7 @@ pub const EXPERIMENT: Experiment = Experiment {
 const SCRIPT: &str = include_str!("cross_check.py");
 
 /// The installation line printed when torch is missing.
-const INSTALL: &str = "python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy, then NORMLAB_PYTHON=/tmp/venv/bin/python";
+const INSTALL: &str = "python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy (and transformers gguf accelerate for SmolLM2), then NORMLAB_PYTHON=/tmp/venv/bin/python";
 
 /// Seeds per claim: (C1, C2, C3, C6).
 fn seeds(quick: bool) -> [usize; 4] {
@@ -161,9 +167,27 @@ fn floats(v: &Value) -> Vec<f64> {
 
 fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let [n1, n2, n3, n6] = seeds(a.quick);
-    let request = json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1});
+    let mut request = json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1});
+    // SmolLM2, when its file is here: normlab's token ids of the llm
+    // chapter's texts, for transformers to run on the same file.
+    let llm = match super::llm::find_model() {
+        Some(path) => {
+            let m = Llama::load(&path)?;
+            let texts = sample_sentences(if a.quick { 4 } else { 16 }, 0, 53);
+            let ids: Vec<Vec<u32>> = texts
+                .iter()
+                .map(|t| m.encode(t))
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .filter(|ids| !ids.is_empty())
+                .collect();
+            request["smollm2"] = json!({"path": path.display().to_string(), "ids": ids});
+            Some((m, ids))
+        }
+        None => None,
+    };
     let mut out = result(
-        json!({"seeds": request, "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4"}),
+        json!({"seeds": {"C1": n1, "C2": n2, "C3": n3, "C6": n6}, "smollm2_texts": llm.as_ref().map(|l| l.1.len()), "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4; SmolLM2: every block within 1e-3 relative"}),
         vec![],
     );
     let Some(torch) = torch_side(&request)? else {
@@ -297,6 +321,89 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             records.push(json!({"claim": "C5", "statistic": format!("{kind}: largest output change under {t}"), "agrees": agrees, "normlab": n, "torch": p}));
         }
     }
+    // C3 on SmolLM2: the stream after each block, per text, as normlab's
+    // engine and transformers compute it from the same file and tokens.
+    let mut notes = Vec::new();
+    match (&llm, &torch["smollm2"]) {
+        (None, _) => notes.push(
+            "SmolLM2 not compared: its file is absent (scripts/fetch_smollm2.sh)".to_string(),
+        ),
+        (Some(_), v) if v.is_null() || v.get("unavailable").is_some() => notes.push(format!(
+            "SmolLM2 not compared: {}",
+            v["unavailable"]
+                .as_str()
+                .unwrap_or("the PyTorch side gave no answer")
+        )),
+        (Some((m, ids)), hf) => {
+            let mut nl: [Vec<Vec<f64>>; 3] = Default::default();
+            for t in ids {
+                let mut tr = LlamaTrace::default();
+                m.hidden(t, Some(&mut tr))?;
+                nl[0].push(tr.row_norm_out);
+                nl[1].push(tr.row_norm_median_out);
+                nl[2].push(tr.max_abs);
+            }
+            for (i, (key, what)) in [
+                ("row_norm_out", "mean token norm"),
+                ("row_norm_median_out", "median token norm"),
+                ("max_abs", "largest absolute activation"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                // Per block: the mean over texts (the max for the maximum).
+                let per_block = |v: &Vec<Vec<f64>>| -> Vec<f64> {
+                    (0..v.first().map_or(0, Vec::len))
+                        .map(|b| {
+                            let col = v.iter().map(|t| t.get(b).copied().unwrap_or(f64::NAN));
+                            if key == "max_abs" {
+                                col.fold(0f64, f64::max)
+                            } else {
+                                col.sum::<f64>() / v.len() as f64
+                            }
+                        })
+                        .collect()
+                };
+                let theirs: Vec<Vec<f64>> = hf[key]
+                    .as_array()
+                    .map(|a| a.iter().map(floats).collect())
+                    .unwrap_or_default();
+                let (n, p) = (per_block(&nl[i]), per_block(&theirs));
+                let worst = if n.len() == p.len() && !n.is_empty() {
+                    n.iter()
+                        .zip(&p)
+                        .map(|(x, y)| (x - y).abs() / x.abs().max(1e-30))
+                        .fold(0f64, f64::max)
+                } else {
+                    f64::INFINITY
+                };
+                let agrees = worst < 1e-3;
+                let stat = format!(
+                    "SmolLM2: {what} after each of {} blocks ({} texts)",
+                    n.len(),
+                    ids.len()
+                );
+                let growth = |v: &[f64]| {
+                    v.last().copied().unwrap_or(f64::NAN) / v.first().copied().unwrap_or(f64::NAN)
+                };
+                table.row(vec![
+                    "C3".into(),
+                    stat.clone(),
+                    "-".into(),
+                    format!("x{} over the blocks", f(growth(&n), 3)),
+                    format!("x{} over the blocks", f(growth(&p), 3)),
+                    "-".into(),
+                    format!(
+                        "{} (largest relative difference {worst:.1e})",
+                        if agrees { "agrees" } else { "disagrees" }
+                    ),
+                ]);
+                records.push(json!({"claim": "C3", "statistic": format!("{stat}, growth from block 0 to the last; per block within 1e-3"), "agrees": agrees,
+                    "normlab": growth(&n), "torch": growth(&p), "max_relative_difference": worst,
+                    "per_block": {"normlab": n, "torch": p}}));
+            }
+        }
+    }
     let n_agree = records.iter().filter(|r| r["agrees"] == true).count();
     let disagree: Vec<String> = records
         .iter()
@@ -310,13 +417,14 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         })
         .collect();
     out.conclusion = format!(
-        "{n_agree} of {} statistics agree between normlab and an independent PyTorch implementation{}.",
+        "{n_agree} of {} statistics agree between normlab and an independent PyTorch implementation{}.{}",
         records.len(),
         if disagree.is_empty() {
             String::new()
         } else {
             format!("; these do not: {}", disagree.join(", "))
-        }
+        },
+        notes.iter().map(|n| format!(" {n}.")).collect::<String>()
     );
     out.data
         .insert("torch_version".into(), torch["torch"].clone());

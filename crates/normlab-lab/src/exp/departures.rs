@@ -356,7 +356,7 @@ pub static DEPARTURES: &[Departure] = &[
         chapter: "cross-check",
         claims: "C1, C2, C3, C5, C6",
         lesson: "PyTorch, one seed per setting (C1, C2, C3), inputs as each claim gives them",
-        normlab: "the same settings in PyTorch (torch's modules and RNG, nn.GELU's exact form) and in normlab, 30 to 200 seeds each (quick: 15 to 50)",
+        normlab: "the same settings in PyTorch (torch's modules and RNG, nn.GELU's exact form) and in normlab, 30 to 200 seeds each (quick: 15 to 50); SmolLM2 through transformers on the same file and tokens",
         why: "an independent implementation catches a misread setting or a bug shared by a forward and its backward",
         depends: "no: it checks agreement, not the claims",
     },

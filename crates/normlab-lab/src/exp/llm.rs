@@ -39,7 +39,7 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// any folder above it (a checkout's models/ from inside the checkout).
 const MODEL: &str = "models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-fn find_model() -> Option<PathBuf> {
+pub(super) fn find_model() -> Option<PathBuf> {
     let mut dir = std::env::current_dir().ok()?;
     loop {
         let p = dir.join(MODEL);
