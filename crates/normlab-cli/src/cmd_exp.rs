@@ -135,7 +135,11 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
                     e.id,
                     e.question,
                     "",
-                    flags.join(" ")
+                    if flags.is_empty() {
+                        "none".to_string()
+                    } else {
+                        flags.join(" ")
+                    }
                 );
             }
         }

@@ -481,3 +481,55 @@ fn slow_clients_cannot_starve_the_lab() {
         .unwrap();
     assert_ne!(o.status.code(), Some(0));
 }
+
+#[path = "../../normlab/tests/common/fuzz.rs"]
+#[allow(dead_code)]
+mod fuzz;
+
+/// The API's query parsing, fuzzed over HTTP: mutated query strings of
+/// every endpoint (percent-encoded into a valid request line) get a JSON
+/// answer, 200 or 4xx, never a 5xx or a dropped connection, for the time
+/// budget (`NORMLAB_FUZZ_SECONDS`); the server stays under 300 MiB.
+#[test]
+fn api_survives_mutated_queries() {
+    let s = serve(None);
+    let seeds: Vec<Vec<u8>> = [
+        "/api/calc?norm=rmsnorm&x=1,2,3,6&eps=1e-5&scale=3&shift=2",
+        "/api/calc?norm=layernorm&x=0.5,-1,2&dtype=f16&naive=true",
+        "/api/simulate?sublayers=32&gain=1&residual=true&pre_norm=true&scale_writeback=false",
+        "/api/simulate?sublayers=8&lns=true&dyt=true&rezero=true&layerscale=0.1&d_model=16&rows=4&seed=3",
+        "/api/kinds",
+        "/api/runs",
+        "/api/runs/a/b?max_points=10",
+        "/api/plot?ids=a,b&metric=loss",
+    ]
+    .iter()
+    .map(|q| q.as_bytes().to_vec())
+    .collect();
+    let deadline = std::time::Instant::now() + fuzz::budget();
+    let mut n = 0u64;
+    for m in fuzz::mutations(&seeds) {
+        if std::time::Instant::now() > deadline && n > 0 {
+            break;
+        }
+        // Keep the path's first '/', percent-encode what a request line
+        // cannot carry.
+        let mut path = String::from("/");
+        for &b in m.iter().skip(1) {
+            if b.is_ascii_graphic() && b != b'#' {
+                path.push(b as char);
+            } else {
+                path.push_str(&format!("%{b:02X}"));
+            }
+        }
+        let (status, body) = get(&s, &path);
+        assert!(
+            status == 200 || (400..500).contains(&status),
+            "{path}: status {status}: {body}"
+        );
+        n += 1;
+    }
+    let rss = rss_mib(s.child.id());
+    eprintln!("fuzz web query: {n} requests, server resident memory {rss:.0} MiB");
+    assert!(rss < 300.0, "server resident memory {rss:.0} MiB");
+}

@@ -4,6 +4,7 @@
 //! the stated bound at once (grids are sized before they expand).
 
 #[path = "../../normlab/tests/common/fuzz.rs"]
+#[allow(dead_code)]
 mod fuzz;
 use fuzz::{fuzz, Counting};
 use normlab_lab::sweep::{expand_grid, read_grid};

@@ -105,15 +105,32 @@ fn mutate(g: &mut Gen, seed: &[u8]) -> Vec<u8> {
     v
 }
 
+/// The time budget per target: `NORMLAB_FUZZ_SECONDS` (default 3).
+pub fn budget() -> Duration {
+    Duration::from_secs_f64(
+        std::env::var("NORMLAB_FUZZ_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3.0),
+    )
+}
+
+/// Deterministic mutations of `seeds`, one at a time (for targets driven
+/// from outside the process, such as a server).
+pub fn mutations(seeds: &[Vec<u8>]) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let mut g = Gen(0x2545_f491_4f6c_dd1d);
+    std::iter::from_fn(move || {
+        let i = g.below(seeds.len());
+        Some(mutate(&mut g, &seeds[i]))
+    })
+}
+
 /// Run `f` on mutations of `seeds` for the time budget; fail on a panic
 /// or on an input that makes `f` hold more than `max_bytes` at once.
 /// Returns the number of executions.
 pub fn fuzz(name: &str, seeds: &[Vec<u8>], max_bytes: usize, f: impl Fn(&[u8])) -> u64 {
-    let secs: f64 = std::env::var("NORMLAB_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let secs = budget().as_secs_f64();
+    let deadline = Instant::now() + budget();
     let mut g = Gen(0x9e37_79b9_7f4a_7c15 ^ name.len() as u64);
     let mut execs = 0u64;
     // The seeds themselves first, then mutations.
