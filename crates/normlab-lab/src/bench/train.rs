@@ -179,16 +179,22 @@ pub fn standard_train_configs() -> Vec<normlab::train::TrainConfig> {
         c.model.layers = 20;
         c.batch = 32;
     });
-    let gpt = TrainConfig::defaults(ModelKind::Gpt).with(|c| {
-        c.model.layers = 8;
-        c.model.d_model = 128;
-        c.model.heads = 4;
-        c.model.seq = 128;
-        c.model.hidden = 512;
-        c.batch = 16;
-    });
-    [toy, gpt]
-        .into_iter()
-        .map(|c| c.expect("valid bench config"))
-        .collect()
+    vec![toy.expect("valid bench config"), standard_gpt()]
+}
+
+/// The benchmark GPT: d 128, 4 heads, 8 blocks, seq 128, batch 16, MLP 4d
+/// GELU, pre-LN (also the speed experiment's model step).
+pub fn standard_gpt() -> normlab::train::TrainConfig {
+    use normlab::model::ModelKind;
+    use normlab::train::TrainConfig;
+    TrainConfig::defaults(ModelKind::Gpt)
+        .with(|c| {
+            c.model.layers = 8;
+            c.model.d_model = 128;
+            c.model.heads = 4;
+            c.model.seq = 128;
+            c.model.hidden = 512;
+            c.batch = 16;
+        })
+        .expect("valid bench config")
 }

@@ -72,7 +72,7 @@ fn c1(seed: u64) -> f64 {
 /// C2: the identity term's norm over dL/dx's, and dL/dx's norm, in the
 /// lesson's block.
 fn c2(seed: u64) -> (f64, f64) {
-    let mut st = MlpStack::new(1, 64, 64, true, StackInit::Torch, seed, 1, false);
+    let mut st = MlpStack::new(1, 64, 64, true, StackInit::Torch, seed, 1);
     let x = Rng::derive(seed, "cross-check-c2").normal_vec(64, 0.0, 1.0);
     let g = st.grad_sum_sq(&x);
     let total = normlab::params::sum_squares(&g).sqrt();

@@ -69,16 +69,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     );
     let mut single = Map::new();
     for (name, (si, so)) in inits {
-        let mut st = MlpStack::new(
-            1,
-            d,
-            hidden,
-            true,
-            StackInit::Normal(si, so),
-            seed,
-            rows,
-            false,
-        );
+        let mut st = MlpStack::new(1, d, hidden, true, StackInit::Normal(si, so), seed, rows);
         let dx = st.grad(&x, &r);
         let c = st.cache(0);
         let (id, br, tot) = (
@@ -87,16 +78,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             sum_squares(&dx).sqrt(),
         );
         let share = c.identity_grad_sumsq / (c.identity_grad_sumsq + c.branch_grad_sumsq);
-        let mut plain = MlpStack::new(
-            1,
-            d,
-            hidden,
-            false,
-            StackInit::Normal(si, so),
-            seed,
-            rows,
-            false,
-        );
+        let mut plain = MlpStack::new(1, d, hidden, false, StackInit::Normal(si, so), seed, rows);
         let no_res = sum_squares(&plain.grad(&x, &r)).sqrt();
         table.row(vec![
             name.into(),
@@ -120,32 +102,12 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     for &l in &depths {
         let (si, so) = (1.0 / (d as f32).sqrt(), 1.0 / (hidden as f32).sqrt());
         let g_res = sum_squares(
-            &MlpStack::new(
-                l,
-                d,
-                hidden,
-                true,
-                StackInit::Normal(si, so),
-                seed,
-                rows,
-                false,
-            )
-            .grad(&x, &r),
+            &MlpStack::new(l, d, hidden, true, StackInit::Normal(si, so), seed, rows).grad(&x, &r),
         )
         .sqrt()
             / top;
         let g_plain = sum_squares(
-            &MlpStack::new(
-                l,
-                d,
-                hidden,
-                false,
-                StackInit::Normal(si, so),
-                seed,
-                rows,
-                false,
-            )
-            .grad(&x, &r),
+            &MlpStack::new(l, d, hidden, false, StackInit::Normal(si, so), seed, rows).grad(&x, &r),
         )
         .sqrt()
             / top;
@@ -213,10 +175,10 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     for k in 0..n_seeds as u64 {
         let s = seed.wrapping_add(k);
         let xl = Rng::derive(s, "identity-path-lesson").normal_vec(64, 0.0, 1.0);
-        let mut res = MlpStack::new(1, 64, 64, true, StackInit::Torch, s, 1, false);
+        let mut res = MlpStack::new(1, 64, 64, true, StackInit::Torch, s, 1);
         let total = sum_squares(&res.grad_sum_sq(&xl)).sqrt();
         let identity = res.cache(0).identity_grad_sumsq.sqrt();
-        let mut plain = MlpStack::new(1, 64, 64, false, StackInit::Torch, s, 1, false);
+        let mut plain = MlpStack::new(1, 64, 64, false, StackInit::Torch, s, 1);
         plains.push(sum_squares(&plain.grad_sum_sq(&xl)).sqrt());
         totals.push(total);
         ids.push(identity);

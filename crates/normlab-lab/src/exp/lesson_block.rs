@@ -43,6 +43,25 @@ impl MlpStack {
         init: StackInit,
         seed: u64,
         rows: usize,
+    ) -> MlpStack {
+        MlpStack::build(depth, d, hidden, residual, init, seed, rows, false)
+    }
+
+    /// The lesson's Pre-LN stack: `depth` blocks `x + F(LayerNorm(x))`, F
+    /// the MLP d -> 4d -> d at PyTorch's default init.
+    pub fn pre_ln(depth: usize, d: usize, seed: u64, rows: usize) -> MlpStack {
+        MlpStack::build(depth, d, 4 * d, true, StackInit::Torch, seed, rows, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        depth: usize,
+        d: usize,
+        hidden: usize,
+        residual: bool,
+        init: StackInit,
+        seed: u64,
+        rows: usize,
         pre_norm: bool,
     ) -> MlpStack {
         let (std_in, std_out) = match init {

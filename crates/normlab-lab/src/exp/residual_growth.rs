@@ -10,7 +10,7 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::lesson_block::{MlpStack, StackInit, LAYERNORM_EPS};
+use super::lesson_block::{MlpStack, LAYERNORM_EPS};
 use super::runs::{self, block_row_norms, final_params, gpt_base, grid_settings};
 use crate::bench::timing::median;
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
@@ -110,7 +110,7 @@ const LESSON_SEEDS: u64 = 30;
 /// final LayerNorm (unit gain, zero bias).
 pub(super) fn lesson_init_growth(d: usize, layers: usize, seed: u64) -> (Vec<f64>, f64) {
     let rows = 2 * 16;
-    let mut stack = MlpStack::new(layers, d, 4 * d, true, StackInit::Torch, seed, rows, true);
+    let mut stack = MlpStack::pre_ln(layers, d, seed, rows);
     let x = Rng::derive(seed, "residual-growth-lesson").normal_vec(rows * d, 0.0, 1.0);
     let y = stack.forward(&x);
     let mut norms = vec![mean_row_norm(&x, d)];

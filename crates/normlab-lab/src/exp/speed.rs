@@ -314,19 +314,18 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ]);
     }
     // Whole-model step, interleaved.
-    let (layers, d, heads, seq, batch) = if a.quick {
-        (2, 64, 2, 64, 8)
+    let base = if a.quick {
+        super::runs::full_gpt().with(|c| {
+            c.model.layers = 2;
+            c.model.d_model = 64;
+            c.model.heads = 2;
+            c.model.seq = 64;
+            c.model.hidden = 256;
+            c.batch = 8;
+        })?
     } else {
-        (8, 128, 4, 128, 16)
+        crate::bench::train::standard_gpt()
     };
-    let base = super::runs::full_gpt().with(|c| {
-        c.model.layers = layers;
-        c.model.d_model = d;
-        c.model.heads = heads;
-        c.model.seq = seq;
-        c.model.hidden = 4 * d;
-        c.batch = batch;
-    })?;
     let cfg_of = |n: NormKind| base.with(|c| c.model.norm = n);
     let (ln_cfg, rms_cfg) = (cfg_of(NormKind::LayerNorm)?, cfg_of(NormKind::RmsNorm)?);
     let steps = compare::train_steps(
