@@ -148,7 +148,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "model": c.model.display().to_string(), "architecture": "llama",
                 "layers": m.cfg.layers, "d": m.cfg.d, "heads": m.cfg.heads, "kv_heads": m.cfg.kv_heads,
-                "eps": m.cfg.eps, "rope_base": m.cfg.rope_base, "texts": texts.len(),
+                "eps": m.cfg.eps, "rope_base": m.cfg.rope_base(), "texts": texts.len(),
                 "blocks": rows, "final_norm": fin, "claims": claims,
             }))?
         );
@@ -162,7 +162,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         m.cfg.heads,
         m.cfg.kv_heads,
         m.cfg.eps,
-        m.cfg.rope_base,
+        m.cfg.rope_base(),
         texts.len()
     );
     let mut t = Table::new(&[

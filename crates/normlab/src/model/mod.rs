@@ -5,6 +5,7 @@
 
 pub mod bert;
 pub mod config;
+pub mod decoder;
 pub mod llama;
 
 pub use config::{InitScheme, ModelConfig, ModelKind};

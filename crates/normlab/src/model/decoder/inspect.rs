@@ -2,7 +2,7 @@
 //! rows (residual stream, activations, attention, gains), the final norm's
 //! effect on held-out loss, and the lesson's claims measured on the model.
 
-use super::{Llama, LlamaTrace};
+use super::{Decoder as Llama, DecoderTrace as LlamaTrace};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 

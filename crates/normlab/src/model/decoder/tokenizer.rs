@@ -7,7 +7,7 @@ use crate::gguf::Gguf;
 /// The byte-level BPE tokenizer described by `tokenizer.ggml.*`: vocabulary,
 /// merges, the GPT-2 byte-level pre-tokenizer, and control tokens as
 /// special tokens.
-pub(super) fn tokenizer_from_gguf(g: &Gguf) -> Result<tokenizers::Tokenizer> {
+pub(crate) fn tokenizer_from_gguf(g: &Gguf) -> Result<tokenizers::Tokenizer> {
     use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
     use tokenizers::models::bpe::BPE;
     use tokenizers::pre_tokenizers::byte_level::ByteLevel;

@@ -1,50 +1,92 @@
-//! Inference of a real pretrained Pre-RMSNorm decoder: Llama-architecture
-//! models from GGUF files (tested with SmolLM2-135M-Instruct, Q4_1):
-//! RMSNorm with the file's eps (normlab's fused kernel), rotary position
-//! embeddings with the file's base, grouped-query attention, SwiGLU, a tied
-//! (or separate) output head, and the byte-level BPE tokenizer built from
-//! the file's vocabulary and merges (HF `tokenizers`).
+//! One decoder for every pretrained decoder-only model normlab reads,
+//! configured in normlab's vocabulary rather than a family's: where the
+//! norms sit (pre, or sandwich: an input and an output norm around each
+//! sublayer), how the file stores a norm's gain (w, or 1 + w as Gemma does),
+//! QK-Norm (an RMSNorm over head_dim on queries and keys, before RoPE), the
+//! gated MLP's activation (SwiGLU, or GeGLU with tanh-GELU), an embedding
+//! scale, each layer's attention window and RoPE base, how RoPE pairs
+//! dimensions (adjacent pairs for llama.cpp's permuted Q/K rows; (i, i +
+//! head_dim/2) for rows that are not permuted), grouped-query attention with
+//! a head_dim of its own, the attention scale and a tied or separate head.
+//! A family is a configuration plus a weight-name map ([`names`]): SmolLM2
+//! (Llama, GGUF; `llama.rs` of this module's parent) and Gemma 3 (a Hugging
+//! Face folder; [`hf`]).
 //!
-//! Weights are dequantised to f32 once at load. Q and K rows stay in
-//! llama.cpp's order, which pairs dimensions (2i, 2i+1) of each head for
-//! RoPE; Hugging Face pairs (i, i + hd/2) after un-permuting the same rows.
-//! Both rotate the same pairs by the same angles, and attention scores sum
-//! over all dimensions, so the outputs agree without un-permuting.
+//! It runs in inference mode only (no gradient buffers), over a key/value
+//! cache (`forward.rs`). Its matrices are [`Matrix`] values: dense f32
+//! today; a quantised storage goes behind the same type.
 //!
-//! Files: this one (configuration, weights, logits, generation, perplexity),
-//! `forward.rs` (the blocks, with a key/value cache), `tokenizer.rs` (the
-//! tokenizer from the GGUF metadata), `inspect.rs` (what `normlab inspect`
-//! and `exp llm` report).
-//!
-//! A trace records what `normlab inspect` reports per layer: the residual
-//! stream's RMS entering each block and after each sublayer, its largest
-//! per-token value, each sublayer's write relative to the stream it read,
-//! attention logit maxima and entropies.
+//! Files: this one (configuration, weights, logits, generation, loss),
+//! `forward.rs` (the blocks over a key/value cache, and the trace),
+//! `names.rs` (weight-name maps and tensor sources), `hf.rs` (Hugging Face
+//! folders), `tokenizer.rs` (a GGUF file's tokenizer), `inspect.rs` (what
+//! `normlab inspect` and `exp llm` report).
 
 use crate::error::Result;
-use crate::gguf::Gguf;
 use crate::kernels::norm::{self, NormKind};
-use std::path::Path;
+use crate::nn::Placement;
 
 mod forward;
+pub mod hf;
 mod inspect;
-mod tokenizer;
+pub mod names;
+pub(crate) mod tokenizer;
 
-use forward::linear;
-pub use forward::KvCache;
-
+pub use forward::{KvCache, SublayerTrace};
 pub use inspect::{
     held_out_text, inspect, stream_growth, FinalNormEffect, LlamaLayerRow, MassiveActivation,
     ModelClaims,
 };
-use tokenizer::tokenizer_from_gguf;
+pub use names::{Tensor, TensorNames, TensorSource};
 
-/// The hyper-parameters read from the GGUF metadata (`llama.*`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
+/// How a file stores a norm's gain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GainStore {
+    /// The gain itself (Llama).
+    Plain,
+    /// w, with the gain 1 + w (Gemma's zero-centred gains).
+    OnePlus,
+}
+
+/// The gated MLP's activation: `down(act(gate(x)) * up(x))`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GatedAct {
+    /// SiLU (SwiGLU, Llama).
+    Silu,
+    /// GELU, tanh form (GeGLU, Gemma).
+    GeluTanh,
+}
+
+/// Which dimensions of a head RoPE rotates together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RopePairs {
+    /// (2i, 2i + 1): llama.cpp's permuted Llama Q/K rows.
+    Adjacent,
+    /// (i, i + head_dim/2): rows as trained (Hugging Face files).
+    Halves,
+}
+
+/// One layer's attention: its window and its RoPE base.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct LayerAttention {
+    /// A position attends to at most this many positions, itself included
+    /// (None: every earlier position).
+    pub window: Option<usize>,
+    /// RoPE base.
+    pub rope_base: f64,
+}
+
+/// A decoder's hyper-parameters, in normlab's vocabulary.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DecoderConfig {
+    /// The family it was read as ("llama", "gemma3").
+    pub family: String,
     /// Vocabulary.
     pub vocab: usize,
-    /// Width d.
+    /// Width d of the residual stream.
     pub d: usize,
     /// Blocks.
     pub layers: usize,
@@ -52,14 +94,36 @@ pub struct LlamaConfig {
     pub heads: usize,
     /// Key/value heads (grouped-query attention).
     pub kv_heads: usize,
-    /// SwiGLU hidden width.
+    /// Per-head width (d / heads for Llama; its own for Gemma).
+    pub head_dim: usize,
+    /// Gated MLP hidden width.
     pub ffn: usize,
-    /// RMSNorm eps.
-    pub eps: f32,
-    /// RoPE base.
-    pub rope_base: f64,
     /// Context length the model was trained for.
     pub context: usize,
+    /// Where the norms sit: pre, or sandwich (input and output norms).
+    pub placement: Placement,
+    /// The block norms' kind (RMSNorm for both families).
+    #[serde(with = "crate::model::config::norm_kind_serde")]
+    pub norm: NormKind,
+    /// Norm eps.
+    pub eps: f32,
+    /// How the file stores the gains (folded into [`Decoder`]'s at load).
+    pub gain: GainStore,
+    /// QK-Norm before RoPE.
+    pub qk_norm: bool,
+    /// The gated MLP's activation.
+    pub act: GatedAct,
+    /// Multiplier on the token embeddings (1; sqrt(d) for Gemma).
+    pub emb_scale: f32,
+    /// Multiplier on the attention scores (1/sqrt(head_dim); Gemma:
+    /// query_pre_attn_scalar^-1/2).
+    pub attn_scale: f32,
+    /// Per layer: window and RoPE base.
+    pub attn: Vec<LayerAttention>,
+    /// RoPE pairing.
+    pub rope_pairs: RopePairs,
+    /// tanh soft-capping of the final logits (Gemma 2; None elsewhere).
+    pub final_softcap: Option<f32>,
 }
 
 /// Most blocks a file may declare (SmolLM2-135M has 30; the largest Llama
@@ -67,48 +131,51 @@ pub struct LlamaConfig {
 /// is allocated from it.
 pub const MAX_BLOCKS: usize = 4096;
 
-impl LlamaConfig {
+impl DecoderConfig {
     /// Per-head width.
     pub fn head_dim(&self) -> usize {
-        self.d / self.heads
+        self.head_dim
     }
 
-    /// Check the metadata against itself and against the tensors the file
-    /// holds, before anything is sized from it: a corrupt or hostile count
-    /// (a flipped bit of `block_count`) is a one-line error, not an
-    /// allocation of terabytes; eps and the RoPE base must be positive.
-    fn check(&self, g: &Gguf) -> Result<()> {
+    /// Width of the queries (heads x head_dim).
+    pub fn q_width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of the keys and values.
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The RoPE base of the full-attention layers (the first layer's when
+    /// every layer has a window).
+    pub fn rope_base(&self) -> f64 {
+        self.attn
+            .iter()
+            .find(|a| a.window.is_none())
+            .or(self.attn.first())
+            .map_or(10000.0, |a| a.rope_base)
+    }
+
+    /// Check the sizes against each other before anything is sized from
+    /// them: a corrupt or hostile count is a one-line error.
+    pub fn check(&self) -> Result<()> {
         if self.layers == 0 || self.layers > MAX_BLOCKS {
             return Err(format!("block_count {} is not in 1..={MAX_BLOCKS}", self.layers).into());
         }
-        let last = format!("blk.{}.attn_norm.weight", self.layers - 1);
-        if g.info(&last).is_err() {
-            return Err(format!(
-                "block_count says {} blocks but the file has no tensor {last}",
-                self.layers
-            )
-            .into());
+        if self.attn.len() != self.layers {
+            return Err("one attention setting per layer is needed".into());
         }
         if self.d == 0 || self.vocab == 0 || self.ffn == 0 || self.context == 0 {
             return Err("embedding_length, vocab_size, feed_forward_length and context_length must be at least 1".into());
         }
         if self.heads == 0
-            || !self.d.is_multiple_of(self.heads)
             || self.kv_heads == 0
             || !self.heads.is_multiple_of(self.kv_heads)
+            || self.head_dim == 0
+            || !self.head_dim.is_multiple_of(2)
         {
             return Err("inconsistent head counts".into());
-        }
-        // Every size must be what the file's tensors hold (so no product
-        // of counts can exceed what was read from disk).
-        for (name, want) in [
-            ("token_embd.weight", self.vocab.checked_mul(self.d)),
-            ("blk.0.ffn_up.weight", self.ffn.checked_mul(self.d)),
-            ("blk.0.attn_norm.weight", Some(self.d)),
-        ] {
-            if Some(g.info(name)?.numel()) != want {
-                return Err(format!("{name} does not have the shape the metadata gives").into());
-            }
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
             return Err(format!(
@@ -117,59 +184,102 @@ impl LlamaConfig {
             )
             .into());
         }
-        if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
+        for a in &self.attn {
+            if !(a.rope_base.is_finite() && a.rope_base > 0.0) {
+                return Err(format!(
+                    "the RoPE base must be a positive number (got {})",
+                    a.rope_base
+                )
+                .into());
+            }
+            if a.window == Some(0) {
+                return Err("an attention window must be at least 1".into());
+            }
+        }
+        if !matches!(self.placement, Placement::Pre | Placement::Sandwich) {
             return Err(format!(
-                "the RoPE base must be a positive number (got {})",
-                self.rope_base
+                "the decoder supports pre and sandwich placements, not {}",
+                self.placement
             )
             .into());
+        }
+        if !(self.emb_scale.is_finite() && self.attn_scale.is_finite() && self.attn_scale > 0.0) {
+            return Err("the embedding and attention scales must be finite".into());
         }
         Ok(())
     }
 }
 
-/// One block's weights, `[out, in]` row-major (PyTorch's Linear layout).
-pub struct LlamaLayer {
-    /// Pre-attention RMSNorm gain.
-    pub attn_norm: Vec<f32>,
-    /// Query `[d, d]` (llama.cpp row order).
-    pub wq: Vec<f32>,
-    /// Key `[kv_heads * hd, d]`.
-    pub wk: Vec<f32>,
-    /// Value `[kv_heads * hd, d]`.
-    pub wv: Vec<f32>,
-    /// Attention output `[d, d]`.
-    pub wo: Vec<f32>,
-    /// Pre-MLP RMSNorm gain.
-    pub ffn_norm: Vec<f32>,
-    /// SwiGLU gate `[ffn, d]`.
-    pub gate: Vec<f32>,
-    /// SwiGLU up `[ffn, d]`.
-    pub up: Vec<f32>,
-    /// Down `[d, ffn]`.
-    pub down: Vec<f32>,
+/// A `[rows, cols]` row-major weight matrix (PyTorch's Linear layout,
+/// `[out, in]`), applied as `y = x W^T`. Dense f32; a quantised storage
+/// goes behind the same type.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    /// The values.
+    pub data: Vec<f32>,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
 }
 
-/// A Llama-architecture model loaded from GGUF.
-pub struct Llama {
+impl Matrix {
+    /// `y[n, rows] = x[n, cols] W^T`.
+    pub fn apply(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        forward::linear(x, &self.data, n, self.cols, self.rows, y);
+    }
+}
+
+/// One block's weights. Gains are the gains the model multiplies by (a
+/// file's 1 + w already added).
+pub struct DecoderLayer {
+    /// Input norm of the attention sublayer.
+    pub attn_norm: Vec<f32>,
+    /// Output norm of the attention sublayer (sandwich).
+    pub attn_out_norm: Option<Vec<f32>>,
+    /// QK-Norm's gains on queries and keys (head_dim each).
+    pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// Query `[heads * hd, d]`.
+    pub wq: Matrix,
+    /// Key `[kv_heads * hd, d]`.
+    pub wk: Matrix,
+    /// Value `[kv_heads * hd, d]`.
+    pub wv: Matrix,
+    /// Attention output `[d, heads * hd]`.
+    pub wo: Matrix,
+    /// Input norm of the MLP sublayer.
+    pub ffn_norm: Vec<f32>,
+    /// Output norm of the MLP sublayer (sandwich).
+    pub ffn_out_norm: Option<Vec<f32>>,
+    /// Gate `[ffn, d]`.
+    pub gate: Matrix,
+    /// Up `[ffn, d]`.
+    pub up: Matrix,
+    /// Down `[d, ffn]`.
+    pub down: Matrix,
+}
+
+/// A pretrained decoder: configuration, weights and (when the file has
+/// one) its tokenizer.
+pub struct Decoder {
     /// Hyper-parameters.
-    pub cfg: LlamaConfig,
+    pub cfg: DecoderConfig,
     /// Token embeddings `[vocab, d]`.
     pub emb: Vec<f32>,
     /// Blocks.
-    pub layers: Vec<LlamaLayer>,
-    /// Final RMSNorm gain.
+    pub layers: Vec<DecoderLayer>,
+    /// Final norm gain.
     pub final_norm: Vec<f32>,
     /// Output head `[vocab, d]` when not tied to the embeddings.
     pub head: Option<Vec<f32>>,
-    /// End-of-sequence token (`tokenizer.ggml.eos_token_id`).
+    /// End-of-sequence token.
     pub eos: Option<u32>,
-    tokenizer: tokenizers::Tokenizer,
+    pub(crate) tokenizer: Option<tokenizers::Tokenizer>,
 }
 
 /// What a forward pass records per layer (for `normlab inspect`).
 #[derive(Clone, Debug, Default)]
-pub struct LlamaTrace {
+pub struct DecoderTrace {
     /// RMS of the residual stream entering each block.
     pub rms_in: Vec<f64>,
     /// RMS after the attention sublayer's write.
@@ -202,88 +312,19 @@ pub struct LlamaTrace {
     /// Mean over rows of |the row mean of `x / rms(x)`| at the attention
     /// norm (RMSNorm does not centre: LayerNorm's would be 0).
     pub xhat_mean: Vec<f64>,
+    /// Per sublayer (two per block, in order): the stream before, the
+    /// write as it is added, the stream after.
+    pub sublayers: Vec<SublayerTrace>,
 }
 
-impl Llama {
-    /// Load a Llama-architecture GGUF file.
-    pub fn load(path: &Path) -> Result<Llama> {
-        let g = Gguf::open(path)?;
-        let arch = g.get("general.architecture")?.as_str().unwrap_or("");
-        if arch != "llama" {
-            return Err(format!(
-                "{}: architecture '{arch}' is not supported (llama only)",
-                path.display()
-            )
-            .into());
-        }
-        let cfg = LlamaConfig {
-            vocab: g
-                .usize("llama.vocab_size")
-                .or_else(|_| g.info("token_embd.weight").map(|t| t.dims[1]))?,
-            d: g.usize("llama.embedding_length")?,
-            layers: g.usize("llama.block_count")?,
-            heads: g.usize("llama.attention.head_count")?,
-            kv_heads: g.usize("llama.attention.head_count_kv")?,
-            ffn: g.usize("llama.feed_forward_length")?,
-            eps: g.f64("llama.attention.layer_norm_rms_epsilon")? as f32,
-            rope_base: g.f64("llama.rope.freq_base").unwrap_or(10000.0),
-            context: g.usize("llama.context_length")?,
-        };
-        cfg.check(&g)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let (d, kvd) = (cfg.d, cfg.kv_heads * cfg.head_dim());
-        let get = |name: &str, len: usize| -> Result<Vec<f32>> {
-            let v = g.tensor(name)?;
-            if v.len() != len {
-                return Err(format!("{name} has {} values, expected {len}", v.len()).into());
-            }
-            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-                return Err(format!("{name} holds a non-finite value ({}) at {i}", v[i]).into());
-            }
-            Ok(v)
-        };
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
-            let n = |s: &str| format!("blk.{l}.{s}.weight");
-            layers.push(LlamaLayer {
-                attn_norm: get(&n("attn_norm"), d)?,
-                wq: get(&n("attn_q"), d * d)?,
-                wk: get(&n("attn_k"), kvd * d)?,
-                wv: get(&n("attn_v"), kvd * d)?,
-                wo: get(&n("attn_output"), d * d)?,
-                ffn_norm: get(&n("ffn_norm"), d)?,
-                gate: get(&n("ffn_gate"), cfg.ffn * d)?,
-                up: get(&n("ffn_up"), cfg.ffn * d)?,
-                down: get(&n("ffn_down"), d * cfg.ffn)?,
-            });
-        }
-        let emb = get("token_embd.weight", cfg.vocab * d)?;
-        let head = match g.info("output.weight") {
-            Ok(_) => Some(get("output.weight", cfg.vocab * d)?),
-            Err(_) => None,
-        };
-        let final_norm = get("output_norm.weight", d)?;
-        let tokenizer = tokenizer_from_gguf(&g)?;
-        let eos = g
-            .get("tokenizer.ggml.eos_token_id")
-            .ok()
-            .and_then(|v| v.as_u64())
-            .map(|v| v as u32);
-        Ok(Llama {
-            eos,
-            cfg,
-            emb,
-            layers,
-            final_norm,
-            head,
-            tokenizer,
-        })
-    }
+/// The name of the trace in the Llama-era API.
+pub type LlamaTrace = DecoderTrace;
 
+impl Decoder {
     /// Token ids of `text` (no BOS: SmolLM2's file sets add_bos_token false).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self
-            .tokenizer
+            .tokenizer()?
             .encode(text, false)
             .map_err(|e| format!("tokenizer: {e}"))?;
         Ok(enc.get_ids().to_vec())
@@ -291,21 +332,31 @@ impl Llama {
 
     /// Text of `ids`.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer
+        self.tokenizer()?
             .decode(ids, false)
             .map_err(|e| format!("tokenizer: {e}").into())
     }
 
-    /// The final hidden states `[T, d]` before the final norm; fills `trace`.
-    pub fn hidden(&self, ids: &[u32], trace: Option<&mut LlamaTrace>) -> Result<Vec<f32>> {
-        self.hidden_kind(ids, NormKind::RmsNorm, trace)
+    fn tokenizer(&self) -> Result<&tokenizers::Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            "this model has no tokenizer (give token ids)"
+                .to_string()
+                .into()
+        })
     }
 
-    /// Apply one of the model's norms (its gain `g`) as `kind`: its own
-    /// RMSNorm, or a LayerNorm keeping the gain (bias 0), to see what the
-    /// replacement does.
+    /// The final hidden states `[T, d]` before the final norm; fills `trace`.
+    pub fn hidden(&self, ids: &[u32], trace: Option<&mut DecoderTrace>) -> Result<Vec<f32>> {
+        self.hidden_kind(ids, self.cfg.norm, trace)
+    }
+
+    /// Apply one of the model's norms (its gain `g`, over `g.len()`
+    /// features) as `kind`: its own RMSNorm, or a LayerNorm keeping the
+    /// gain (bias 0), to see what the replacement does.
     fn apply_norm(&self, kind: NormKind, x: &[f32], g: &[f32], y: &mut [f32], stats: &mut [f32]) {
-        let d = self.cfg.d;
+        let d = g.len();
+        let rows = x.len() / d;
+        let stats = &mut stats[..norm::stats_len(rows)];
         match kind {
             NormKind::LayerNorm => {
                 let mut p = g.to_vec();
@@ -313,14 +364,14 @@ impl Llama {
                 norm::forward(kind, d, self.cfg.eps, x, &p, y, stats)
             }
             NormKind::RmsNorm => norm::forward(kind, d, self.cfg.eps, x, g, y, stats),
-            other => panic!("a Llama norm runs as rmsnorm or layernorm, not {other}"),
+            other => panic!("a decoder norm runs as rmsnorm or layernorm, not {other}"),
         }
     }
 
     /// Logits `[T, vocab]` from hidden states, with the final norm (or
     /// without it, to measure what it does).
     pub fn logits_from(&self, h: &[f32], final_norm: bool) -> Vec<f32> {
-        self.logits_kind(h, final_norm.then_some(NormKind::RmsNorm))
+        self.logits_kind(h, final_norm.then_some(self.cfg.norm))
     }
 
     /// Logits with the final norm applied as `kind` (None: left out).
@@ -334,7 +385,10 @@ impl Llama {
         }
         let mut logits = vec![0f32; t * v];
         let w = self.head.as_deref().unwrap_or(&self.emb);
-        linear(&x, w, t, d, v, &mut logits);
+        forward::linear(&x, w, t, d, v, &mut logits);
+        if let Some(cap) = self.cfg.final_softcap {
+            logits.iter_mut().for_each(|l| *l = (*l / cap).tanh() * cap);
+        }
         logits
     }
 
@@ -343,12 +397,12 @@ impl Llama {
         Ok(self.logits_from(&self.hidden(ids, None)?, true))
     }
 
-    /// [`Llama::hidden`] with every block norm applied as `kind`.
+    /// [`Decoder::hidden`] with every block norm applied as `kind`.
     pub fn hidden_kind(
         &self,
         ids: &[u32],
         kind: NormKind,
-        trace: Option<&mut LlamaTrace>,
+        trace: Option<&mut DecoderTrace>,
     ) -> Result<Vec<f32>> {
         self.forward(ids, kind, &mut KvCache::new(self), trace)
     }
@@ -372,7 +426,7 @@ impl Llama {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let mut cache = KvCache::new(self);
         let mut out = Vec::with_capacity(n.min(self.cfg.context));
-        let mut h = self.forward(ids, NormKind::RmsNorm, &mut cache, None)?;
+        let mut h = self.forward(ids, self.cfg.norm, &mut cache, None)?;
         for i in 0..n {
             let l = self.logits_from(&h[h.len() - d..], true);
             let best = argmax(&l[..v]) as u32;
@@ -381,7 +435,7 @@ impl Llama {
             if stop_at_eos && Some(best) == self.eos || i + 1 == n {
                 break;
             }
-            h = self.forward(&[best], NormKind::RmsNorm, &mut cache, None)?;
+            h = self.forward(&[best], self.cfg.norm, &mut cache, None)?;
         }
         Ok(out)
     }
@@ -389,10 +443,10 @@ impl Llama {
     /// Mean negative log-likelihood (nats per token) of `ids`, in windows
     /// of `window` predictions (each window sees only its own tokens).
     pub fn nll(&self, ids: &[u32], window: usize, final_norm: bool) -> Result<f64> {
-        self.nll_kind(ids, window, NormKind::RmsNorm, final_norm)
+        self.nll_kind(ids, window, self.cfg.norm, final_norm)
     }
 
-    /// [`Llama::nll`] with every norm applied as `kind`.
+    /// [`Decoder::nll`] with every norm applied as `kind`.
     pub fn nll_kind(
         &self,
         ids: &[u32],

@@ -1,12 +1,17 @@
-//! The Llama forward pass over new tokens, with a key/value cache: a prompt
-//! is processed in one pass (all its positions at once, through the matmul
-//! kernel), and generation then feeds one token at a time, attending to the
-//! cached keys and values of every earlier position instead of recomputing
-//! the whole sequence. RoPE (llama.cpp's row order), grouped-query
-//! attention, SwiGLU, and the trace that `normlab inspect` reads.
+//! The decoder's forward pass over new tokens, with a key/value cache: a
+//! prompt is processed in one pass (all its positions at once, through the
+//! matmul kernel), and generation then feeds one token at a time, attending
+//! to the cached keys and values of every earlier position (within the
+//! layer's window) instead of recomputing the whole sequence. Pre or
+//! sandwich norms, QK-Norm, RoPE in either pairing with the layer's base,
+//! grouped-query attention, a gated MLP, and the trace that `normlab
+//! inspect` reads: per sublayer the stream before, the write as it is added
+//! (after the output norm for sandwich) and the stream after, all from the
+//! tensors this pass computes.
 
-use super::{Llama, LlamaTrace};
+use super::{Decoder, DecoderTrace, GatedAct, RopePairs};
 use crate::error::Result;
+use crate::kernels::act;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
 use crate::kernels::simd;
@@ -23,7 +28,7 @@ pub struct KvCache {
 
 impl KvCache {
     /// An empty cache for `model`.
-    pub fn new(model: &Llama) -> KvCache {
+    pub fn new(model: &Decoder) -> KvCache {
         KvCache {
             k: vec![Vec::new(); model.layers.len()],
             v: vec![Vec::new(); model.layers.len()],
@@ -42,8 +47,43 @@ impl KvCache {
     }
 }
 
-/// Per row of `[rows, d]`: the smallest mean square, and the mean over rows
-/// of |the row mean of `x / rms(x)`|.
+/// One sublayer's effect on the residual stream in one forward pass: the
+/// stream it read, what it wrote as that write is added, the stream after.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SublayerTrace {
+    /// Block index.
+    pub block: usize,
+    /// 0: attention; 1: MLP.
+    pub sub: usize,
+    /// RMS of the stream before.
+    pub before_rms: f64,
+    /// RMS of the write.
+    pub write_rms: f64,
+    /// RMS of the stream after.
+    pub after_rms: f64,
+    /// max |after - (before + write)| over max |after|: 0 up to rounding.
+    pub check: f64,
+}
+
+impl SublayerTrace {
+    /// The trace of `before + write = after` (all `[rows, d]`).
+    pub fn of(block: usize, sub: usize, before: &[f32], write: &[f32], after: &[f32]) -> Self {
+        let (mut err, mut top) = (0f32, 0f32);
+        for ((b, w), a) in before.iter().zip(write).zip(after) {
+            err = err.max((a - (b + w)).abs());
+            top = top.max(a.abs());
+        }
+        SublayerTrace {
+            block,
+            sub,
+            before_rms: rms(before),
+            write_rms: rms(write),
+            after_rms: rms(after),
+            check: f64::from(err) / f64::from(top).max(1e-30),
+        }
+    }
+}
+
 /// Median L2 norm of the rows of a `[rows, d]` matrix.
 fn median_row_norm(x: &[f32], d: usize) -> f64 {
     let mut n: Vec<f64> = x
@@ -58,6 +98,8 @@ fn median_row_norm(x: &[f32], d: usize) -> f64 {
     }
 }
 
+/// Per row of `[rows, d]`: the smallest mean square, and the mean over rows
+/// of |the row mean of `x / rms(x)`|.
 fn row_stats(x: &[f32], d: usize) -> (f64, f64) {
     let (mut min, mut mean, mut n) = (f64::INFINITY, 0f64, 0usize);
     for r in x.chunks_exact(d) {
@@ -71,21 +113,21 @@ fn row_stats(x: &[f32], d: usize) -> (f64, f64) {
     (min, mean / n.max(1) as f64)
 }
 
-impl Llama {
+impl Decoder {
     /// Hidden states `[t, d]` (before the final norm) of `ids`, the tokens
     /// at positions `cache.len() ..` after those already in `cache`, which
-    /// gains their keys and values; every block norm applied as `kind`;
-    /// fills `trace` when given.
+    /// gains their keys and values; every block norm applied as `kind`
+    /// (QK-Norm stays the model's); fills `trace` when given.
     pub fn forward(
         &self,
         ids: &[u32],
         kind: NormKind,
         cache: &mut KvCache,
-        mut trace: Option<&mut LlamaTrace>,
+        mut trace: Option<&mut DecoderTrace>,
     ) -> Result<Vec<f32>> {
         let c = &self.cfg;
-        let (d, t, hd) = (c.d, ids.len(), c.head_dim());
-        let (past, kvd) = (cache.len, c.kv_heads * hd);
+        let (d, t, hd) = (c.d, ids.len(), c.head_dim);
+        let (past, qw, kvw) = (cache.len, c.q_width(), c.kv_width());
         let total = past + t;
         if t == 0 {
             return Err("no tokens".to_string().into());
@@ -108,17 +150,39 @@ impl Llama {
             }
             h[r * d..(r + 1) * d].copy_from_slice(&self.emb[id * d..(id + 1) * d]);
         }
-        let (cos, sin) = rope_table(past, t, hd, c.rope_base);
+        if c.emb_scale != 1.0 {
+            h.iter_mut().for_each(|v| *v *= c.emb_scale);
+        }
+        // One RoPE table per distinct base.
+        let mut tables: Vec<(f64, Vec<f32>, Vec<f32>)> = Vec::new();
+        for a in &c.attn {
+            if !tables.iter().any(|(b, _, _)| *b == a.rope_base) {
+                let (cos, sin) = rope_table(past, t, hd, a.rope_base);
+                tables.push((a.rope_base, cos, sin));
+            }
+        }
         let mut a = vec![0f32; t * d];
-        let mut stats = vec![0f32; norm::stats_len(t)];
-        let (mut q, mut k, mut v) = (vec![0f32; t * d], vec![0f32; t * kvd], vec![0f32; t * kvd]);
-        let mut att = vec![0f32; t * d];
+        let mut stats = vec![0f32; norm::stats_len(t * c.heads.max(1))];
+        let (mut q, mut k, mut v) = (vec![0f32; t * qw], vec![0f32; t * kvw], vec![0f32; t * kvw]);
+        let mut qk_tmp = vec![0f32; t * qw];
+        let mut att = vec![0f32; t * qw];
         let mut o = vec![0f32; t * d];
         let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; t * c.ffn]);
-        let scale = 1.0 / (hd as f32).sqrt();
+        let gelu_len = if c.act == GatedAct::GeluTanh {
+            t * c.ffn
+        } else {
+            0
+        };
+        let (mut gelu, mut slope) = (vec![0f32; gelu_len], vec![0f32; gelu_len]);
+        let scale = c.attn_scale;
         let group = c.heads / c.kv_heads;
         // The trace's statistics cost passes over the stream: only when tracing.
         let tracing = trace.is_some();
+        let mut before = if tracing {
+            vec![0f32; t * d]
+        } else {
+            Vec::new()
+        };
         let probe = |x: &[f32]| -> (f64, f64, f64) {
             if !tracing {
                 return (0.0, 0.0, 0.0);
@@ -134,14 +198,26 @@ impl Llama {
             }
         };
         for (l, layer) in self.layers.iter().enumerate() {
+            let la = c.attn[l];
+            let (_, cos, sin) = tables
+                .iter()
+                .find(|(b, _, _)| *b == la.rope_base)
+                .expect("a table per base");
             let (rms_in, ms_min_attn, xhat_mean) = probe(&h);
             let row_norm_in = if tracing { mean_row_norm(&h, d) } else { 0.0 };
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
-            linear(&a, &layer.wq, t, d, d, &mut q);
-            linear(&a, &layer.wk, t, d, kvd, &mut k);
-            linear(&a, &layer.wv, t, d, kvd, &mut v);
-            apply_rope(&mut q, t, c.heads, hd, &cos, &sin);
-            apply_rope(&mut k, t, c.kv_heads, hd, &cos, &sin);
+            layer.wq.apply(&a, t, &mut q);
+            layer.wk.apply(&a, t, &mut k);
+            layer.wv.apply(&a, t, &mut v);
+            if let Some((gq, gk)) = &layer.qk_norm {
+                for (x, g) in [(&mut q, gq), (&mut k, gk)] {
+                    let n = x.len();
+                    self.apply_norm(NormKind::RmsNorm, x, g, &mut qk_tmp[..n], &mut stats);
+                    x.copy_from_slice(&qk_tmp[..n]);
+                }
+            }
+            apply_rope(&mut q, t, c.heads, hd, cos, sin, c.rope_pairs);
+            apply_rope(&mut k, t, c.kv_heads, hd, cos, sin, c.rope_pairs);
             cache.k[l].extend_from_slice(&k);
             cache.v[l].extend_from_slice(&v);
             let (kc, vc) = (&cache.k[l], &cache.v[l]);
@@ -151,13 +227,14 @@ impl Llama {
                 .into_par_iter()
                 .map(|head| {
                     let kh = head / group;
-                    // Scores Q_h K_h^T (t x total; each row's causal tail is
-                    // masked below), then P V_h, both through the matmul kernel.
+                    // Scores Q_h K_h^T (t x total; each row's causal tail
+                    // and what lies before its window are masked below),
+                    // then P V_h, both through the matmul kernel.
                     let mut p = vec![0f32; t * total];
                     gemm(
                         scale,
-                        head_view(&q, head * hd, t, hd, d),
-                        head_view(kc, kh * hd, total, hd, kvd).t(),
+                        head_view(&q, head * hd, t, hd, qw),
+                        head_view(kc, kh * hd, total, hd, kvw).t(),
                         0.0,
                         &mut p,
                         total,
@@ -166,29 +243,33 @@ impl Llama {
                     for i in 0..t {
                         let row = &mut p[i * total..(i + 1) * total];
                         let seen = past + i + 1;
-                        let m = row[..seen].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                        let from = la.window.map_or(0, |w| seen.saturating_sub(w));
+                        let m = row[from..seen]
+                            .iter()
+                            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
                         max_logit = max_logit.max(f64::from(m));
                         let mut z = 0f32;
-                        for pj in &mut row[..seen] {
+                        for pj in &mut row[from..seen] {
                             *pj = (*pj - m).exp();
                             z += *pj;
                         }
-                        for pj in &mut row[..seen] {
+                        for pj in &mut row[from..seen] {
                             *pj /= z;
                         }
                         // The entropy costs a log per score: only for the trace.
                         if tracing {
-                            for &pj in row[..seen].iter().filter(|&&pj| pj > 0.0) {
+                            for &pj in row[from..seen].iter().filter(|&&pj| pj > 0.0) {
                                 entropy -= f64::from(pj) * f64::from(pj).ln();
                             }
                         }
+                        row[..from].fill(0.0);
                         row[seen..].fill(0.0);
                     }
                     let mut out = vec![0f32; t * hd];
                     gemm(
                         1.0,
                         Mat::rows(&p, t, total),
-                        head_view(vc, kh * hd, total, hd, kvd),
+                        head_view(vc, kh * hd, total, hd, kvw),
                         0.0,
                         &mut out,
                         hd,
@@ -199,30 +280,57 @@ impl Llama {
             let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
             for (head, (out, m, e)) in heads.iter().enumerate() {
                 for i in 0..t {
-                    att[i * d + head * hd..i * d + (head + 1) * hd]
+                    att[i * qw + head * hd..i * qw + (head + 1) * hd]
                         .copy_from_slice(&out[i * hd..(i + 1) * hd]);
                 }
                 max_logit = max_logit.max(*m);
                 entropy += e;
             }
-            linear(&att, &layer.wo, t, d, d, &mut o);
-            let attn_write = write(&o, rms_in);
-            for (hh, oo) in h.iter_mut().zip(&o) {
-                *hh += oo;
+            layer.wo.apply(&att, t, &mut o);
+            let w = self.add_write(
+                kind,
+                &mut h,
+                &mut o,
+                &layer.attn_out_norm,
+                &mut a,
+                &mut stats,
+                &mut before,
+            );
+            let attn_write = write(w, rms_in);
+            if let Some(tr) = trace.as_deref_mut() {
+                tr.sublayers.push(SublayerTrace::of(l, 0, &before, w, &h));
             }
             let (rms_attn, ms_min_mlp, _) = probe(&h);
             self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
-            linear(&a, &layer.gate, t, d, c.ffn, &mut gb);
-            linear(&a, &layer.up, t, d, c.ffn, &mut ub);
-            for (g, u) in gb.iter_mut().zip(&ub) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
+            layer.gate.apply(&a, t, &mut gb);
+            layer.up.apply(&a, t, &mut ub);
+            match c.act {
+                GatedAct::Silu => {
+                    for (g, u) in gb.iter_mut().zip(&ub) {
+                        *g = *g / (1.0 + (-*g).exp()) * u;
+                    }
+                }
+                GatedAct::GeluTanh => {
+                    // GELU(gate) into `gelu` (its slope, unused, into `slope`).
+                    act::gelu_forward(&gb, &mut gelu, &mut slope);
+                    for ((g, y), u) in gb.iter_mut().zip(&gelu).zip(&ub) {
+                        *g = y * u;
+                    }
+                }
             }
-            linear(&gb, &layer.down, t, c.ffn, d, &mut o);
-            let mlp_write = write(&o, rms_attn);
-            for (hh, oo) in h.iter_mut().zip(&o) {
-                *hh += oo;
-            }
+            layer.down.apply(&gb, t, &mut o);
+            let w = self.add_write(
+                kind,
+                &mut h,
+                &mut o,
+                &layer.ffn_out_norm,
+                &mut a,
+                &mut stats,
+                &mut before,
+            );
+            let mlp_write = write(w, rms_attn);
             if let Some(tr) = trace.as_deref_mut() {
+                tr.sublayers.push(SublayerTrace::of(l, 1, &before, w, &h));
                 let (at, _) = h.iter().enumerate().fold((0, 0f32), |(i, m), (j, &x)| {
                     if x.abs() > m {
                         (j, x.abs())
@@ -249,6 +357,37 @@ impl Llama {
         }
         cache.len = total;
         Ok(h)
+    }
+
+    /// Write a sublayer's output `o` into the stream `h`: through its output
+    /// norm first when the block has one (sandwich; the result lands in
+    /// `normed`), then added. Returns the write as added. When `before` is
+    /// not empty (tracing) it receives the stream as it was.
+    #[allow(clippy::too_many_arguments)]
+    fn add_write<'a>(
+        &self,
+        kind: NormKind,
+        h: &mut [f32],
+        o: &'a mut [f32],
+        out_norm: &Option<Vec<f32>>,
+        normed: &'a mut [f32],
+        stats: &mut [f32],
+        before: &mut [f32],
+    ) -> &'a [f32] {
+        let w: &[f32] = match out_norm {
+            Some(g) => {
+                self.apply_norm(kind, o, g, normed, stats);
+                normed
+            }
+            None => o,
+        };
+        if !before.is_empty() {
+            before.copy_from_slice(h);
+        }
+        for (hh, ww) in h.iter_mut().zip(w) {
+            *hh += ww;
+        }
+        w
     }
 }
 
@@ -320,17 +459,31 @@ fn rope_table(start: usize, t: usize, hd: usize, base: f64) -> (Vec<f32>, Vec<f3
     (cos, sin)
 }
 
-/// Rotate adjacent pairs (2i, 2i+1) of each head (llama.cpp's row order).
-fn apply_rope(x: &mut [f32], t: usize, heads: usize, hd: usize, cos: &[f32], sin: &[f32]) {
+/// Rotate each head's pairs by their angles: adjacent pairs (2i, 2i+1)
+/// (llama.cpp's row order) or halves (i, i + hd/2) (rows as trained).
+fn apply_rope(
+    x: &mut [f32],
+    t: usize,
+    heads: usize,
+    hd: usize,
+    cos: &[f32],
+    sin: &[f32],
+    pairs: RopePairs,
+) {
     let half = hd / 2;
+    let (stride, offset) = match pairs {
+        RopePairs::Adjacent => (2, 1),
+        RopePairs::Halves => (1, half),
+    };
     for p in 0..t {
         for h in 0..heads {
             let row = &mut x[(p * heads + h) * hd..(p * heads + h + 1) * hd];
             for i in 0..half {
                 let (c, s) = (cos[p * half + i], sin[p * half + i]);
-                let (a, b) = (row[2 * i], row[2 * i + 1]);
-                row[2 * i] = a * c - b * s;
-                row[2 * i + 1] = a * s + b * c;
+                let (ia, ib) = (stride * i, stride * i + offset);
+                let (a, b) = (row[ia], row[ib]);
+                row[ia] = a * c - b * s;
+                row[ib] = a * s + b * c;
             }
         }
     }

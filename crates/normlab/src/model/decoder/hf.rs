@@ -1,0 +1,196 @@
+//! Decoders from a Hugging Face folder (`config.json`, `model.safetensors`,
+//! optionally `tokenizer.json`): Gemma 3's text model (`gemma3_text`) as a
+//! configuration of the one decoder: sandwich RMSNorms whose file stores w
+//! (the gain is 1 + w), QK-Norm before RoPE, GeGLU with tanh-GELU, the
+//! sqrt(d) embedding scale, query_pre_attn_scalar^-1/2 as the attention
+//! scale, sliding-window layers with the local RoPE base and full layers
+//! with the global one, RoPE on (i, i + head_dim/2), a tied head. Tensor
+//! names are [`names::HF`](super::names::HF).
+
+use super::{names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs};
+use crate::error::Result;
+use crate::kernels::norm::NormKind;
+use crate::nn::Placement;
+use serde_json::Value;
+use std::path::Path;
+
+/// A number of `config.json`, or its default.
+fn num(c: &Value, key: &str, default: Option<f64>) -> Result<f64> {
+    match c.get(key) {
+        Some(v) if !v.is_null() => v
+            .as_f64()
+            .ok_or_else(|| format!("config.json: '{key}' is not a number").into()),
+        _ => default.ok_or_else(|| format!("config.json has no '{key}'").into()),
+    }
+}
+
+/// A count of `config.json` (at most 2^31, so products of counts stay
+/// far below usize's range before the tensors are compared with them).
+fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
+    let v = num(c, key, default.map(|d| d as f64))?;
+    if !(v >= 0.0 && v.fract() == 0.0 && v <= f64::from(1u32 << 31)) {
+        return Err(format!("config.json: '{key}' is not a count (got {v})").into());
+    }
+    Ok(v as usize)
+}
+
+/// The decoder configuration of a Gemma 3 text `config.json`.
+pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
+    let layers = count(c, "num_hidden_layers", None)?;
+    if layers == 0 || layers > super::MAX_BLOCKS {
+        return Err(format!("block_count {layers} is not in 1..={}", super::MAX_BLOCKS).into());
+    }
+    let act = c
+        .get("hidden_activation")
+        .and_then(Value::as_str)
+        .unwrap_or("gelu_pytorch_tanh");
+    if act != "gelu_pytorch_tanh" {
+        return Err(format!("activation '{act}' is not supported (gelu_pytorch_tanh)").into());
+    }
+    for (key, what) in [
+        ("attention_bias", "attention biases"),
+        ("use_bidirectional_attention", "bidirectional attention"),
+    ] {
+        if c.get(key).and_then(Value::as_bool) == Some(true) {
+            return Err(format!("{what} ({key}) are not supported").into());
+        }
+    }
+    if c.get("attn_logit_softcapping")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Err("attention logit soft-capping is not supported".into());
+    }
+    // Per layer: sliding or full; then each kind's RoPE base.
+    let types: Vec<String> = match c.get("layer_types").and_then(Value::as_array) {
+        Some(a) => a
+            .iter()
+            .map(|v| v.as_str().unwrap_or("").to_string())
+            .collect(),
+        None => {
+            let p = count(c, "sliding_window_pattern", Some(6))?.max(1);
+            (0..layers)
+                .map(|i| {
+                    if (i + 1) % p != 0 {
+                        "sliding_attention".into()
+                    } else {
+                        "full_attention".into()
+                    }
+                })
+                .collect()
+        }
+    };
+    if types.len() != layers {
+        return Err(format!(
+            "config.json: layer_types has {} entries for {layers} layers",
+            types.len()
+        )
+        .into());
+    }
+    let theta = |kind: &str, old_key: &str, default: f64| -> Result<f64> {
+        match c
+            .get("rope_parameters")
+            .and_then(|r| r.get(kind))
+            .and_then(|r| r.get("rope_theta"))
+        {
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| format!("config.json: {kind}'s rope_theta is not a number").into()),
+            None => num(c, old_key, Some(default)),
+        }
+    };
+    for kind in ["full_attention", "sliding_attention"] {
+        let rope_type = c
+            .get("rope_parameters")
+            .and_then(|r| r.get(kind))
+            .and_then(|r| r.get("rope_type"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        if rope_type != "default" {
+            return Err(format!("RoPE type '{rope_type}' ({kind}) is not supported").into());
+        }
+    }
+    let (global, local) = (
+        theta("full_attention", "rope_theta", 1_000_000.0)?,
+        theta("sliding_attention", "rope_local_base_freq", 10_000.0)?,
+    );
+    let window = count(c, "sliding_window", Some(4096))?;
+    let attn = types
+        .iter()
+        .map(|t| match t.as_str() {
+            "sliding_attention" => Ok(LayerAttention {
+                window: Some(window),
+                rope_base: local,
+            }),
+            "full_attention" => Ok(LayerAttention {
+                window: None,
+                rope_base: global,
+            }),
+            other => Err(format!("layer type '{other}' is not supported").into()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let d = count(c, "hidden_size", None)?;
+    let head_dim = count(c, "head_dim", Some(256))?;
+    Ok(DecoderConfig {
+        family: "gemma3".into(),
+        vocab: count(c, "vocab_size", None)?,
+        d,
+        layers,
+        heads: count(c, "num_attention_heads", None)?,
+        kv_heads: count(c, "num_key_value_heads", None)?,
+        head_dim,
+        ffn: count(c, "intermediate_size", None)?,
+        context: count(c, "max_position_embeddings", Some(131_072))?,
+        placement: Placement::Sandwich,
+        norm: NormKind::RmsNorm,
+        eps: num(c, "rms_norm_eps", Some(1e-6))? as f32,
+        gain: GainStore::OnePlus,
+        qk_norm: true,
+        act: GatedAct::GeluTanh,
+        emb_scale: (d as f64).sqrt() as f32,
+        attn_scale: num(c, "query_pre_attn_scalar", Some(256.0))?.powf(-0.5) as f32,
+        attn,
+        rope_pairs: RopePairs::Halves,
+        final_softcap: match num(c, "final_logit_softcapping", Some(f64::NAN))? {
+            v if v.is_nan() => None,
+            v => Some(v as f32),
+        },
+    })
+}
+
+impl Decoder {
+    /// Load a Hugging Face folder: `config.json` (model_type gemma3_text),
+    /// `model.safetensors`, and `tokenizer.json` when present.
+    pub fn load_hf(dir: &Path) -> Result<Decoder> {
+        let read = |f: &str| crate::io::read(&dir.join(f));
+        let c: Value = serde_json::from_slice(&read("config.json")?)
+            .map_err(|e| format!("{}/config.json is not JSON: {e}", dir.display()))?;
+        let ty = c.get("model_type").and_then(Value::as_str).unwrap_or("");
+        let cfg = match ty {
+            "gemma3_text" => gemma3_config(&c),
+            other => Err(format!(
+                "model_type '{other}' is not supported (gemma3_text; Llama models load from GGUF)"
+            )
+            .into()),
+        }
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let bytes = read("model.safetensors")?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| format!("{}/model.safetensors is not valid: {e}", dir.display()))?;
+        let tokenizer = if dir.join("tokenizer.json").exists() {
+            Some(
+                tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
+                    .map_err(|e| format!("cannot load {}/tokenizer.json: {e}", dir.display()))?,
+            )
+        } else {
+            None
+        };
+        let eos = match c.get("eos_token_id") {
+            Some(Value::Array(a)) => a.first().and_then(Value::as_u64),
+            Some(v) => v.as_u64(),
+            None => None,
+        }
+        .map(|v| v as u32);
+        Decoder::from_tensors(cfg, &names::HF, &st, tokenizer, eos)
+            .map_err(|e| format!("{}: {e}", dir.display()).into())
+    }
+}

@@ -1,0 +1,280 @@
+//! Weight-name maps and tensor sources: a family's file names each of the
+//! decoder's tensors its own way (`blk.3.attn_q.weight` in llama.cpp's
+//! GGUF, `model.layers.3.self_attn.q_proj.weight` in a Hugging Face
+//! folder). A [`TensorNames`] maps the decoder's roles to those names; a
+//! [`TensorSource`] (a GGUF file, a safetensors file) hands out tensors as
+//! f32; [`Decoder::from_tensors`] builds the weights from the two and the
+//! configuration, checking every size and value.
+
+use super::{Decoder, DecoderConfig, DecoderLayer, GainStore, Matrix};
+use crate::error::Result;
+use crate::gguf::Gguf;
+use crate::nn::Placement;
+
+/// A tensor of the decoder, by role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tensor {
+    /// Token embeddings.
+    Embedding,
+    /// The final norm's gain.
+    FinalNorm,
+    /// The output head (absent: tied to the embeddings).
+    Head,
+    /// Input norm of attention.
+    AttnNorm,
+    /// Output norm of attention (sandwich).
+    AttnOutNorm,
+    /// QK-Norm on queries.
+    QNorm,
+    /// QK-Norm on keys.
+    KNorm,
+    /// Query projection.
+    Q,
+    /// Key projection.
+    K,
+    /// Value projection.
+    V,
+    /// Attention output projection.
+    O,
+    /// Input norm of the MLP.
+    FfnNorm,
+    /// Output norm of the MLP (sandwich).
+    FfnOutNorm,
+    /// Gate projection.
+    Gate,
+    /// Up projection.
+    Up,
+    /// Down projection.
+    Down,
+}
+
+/// A family's names for the decoder's tensors; `{i}` stands for the block.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorNames(pub &'static [(Tensor, &'static str)]);
+
+/// llama.cpp's GGUF names (Llama and, with its extra norms, Gemma 3).
+pub const GGUF: TensorNames = TensorNames(&[
+    (Tensor::Embedding, "token_embd.weight"),
+    (Tensor::FinalNorm, "output_norm.weight"),
+    (Tensor::Head, "output.weight"),
+    (Tensor::AttnNorm, "blk.{i}.attn_norm.weight"),
+    (Tensor::AttnOutNorm, "blk.{i}.post_attention_norm.weight"),
+    (Tensor::QNorm, "blk.{i}.attn_q_norm.weight"),
+    (Tensor::KNorm, "blk.{i}.attn_k_norm.weight"),
+    (Tensor::Q, "blk.{i}.attn_q.weight"),
+    (Tensor::K, "blk.{i}.attn_k.weight"),
+    (Tensor::V, "blk.{i}.attn_v.weight"),
+    (Tensor::O, "blk.{i}.attn_output.weight"),
+    (Tensor::FfnNorm, "blk.{i}.ffn_norm.weight"),
+    (Tensor::FfnOutNorm, "blk.{i}.post_ffw_norm.weight"),
+    (Tensor::Gate, "blk.{i}.ffn_gate.weight"),
+    (Tensor::Up, "blk.{i}.ffn_up.weight"),
+    (Tensor::Down, "blk.{i}.ffn_down.weight"),
+]);
+
+/// Hugging Face's names (`*ForCausalLM` of Llama and Gemma 3).
+pub const HF: TensorNames = TensorNames(&[
+    (Tensor::Embedding, "model.embed_tokens.weight"),
+    (Tensor::FinalNorm, "model.norm.weight"),
+    (Tensor::Head, "lm_head.weight"),
+    (Tensor::AttnNorm, "model.layers.{i}.input_layernorm.weight"),
+    (
+        Tensor::AttnOutNorm,
+        "model.layers.{i}.post_attention_layernorm.weight",
+    ),
+    (Tensor::QNorm, "model.layers.{i}.self_attn.q_norm.weight"),
+    (Tensor::KNorm, "model.layers.{i}.self_attn.k_norm.weight"),
+    (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
+    (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
+    (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
+    (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
+    (
+        Tensor::FfnNorm,
+        "model.layers.{i}.pre_feedforward_layernorm.weight",
+    ),
+    (
+        Tensor::FfnOutNorm,
+        "model.layers.{i}.post_feedforward_layernorm.weight",
+    ),
+    (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
+    (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),
+    (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
+]);
+
+impl TensorNames {
+    /// The name of `t` in block `i` (None: the family has no such tensor).
+    pub fn name(&self, t: Tensor, i: usize) -> Option<String> {
+        self.0
+            .iter()
+            .find(|(r, _)| *r == t)
+            .map(|(_, n)| n.replace("{i}", &i.to_string()))
+    }
+}
+
+/// Where tensors come from.
+pub trait TensorSource {
+    /// The number of values of `name` (None: no such tensor).
+    fn numel(&self, name: &str) -> Option<usize>;
+    /// `name`'s values as f32.
+    fn read(&self, name: &str) -> Result<Vec<f32>>;
+}
+
+impl TensorSource for Gguf {
+    fn numel(&self, name: &str) -> Option<usize> {
+        self.info(name).ok().map(|t| t.numel())
+    }
+    fn read(&self, name: &str) -> Result<Vec<f32>> {
+        self.tensor(name)
+    }
+}
+
+impl TensorSource for safetensors::SafeTensors<'_> {
+    fn numel(&self, name: &str) -> Option<usize> {
+        self.tensor(name).ok().map(|t| t.shape().iter().product())
+    }
+    fn read(&self, name: &str) -> Result<Vec<f32>> {
+        use safetensors::Dtype;
+        let t = self
+            .tensor(name)
+            .map_err(|_| format!("the safetensors file has no tensor '{name}'"))?;
+        let b = t.data();
+        let h = |c: &[u8]| [c[0], c[1]];
+        Ok(match t.dtype() {
+            Dtype::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            Dtype::BF16 => b
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes(h(c)).to_f32())
+                .collect(),
+            Dtype::F16 => b
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes(h(c)).to_f32())
+                .collect(),
+            other => {
+                return Err(format!(
+                    "tensor '{name}' is {other:?}; normlab reads F32, BF16 and F16"
+                )
+                .into())
+            }
+        })
+    }
+}
+
+impl Decoder {
+    /// Build a decoder of `cfg` from `src`'s tensors named by `names`:
+    /// every size is checked against the configuration and every value
+    /// must be finite; gains stored as w become 1 + w.
+    pub fn from_tensors(
+        cfg: DecoderConfig,
+        names: &TensorNames,
+        src: &dyn TensorSource,
+        tokenizer: Option<tokenizers::Tokenizer>,
+        eos: Option<u32>,
+    ) -> Result<Decoder> {
+        cfg.check()?;
+        let name = |t: Tensor, i: usize| -> Result<String> {
+            names
+                .name(t, i)
+                .ok_or_else(|| format!("the weight-name map has no {t:?}").into())
+        };
+        let last = name(Tensor::AttnNorm, cfg.layers - 1)?;
+        if src.numel(&last).is_none() {
+            return Err(format!(
+                "block_count says {} blocks but the file has no tensor {last}",
+                cfg.layers
+            )
+            .into());
+        }
+        let get_named = |n: &str, len: usize| -> Result<Vec<f32>> {
+            match src.numel(n) {
+                None => return Err(format!("the file has no tensor '{n}'").into()),
+                Some(k) if k != len => {
+                    return Err(format!(
+                        "{n} has {k} values, expected {len} (it does not have the shape the metadata gives)"
+                    )
+                    .into())
+                }
+                _ => {}
+            }
+            let v = src.read(n)?;
+            if v.len() != len {
+                return Err(format!("{n} has {} values, expected {len}", v.len()).into());
+            }
+            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                return Err(format!("{n} holds a non-finite value ({}) at {i}", v[i]).into());
+            }
+            Ok(v)
+        };
+        let get = |t: Tensor, i: usize, len: usize| get_named(&name(t, i)?, len);
+        let gain = |t: Tensor, i: usize, len: usize| -> Result<Vec<f32>> {
+            let mut g = get(t, i, len)?;
+            if cfg.gain == GainStore::OnePlus {
+                g.iter_mut().for_each(|w| *w += 1.0);
+            }
+            Ok(g)
+        };
+        let matrix = |t: Tensor, i: usize, rows: usize, cols: usize| -> Result<Matrix> {
+            let len = rows
+                .checked_mul(cols)
+                .ok_or("a weight matrix's size overflows")?;
+            Ok(Matrix {
+                data: get(t, i, len)?,
+                rows,
+                cols,
+            })
+        };
+        let (d, hd, qw, kvw, f) = (cfg.d, cfg.head_dim, cfg.q_width(), cfg.kv_width(), cfg.ffn);
+        let sandwich = cfg.placement == Placement::Sandwich;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for i in 0..cfg.layers {
+            layers.push(DecoderLayer {
+                attn_norm: gain(Tensor::AttnNorm, i, d)?,
+                attn_out_norm: sandwich
+                    .then(|| gain(Tensor::AttnOutNorm, i, d))
+                    .transpose()?,
+                qk_norm: cfg
+                    .qk_norm
+                    .then(|| {
+                        Ok::<_, crate::error::Error>((
+                            gain(Tensor::QNorm, i, hd)?,
+                            gain(Tensor::KNorm, i, hd)?,
+                        ))
+                    })
+                    .transpose()?,
+                wq: matrix(Tensor::Q, i, qw, d)?,
+                wk: matrix(Tensor::K, i, kvw, d)?,
+                wv: matrix(Tensor::V, i, kvw, d)?,
+                wo: matrix(Tensor::O, i, d, qw)?,
+                ffn_norm: gain(Tensor::FfnNorm, i, d)?,
+                ffn_out_norm: sandwich
+                    .then(|| gain(Tensor::FfnOutNorm, i, d))
+                    .transpose()?,
+                gate: matrix(Tensor::Gate, i, f, d)?,
+                up: matrix(Tensor::Up, i, f, d)?,
+                down: matrix(Tensor::Down, i, d, f)?,
+            });
+        }
+        let vd = cfg
+            .vocab
+            .checked_mul(d)
+            .ok_or("the embedding's size overflows")?;
+        let emb = get(Tensor::Embedding, 0, vd)?;
+        let head_name = name(Tensor::Head, 0)?;
+        let head = match src.numel(&head_name) {
+            Some(_) => Some(get_named(&head_name, vd)?),
+            None => None,
+        };
+        let final_norm = gain(Tensor::FinalNorm, 0, d)?;
+        Ok(Decoder {
+            cfg,
+            emb,
+            layers,
+            final_norm,
+            head,
+            eos,
+            tokenizer,
+        })
+    }
+}

@@ -1,0 +1,152 @@
+//! The one decoder configured as Gemma 3 against Hugging Face transformers'
+//! own `Gemma3ForCausalLM`, built with random weights at a tiny size
+//! (fixture written by scripts/gen_gemma3_fixture.py): sandwich norms with
+//! 1 + w gains, QK-Norm, GeGLU, the embedding scale, a sliding window of 8
+//! on three layers and full attention on one, with two RoPE bases, over a
+//! sequence of 24 (longer than the window). Always runs (the fixture is in
+//! the repository).
+
+use normlab::model::decoder::{Decoder, DecoderTrace, GainStore, KvCache};
+use normlab::nn::Placement;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma3_tiny")
+}
+
+fn fixture() -> (Vec<u32>, Vec<Vec<f64>>) {
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(dir().join("logits.json")).unwrap()).unwrap();
+    let ids = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let logits = v["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    (ids, logits)
+}
+
+/// Largest |a - b| over the largest |b|.
+fn rel(a: &[f32], b: &[Vec<f64>]) -> f64 {
+    let b: Vec<f64> = b.iter().flatten().copied().collect();
+    assert_eq!(a.len(), b.len());
+    let top = b.iter().fold(0f64, |m, x| m.max(x.abs()));
+    a.iter()
+        .zip(&b)
+        .fold(0f64, |m, (x, y)| m.max((f64::from(*x) - y).abs()))
+        / top
+}
+
+#[test]
+fn tiny_gemma3_matches_transformers() {
+    let m = Decoder::load_hf(&dir()).unwrap();
+    assert_eq!(m.cfg.placement, Placement::Sandwich);
+    assert_eq!(m.cfg.gain, GainStore::OnePlus);
+    assert!(m.cfg.qk_norm);
+    let windows: Vec<_> = m.cfg.attn.iter().map(|a| a.window).collect();
+    assert_eq!(windows, [Some(8), Some(8), None, Some(8)]);
+    let (ids, want) = fixture();
+    assert!(ids.len() > 8, "the sequence must be longer than the window");
+    let got = m.logits(&ids).unwrap();
+    let r = rel(&got, &want);
+    eprintln!("tiny Gemma 3: logits within {r:e} of transformers (relative to the largest)");
+    assert!(
+        r < 1e-5,
+        "logits differ from transformers by {r:e} (relative)"
+    );
+}
+
+#[test]
+fn tiny_gemma3_cache_matches_full_pass() {
+    // The prompt in one pass, then one token at a time over the key/value
+    // cache (crossing the window): the same logits as one full pass.
+    let m = Decoder::load_hf(&dir()).unwrap();
+    let (ids, want) = fixture();
+    let mut cache = KvCache::new(&m);
+    let mut h = m.forward(&ids[..5], m.cfg.norm, &mut cache, None).unwrap();
+    for &id in &ids[5..] {
+        h.extend(m.forward(&[id], m.cfg.norm, &mut cache, None).unwrap());
+    }
+    let r = rel(&m.logits_from(&h, true), &want);
+    assert!(r < 1e-5, "cached logits differ by {r:e}");
+}
+
+#[test]
+fn tiny_gemma3_window_and_gains_matter() {
+    // Each feature is live: changing it changes the logits well beyond the
+    // tolerance (so the match above cannot hold by accident).
+    let (ids, want) = fixture();
+    let mut m = Decoder::load_hf(&dir()).unwrap();
+    m.cfg.attn.iter_mut().for_each(|a| a.window = None);
+    assert!(rel(&m.logits(&ids).unwrap(), &want) > 1e-3);
+    let mut m = Decoder::load_hf(&dir()).unwrap();
+    for l in &mut m.layers {
+        l.attn_out_norm
+            .as_mut()
+            .unwrap()
+            .iter_mut()
+            .for_each(|g| *g -= 1.0);
+    }
+    assert!(rel(&m.logits(&ids).unwrap(), &want) > 1e-3);
+    let mut m = Decoder::load_hf(&dir()).unwrap();
+    m.cfg.rope_pairs = normlab::model::decoder::RopePairs::Adjacent;
+    assert!(rel(&m.logits(&ids).unwrap(), &want) > 1e-3);
+}
+
+#[test]
+fn tiny_gemma3_trace_is_exact_per_sublayer() {
+    // Per sublayer, before + write = after, from the decoder's own tensors;
+    // the write is what the output norm leaves (sandwich).
+    let m = Decoder::load_hf(&dir()).unwrap();
+    let (ids, _) = fixture();
+    let mut tr = DecoderTrace::default();
+    m.hidden(&ids, Some(&mut tr)).unwrap();
+    assert_eq!(tr.sublayers.len(), 2 * m.cfg.layers);
+    for s in &tr.sublayers {
+        assert!(s.check < 1e-6, "{s:?}");
+        assert!(s.write_rms > 0.0 && s.before_rms > 0.0);
+    }
+}
+
+#[test]
+fn bad_folders_are_one_line_errors() {
+    let tmp = std::env::temp_dir().join(format!("normlab-gemma3-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(dir().join("config.json")).unwrap()).unwrap();
+    let st = std::fs::read(dir().join("model.safetensors")).unwrap();
+    std::fs::write(tmp.join("model.safetensors"), &st).unwrap();
+    for (key, val, want) in [
+        ("num_hidden_layers", Value::from(5), "no tensor"),
+        ("num_hidden_layers", Value::from(0), "block_count 0"),
+        ("hidden_size", Value::from(1u64 << 40), "not a count"),
+        ("model_type", Value::from("mamba"), "not supported"),
+        ("hidden_activation", Value::from("relu"), "not supported"),
+        ("rms_norm_eps", Value::from(-1.0), "eps"),
+        ("intermediate_size", Value::from(47), "values, expected"),
+    ] {
+        let mut c = cfg.clone();
+        c[key] = val;
+        if key == "num_hidden_layers" {
+            let n = c[key].as_u64().unwrap() as usize;
+            c["layer_types"] = Value::from(vec!["full_attention"; n]);
+        }
+        std::fs::write(tmp.join("config.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+        let e = Decoder::load_hf(&tmp).err().expect("refused").to_string();
+        assert!(e.contains(want) && !e.contains('\n'), "{key}: {e}");
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}
