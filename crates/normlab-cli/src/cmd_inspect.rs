@@ -11,7 +11,7 @@ use normlab::model::bert::{self, Bert};
 use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
-/// Inspect a pretrained model: a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a Llama-architecture .gguf file.
+/// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a Llama-architecture .gguf file.
 #[derive(Args, Debug)]
 pub struct InspectCmd {
     /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh).
@@ -25,12 +25,18 @@ pub struct InspectCmd {
     /// Text to run (repeatable; default: 32 lines of the bundled Shakespeare).
     #[arg(long)]
     text: Vec<String>,
+    /// Run folders: held-out sequences to run (from the run's own data).
+    #[arg(long, default_value_t = 8)]
+    sequences: usize,
     /// Print the rows as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(c: InspectCmd) -> anyhow::Result<()> {
+    if c.model.join(normlab::train::folder::CHECKPOINT).is_file() {
+        return run_trained(&c);
+    }
     if c.model
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
@@ -235,5 +241,81 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     if let Some(dir) = &c.out {
         println!("figure: {}", dir.join("residual_rms.png").display());
     }
+    Ok(())
+}
+
+/// `normlab inspect RUN_DIR`: a model trained by normlab, any placement.
+fn run_trained(c: &InspectCmd) -> anyhow::Result<()> {
+    if c.out.is_some() || !c.text.is_empty() {
+        return bad(
+            "--out and --text are for pretrained models; a run folder reads its own held-out data",
+        );
+    }
+    normlab::limits::check_count("--sequences", c.sequences, 1, 256)?;
+    let (tc, model, params) = normlab::train::run::load_model(&c.model)?;
+    let data = normlab::train::trainer::load_data(&tc)?;
+    let (n, t) = (c.sequences, tc.model.seq);
+    let mut ws = model.workspace(n, t);
+    for i in 0..n {
+        let r = i * t..(i + 1) * t;
+        data.eval_sequence(i, t, &mut ws.tokens[r.clone()], &mut ws.targets[r]);
+    }
+    ws.keep_writes(true);
+    let loss = model.forward(&params, &mut ws) / (n * t) as f64;
+    let rows = model.sublayer_traces(&ws);
+    let m = &tc.model;
+    let name = |j: usize| match (j, m.kind) {
+        (0, normlab::model::ModelKind::Toy) => "mix",
+        (0, _) => "attn",
+        _ => "mlp",
+    };
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "run": c.model.display().to_string(), "model": m.kind.to_string(), "layers": m.layers,
+                "d_model": m.d_model, "norm": m.norm.name(), "placement": m.placement.name(),
+                "sequences": n, "held_out_loss": loss, "sublayers": rows,
+            }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: {} with {} blocks, d {}, {} {}; {} held-out sequence(s) of {} tokens, loss {:.4} nats/token",
+        c.model.display(),
+        m.kind,
+        m.layers,
+        m.d_model,
+        m.placement,
+        m.norm.name(),
+        n,
+        t,
+        loss
+    );
+    println!("per sublayer: the stream's RMS before, the write as it is added (after the output norm for sandwich/olmo2; for a post-norm sublayer the change across it), the stream after; check = max |after - (before + write)| / max |after|");
+    let mut table = Table::new(&[
+        "block",
+        "sublayer",
+        "placement",
+        "stream RMS before",
+        "write RMS",
+        "write / stream",
+        "stream RMS after",
+        "check",
+    ])
+    .right(&[3, 4, 5, 6, 7]);
+    for r in &rows {
+        table.row(vec![
+            r.block.to_string(),
+            name(r.sub).into(),
+            m.block_placement(r.block).name().into(),
+            format!("{:.4}", r.before_rms),
+            format!("{:.4}", r.write_rms),
+            format!("{:.4}", r.write_rms / r.before_rms.max(1e-30)),
+            format!("{:.4}", r.after_rms),
+            format!("{:.1e}", r.check),
+        ]);
+    }
+    print!("{table}");
     Ok(())
 }

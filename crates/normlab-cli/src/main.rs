@@ -47,7 +47,7 @@ enum Command {
     Serve(web::ServeCmd),
     /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
     Convert(cmd_convert::ConvertCmd),
-    /// Inspect a pretrained BERT-style model: residual stream, sublayer writes, norm gains.
+    /// Inspect a model layer by layer: a normlab run folder (any placement), a BERT-style folder or a Llama GGUF file.
     Inspect(cmd_inspect::InspectCmd),
     /// Continue a prompt with a Llama-architecture GGUF model (greedy, over a key/value cache).
     Generate(cmd_generate::GenerateCmd),

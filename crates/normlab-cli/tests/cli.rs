@@ -964,3 +964,69 @@ fn generate_refuses_a_token_count_beyond_the_context() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--held-out-tokens"), "{err}");
 }
+
+#[test]
+fn inspect_a_trained_run_in_any_placement() {
+    // Per sublayer of a run folder: before + write = after, for a post-norm
+    // and a sandwich GPT; the table names each block's placement.
+    let dir = tmp("inspect-run");
+    for placement in ["post", "sandwich"] {
+        let out = dir.join(placement);
+        stdout_ok(&[
+            "train",
+            "--model",
+            "gpt",
+            "--layers",
+            "2",
+            "--d-model",
+            "32",
+            "--heads",
+            "2",
+            "--seq",
+            "16",
+            "--hidden",
+            "64",
+            "--steps",
+            "4",
+            "--batch",
+            "2",
+            "--eval-sequences",
+            "2",
+            "--placement",
+            placement,
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let v = json(&[
+            "inspect",
+            out.to_str().unwrap(),
+            "--sequences",
+            "3",
+            "--json",
+        ]);
+        let subs = v["sublayers"].as_array().unwrap();
+        assert_eq!(subs.len(), 4, "{v}");
+        for s in subs {
+            assert!(s["check"].as_f64().unwrap() < 1e-5, "{s}");
+        }
+        assert_eq!(v["placement"], placement);
+        let text = stdout_ok(&["inspect", out.to_str().unwrap(), "--sequences", "2"]);
+        assert!(text.contains(&format!("attn      {placement}")), "{text}");
+    }
+    let o = normlab(&[
+        "inspect",
+        dir.join("post").to_str().unwrap(),
+        "--sequences",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = normlab(&[
+        "inspect",
+        dir.join("post").to_str().unwrap(),
+        "--text",
+        "hi",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -458,17 +458,9 @@ pub fn calibrate_with(
 }
 
 /// The residual options whose effect on the conversion is not derived here
-/// (a per-channel gate makes a centred branch non-zero-mean; LayerNorm
-/// Scaling scales the beta that folds into the next bias): refused.
+/// (each option's declaration says why, in `model::residual`): refused.
 fn refuse_residual_options(cfg: &ModelConfig) -> Result<()> {
-    let on: Vec<&str> = [
-        (cfg.rezero, "--rezero"),
-        (cfg.layerscale.is_some(), "--layerscale"),
-        (cfg.lns, "--lns"),
-    ]
-    .into_iter()
-    .filter_map(|(set, name)| set.then_some(name))
-    .collect();
+    let on = crate::model::residual::refused_by_convert(cfg);
     if on.is_empty() {
         Ok(())
     } else {

@@ -269,11 +269,7 @@ impl ModelConfig {
     /// The placement of block `i`'s norms: the config's, except that Mix-LN
     /// is Post-LN for its first K blocks and Pre-LN after.
     pub fn block_placement(&self, i: usize) -> Placement {
-        match self.placement {
-            Placement::MixLn if i < self.mixln_k() => Placement::Post,
-            Placement::MixLn => Placement::Pre,
-            p => p,
-        }
+        super::residual::plan(self, i, 0).placement
     }
 
     /// Mix-LN's K: the number of Post-LN blocks.
@@ -370,31 +366,7 @@ impl ModelConfig {
                 .into());
             }
         }
-        if let Some(v) = self.layerscale {
-            if !v.is_finite() {
-                return Err(format!("layerscale must be a finite number (got {v})").into());
-            }
-            if self.rezero {
-                return Err("--rezero and --layerscale both gate the branch; choose one".into());
-            }
-        }
-        if let Some(k) = self.mixln_post_layers {
-            if self.placement != Placement::MixLn {
-                return Err(format!(
-                    "--mixln-post-layers is Mix-LN's K; it needs --placement mixln (got {})",
-                    self.placement
-                )
-                .into());
-            }
-            if k > self.layers {
-                return Err(
-                    format!("mixln_post_layers {k} exceeds the {} layers", self.layers).into(),
-                );
-            }
-        }
-        if self.lns && !self.placement.has_in_norm() {
-            return Err(format!("--lns scales the pre-norms' outputs; placement {} has none (use pre, sandwich, peri or mixln)", self.placement).into());
-        }
+        super::residual::validate(self)?;
         if self.placement == Placement::DeepNorm && self.init != InitScheme::Gpt2 {
             return Err("deepnorm has its own init (Xavier with gain beta); use init gpt2".into());
         }

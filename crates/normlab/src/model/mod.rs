@@ -7,8 +7,11 @@ pub mod bert;
 pub mod config;
 pub mod decoder;
 pub mod llama;
+pub mod residual;
+mod stream_trace;
 
 pub use config::{InitScheme, ModelConfig, ModelKind};
+pub use stream_trace::SublayerTrace;
 
 use crate::error::Result;
 use crate::kernels::act;
@@ -16,8 +19,8 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Block, BlockCache, Embedding, Gate, GateKind, Linear, Mlp, Norm, NormCache,
-    NormRole, NormSite, Op, Placement, Scratch, Sublayer, ToyMixer,
+    Attention, Block, BlockCache, Embedding, Gate, Linear, Mlp, Norm, NormCache, NormRole,
+    NormSite, Op, Placement, Scratch, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
 
@@ -112,7 +115,6 @@ impl Model {
         for i in 0..l {
             let mut subs = Vec::with_capacity(2);
             let blk = Some(i);
-            let placement = cfg.block_placement(i);
             for (j, op_name) in [
                 (
                     0,
@@ -125,6 +127,8 @@ impl Model {
                 (1, "mlp"),
             ] {
                 let base = format!("transformer.h.{i}");
+                let plan = residual::plan(cfg, i, j);
+                let placement = plan.placement;
                 let in_norm = placement.has_in_norm().then(|| {
                     Norm::new(
                         &mut layout,
@@ -200,12 +204,7 @@ impl Model {
                         blk,
                     )
                 });
-                let gate = match (cfg.rezero, cfg.layerscale) {
-                    (true, _) => Some((GateKind::ReZero, 0.0, "rezero")),
-                    (false, Some(v)) => Some((GateKind::LayerScale, v, "layerscale")),
-                    (false, None) => None,
-                }
-                .map(|(kind, init, name)| {
+                let gate = plan.gate.map(|(kind, init, name)| {
                     Gate::new(
                         &mut layout,
                         &format!("{base}.{op_name}.{name}"),
@@ -215,11 +214,7 @@ impl Model {
                         blk,
                     )
                 });
-                let in_scale = if cfg.lns {
-                    1.0 / ((i + 1) as f32).sqrt()
-                } else {
-                    1.0
-                };
+                let in_scale = plan.in_scale;
                 subs.push(Sublayer {
                     d,
                     in_norm,

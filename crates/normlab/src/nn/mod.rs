@@ -15,6 +15,7 @@ pub mod linear;
 pub mod mixer;
 pub mod mlp;
 pub mod norm;
+pub mod placement;
 pub mod scratch;
 pub mod sublayer;
 
@@ -26,5 +27,6 @@ pub use linear::Linear;
 pub use mixer::{ToyMixer, ToyMixerCache};
 pub use mlp::{Activation, Mlp, MlpCache};
 pub use norm::{Norm, NormCache};
+pub use placement::Placement;
 pub use scratch::Scratch;
-pub use sublayer::{Op, OpCache, Placement, Sublayer, SublayerCache};
+pub use sublayer::{Op, OpCache, Sublayer, SublayerCache};

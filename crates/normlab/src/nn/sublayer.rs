@@ -23,127 +23,11 @@ use super::linear::Linear;
 use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
 use super::norm::{buf, Norm, NormCache};
+pub use super::placement::Placement;
 use super::scratch::Scratch;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::params::sum_squares;
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
-
-/// Where the norms sit in a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Placement {
-    /// x = x + S(x): no norm.
-    None,
-    /// x = Norm(x + S(x)) (2017 original).
-    Post,
-    /// x = x + S(Norm(x)) (GPT-2 onwards).
-    Pre,
-    /// x = x + Norm_out(S(Norm_in(x))) (x-transformers' sandwich norm).
-    Sandwich,
-    /// Peri-LN (2025): the same structure as sandwich.
-    Peri,
-    /// x = x + Norm(S(x)) (OLMo 2: output norm only).
-    Olmo2,
-    /// x = LayerNorm(alpha x + S(x)) with beta-scaled init (Wang et al. 2022).
-    DeepNorm,
-    /// Mix-LN (Li et al. 2025): Post-LN in the first K blocks, Pre-LN in
-    /// the rest (`ModelConfig::block_placement`).
-    MixLn,
-}
-
-impl Placement {
-    /// All presets.
-    pub const ALL: [Placement; 8] = [
-        Placement::None,
-        Placement::Post,
-        Placement::Pre,
-        Placement::Sandwich,
-        Placement::Peri,
-        Placement::Olmo2,
-        Placement::DeepNorm,
-        Placement::MixLn,
-    ];
-
-    /// Command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Placement::None => "none",
-            Placement::Post => "post",
-            Placement::Pre => "pre",
-            Placement::Sandwich => "sandwich",
-            Placement::Peri => "peri",
-            Placement::Olmo2 => "olmo2",
-            Placement::DeepNorm => "deepnorm",
-            Placement::MixLn => "mixln",
-        }
-    }
-
-    /// Norm before the sublayer (in some block, for Mix-LN).
-    pub fn has_in_norm(self) -> bool {
-        matches!(
-            self,
-            Placement::Pre | Placement::Sandwich | Placement::Peri | Placement::MixLn
-        )
-    }
-
-    /// Norm on the sublayer's output, before the residual add.
-    pub fn has_out_norm(self) -> bool {
-        matches!(
-            self,
-            Placement::Sandwich | Placement::Peri | Placement::Olmo2
-        )
-    }
-
-    /// Norm on the residual stream after the add (in some block, for Mix-LN).
-    pub fn has_post_norm(self) -> bool {
-        matches!(
-            self,
-            Placement::Post | Placement::DeepNorm | Placement::MixLn
-        )
-    }
-
-    /// Whether a final norm before the head is on by default.
-    pub fn default_final_norm(self) -> bool {
-        matches!(
-            self,
-            Placement::Pre
-                | Placement::Sandwich
-                | Placement::Peri
-                | Placement::Olmo2
-                | Placement::MixLn
-        )
-    }
-}
-
-impl fmt::Display for Placement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Placement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let l = s.trim().to_ascii_lowercase();
-        Placement::ALL
-            .into_iter()
-            .find(|p| {
-                p.name() == l
-                    || (l == "peri-ln" && *p == Placement::Peri)
-                    || (l == "mix-ln" && *p == Placement::MixLn)
-            })
-            .ok_or_else(|| {
-                let names: Vec<&str> = Placement::ALL.iter().map(|p| p.name()).collect();
-                format!(
-                    "unknown placement '{s}' (expected one of: {})",
-                    names.join(", ")
-                )
-            })
-    }
-}
 
 /// The sublayer's function S.
 #[derive(Clone, Debug)]
@@ -281,6 +165,10 @@ pub struct SublayerCache {
     /// Compute `output_sumsq` in forward (without a post-norm, in the same
     /// pass as the residual add).
     pub track_output: bool,
+    /// Keep what the sublayer wrote in `write` (for inspection; see
+    /// [`SublayerCache::keep_write`]).
+    keep_write: bool,
+    write: AlignedBuf,
 }
 
 impl SublayerCache {
@@ -309,6 +197,22 @@ impl SublayerCache {
             NormRole::Post => self.post_c.as_ref(),
             NormRole::Final | NormRole::QkNorm => None,
         }
+    }
+
+    /// Keep (or stop keeping) in each forward what the sublayer writes into
+    /// the stream: `branch * Gate(OutNorm(S(..)))` as it is added (after
+    /// the output norm for sandwich and OLMo 2); for a post-norm sublayer,
+    /// or an identity path scaled away from 1 (DeepNorm, residual off), the
+    /// change across the sublayer, x' - x.
+    pub fn keep_write(&mut self, on: bool) {
+        self.keep_write = on;
+        self.write = buf(if on { self.h.len() } else { 0 });
+    }
+
+    /// What the last forward wrote (see [`keep_write`](Self::keep_write);
+    /// empty when off).
+    pub fn write(&self) -> &[f32] {
+        &self.write
     }
 
     /// The attention cache, if S is attention.
@@ -364,6 +268,8 @@ impl Sublayer {
             track_paths: false,
             output_sumsq: 0.0,
             track_output: false,
+            keep_write: false,
+            write: buf(0),
         }
     }
 
@@ -382,6 +288,8 @@ impl Sublayer {
             post_c,
             output_sumsq,
             track_output,
+            keep_write,
+            write,
             ..
         } = c;
         let rows = x.len() / self.d;
@@ -451,6 +359,17 @@ impl Sublayer {
             r.round_in_place(y);
             if *track_output {
                 *output_sumsq = sum_squares(y);
+            }
+        }
+        if *keep_write {
+            if self.post_norm.is_none() && self.skip == 1.0 {
+                let b = self.branch;
+                write.iter_mut().zip(o).for_each(|(w, &o)| *w = b * o);
+            } else {
+                let after: &[f32] = if self.post_norm.is_some() { y } else { h };
+                for ((w, &a), &v) in write.iter_mut().zip(after).zip(x) {
+                    *w = a - v;
+                }
             }
         }
     }

@@ -21,6 +21,7 @@ use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, LineChart, Panel, Series, Table};
 use normlab::error::Result;
 use normlab::kernels::rng::Rng;
+use normlab::model::residual;
 use serde::Serialize;
 use serde_json::json;
 
@@ -55,6 +56,23 @@ pub struct SimConfig {
     pub rows: usize,
     /// Seed of inputs and weights.
     pub seed: u64,
+}
+
+impl SimConfig {
+    /// The residual options it turns on, each with its setting: LayerNorm
+    /// Scaling, and the gate (ReZero's 0, or LayerScale's init).
+    pub fn residual_options(&self) -> Vec<(&'static residual::ResidualOption, f64)> {
+        let mut v = Vec::new();
+        if self.lns {
+            v.push((&residual::LNS, 1.0));
+        }
+        match self.gate {
+            Some(0.0) => v.push((&residual::REZERO, 0.0)),
+            Some(g) => v.push((&residual::LAYERSCALE, g)),
+            None => {}
+        }
+        v
+    }
 }
 
 impl Default for SimConfig {
@@ -121,24 +139,22 @@ fn simulate_from(
     let draw = |state: &mut Rng| -> Vec<f64> { (0..d * d).map(|_| std * state.normal()).collect() };
     let mut states = Vec::with_capacity(n);
     let skip = if c.residual { 1.0 } else { 0.0 };
-    let branch = if c.scale_writeback {
+    let writeback = if c.scale_writeback {
         1.0 / (n as f64).sqrt()
     } else {
         1.0
-    } * c.gate.unwrap_or(1.0);
+    };
+    // The residual options' multipliers at init, from their declarations.
+    let options = c.residual_options();
+    let effect = |l: usize| residual::at_init(&options, l, c.pre_norm);
     let rms = |v: &[f64]| (v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64).sqrt();
     let mut residual = vec![rms(&x)];
     // Layer inputs, kept only for pre-norm's backward.
     let mut xs = Vec::new();
     let mut inv_rms = Vec::with_capacity(n); // per layer, per row (pre-norm)
-    let lns = |l: usize| {
-        if c.lns && c.pre_norm {
-            1.0 / ((l + 1) as f64).sqrt()
-        } else {
-            1.0
-        }
-    };
+    let lns = |l: usize| effect(l).read;
     for l in 0..n {
+        let branch = writeback * effect(l).write;
         states.push(rng.clone());
         let w = draw(&mut rng);
         let mut a = x.clone();
@@ -174,6 +190,7 @@ fn simulate_from(
     let mut g = r.to_vec();
     let mut grads = vec![(g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt()];
     for l in (0..n).rev() {
+        let branch = writeback * effect(l).write;
         let w = draw(&mut states[l].clone());
         let mut next = vec![0.0; rows * d];
         for i in 0..rows {

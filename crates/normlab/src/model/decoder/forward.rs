@@ -15,6 +15,7 @@ use crate::kernels::act;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::norm::{self, NormKind};
 use crate::kernels::simd;
+use crate::model::SublayerTrace;
 use crate::nn::norm::{mean_row_norm, rms};
 use rayon::prelude::*;
 
@@ -44,43 +45,6 @@ impl KvCache {
     /// Whether nothing is cached yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-/// One sublayer's effect on the residual stream in one forward pass: the
-/// stream it read, what it wrote as that write is added, the stream after.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct SublayerTrace {
-    /// Block index.
-    pub block: usize,
-    /// 0: attention; 1: MLP.
-    pub sub: usize,
-    /// RMS of the stream before.
-    pub before_rms: f64,
-    /// RMS of the write.
-    pub write_rms: f64,
-    /// RMS of the stream after.
-    pub after_rms: f64,
-    /// max |after - (before + write)| over max |after|: 0 up to rounding.
-    pub check: f64,
-}
-
-impl SublayerTrace {
-    /// The trace of `before + write = after` (all `[rows, d]`).
-    pub fn of(block: usize, sub: usize, before: &[f32], write: &[f32], after: &[f32]) -> Self {
-        let (mut err, mut top) = (0f32, 0f32);
-        for ((b, w), a) in before.iter().zip(write).zip(after) {
-            err = err.max((a - (b + w)).abs());
-            top = top.max(a.abs());
-        }
-        SublayerTrace {
-            block,
-            sub,
-            before_rms: rms(before),
-            write_rms: rms(write),
-            after_rms: rms(after),
-            check: f64::from(err) / f64::from(top).max(1e-30),
-        }
     }
 }
 

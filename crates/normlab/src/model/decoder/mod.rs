@@ -32,7 +32,8 @@ mod inspect;
 pub mod names;
 pub(crate) mod tokenizer;
 
-pub use forward::{KvCache, SublayerTrace};
+pub use super::SublayerTrace;
+pub use forward::KvCache;
 pub use inspect::{
     held_out_text, inspect, stream_growth, FinalNormEffect, LlamaLayerRow, MassiveActivation,
     ModelClaims,
