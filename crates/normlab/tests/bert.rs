@@ -99,3 +99,19 @@ fn minilm_rmsnorm_conversion_and_calibration() {
         "calibration should move the embeddings back toward the original"
     );
 }
+
+#[test]
+fn minilm_trace_is_exact_per_sublayer() {
+    // The one inspection type on a Post-LN encoder: per sublayer, the write
+    // is the change across it, and before + write = after to rounding; the
+    // stream after each sublayer is normalised (gain and bias aside).
+    let Some(dir) = model_dir() else { return };
+    let bert = Bert::load(&dir).unwrap();
+    let ids = bert.encode("Residual connections keep deep networks trainable.").unwrap();
+    let mut tr = bert::Trace::default();
+    bert.forward(&ids, &bert.norms, Some(&mut tr));
+    assert_eq!(tr.sublayers.len(), 2 * bert.cfg.num_hidden_layers);
+    for s in &tr.sublayers {
+        assert!(s.check < 1e-5 && s.write_rms > 0.0, "{s:?}");
+    }
+}

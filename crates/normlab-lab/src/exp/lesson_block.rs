@@ -8,7 +8,7 @@
 
 use normlab::kernels::buf::AlignedBuf;
 use normlab::kernels::norm::NormKind;
-use normlab::nn::{Activation, Mlp, Norm, Op, Scratch, Sublayer, SublayerCache};
+use normlab::nn::{Activation, Mlp, Norm, Op, Residual, Scratch, Sublayer, SublayerCache};
 use normlab::params::{Init, ParamLayout};
 
 /// PyTorch's `nn.LayerNorm` default eps.
@@ -94,10 +94,8 @@ impl MlpStack {
                         )
                     }),
                     out_norm: None,
-                    post_norm: None,
-                    skip: if residual { 1.0 } else { 0.0 },
+                    res: Residual::single(if residual { 1.0 } else { 0.0 }, 1.0, None),
                     out_bias: None,
-                    branch: 1.0,
                     in_scale: 1.0,
                     gate: None,
                     op: Op::Mlp(mlp),

@@ -145,7 +145,7 @@ impl Block {
                 out.push(site(NormRole::QkNorm, k));
             }
             out.extend(sub.out_norm.as_ref().map(|n| site(NormRole::Out, n)));
-            out.extend(sub.post_norm.as_ref().map(|n| site(NormRole::Post, n)));
+            out.extend(sub.res.post_norm().map(|n| site(NormRole::Post, n)));
         }
         out
     }

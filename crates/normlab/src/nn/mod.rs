@@ -16,6 +16,7 @@ pub mod mixer;
 pub mod mlp;
 pub mod norm;
 pub mod placement;
+pub mod residual;
 pub mod scratch;
 pub mod sublayer;
 
@@ -28,5 +29,6 @@ pub use mixer::{ToyMixer, ToyMixerCache};
 pub use mlp::{Activation, Mlp, MlpCache};
 pub use norm::{Norm, NormCache};
 pub use placement::Placement;
+pub use residual::{Residual, ResidualCache};
 pub use scratch::Scratch;
 pub use sublayer::{Op, OpCache, Sublayer, SublayerCache};

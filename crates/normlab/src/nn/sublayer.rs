@@ -1,7 +1,11 @@
-//! One sublayer struct for every placement of the norms:
+//! One sublayer struct for every placement of the norms: a branch
+//! (InNorm, S, OutNorm, gate) connected to the residual stream by its
+//! [`Residual`] (what the branch reads from the stream, how its output is
+//! written back; `nn/residual.rs`). With the single stream:
 //!
 //! ```text
-//! h  = skip * x + branch * Gate( OutNorm( S( in_scale * InNorm(x) ) ) )
+//! o  = Gate( OutNorm( S( in_scale * InNorm(read(x)) ) ) )
+//! h  = skip * x + branch * o
 //! x' = PostNorm(h)
 //! ```
 //!
@@ -11,8 +15,8 @@
 //! `none`: no norm · `mixln`: post in the first K blocks, pre after ·
 //! residual off: skip = 0. Residual options: ReZero / LayerScale are the
 //! [`Gate`] (a learnable scalar or per-channel scale), LayerNorm Scaling is
-//! `in_scale` = 1/sqrt(l). A new paper's variant is a new preset or option
-//! here, not a new code path.
+//! `in_scale` = 1/sqrt(l); each is declared once in `model::residual`. A
+//! new paper's variant is a new preset or option, or a new [`Residual`].
 //!
 //! Backward makes the two paths of the residual stream explicit:
 //! `dx = skip * dh  (identity path)  +  InNorm^T S^T OutNorm^T (branch * dh)`.
@@ -24,6 +28,7 @@ use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
 use super::norm::{buf, Norm, NormCache};
 pub use super::placement::Placement;
+use super::residual::{Residual, ResidualCache};
 use super::scratch::Scratch;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
@@ -116,12 +121,9 @@ pub struct Sublayer {
     pub in_norm: Option<Norm>,
     /// Norm after S, before the add.
     pub out_norm: Option<Norm>,
-    /// Norm after the add.
-    pub post_norm: Option<Norm>,
-    /// Weight of the identity path (1; alpha for DeepNorm; 0 = residual off).
-    pub skip: f32,
-    /// Weight of the branch (1, or e.g. 1/sqrt(N)).
-    pub branch: f32,
+    /// How the branch is connected to the residual stream (for the single
+    /// stream: skip and branch weights, and the norm after the add).
+    pub res: Residual,
     /// Bias added after the output norm (only in converted checkpoints).
     pub out_bias: Option<crate::params::ParamRef>,
     /// Multiplier on the input norm's output (LayerNorm Scaling's
@@ -147,9 +149,7 @@ pub struct SublayerCache {
     op: OpCache,
     o: AlignedBuf,
     out_c: Option<NormCache>,
-    h: AlignedBuf,
-    y: AlignedBuf,
-    post_c: Option<NormCache>,
+    res: ResidualCache,
     /// Squared norm of the identity-path gradient `skip * dh` (last backward).
     pub identity_grad_sumsq: f64,
     /// Squared norm of the branch-path gradient (last backward).
@@ -174,18 +174,18 @@ pub struct SublayerCache {
 impl SublayerCache {
     /// The sublayer's output x' from the last forward.
     pub fn output(&self) -> &[f32] {
-        if self.post_c.is_some() {
-            &self.y
-        } else {
-            &self.h
-        }
+        self.res.output()
     }
 
     /// Every norm cache of the sublayer (In, Out, Post; QK-Norm's aside).
     pub fn norm_caches_mut(&mut self) -> impl Iterator<Item = &mut NormCache> {
-        [&mut self.in_c, &mut self.out_c, &mut self.post_c]
-            .into_iter()
-            .flatten()
+        [
+            self.in_c.as_mut(),
+            self.out_c.as_mut(),
+            self.res.post_cache_mut(),
+        ]
+        .into_iter()
+        .flatten()
     }
 
     /// The cache of the sublayer's norm at `role` (In, Out or Post).
@@ -194,7 +194,7 @@ impl SublayerCache {
         match role {
             NormRole::In => self.in_c.as_ref(),
             NormRole::Out => self.out_c.as_ref(),
-            NormRole::Post => self.post_c.as_ref(),
+            NormRole::Post => self.res.post_cache(),
             NormRole::Final | NormRole::QkNorm => None,
         }
     }
@@ -206,7 +206,7 @@ impl SublayerCache {
     /// change across the sublayer, x' - x.
     pub fn keep_write(&mut self, on: bool) {
         self.keep_write = on;
-        self.write = buf(if on { self.h.len() } else { 0 });
+        self.write = buf(if on { self.res.state_len() } else { 0 });
     }
 
     /// What the last forward wrote (see [`keep_write`](Self::keep_write);
@@ -242,11 +242,7 @@ impl Sublayer {
         let rows = batch * t;
         let n = rows * self.d;
         let sized = |on: bool| buf(if on { n } else { 0 });
-        let (has_in, has_out, has_post) = (
-            self.in_norm.is_some(),
-            self.out_norm.is_some(),
-            self.post_norm.is_some(),
-        );
+        let (has_in, has_out) = (self.in_norm.is_some(), self.out_norm.is_some());
         SublayerCache {
             t,
             a: sized(has_in && !self.norm_out_in_scratch()),
@@ -259,9 +255,7 @@ impl Sublayer {
             },
             o: sized(has_out),
             out_c: self.out_norm.as_ref().map(|m| m.cache(rows)),
-            h: buf(n),
-            y: sized(has_post),
-            post_c: self.post_norm.as_ref().map(|m| m.cache(rows)),
+            res: self.res.cache(rows, self.d),
             identity_grad_sumsq: 0.0,
             branch_grad_sumsq: 0.0,
             total_grad_sumsq: 0.0,
@@ -283,15 +277,14 @@ impl Sublayer {
             op,
             o,
             out_c,
-            h,
-            y,
-            post_c,
+            res,
             output_sumsq,
             track_output,
             keep_write,
             write,
             ..
         } = c;
+        let x = self.res.read(x);
         let rows = x.len() / self.d;
         // Activations are rounded to the storage type where a
         // mixed-precision framework keeps them (f32: no-op).
@@ -344,33 +337,11 @@ impl Sublayer {
             }
             None => o,
         };
-        match (&self.post_norm, *track_output, r.is_f32()) {
-            (None, true, true) => {
-                *output_sumsq = act::axpby_sum_squares(h, self.skip, x, self.branch, o)
-            }
-            _ => act::axpby(h, self.skip, x, self.branch, o),
-        }
-        r.round_in_place(h);
-        if self.post_norm.is_none() && *track_output && !r.is_f32() {
-            *output_sumsq = sum_squares(h);
-        }
-        if let Some(n) = &self.post_norm {
-            n.forward(params, h, y, post_c.as_mut().unwrap());
-            r.round_in_place(y);
-            if *track_output {
-                *output_sumsq = sum_squares(y);
-            }
+        if let Some(v) = self.res.write(params, x, o, res, r, *track_output) {
+            *output_sumsq = v;
         }
         if *keep_write {
-            if self.post_norm.is_none() && self.skip == 1.0 {
-                let b = self.branch;
-                write.iter_mut().zip(o).for_each(|(w, &o)| *w = b * o);
-            } else {
-                let after: &[f32] = if self.post_norm.is_some() { y } else { h };
-                for ((w, &a), &v) in write.iter_mut().zip(after).zip(x) {
-                    *w = a - v;
-                }
-            }
+            self.res.written(x, o, res, write);
         }
     }
 
@@ -395,8 +366,7 @@ impl Sublayer {
             op,
             o,
             out_c,
-            h,
-            post_c,
+            res,
             ..
         } = c;
         let n = x.len();
@@ -407,19 +377,13 @@ impl Sublayer {
             &mut scr.da[..n],
             &mut scr.dxb[..n],
         );
-        // Through the post-norm: dh = dL/dh.
+        // Through the write-back (the post-norm): dh = dL/dh.
         let r = scr.round;
-        let dh: &[f32] = match &self.post_norm {
-            Some(n) => {
-                n.backward(params, grads, h, dy, dh, post_c.as_mut().unwrap());
-                r.round_in_place(dh);
-                dh
-            }
-            None => dy,
-        };
+        let dh: &[f32] = self.res.write_backward(params, grads, dy, dh, res, r);
         // Branch path: branch * dh -> Gate^T -> OutNorm^T -> S^T -> InNorm^T.
-        let dbranch: &[f32] = if self.branch != 1.0 || self.gate.is_some() {
-            act::axpby(dbr, self.branch, dh, 0.0, dh);
+        let branch = self.res.branch();
+        let dbranch: &[f32] = if branch != 1.0 || self.gate.is_some() {
+            act::axpby(dbr, branch, dh, 0.0, dh);
             if let Some(g) = &self.gate {
                 let gated_in: &[f32] = if self.out_norm.is_some() { o } else { s };
                 g.backward_in_place(params, grads, gated_in, dbr);
@@ -476,9 +440,8 @@ impl Sublayer {
         };
         // The residual stream's gradient is the sum of the two paths:
         // dx = skip * dh (identity path) + dx_branch (through S).
-        let skip = self.skip;
-        act::axpby(dx, skip, dh, 1.0, dx_branch);
-        r.round_in_place(dx);
+        let skip = self.res.skip();
+        self.res.read_backward(dx, dh, dx_branch, r);
         if c.track_paths {
             let (id2, br2) = (
                 (skip as f64) * (skip as f64) * sum_squares(dh),

@@ -1,0 +1,230 @@
+//! The residual stream, and how a sublayer is connected to it: what the
+//! sublayer reads from the stream and how its branch's output `o` (InNorm,
+//! S, OutNorm and gate: see [`Sublayer`](super::Sublayer)) is written back.
+//! The model stack asks a sublayer's [`Residual`] only these two questions
+//! (and their backward), so a residual design is a variant here:
+//!
+//! - [`Residual::Single`]: one stream of d values per token. It reads the
+//!   stream x itself and writes `x' = PostNorm(skip * x + branch * o)`. Every
+//!   placement, ReZero, LayerScale, LayerNorm Scaling and Mix-LN are this
+//!   variant (their declarations are in `model::residual`).
+//!
+//! A design with n parallel streams (hyper-connections, mHC) is a variant
+//! whose state per token is n x d ([`Residual::streams`] sizes the stream
+//! buffers): its read is a learned mix of the n streams into the d values
+//! the branch reads, its write a learned mix of the streams plus `o` spread
+//! over them. A depth-attention residual (Attention Residuals) is a variant
+//! whose cache keeps every earlier sublayer's output and whose read is a
+//! learned mixture of them. Each brings its own cache variant.
+//!
+//! Backward mirrors it: [`Residual::write_backward`] takes dL/dx' to the
+//! gradient of the pre-norm sum h (the identity path's, before `skip`;
+//! `branch * dh` is what the branch receives), and
+//! [`Residual::read_backward`] adds the identity path to the gradient the
+//! branch sends back: `dx = skip * dh + dx_branch`.
+
+use super::norm::{buf, Norm, NormCache};
+use crate::kernels::act;
+use crate::kernels::buf::AlignedBuf;
+use crate::params::sum_squares;
+use crate::precision::Dtype;
+
+/// How a sublayer is connected to the residual stream.
+#[derive(Clone, Debug)]
+pub enum Residual {
+    /// One stream of d values per token.
+    Single(Single),
+}
+
+/// The single stream's write: `x' = PostNorm(skip * x + branch * o)`.
+#[derive(Clone, Debug)]
+pub struct Single {
+    /// Weight of the identity path (1; alpha for DeepNorm; 0 = residual off).
+    pub skip: f32,
+    /// Weight of the branch (1, or e.g. 1/sqrt(N)).
+    pub branch: f32,
+    /// Norm on the stream after the add (post-norm, DeepNorm).
+    pub post_norm: Option<Norm>,
+}
+
+/// What a residual connection keeps between forward and backward.
+#[derive(Clone, Debug)]
+pub enum ResidualCache {
+    /// The single stream's.
+    Single(SingleCache),
+}
+
+/// The single stream's buffers: the sum h, and with a post-norm its
+/// output and cache.
+#[derive(Clone, Debug)]
+pub struct SingleCache {
+    h: AlignedBuf,
+    y: AlignedBuf,
+    post_c: Option<NormCache>,
+}
+
+impl ResidualCache {
+    /// The stream after the sublayer (x').
+    pub fn output(&self) -> &[f32] {
+        match self {
+            ResidualCache::Single(c) if c.post_c.is_some() => &c.y,
+            ResidualCache::Single(c) => &c.h,
+        }
+    }
+
+    /// The post-norm's cache, if any.
+    pub fn post_cache(&self) -> Option<&NormCache> {
+        match self {
+            ResidualCache::Single(c) => c.post_c.as_ref(),
+        }
+    }
+
+    /// The post-norm's cache, if any (mutable).
+    pub fn post_cache_mut(&mut self) -> Option<&mut NormCache> {
+        match self {
+            ResidualCache::Single(c) => c.post_c.as_mut(),
+        }
+    }
+
+    /// Floats of the stream state of the shard.
+    pub fn state_len(&self) -> usize {
+        match self {
+            ResidualCache::Single(c) => c.h.len(),
+        }
+    }
+}
+
+impl Residual {
+    /// The single stream of d values per token.
+    pub fn single(skip: f32, branch: f32, post_norm: Option<Norm>) -> Residual {
+        Residual::Single(Single {
+            skip,
+            branch,
+            post_norm,
+        })
+    }
+
+    /// Parallel streams per token (the state is streams x d).
+    pub fn streams(&self) -> usize {
+        match self {
+            Residual::Single(_) => 1,
+        }
+    }
+
+    /// Weight of the identity path.
+    pub fn skip(&self) -> f32 {
+        match self {
+            Residual::Single(s) => s.skip,
+        }
+    }
+
+    /// Weight of the branch.
+    pub fn branch(&self) -> f32 {
+        match self {
+            Residual::Single(s) => s.branch,
+        }
+    }
+
+    /// The norm on the stream after the add, if any.
+    pub fn post_norm(&self) -> Option<&Norm> {
+        match self {
+            Residual::Single(s) => s.post_norm.as_ref(),
+        }
+    }
+
+    /// Buffers for `rows` tokens of width `d`.
+    pub fn cache(&self, rows: usize, d: usize) -> ResidualCache {
+        match self {
+            Residual::Single(s) => ResidualCache::Single(SingleCache {
+                h: buf(rows * d),
+                y: buf(if s.post_norm.is_some() { rows * d } else { 0 }),
+                post_c: s.post_norm.as_ref().map(|m| m.cache(rows)),
+            }),
+        }
+    }
+
+    /// What the branch reads from the stream `x`: the stream itself.
+    pub fn read<'a>(&self, x: &'a [f32]) -> &'a [f32] {
+        match self {
+            Residual::Single(_) => x,
+        }
+    }
+
+    /// Write the branch's output `o` into the stream `x`; the result is
+    /// `c.output()`. With `track`, returns the output's sum of squares
+    /// (without a post-norm in f32, in the same pass as the add).
+    pub fn write(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        o: &[f32],
+        c: &mut ResidualCache,
+        r: Dtype,
+        track: bool,
+    ) -> Option<f64> {
+        let (Residual::Single(s), ResidualCache::Single(SingleCache { h, y, post_c })) = (self, c);
+        let mut sumsq = None;
+        match (&s.post_norm, track, r.is_f32()) {
+            (None, true, true) => sumsq = Some(act::axpby_sum_squares(h, s.skip, x, s.branch, o)),
+            _ => act::axpby(h, s.skip, x, s.branch, o),
+        }
+        r.round_in_place(h);
+        if s.post_norm.is_none() && track && !r.is_f32() {
+            sumsq = Some(sum_squares(h));
+        }
+        if let Some(n) = &s.post_norm {
+            n.forward(params, h, y, post_c.as_mut().unwrap());
+            r.round_in_place(y);
+            if track {
+                sumsq = Some(sum_squares(y));
+            }
+        }
+        sumsq
+    }
+
+    /// What the last [`write`](Self::write) put into the stream, into
+    /// `out`: `branch * o` as it is added; for a post-norm, or an identity
+    /// path scaled away from 1 (DeepNorm, residual off), the change across
+    /// the sublayer, x' - x.
+    pub fn written(&self, x: &[f32], o: &[f32], c: &ResidualCache, out: &mut [f32]) {
+        let Residual::Single(s) = self;
+        if s.post_norm.is_none() && s.skip == 1.0 {
+            let b = s.branch;
+            out.iter_mut().zip(o).for_each(|(w, &o)| *w = b * o);
+        } else {
+            for ((w, &a), &v) in out.iter_mut().zip(c.output()).zip(x) {
+                *w = a - v;
+            }
+        }
+    }
+
+    /// Given dL/dx' (`dy`), the gradient of the sum h: through the
+    /// post-norm into `dh` (accumulating its parameter gradients), or `dy`
+    /// itself without one.
+    pub fn write_backward<'a>(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        dy: &'a [f32],
+        dh: &'a mut [f32],
+        c: &mut ResidualCache,
+        r: Dtype,
+    ) -> &'a [f32] {
+        let (Residual::Single(s), ResidualCache::Single(SingleCache { h, post_c, .. })) = (self, c);
+        match &s.post_norm {
+            Some(n) => {
+                n.backward(params, grads, h, dy, dh, post_c.as_mut().unwrap());
+                r.round_in_place(dh);
+                dh
+            }
+            None => dy,
+        }
+    }
+
+    /// dL/dx = the identity path (`skip * dh`) plus the branch's gradient
+    /// with respect to what it read (`dx_branch`), into `dx`.
+    pub fn read_backward(&self, dx: &mut [f32], dh: &[f32], dx_branch: &[f32], r: Dtype) {
+        act::axpby(dx, self.skip(), dh, 1.0, dx_branch);
+        r.round_in_place(dx);
+    }
+}
