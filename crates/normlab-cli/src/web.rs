@@ -5,7 +5,8 @@
 //! repeated parameters included) and every error, 404s too, is JSON
 //! `{"error": ...}`. Work and memory are bounded: per request (vector and
 //! depth limits, metrics read as a stream and sampled) and in total (at
-//! most HEAVY_CONCURRENCY simulations or plots at a time; others wait).
+//! most HEAVY_CONCURRENCY simulations or plots at a time; others wait); no
+//! response body exceeds MAX_RESPONSE_BYTES ([`bound_responses`]).
 //!
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
@@ -13,7 +14,8 @@
 //! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&rezero=&layerscale=&d_model=&rows=&seed=` —
 //!   the depth simulator, with an SVG chart: the parameters are `normlab exp
 //!   depth-sim`'s flags (one declaration, `exp::args`).
-//! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses).
+//! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses):
+//!   at most MAX_LISTED_RUNS, with `total` and `truncated`.
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
 //!   metrics sampled to at most N records (default 2000, at most 20000;
 //!   evaluations always kept), with `metrics_total`.
@@ -48,6 +50,11 @@ pub const MAX_PLOT_RUNS: usize = 20;
 pub const HEAVY_CONCURRENCY: usize = 2;
 /// Default and largest number of metric records one answer carries.
 pub const METRIC_POINTS: (usize, usize) = (2000, 20_000);
+/// Most runs `/api/runs` lists (the rest are counted in `total`).
+pub const MAX_LISTED_RUNS: usize = 2000;
+/// Largest response body: a larger one is replaced by a 500 error naming
+/// the bound (no endpoint should come near it: each bounds its own work).
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
 
 /// Serve the web lab.
 #[derive(Args, Debug)]
@@ -137,6 +144,22 @@ pub fn router(runs: Option<PathBuf>) -> Router {
         .route("/api/plot", get(api_plot))
         .fallback(not_found)
         .with_state(state)
+        .layer(axum::middleware::map_response(|r: Response| {
+            bound_responses(r, MAX_RESPONSE_BYTES)
+        }))
+}
+
+/// Pass `r` through if its body has at most `limit` bytes; otherwise a
+/// 500 error that names the bound (the body is read up to the limit only).
+pub async fn bound_responses(r: Response, limit: usize) -> Response {
+    let (parts, body) = r.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Response::from_parts(parts, axum::body::Body::from(bytes)),
+        Err(_) => err(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the response would exceed the lab's bound of {limit} bytes; ask for less"),
+        ),
+    }
 }
 
 pub fn run(c: ServeCmd) -> anyhow::Result<()> {
@@ -390,8 +413,10 @@ async fn api_runs(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Respons
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let keys = report::varying_keys(&runs);
+    let total = runs.len();
     let list: Vec<Value> = runs
         .iter()
+        .take(MAX_LISTED_RUNS)
         .map(|r| {
             let cfgv = r.cfg.to_json_value();
             let varying: serde_json::Map<String, Value> = keys.iter().map(|k| (k.clone(), cfgv[k].clone())).collect();
@@ -405,7 +430,7 @@ async fn api_runs(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Respons
             })
         })
         .collect();
-    Json(json!({"runs_folder": lab.runs.as_ref().map(|p| p.display().to_string()), "runs": list}))
+    Json(json!({"runs_folder": lab.runs.as_ref().map(|p| p.display().to_string()), "runs": list, "total": total, "truncated": total > MAX_LISTED_RUNS}))
         .into_response()
 }
 
@@ -538,5 +563,23 @@ async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Respons
     match plot::svg_string(&fig) {
         Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
         Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn responses_over_the_bound_become_an_error() {
+        let small = bound_responses((StatusCode::OK, "x".repeat(100)).into_response(), 100).await;
+        assert_eq!(small.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(small.into_body(), 1000).await.unwrap();
+        assert_eq!(body.len(), 100);
+        let big = bound_responses((StatusCode::OK, "x".repeat(101)).into_response(), 100).await;
+        assert_eq!(big.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(big.into_body(), 1000).await.unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert!(v["error"].as_str().unwrap().contains("100 bytes"), "{v}");
     }
 }

@@ -533,3 +533,43 @@ fn api_survives_mutated_queries() {
     eprintln!("fuzz web query: {n} requests, server resident memory {rss:.0} MiB");
     assert!(rss < 300.0, "server resident memory {rss:.0} MiB");
 }
+
+#[test]
+fn run_listing_is_bounded() {
+    // More run folders than /api/runs lists: the first MAX_LISTED_RUNS
+    // (2000), with the total and a truncation flag.
+    let dir = std::env::temp_dir().join(format!("normlab-web-many-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args([
+            "train",
+            "--layers",
+            "1",
+            "--steps",
+            "2",
+            "--batch",
+            "2",
+            "--eval-sequences",
+            "2",
+            "--quiet",
+            "--out",
+        ])
+        .arg(dir.join("r0"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let cfg = std::fs::read(dir.join("r0/config.json")).unwrap();
+    for i in 1..2001 {
+        let d = dir.join(format!("r{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.json"), &cfg).unwrap();
+    }
+    let s = serve(Some(&dir));
+    let (code, body) = get(&s, "/api/runs");
+    assert_eq!(code, 200, "{body}");
+    let v = json_body(&body);
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2000);
+    assert_eq!(v["total"], 2001);
+    assert_eq!(v["truncated"], true);
+    std::fs::remove_dir_all(&dir).ok();
+}

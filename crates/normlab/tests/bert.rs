@@ -107,7 +107,9 @@ fn minilm_trace_is_exact_per_sublayer() {
     // stream after each sublayer is normalised (gain and bias aside).
     let Some(dir) = model_dir() else { return };
     let bert = Bert::load(&dir).unwrap();
-    let ids = bert.encode("Residual connections keep deep networks trainable.").unwrap();
+    let ids = bert
+        .encode("Residual connections keep deep networks trainable.")
+        .unwrap();
     let mut tr = bert::Trace::default();
     bert.forward(&ids, &bert.norms, Some(&mut tr));
     assert_eq!(tr.sublayers.len(), 2 * bert.cfg.num_hidden_layers);
