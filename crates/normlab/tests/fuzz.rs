@@ -1,6 +1,8 @@
 //! The readers of files a user may be handed, fuzzed (see common/fuzz.rs):
 //! GGUF (the reader, every tensor's dequantisation, and the Llama checks),
-//! a run folder's checkpoint (safetensors) and config.json, and a TOML
+//! a Hugging Face decoder folder (Gemma 3's config.json and safetensors,
+//! loaded and run on three tokens), a run folder's checkpoint
+//! (safetensors) and config.json, and a TOML
 //! training config. No input may panic or make a reader hold more than the
 //! stated bound at once; bad input is an `Err`. One test, so that the
 //! allocation counts are this work's alone.
@@ -81,6 +83,28 @@ fn readers_survive_mutated_files() {
         let _ = folder::read_run_config(&cdir);
     });
 
+    // A Hugging Face decoder folder (the tiny Gemma 3 fixture): its
+    // config.json and its safetensors, each mutated with the other intact.
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma3_tiny");
+    let hf_cfg = std::fs::read(fx.join("config.json")).unwrap();
+    let hf_st = std::fs::read(fx.join("model.safetensors")).unwrap();
+    let hf = tmp("hf");
+    let load_and_run = |dir: &std::path::Path| {
+        if let Ok(m) = normlab::model::decoder::Decoder::load_hf(dir) {
+            let _ = m.logits(&[3, 4, 5]);
+        }
+    };
+    std::fs::write(hf.join("model.safetensors"), &hf_st).unwrap();
+    fuzz("hf config.json", &[hf_cfg.clone()], 64 * MIB, |b| {
+        std::fs::write(hf.join("config.json"), b).unwrap();
+        load_and_run(&hf);
+    });
+    std::fs::write(hf.join("config.json"), &hf_cfg).unwrap();
+    fuzz("hf safetensors", &[hf_st], 64 * MIB, |b| {
+        std::fs::write(hf.join("model.safetensors"), b).unwrap();
+        load_and_run(&hf);
+    });
+
     // A TOML training config.
     let toml_seeds: Vec<Vec<u8>> = [
         "model = \"gpt\"\nlayers = 4\nd_model = 64\nheads = 2\nlr = 3e-3\nnorm = \"rmsnorm\"\nplacement = \"pre\"\n",
@@ -96,7 +120,7 @@ fn readers_survive_mutated_files() {
             }
         }
     });
-    for d in [dir, run, target, cdir] {
+    for d in [dir, run, target, cdir, hf] {
         let _ = std::fs::remove_dir_all(d);
     }
 }
