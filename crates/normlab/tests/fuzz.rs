@@ -95,10 +95,15 @@ fn readers_survive_mutated_files() {
         }
     };
     std::fs::write(hf.join("model.safetensors"), &hf_st).unwrap();
-    fuzz("hf config.json", &[hf_cfg.clone()], 64 * MIB, |b| {
-        std::fs::write(hf.join("config.json"), b).unwrap();
-        load_and_run(&hf);
-    });
+    fuzz(
+        "hf config.json",
+        std::slice::from_ref(&hf_cfg),
+        64 * MIB,
+        |b| {
+            std::fs::write(hf.join("config.json"), b).unwrap();
+            load_and_run(&hf);
+        },
+    );
     std::fs::write(hf.join("config.json"), &hf_cfg).unwrap();
     fuzz("hf safetensors", &[hf_st], 64 * MIB, |b| {
         std::fs::write(hf.join("model.safetensors"), b).unwrap();
