@@ -804,6 +804,12 @@ fn cross_check_agrees_with_pytorch_and_flags_a_disagreement() {
         "C6": {"row_mean": v(0.4474, 15), "row_std": v(0.8937, 15)},
         "C5": {"layernorm": {"scale_change": 0.0, "shift_change": 0.0},
                "rmsnorm": {"scale_change": 0.0, "shift_change": 1.4}},
+        // The training comparison: the same losses with LayerNorm, but a
+        // no-norm net that diverges (a status normlab's runs do not have).
+        "C12": {"layernorm": [{"status": "converged", "final_eval_loss": 1.91},
+                              {"status": "converged", "final_eval_loss": 1.92}],
+                "none": [{"status": "diverged", "final_eval_loss": null},
+                         {"status": "diverged", "final_eval_loss": null}]},
     });
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&fake, format!("#!/bin/sh\necho '{body}'\n")).unwrap();
@@ -832,5 +838,16 @@ fn cross_check_agrees_with_pytorch_and_flags_a_disagreement() {
         .unwrap();
     assert_eq!(c1["agrees"], false);
     assert!(r["conclusion"].as_str().unwrap().contains("do not: C1"));
+    let c12: Vec<&Value> = r["agreement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["claim"] == "C12")
+        .collect();
+    assert_eq!(c12.len(), 2, "{c12:?}");
+    for a in c12 {
+        let no_norm = a["statistic"].as_str().unwrap().contains("no norm");
+        assert_eq!(a["agrees"], !no_norm, "{a}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

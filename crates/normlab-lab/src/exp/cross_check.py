@@ -8,16 +8,19 @@ runs it with its request as the one argument (JSON: seeds per claim) and
 reads one JSON object from stdout; it can also be run by hand:
 
     python3 cross_check.py '{"C1": 3, "C2": 3, "C3": 3, "C6": 3}'
+    python3 cross_check.py '{"C12": {"layers": 20, "lr": 0.001, "steps": 300, "seeds": 1, "norms": ["none", "layernorm"]}}'
 
 Exit status 3 with a one-line message when torch is missing.
 """
 
 import json
+import math
 import sys
 
 try:
     import torch
     import torch.nn as nn
+    import torch.nn.functional as F
 except ImportError:
     print("torch is not installed in this Python", file=sys.stderr)
     sys.exit(3)
@@ -143,6 +146,162 @@ def smollm2(req):
     return {"row_norm_out": mean, "row_norm_median_out": med, "max_abs": mx}
 
 
+# C12: the toy net of docs/toy-task.md ("The net and its training"),
+# trained: token + position embeddings (nn.Embedding, N(0, 1)), per block
+# x + Mixer(LN(x)) then x + MLP(LN(x)) (no LN without a norm), the mixer a
+# causal mean followed by nn.Linear(d, d), the MLP nn.Linear(d, 128),
+# tanh-GELU, nn.Linear(128, d), a final LN, an untied head without bias;
+# torch's default init; Adam (0.9, 0.999, eps 1e-8), constant lr, batch 32;
+# held-out loss on docs/toy-task.md's 512 held-out sequences (its documented
+# generator): the training data come from torch's RNG.
+
+V, T, D, H = 64, 16, 64, 128
+
+
+def toy_targets(x, noise, gen):
+    """docs/toy-task.md's shift-rank rule on a (B, T) batch of tokens 0..7."""
+    b, t = x.shape
+    y = torch.empty_like(x)
+    xs = x.tolist()
+    for i in range(b):
+        counts, rank = {}, {}
+        for j, xt in enumerate(xs[i]):
+            c = counts.get(xt, 0)
+            counts[xt] = c + 1
+            z = (xt + c) % 8
+            if z not in rank:
+                rank[z] = len(rank)
+            y[i, j] = z + 8 * rank[z]
+    if noise == 0.0:
+        return y
+    flip = torch.rand(b, t, generator=gen) < noise
+    y = torch.where(flip, torch.randint(0, V, (b, t), generator=gen), y)
+    return y
+
+
+def toy_batch(n, gen, noise=0.1):
+    x = torch.randint(0, 8, (n, T), generator=gen)
+    return x, toy_targets(x, noise, gen)
+
+
+class Mixer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(D, D)
+
+    def forward(self, a):
+        m = a.cumsum(1) / torch.arange(1, a.shape[1] + 1, dtype=a.dtype).view(1, -1, 1)
+        return self.proj(m)
+
+
+class Block(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        mk = (lambda: nn.LayerNorm(D)) if norm == "layernorm" else (lambda: nn.Identity())
+        self.n1, self.n2 = mk(), mk()
+        self.mix = Mixer()
+        self.mlp = nn.Sequential(nn.Linear(D, H), nn.GELU(approximate="tanh"), nn.Linear(H, D))
+
+    def forward(self, x):
+        x = x + self.mix(self.n1(x))
+        return x + self.mlp(self.n2(x))
+
+
+class ToyNet(nn.Module):
+    def __init__(self, layers, norm):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.ModuleList(Block(norm) for _ in range(layers))
+        self.fin = nn.LayerNorm(D) if norm == "layernorm" else nn.Identity()
+        self.head = nn.Linear(D, V, bias=False)
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        for b in self.blocks:
+            h = b(h)
+        return self.head(self.fin(h))
+
+
+M64 = (1 << 64) - 1
+
+
+def _splitmix(st):
+    st = (st + 0x9E3779B97F4A7C15) & M64
+    z = st
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return st, z ^ (z >> 31)
+
+
+class HeldOutRng:
+    """xoshiro256** seeded by splitmix64, as docs/toy-task.md specifies the
+    held-out stream (so both sides score the same held-out sequences)."""
+
+    def __init__(self, seed):
+        st, self.s = seed & M64, []
+        for _ in range(4):
+            st, v = _splitmix(st)
+            self.s.append(v)
+
+    def next(self):
+        s = self.s
+        rotl = lambda x, k: ((x << k) | (x >> (64 - k))) & M64
+        r = (rotl((s[1] * 5) & M64, 7) * 9) & M64
+        t = (s[1] << 17) & M64
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return r
+
+    def below(self, n):
+        return (self.next() * n) >> 64
+
+    def uniform(self):
+        return (self.next() >> 11) * (1.0 / (1 << 53))
+
+
+def held_out(n, noise=0.1):
+    xs, ys = [], []
+    for i in range(n):
+        rng = HeldOutRng(0xE7A1 ^ (i << 20) ^ 0xD1B54A32D192ED03)
+        x = [rng.below(8) for _ in range(T)]
+        y = toy_targets(torch.tensor([x]), 0.0, None)[0].tolist()
+        ys.append([rng.below(V) if rng.uniform() < noise else v for v in y])
+        xs.append(x)
+    return torch.tensor(xs), torch.tensor(ys)
+
+
+def train_toy(layers, norm, lr, steps, seed, batch=32, eval_n=512):
+    torch.manual_seed(seed)
+    net = ToyNet(layers, norm)
+    opt = torch.optim.Adam(net.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    gen = torch.Generator().manual_seed(1000 + seed)
+    ex, ey = held_out(eval_n)
+    bound, above, status, losses = 2 * math.log(V), 0, "converged", []
+    for step in range(steps):
+        x, y = toy_batch(batch, gen)
+        loss = F.cross_entropy(net(x).reshape(-1, V), y.reshape(-1))
+        l = loss.item()
+        losses.append(l)
+        above = above + 1 if not (l <= bound) else 0
+        if not math.isfinite(l) or above >= 50:
+            status = "diverged"
+            break
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        ev = F.cross_entropy(net(ex).reshape(-1, V), ey.reshape(-1)).item()
+    if status != "diverged" and not math.isfinite(ev):
+        status = "diverged"
+    if status == "converged" and ev > 4.156 - 0.1:
+        status = "stalled"
+    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None, "steps": len(losses)}
+
+
 def main():
     req = json.loads(sys.argv[1])
     out = {"torch": torch.__version__}
@@ -160,6 +319,12 @@ def main():
         out["C6"] = {"row_mean": [a for a, _ in r], "row_std": [b for _, b in r]}
     if req.get("C5"):
         out["C5"] = c5_invariance()
+    if req.get("C12"):
+        r = req["C12"]
+        out["C12"] = {
+            n: [train_toy(r["layers"], n, r["lr"], r["steps"], s) for s in range(r["seeds"])]
+            for n in r["norms"]
+        }
     if req.get("smollm2"):
         out["smollm2"] = smollm2(req["smollm2"])
     print(json.dumps(out))

@@ -191,7 +191,7 @@ pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Re
     if quick {
         md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
     }
-    md.push_str("One verdict per claim: the chapter on the lesson's own setting (the first listed) decides; the other chapters are evidence beside it and can only qualify it (a chapter whose verdict differs is named after the verdict). An inconclusive chapter hands the decision to the next. \"cross-checked\": the cross-check chapter computed the claim's statistics again in an independent PyTorch implementation; they agree when, over seeds, PyTorch's median lies inside normlab's seed range and normlab's median inside PyTorch's (an invariance: both find the same outputs unchanged to 1e-4).\n\n");
+    md.push_str("One verdict per claim: the chapter on the lesson's own setting (the first listed) decides; the other chapters are evidence beside it and can only qualify it (a chapter whose verdict differs is named after the verdict). An inconclusive chapter hands the decision to the next. \"cross-checked\": the cross-check chapter computed the claim's statistics again in an independent PyTorch implementation; they agree when, over seeds, PyTorch's median lies inside normlab's seed range and normlab's median inside PyTorch's (an invariance: both find the same outputs unchanged to 1e-4; a training comparison: the same most common run status, and mean final held-out losses within twice the pooled seed standard deviation, at least 0.05 nats).\n\n");
     md.push_str("| claim | | verdict | each chapter |\n|---|---|---|---|\n");
     let mut overall = Vec::new();
     for c in CLAIMS {
