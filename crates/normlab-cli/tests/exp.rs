@@ -810,6 +810,11 @@ fn cross_check_agrees_with_pytorch_and_flags_a_disagreement() {
                               {"status": "converged", "final_eval_loss": 1.92}],
                 "none": [{"status": "diverged", "final_eval_loss": null},
                          {"status": "diverged", "final_eval_loss": null}]},
+        "C16": {"post": [{"status": "converged", "final_eval_loss": 2.71},
+                         {"status": "converged", "final_eval_loss": 2.71}],
+                "pre": [{"status": "stalled", "final_eval_loss": 3.03},
+                        {"status": "stalled", "final_eval_loss": 3.04}],
+                "init_ratio": (0..20).map(|i| 0.33 + 0.005 * i as f64).collect::<Vec<_>>()},
     });
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&fake, format!("#!/bin/sh\necho '{body}'\n")).unwrap();

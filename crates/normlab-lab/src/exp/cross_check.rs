@@ -1,4 +1,4 @@
-//! cross-check (claims C1, C2, C3, C5, C6, C12): do normlab's numbers agree with
+//! cross-check (claims C1, C2, C3, C5, C6, C12, C16): do normlab's numbers agree with
 //! an independent PyTorch implementation? `cross_check.py` (beside this
 //! file, compiled in and run by `NORMLAB_PYTHON`, default `python3`) is
 //! written from the lesson and normlab's documented settings with torch's
@@ -6,10 +6,10 @@
 //! kernels and its own RNG, seed by seed. The agreement rule: for a
 //! statistic over seeds, PyTorch's median lies inside normlab's seed range
 //! and normlab's median inside PyTorch's; for an invariance, both find the
-//! same outputs unchanged (to 1e-4); for training (C12: the toy net of
-//! docs/toy-task.md, 20 layers, without a norm and with LayerNorm), the same
-//! most common run status and mean final held-out losses within twice the
-//! pooled seed standard deviation (at least 0.05 nats). With SmolLM2's file and transformers
+//! same outputs unchanged (to 1e-4); for training (C12, C16:
+//! `cross_train.rs`), the same most common run status and mean final
+//! held-out losses within twice the pooled seed standard deviation (at
+//! least 0.05 nats). With SmolLM2's file and transformers
 //! (+ gguf, accelerate) there, C3's stream on the real model is compared
 //! too: transformers loads the same GGUF file and runs normlab's token ids;
 //! per block, the mean and median token norm and the largest activation
@@ -17,10 +17,10 @@
 //! to install it) and measures nothing.
 
 use super::args::ExpArgs;
+use super::cross_train::{self, Setting};
 use super::framework::{result, ExpResult, Experiment, Progress, Unavailable};
 use super::lesson_block::{MlpStack, StackInit};
 use super::residual_growth::{lesson_init_growth, spread};
-use super::runs;
 use crate::present::{f, Figure, LineChart, Series, Table};
 use normlab::error::{Error, Result};
 use normlab::io::sample_sentences;
@@ -28,10 +28,7 @@ use normlab::kernels::matmul::linear_forward;
 use normlab::kernels::norm::NormKind;
 use normlab::kernels::rng::Rng;
 use normlab::model::llama::{Llama, LlamaTrace};
-use normlab::model::InitScheme;
 use normlab::nn::norm::{mean_row_norm, normalise_rows};
-use normlab::nn::Placement;
-use normlab::train::TrainConfig;
 use serde_json::{json, Value};
 
 /// The experiment's registry row.
@@ -58,60 +55,6 @@ fn seeds(quick: bool) -> [usize; 4] {
     } else {
         [30, 200, 30, 30]
     }
-}
-
-/// C12's training comparison: (steps, seeds).
-fn c12_setting(quick: bool) -> (usize, u64) {
-    if quick {
-        (200, 2)
-    } else {
-        (3000, 3)
-    }
-}
-
-/// C12 on normlab's side: the toy net, 20 layers, Pre, PyTorch's default
-/// init, Adam lr 1e-3, without a norm and with LayerNorm, per seed.
-fn c12_configs(steps: usize, seeds: u64) -> Result<Vec<TrainConfig>> {
-    let mut v = Vec::new();
-    for norm in [NormKind::None, NormKind::LayerNorm] {
-        for seed in 0..seeds {
-            v.push(runs::toy(|c| {
-                c.model.layers = 20;
-                c.model.norm = norm;
-                c.model.placement = Placement::Pre;
-                c.model.init = InitScheme::Torch;
-                c.lr = 1e-3;
-                c.steps = steps;
-                c.seed = seed;
-                c.shards = 1;
-                c.eval_every = (steps / 10).max(1);
-            })?);
-        }
-    }
-    Ok(v)
-}
-
-/// The most common of `statuses` (the first on ties).
-fn most_common<'a>(statuses: &[&'a str]) -> &'a str {
-    let count = |s: &str| statuses.iter().filter(|&&x| x == s).count();
-    statuses
-        .iter()
-        .copied()
-        .max_by_key(|s| {
-            (
-                count(s),
-                std::cmp::Reverse(statuses.iter().position(|x| x == s)),
-            )
-        })
-        .unwrap_or("none")
-}
-
-/// Mean and (sample) standard deviation.
-fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n.max(1.0);
-    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-    (m, var.sqrt())
 }
 
 /// C1: the per-layer factor of the mean token norm through 20 plain linear
@@ -228,9 +171,19 @@ fn floats(v: &Value) -> Vec<f64> {
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let [n1, n2, n3, n6] = seeds(a.quick);
-    let (c12_steps, c12_seeds) = c12_setting(a.quick);
-    let mut request = json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1,
-        "C12": {"layers": 20, "lr": 1e-3, "steps": c12_steps, "seeds": c12_seeds, "norms": ["none", "layernorm"]}});
+    let setting = Setting::new(a);
+    // The GPT's text for the PyTorch side: the bundled text, as a file.
+    let text = std::env::temp_dir().join(format!("normlab-cross-check-{}.txt", std::process::id()));
+    normlab::io::atomic_write(&text, normlab::io::BUNDLED_TEXT)?;
+    let mut request = json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1});
+    for (k, v) in setting
+        .request(&text.display().to_string())
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        request[k] = v.clone();
+    }
     // SmolLM2, when its file is here: normlab's token ids of the llm
     // chapter's texts, for transformers to run on the same file.
     let llm = match super::llm::find_model() {
@@ -250,10 +203,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         None => None,
     };
     let mut out = result(
-        json!({"seeds": {"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C12": c12_seeds}, "c12_steps": c12_steps, "smollm2_texts": llm.as_ref().map(|l| l.1.len()), "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4; SmolLM2: every block within 1e-3 relative"}),
+        json!({"seeds": {"C1": n1, "C2": n2, "C3": n3, "C6": n6, }, "training": setting.describe(), "smollm2_texts": llm.as_ref().map(|l| l.1.len()), "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4; SmolLM2: every block within 1e-3 relative"}),
         vec![],
     );
-    let Some(torch) = torch_side(&request)? else {
+    let torch = torch_side(&request);
+    let _ = std::fs::remove_file(&text);
+    let Some(torch) = torch? else {
         let why = format!("no Python with torch (NORMLAB_PYTHON): {INSTALL}");
         out.conclusion = format!("Nothing cross-checked: {why}.");
         out.unavailable = Some(Unavailable {
@@ -269,6 +224,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .map(|s| lesson_init_growth(128, 12, s))
         .collect();
     let nl_c6: Vec<(f64, f64)> = seeds_of(n6).map(c6).collect();
+    let nl_c16 = cross_train::init_ratios(&setting)?;
     let stats: Vec<Statistic> = vec![
         (
             "C1",
@@ -318,6 +274,13 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             "~0.8944",
             nl_c6.iter().map(|p| p.1).collect(),
             floats(&torch["C6"]["row_std"]),
+        ),
+        (
+            "C16",
+            "per-block gradient norm at init, Post-LN over Pre-LN (mean over blocks)",
+            "~1% (0.017 vs ~1.6)",
+            nl_c16,
+            floats(&torch["C16"]["init_ratio"]),
         ),
     ];
     let mut table = Table::new(
@@ -384,96 +347,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             records.push(json!({"claim": "C5", "statistic": format!("{kind}: largest output change under {t}"), "agrees": agrees, "normlab": n, "torch": p}));
         }
     }
-    // C12: the toy net trained on both sides (docs/toy-task.md).
-    let c12 = runs::run_grid(
-        a,
-        runs::specs(c12_configs(c12_steps, c12_seeds)?),
-        false,
-        progress,
-    )?;
-    for (norm, lesson) in [
-        (NormKind::None, "NaN near step 300, never recovers"),
-        (NormKind::LayerNorm, "trains (2.28 at 20 layers)"),
-    ] {
-        let nl: Vec<_> = c12.iter().filter(|r| r.cfg.model.norm == norm).collect();
-        let nl_status: Vec<&str> = nl.iter().map(|r| r.summary.status.name()).collect();
-        let nl_loss: Vec<f64> = nl
-            .iter()
-            .filter_map(|r| r.summary.final_eval_loss)
-            .collect();
-        let pt = torch["C12"][norm.name()]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if pt.is_empty() {
-            return Err(Error::Internal(format!(
-                "cross-check: PyTorch gave no C12 runs for {norm}"
-            )));
-        }
-        let pt_status: Vec<&str> = pt
-            .iter()
-            .map(|r| r["status"].as_str().unwrap_or("?"))
-            .collect();
-        let pt_loss: Vec<f64> = pt
-            .iter()
-            .filter_map(|r| r["final_eval_loss"].as_f64())
-            .collect();
-        let (status_n, status_p) = (most_common(&nl_status), most_common(&pt_status));
-        let ((mn, sn), (mp, sp)) = (mean_std(&nl_loss), mean_std(&pt_loss));
-        let tol = (2.0 * ((sn * sn + sp * sp) / 2.0).sqrt()).max(0.05);
-        let losses_agree = match (nl_loss.is_empty(), pt_loss.is_empty()) {
-            (true, true) => true,
-            (false, false) => (mn - mp).abs() <= tol,
-            _ => false,
-        };
-        let agrees = status_n == status_p && losses_agree;
-        let stat = format!(
-            "toy net, 20 layers, {}: status and final held-out loss after {c12_steps} steps",
-            if norm == NormKind::None {
-                "no norm"
-            } else {
-                "Pre-LN"
-            }
-        );
-        let range = |v: &[f64]| {
-            if v.is_empty() {
-                (f64::NAN, f64::NAN, f64::NAN)
-            } else {
-                spread(v)
-            }
-        };
-        let side = |st: &str, v: &[f64], m: f64| {
-            let (_, lo, hi) = range(v);
-            if v.is_empty() {
-                st.to_string()
-            } else {
-                format!("{st} {} [{}, {}]", f(m, 3), f(lo, 3), f(hi, 3))
-            }
-        };
-        table.row(vec![
-            "C12".into(),
-            stat.clone(),
-            nl.len().to_string(),
-            side(status_n, &nl_loss, mn),
-            side(status_p, &pt_loss, mp),
-            lesson.into(),
-            format!(
-                "{} (difference {}, bound {})",
-                if agrees { "agrees" } else { "disagrees" },
-                f((mn - mp).abs(), 3),
-                f(tol, 3)
-            ),
-        ]);
-        let summary = |st: &str, v: &[f64], m: f64, sd: f64, all: &[&str]| {
-            let (med, lo, hi) = range(v);
-            json!({"status": st, "statuses": all, "mean": m, "std": sd, "median": med, "min": lo, "max": hi, "values": v})
-        };
-        records.push(
-            json!({"claim": "C12", "statistic": stat, "agrees": agrees, "bound": tol,
-            "normlab": summary(status_n, &nl_loss, mn, sn, &nl_status),
-            "torch": summary(status_p, &pt_loss, mp, sp, &pt_status)}),
-        );
-    }
+    // C12 and C16 trained on both sides.
+    cross_train::compare(a, &setting, progress, &torch, &mut table, &mut records)?;
     // C3 on SmolLM2: the stream after each block, per text, as normlab's
     // engine and transformers compute it from the same file and tokens.
     let mut notes = Vec::new();

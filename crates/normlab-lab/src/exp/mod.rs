@@ -13,6 +13,7 @@ pub mod claims;
 pub mod collapse;
 pub mod convert;
 pub mod cross_check;
+pub mod cross_train;
 pub mod cure_all;
 pub mod departures;
 pub mod depth_sim;

@@ -1,0 +1,285 @@
+//! The cross-check chapter's training comparisons: normlab's runs against
+//! the independent PyTorch side's (`cross_check.py`), each scored on the
+//! same documented held-out data. C12: the toy net of docs/toy-task.md, 20
+//! layers, Pre, PyTorch's default init, Adam lr 1e-3, without a norm and
+//! with LayerNorm. C16: the GPT of docs/gpt.md (8 blocks; quick: the tiny
+//! one), Post-LN and Pre-LN at lr 1e-2 without warm-up (the warmup
+//! chapter's cell), and each block's gradient norm at initialisation.
+//! Agreement for a training comparison: the same most common run status,
+//! and mean final held-out losses within twice the pooled seed standard
+//! deviation (at least 0.05 nats).
+
+use super::args::ExpArgs;
+use super::framework::Progress;
+use super::residual_growth::spread;
+use super::runs;
+use crate::present::{f, Table};
+use crate::sweep::RunResult;
+use normlab::error::{Error, Result};
+use normlab::kernels::norm::NormKind;
+use normlab::model::InitScheme;
+use normlab::nn::Placement;
+use normlab::train::optim::ScheduleKind;
+use normlab::train::trainer::Trainer;
+use normlab::train::TrainConfig;
+use serde_json::{json, Value};
+
+/// The comparisons' sizes.
+pub struct Setting {
+    /// C12: steps and seeds.
+    pub c12: (usize, u64),
+    /// C16: the GPT, steps, seeds, and seeds of the gradient at init.
+    pub c16: (TrainConfig, usize, u64, u64),
+}
+
+impl Setting {
+    /// Full (the book) or quick.
+    pub fn new(a: &ExpArgs) -> Setting {
+        let mut gpt = runs::gpt_base(a);
+        if !a.quick {
+            gpt.model.layers = 8;
+        }
+        if a.quick {
+            Setting {
+                c12: (200, 2),
+                c16: (gpt, 150, 2, 20),
+            }
+        } else {
+            Setting {
+                c12: (3000, 3),
+                c16: (gpt, 500, 2, 30),
+            }
+        }
+    }
+
+    /// What the PyTorch side is asked (`text`: the bundled text's path).
+    pub fn request(&self, text: &str) -> Value {
+        let (g, steps, seeds, init_seeds) = &self.c16;
+        let m = &g.model;
+        json!({
+            "C12": {"layers": 20, "lr": 1e-3, "steps": self.c12.0, "seeds": self.c12.1, "norms": ["none", "layernorm"]},
+            "C16": {"gpt": {"layers": m.layers, "d": m.d_model, "heads": m.heads, "seq": m.seq, "hidden": m.hidden, "batch": g.batch},
+                    "lr": 1e-2, "steps": steps, "seeds": seeds, "init_seeds": init_seeds, "eval": g.eval_sequences, "text": text},
+        })
+    }
+
+    /// The settings as result.json records them.
+    pub fn describe(&self) -> Value {
+        let (g, steps, seeds, init_seeds) = &self.c16;
+        json!({"C12": {"steps": self.c12.0, "seeds": self.c12.1},
+               "C16": {"layers": g.model.layers, "d_model": g.model.d_model, "steps": steps, "seeds": seeds, "init_seeds": init_seeds, "lr": 1e-2, "warmup": 0}})
+    }
+
+    fn c12_configs(&self) -> Result<Vec<TrainConfig>> {
+        let (steps, seeds) = self.c12;
+        let mut v = Vec::new();
+        for norm in [NormKind::None, NormKind::LayerNorm] {
+            for seed in 0..seeds {
+                v.push(runs::toy(|c| {
+                    c.model.layers = 20;
+                    c.model.norm = norm;
+                    c.model.placement = Placement::Pre;
+                    c.model.init = InitScheme::Torch;
+                    c.lr = 1e-3;
+                    c.steps = steps;
+                    c.seed = seed;
+                    c.shards = 1;
+                    c.eval_every = (steps / 10).max(1);
+                })?);
+            }
+        }
+        Ok(v)
+    }
+
+    fn c16_config(&self, p: Placement, seed: u64) -> Result<TrainConfig> {
+        let (g, steps, _, _) = &self.c16;
+        g.with(|c| {
+            c.model.placement = p;
+            c.lr = 1e-2;
+            c.warmup = 0;
+            c.schedule = ScheduleKind::Constant;
+            c.steps = *steps;
+            c.seed = seed;
+            c.shards = 1;
+            c.eval_every = (*steps / 5).max(1);
+        })
+    }
+}
+
+/// The most common of `statuses` (the first on ties).
+fn most_common<'a>(statuses: &[&'a str]) -> &'a str {
+    let count = |s: &str| statuses.iter().filter(|&&x| x == s).count();
+    statuses
+        .iter()
+        .copied()
+        .max_by_key(|s| {
+            (
+                count(s),
+                std::cmp::Reverse(statuses.iter().position(|x| x == s)),
+            )
+        })
+        .unwrap_or("none")
+}
+
+/// Mean and (sample) standard deviation.
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n.max(1.0);
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (m, var.sqrt())
+}
+
+/// Median, min and max (NaN for none).
+fn range(v: &[f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        (f64::NAN, f64::NAN, f64::NAN)
+    } else {
+        spread(v)
+    }
+}
+
+/// One training comparison: its table row and its record.
+fn compare_runs(
+    claim: &str,
+    stat: String,
+    lesson: &str,
+    nl: &[&RunResult],
+    pt: &[Value],
+    table: &mut Table,
+) -> Value {
+    let nl_status: Vec<&str> = nl.iter().map(|r| r.summary.status.name()).collect();
+    let nl_loss: Vec<f64> = nl
+        .iter()
+        .filter_map(|r| r.summary.final_eval_loss)
+        .collect();
+    let pt_status: Vec<&str> = pt
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or("?"))
+        .collect();
+    let pt_loss: Vec<f64> = pt
+        .iter()
+        .filter_map(|r| r["final_eval_loss"].as_f64())
+        .collect();
+    let (status_n, status_p) = (most_common(&nl_status), most_common(&pt_status));
+    let ((mn, sn), (mp, sp)) = (mean_std(&nl_loss), mean_std(&pt_loss));
+    let tol = (2.0 * ((sn * sn + sp * sp) / 2.0).sqrt()).max(0.05);
+    let losses_agree = match (nl_loss.is_empty(), pt_loss.is_empty()) {
+        (true, true) => true,
+        (false, false) => (mn - mp).abs() <= tol,
+        _ => false,
+    };
+    let agrees = status_n == status_p && losses_agree;
+    let side = |st: &str, v: &[f64], m: f64| {
+        let (_, lo, hi) = range(v);
+        if v.is_empty() {
+            st.to_string()
+        } else {
+            format!("{st} {} [{}, {}]", f(m, 3), f(lo, 3), f(hi, 3))
+        }
+    };
+    table.row(vec![
+        claim.into(),
+        stat.clone(),
+        nl.len().to_string(),
+        side(status_n, &nl_loss, mn),
+        side(status_p, &pt_loss, mp),
+        lesson.into(),
+        format!(
+            "{} (difference {}, bound {})",
+            if agrees { "agrees" } else { "disagrees" },
+            f((mn - mp).abs(), 3),
+            f(tol, 3)
+        ),
+    ]);
+    let summary = |st: &str, v: &[f64], m: f64, sd: f64, all: &[&str]| {
+        let (med, lo, hi) = range(v);
+        json!({"status": st, "statuses": all, "mean": m, "std": sd, "median": med, "min": lo, "max": hi, "values": v})
+    };
+    json!({"claim": claim, "statistic": stat, "agrees": agrees, "bound": tol,
+        "normlab": summary(status_n, &nl_loss, mn, sn, &nl_status),
+        "torch": summary(status_p, &pt_loss, mp, sp, &pt_status)})
+}
+
+/// PyTorch's runs of `key` (an error when it gave none).
+fn torch_runs(torch: &Value, claim: &str, key: &str) -> Result<Vec<Value>> {
+    match torch[claim][key].as_array() {
+        Some(v) if !v.is_empty() => Ok(v.clone()),
+        _ => Err(Error::Internal(format!(
+            "cross-check: PyTorch gave no {claim} runs for {key}"
+        ))),
+    }
+}
+
+/// Run normlab's side of every training comparison, compare it with
+/// PyTorch's, add rows and records.
+pub fn compare(
+    a: &ExpArgs,
+    s: &Setting,
+    progress: Progress,
+    torch: &Value,
+    table: &mut Table,
+    records: &mut Vec<Value>,
+) -> Result<()> {
+    let mut cfgs = s.c12_configs()?;
+    let seeds = s.c16.2;
+    for p in [Placement::Post, Placement::Pre] {
+        for seed in 0..seeds {
+            cfgs.push(s.c16_config(p, seed)?);
+        }
+    }
+    let rs = runs::run_grid(a, runs::specs(cfgs), false, progress)?;
+    let toy = |r: &&RunResult| r.cfg.model.kind == normlab::model::ModelKind::Toy;
+    for (norm, lesson) in [
+        (NormKind::None, "NaN near step 300, never recovers"),
+        (NormKind::LayerNorm, "trains (2.28 at 20 layers)"),
+    ] {
+        let nl: Vec<&RunResult> = rs
+            .iter()
+            .filter(toy)
+            .filter(|r| r.cfg.model.norm == norm)
+            .collect();
+        let stat = format!(
+            "toy net, 20 layers, {}: status and final held-out loss after {} steps",
+            if norm == NormKind::None {
+                "no norm"
+            } else {
+                "Pre-LN"
+            },
+            s.c12.0
+        );
+        let pt = torch_runs(torch, "C12", norm.name())?;
+        records.push(compare_runs("C12", stat, lesson, &nl, &pt, table));
+    }
+    for (p, lesson) in [
+        (Placement::Post, "stalls at the unigram entropy (6.626)"),
+        (Placement::Pre, "trains (5.680)"),
+    ] {
+        let nl: Vec<&RunResult> = rs
+            .iter()
+            .filter(|r| !toy(r) && r.cfg.model.placement == p)
+            .collect();
+        let stat = format!(
+            "GPT, {} blocks, {p}, lr 1e-2 without warm-up: status and final held-out loss after {} steps",
+            s.c16.0.model.layers, s.c16.1
+        );
+        let pt = torch_runs(torch, "C16", p.name())?;
+        records.push(compare_runs("C16", stat, lesson, &nl, &pt, table));
+    }
+    Ok(())
+}
+
+/// C16 at initialisation on normlab's side: per seed, each block's gradient
+/// norm (the first step's, before clipping) averaged over blocks, Post-LN
+/// over Pre-LN.
+pub fn init_ratios(s: &Setting) -> Result<Vec<f64>> {
+    let mut ratios = Vec::new();
+    for seed in 0..s.c16.3 {
+        let mean = |p: Placement| -> Result<f64> {
+            let mut tr = Trainer::new(&s.c16_config(p, seed)?, 1)?;
+            let g = tr.train_step(true).0.grad_norm_per_block;
+            Ok(g.iter().sum::<f64>() / g.len().max(1) as f64)
+        };
+        ratios.push(mean(Placement::Post)? / mean(Placement::Pre)?);
+    }
+    Ok(ratios)
+}
