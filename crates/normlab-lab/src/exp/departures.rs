@@ -354,9 +354,9 @@ pub static DEPARTURES: &[Departure] = &[
     },
     Departure {
         chapter: "cross-check",
-        claims: "C1, C2, C3, C5, C6, C12",
-        lesson: "PyTorch, one seed per setting (C1, C2, C3), inputs as each claim gives them; C12: a 20-layer toy net trained 3000 steps, its task not given",
-        normlab: "the same settings in PyTorch (torch's modules and RNG, nn.GELU's exact form) and in normlab, 30 to 200 seeds each (quick: 15 to 50); SmolLM2 through transformers on the same file and tokens; C12 on normlab's toy task (docs/toy-task.md), 3 seeds a side (quick: 200 steps, 2 seeds), PyTorch drawing its own training data and scoring the documented held-out set",
+        claims: "C1, C2, C3, C5, C6, C12, C16",
+        lesson: "PyTorch, one seed per setting (C1, C2, C3), inputs as each claim gives them; C12: a 20-layer toy net trained 3000 steps, its task not given; C16: the course's GPT",
+        normlab: "the same settings in PyTorch (torch's modules and RNG, nn.GELU's exact form) and in normlab, 30 to 200 seeds each (quick: 15 to 50); SmolLM2 through transformers on the same file and tokens; C12 on normlab's toy task (docs/toy-task.md), 3 seeds a side (quick: 200 steps, 2 seeds), PyTorch drawing its own training data and scoring the documented held-out set; C16 on normlab's GPT (docs/gpt.md), 8 blocks, 500 steps, 2 seeds, and 30 seeds of the gradient at init",
         why: "an independent implementation catches a misread setting or a bug shared by a forward and its backward",
         depends: "no: it checks agreement, not the claims",
     },
