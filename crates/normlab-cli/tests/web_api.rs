@@ -76,10 +76,8 @@ fn json_body(body: &str) -> serde_json::Value {
     serde_json::from_str(&body[a..=b]).unwrap()
 }
 
-#[test]
-fn api_answers_and_validates() {
-    let dir = std::env::temp_dir().join(format!("normlab-web-api-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Train a one-block toy run (5 steps) into `out`.
+fn train_tiny(out: &std::path::Path) {
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args([
             "train",
@@ -94,10 +92,17 @@ fn api_answers_and_validates() {
             "--quiet",
             "--out",
         ])
-        .arg(dir.join("a"))
+        .arg(out)
         .output()
         .unwrap();
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn api_answers_and_validates() {
+    let dir = std::env::temp_dir().join(format!("normlab-web-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    train_tiny(&dir.join("a"));
     let s = serve(Some(&dir));
     let (code, page) = get(&s, "/");
     assert_eq!(code, 200);
@@ -266,24 +271,7 @@ fn api_answers_and_validates() {
 fn nan_diverged_runs_show_as_diverged() {
     let dir = std::env::temp_dir().join(format!("normlab-web-nan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args([
-            "train",
-            "--layers",
-            "1",
-            "--steps",
-            "5",
-            "--batch",
-            "4",
-            "--eval-sequences",
-            "4",
-            "--quiet",
-            "--out",
-        ])
-        .arg(dir.join("a"))
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    train_tiny(&dir.join("a"));
     // Make its summary what a NaN divergence writes: null losses.
     let p = dir.join("a/summary.json");
     let mut v: serde_json::Value =
@@ -540,24 +528,7 @@ fn run_listing_is_bounded() {
     // (2000), with the total and a truncation flag.
     let dir = std::env::temp_dir().join(format!("normlab-web-many-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args([
-            "train",
-            "--layers",
-            "1",
-            "--steps",
-            "2",
-            "--batch",
-            "2",
-            "--eval-sequences",
-            "2",
-            "--quiet",
-            "--out",
-        ])
-        .arg(dir.join("r0"))
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    train_tiny(&dir.join("r0"));
     let cfg = std::fs::read(dir.join("r0/config.json")).unwrap();
     for i in 1..2001 {
         let d = dir.join(format!("r{i}"));

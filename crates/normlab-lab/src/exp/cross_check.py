@@ -274,25 +274,33 @@ def held_out(n, noise=0.1):
     return torch.tensor(xs), torch.tensor(ys)
 
 
+def fit(model, opt, next_batch, vocab, steps, after_backward=None):
+    """Train `steps` steps on next_batch(step); the divergence part of the
+    status rule (a non-finite loss, or 50 steps in a row above 2 ln V):
+    "diverged", else "converged" (the caller decides stalled)."""
+    bound, above = 2 * math.log(vocab), 0
+    for step in range(steps):
+        x, y = next_batch(step)
+        loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        l = loss.item()
+        above = above + 1 if not (l <= bound) else 0
+        if not math.isfinite(l) or above >= 50:
+            return "diverged"
+        opt.zero_grad()
+        loss.backward()
+        if after_backward is not None:
+            after_backward(step)
+        opt.step()
+    return "converged"
+
+
 def train_toy(layers, norm, lr, steps, seed, batch=32, eval_n=512):
     torch.manual_seed(seed)
     net = ToyNet(layers, norm)
     opt = torch.optim.Adam(net.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8)
     gen = torch.Generator().manual_seed(1000 + seed)
     ex, ey = held_out(eval_n)
-    bound, above, status, losses = 2 * math.log(V), 0, "converged", []
-    for step in range(steps):
-        x, y = toy_batch(batch, gen)
-        loss = F.cross_entropy(net(x).reshape(-1, V), y.reshape(-1))
-        l = loss.item()
-        losses.append(l)
-        above = above + 1 if not (l <= bound) else 0
-        if not math.isfinite(l) or above >= 50:
-            status = "diverged"
-            break
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    status = fit(net, opt, lambda step: toy_batch(batch, gen), V, steps)
     with torch.no_grad():
         ev = F.cross_entropy(net(ex).reshape(-1, V), ey.reshape(-1)).item()
     if status != "diverged" and not math.isfinite(ev):
@@ -301,7 +309,7 @@ def train_toy(layers, norm, lr, steps, seed, batch=32, eval_n=512):
     # down to the loss floor (0.7295), docs/toy-task.md.
     if status == "converged" and ev >= 4.156 - 0.1 * (4.156 - 0.7295):
         status = "stalled"
-    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None, "steps": len(losses)}
+    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None}
 
 
 # C16: the GPT of docs/gpt.md (byte-level, learned positions, GPT-2 init:
@@ -387,12 +395,13 @@ def block_grads(model):
     return [math.sqrt(sum(float((p.grad ** 2).sum()) for p in b.parameters())) for b in model.blocks]
 
 
-def train_gpt(data, g, post, lr, steps, seed, warmup=0, eval_n=64):
+def train_gpt(data, g, post, lr, steps, seed, eval_n=64):
     """g: dict(layers, d, heads, seq, hidden, batch)."""
     torch.manual_seed(seed)
     m = Gpt(g["layers"], g["d"], g["heads"], g["seq"], g["hidden"], post)
-    decay = [p for n, p in m.named_parameters() if n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f")]
-    rest = [p for n, p in m.named_parameters() if not (n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f"))]
+    decays = lambda n: n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f")
+    decay = [p for n, p in m.named_parameters() if decays(n)]
+    rest = [p for n, p in m.named_parameters() if not decays(n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
     n, t, B = len(data), g["seq"], g["batch"]
@@ -401,24 +410,15 @@ def train_gpt(data, g, post, lr, steps, seed, warmup=0, eval_n=64):
     ex, ey = windows(data, held_out_starts(n, eval_n, t), t)
     counts = torch.bincount(data[:train_end], minlength=256).double() / train_end
     unigram = float(-(counts[counts > 0] * counts[counts > 0].log()).sum())
-    bound, above, status, first_grads, losses = 2 * math.log(256), 0, "converged", None, []
-    for step in range(steps):
-        for grp in opt.param_groups:
-            grp["lr"] = lr * min(1.0, (step + 1) / warmup) if warmup > 0 else lr
-        x, y = windows(data, torch.randint(0, train_end - t, (B,), generator=gen).tolist(), t)
-        loss = F.cross_entropy(m(x).reshape(-1, 256), y.reshape(-1))
-        l = loss.item()
-        losses.append(l)
-        above = above + 1 if not (l <= bound) else 0
-        if not math.isfinite(l) or above >= 50:
-            status = "diverged"
-            break
-        opt.zero_grad()
-        loss.backward()
-        if first_grads is None:
-            first_grads = block_grads(m)
+    first_grads = []
+
+    def clip(step):
+        if step == 0:
+            first_grads.extend(block_grads(m))
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-        opt.step()
+
+    batch = lambda step: windows(data, torch.randint(0, train_end - t, (B,), generator=gen).tolist(), t)
+    status = fit(m, opt, batch, 256, steps, clip)
     with torch.no_grad():
         ev = F.cross_entropy(m(ex).reshape(-1, 256), ey.reshape(-1)).item()
     if status != "diverged" and not math.isfinite(ev):
@@ -426,7 +426,7 @@ def train_gpt(data, g, post, lr, steps, seed, warmup=0, eval_n=64):
     # Stalled: within 10% of the way from the unigram entropy down to 0.
     if status == "converged" and ev >= 0.9 * unigram:
         status = "stalled"
-    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None, "init_block_grads": first_grads}
+    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None, "init_block_grads": first_grads or None}
 
 
 def init_grad(data, g, post, seed):
