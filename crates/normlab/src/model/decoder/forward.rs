@@ -167,12 +167,18 @@ impl Decoder {
                 .iter()
                 .find(|(b, _, _)| *b == la.rope_base)
                 .expect("a table per base");
+            if let Some(tr) = trace.as_deref_mut().filter(|tr| tr.keep_streams) {
+                tr.streams.push(h.clone());
+            }
             let (rms_in, ms_min_attn, xhat_mean) = probe(&h);
             let row_norm_in = if tracing { mean_row_norm(&h, d) } else { 0.0 };
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
             layer.wq.apply(&a, t, &mut q);
             layer.wk.apply(&a, t, &mut k);
             layer.wv.apply(&a, t, &mut v);
+            // QK-Norm's effect (traced): the same queries and keys without
+            // it, rotated alike, give the largest logit it would have been.
+            let mut raw = (tracing && layer.qk_norm.is_some()).then(|| (q.clone(), k.clone()));
             if let Some((gq, gk)) = &layer.qk_norm {
                 for (x, g) in [(&mut q, gq), (&mut k, gk)] {
                     let n = x.len();
@@ -182,6 +188,14 @@ impl Decoder {
             }
             apply_rope(&mut q, t, c.heads, hd, cos, sin, c.rope_pairs);
             apply_rope(&mut k, t, c.kv_heads, hd, cos, sin, c.rope_pairs);
+            let raw_max_logit = match &mut raw {
+                Some((rq, rk)) => {
+                    apply_rope(rq, t, c.heads, hd, cos, sin, c.rope_pairs);
+                    apply_rope(rk, t, c.kv_heads, hd, cos, sin, c.rope_pairs);
+                    max_logit(rq, rk, t, (c.heads, c.kv_heads, hd), scale, la.window)
+                }
+                None => f64::NAN,
+            };
             cache.k[l].extend_from_slice(&k);
             cache.v[l].extend_from_slice(&v);
             let (kc, vc) = (&cache.k[l], &cache.v[l]);
@@ -314,10 +328,14 @@ impl Decoder {
                 tr.attn_write.push(attn_write);
                 tr.mlp_write.push(mlp_write);
                 tr.attn_max_logit.push(max_logit);
+                tr.attn_max_logit_raw.push(raw_max_logit);
                 tr.attn_entropy.push(entropy / (c.heads * t) as f64);
                 tr.ms_min.push(ms_min_attn.min(ms_min_mlp));
                 tr.xhat_mean.push(xhat_mean);
             }
+        }
+        if let Some(tr) = trace.filter(|tr| tr.keep_streams) {
+            tr.streams.push(h.clone());
         }
         cache.len = total;
         Ok(h)
@@ -390,6 +408,43 @@ crate::kernels::multiversion! {
             *yj = simd::dot(x, row, &[], next) as f32;
         }
     }
+}
+
+/// The largest causal attention logit `scale * q.k` over every head of
+/// this pass's `t` queries and keys (`q` `[t, heads * hd]`, `k` `[t,
+/// kv_heads * hd]`), each query seeing at most `window` keys.
+fn max_logit(
+    q: &[f32],
+    k: &[f32],
+    t: usize,
+    (heads, kv_heads, hd): (usize, usize, usize),
+    scale: f32,
+    window: Option<usize>,
+) -> f64 {
+    let (qw, kvw) = (heads * hd, kv_heads * hd);
+    (0..heads)
+        .into_par_iter()
+        .map(|head| {
+            let kh = head / (heads / kv_heads);
+            let mut p = vec![0f32; t * t];
+            gemm(
+                scale,
+                head_view(q, head * hd, t, hd, qw),
+                head_view(k, kh * hd, t, hd, kvw).t(),
+                0.0,
+                &mut p,
+                t,
+            );
+            (0..t)
+                .map(|i| {
+                    let from = window.map_or(0, |w| (i + 1).saturating_sub(w));
+                    p[i * t + from..=i * t + i]
+                        .iter()
+                        .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)))
+                })
+                .fold(f64::NEG_INFINITY, f64::max)
+        })
+        .reduce(|| f64::NEG_INFINITY, f64::max)
 }
 
 /// The `rows x cols` view starting at `off` with row stride `rs` (one

@@ -9,8 +9,7 @@
 //! head_dim/2) for rows that are not permuted), grouped-query attention with
 //! a head_dim of its own, the attention scale and a tied or separate head.
 //! A family is a configuration plus a weight-name map ([`names`]): SmolLM2
-//! (Llama, GGUF; `llama.rs` of this module's parent) and Gemma 3 (a Hugging
-//! Face folder; [`hf`]).
+//! (Llama, GGUF) and Gemma 3 (GGUF, or a Hugging Face folder; [`hf`]).
 //!
 //! It runs in inference mode only (no gradient buffers), over a key/value
 //! cache (`forward.rs`). Its matrices are [`Matrix`] values: dense f32
@@ -18,8 +17,9 @@
 //!
 //! Files: this one (configuration, weights, logits, generation, loss),
 //! `forward.rs` (the blocks over a key/value cache, and the trace),
-//! `names.rs` (weight-name maps and tensor sources), `hf.rs` (Hugging Face
-//! folders), `tokenizer.rs` (a GGUF file's tokenizer), `inspect.rs` (what
+//! `names.rs` (weight-name maps and tensor sources), `gguf.rs` (GGUF
+//! files), `hf.rs` (Hugging Face folders), `tokenizer.rs` (a GGUF file's
+//! tokenizers), `inspect.rs` (what
 //! `normlab inspect` and `exp llm` report).
 
 use crate::error::Result;
@@ -27,6 +27,7 @@ use crate::kernels::norm::{self, NormKind};
 use crate::nn::Placement;
 
 mod forward;
+mod gguf;
 pub mod hf;
 mod inspect;
 pub mod names;
@@ -46,8 +47,20 @@ pub use names::{Tensor, TensorNames, TensorSource};
 pub enum GainStore {
     /// The gain itself (Llama).
     Plain,
-    /// w, with the gain 1 + w (Gemma's zero-centred gains).
+    /// w, with the gain 1 + w (Gemma's zero-centred gains, as Hugging Face
+    /// files store them).
     OnePlus,
+    /// 1 + w with the one already added (llama.cpp's Gemma GGUF files): the
+    /// stored value is the gain, and w is the gain minus one.
+    #[serde(rename = "oneplus-folded")]
+    OnePlusFolded,
+}
+
+impl GainStore {
+    /// Whether the model's gains are zero-centred (1 + w), however stored.
+    pub fn zero_centred(self) -> bool {
+        self != GainStore::Plain
+    }
 }
 
 /// The gated MLP's activation: `down(act(gate(x)) * up(x))`.
@@ -275,6 +288,9 @@ pub struct Decoder {
     pub head: Option<Vec<f32>>,
     /// End-of-sequence token.
     pub eos: Option<u32>,
+    /// Beginning-of-sequence token that [`Decoder::encode`] prepends (None:
+    /// the file adds none, as SmolLM2's).
+    pub bos: Option<u32>,
     pub(crate) tokenizer: Option<tokenizers::Tokenizer>,
 }
 
@@ -306,6 +322,9 @@ pub struct DecoderTrace {
     pub mlp_write: Vec<f64>,
     /// Largest pre-softmax attention logit, per block.
     pub attn_max_logit: Vec<f64>,
+    /// The same from the same queries and keys without QK-Norm (NaN for a
+    /// model without it), over the keys of this pass.
+    pub attn_max_logit_raw: Vec<f64>,
     /// Mean attention entropy (nats) over heads and positions, per block.
     pub attn_entropy: Vec<f64>,
     /// Smallest mean square of a row entering either of the block's norms.
@@ -316,19 +335,32 @@ pub struct DecoderTrace {
     /// Per sublayer (two per block, in order): the stream before, the
     /// write as it is added, the stream after.
     pub sublayers: Vec<SublayerTrace>,
+    /// Set before the pass to keep the whole stream (`[T, d]` per entry)
+    /// in [`DecoderTrace::streams`].
+    pub keep_streams: bool,
+    /// With `keep_streams`: the stream entering each block, then the stream
+    /// after the last block (before the final norm): transformers'
+    /// `output_hidden_states` but for the last entry, which it records
+    /// after the final norm ([`Decoder::final_normed`]).
+    pub streams: Vec<Vec<f32>>,
 }
 
 /// The name of the trace in the Llama-era API.
 pub type LlamaTrace = DecoderTrace;
 
 impl Decoder {
-    /// Token ids of `text` (no BOS: SmolLM2's file sets add_bos_token false).
+    /// Token ids of `text`, after [`Decoder::bos`] when the file adds one
+    /// (Gemma's does; SmolLM2's sets add_bos_token false).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self
             .tokenizer()?
             .encode(text, false)
             .map_err(|e| format!("tokenizer: {e}"))?;
-        Ok(enc.get_ids().to_vec())
+        Ok(self
+            .bos
+            .into_iter()
+            .chain(enc.get_ids().iter().copied())
+            .collect())
     }
 
     /// Text of `ids`.
@@ -375,15 +407,22 @@ impl Decoder {
         self.logits_kind(h, final_norm.then_some(self.cfg.norm))
     }
 
+    /// The final norm of hidden states `h` (`[T, d]`), applied as `kind`.
+    pub fn final_normed(&self, h: &[f32], kind: NormKind) -> Vec<f32> {
+        let mut x = vec![0f32; h.len()];
+        let mut stats = vec![0f32; norm::stats_len(h.len() / self.cfg.d)];
+        self.apply_norm(kind, h, &self.final_norm, &mut x, &mut stats);
+        x
+    }
+
     /// Logits with the final norm applied as `kind` (None: left out).
     pub fn logits_kind(&self, h: &[f32], final_norm: Option<NormKind>) -> Vec<f32> {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let t = h.len() / d;
-        let mut x = h.to_vec();
-        if let Some(kind) = final_norm {
-            let mut stats = vec![0f32; norm::stats_len(t)];
-            self.apply_norm(kind, h, &self.final_norm, &mut x, &mut stats);
-        }
+        let x = match final_norm {
+            Some(kind) => self.final_normed(h, kind),
+            None => h.to_vec(),
+        };
         let mut logits = vec![0f32; t * v];
         let w = self.head.as_deref().unwrap_or(&self.emb);
         forward::linear(&x, w, t, d, v, &mut logits);

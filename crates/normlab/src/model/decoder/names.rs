@@ -274,6 +274,7 @@ impl Decoder {
             final_norm,
             head,
             eos,
+            bos: None,
             tokenizer,
         })
     }

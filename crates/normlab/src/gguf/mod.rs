@@ -1,26 +1,25 @@
 //! Reading GGUF files (llama.cpp's model format, version 2 and 3): header,
-//! metadata, tensor infos, alignment, and dequantisation to f32 of the
-//! types normlab's Llama path needs (F32, F16, BF16, Q8_0, Q4_0, Q4_1).
+//! metadata, tensor infos and alignment; [`quant`] dequantises the tensor
+//! types normlab reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K,
+//! Q6_K) to f32.
 //!
 //! Written by hand rather than through candle-core's `gguf_file`: the
-//! format is a short header plus three block layouts, while candle-core
+//! format is a short header plus a few block layouts, while candle-core
 //! would bring its whole tensor library into normlab's build.
 //!
 //! Layout details that break reimplementations, as the format defines them:
 //! - dimensions are listed innermost first: a `[576, 49152]` tensor is 49152
 //!   rows of 576 (PyTorch's `[49152, 576]`);
-//! - Q4_1 blocks of 32 values are `f16 d, f16 m, 16 bytes`; byte j holds
-//!   value j in its low nibble and value j + 16 in its high nibble, and
-//!   `x = d * q + m`; Q4_0 is `f16 d, 16 bytes` with `x = d * (q - 8)`;
-//!   Q8_0 is `f16 d, 32 x i8` with `x = d * q`;
 //! - tensor data starts at the first multiple of `general.alignment`
 //!   (default 32) after the tensor infos, and each tensor's offset is
 //!   relative to that start.
 
 use crate::error::{Error, Result};
-use half::{bf16, f16};
 use std::collections::HashMap;
 use std::path::Path;
+
+mod quant;
+pub use quant::{dequantize, GgmlType};
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,47 +68,6 @@ impl Value {
         match self {
             Value::Array(v) => Some(v),
             _ => None,
-        }
-    }
-}
-
-/// The tensor types this reader dequantises (ggml type ids).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GgmlType {
-    /// 0.
-    F32,
-    /// 1.
-    F16,
-    /// 2: blocks of 32, f16 scale, 4-bit values minus 8.
-    Q4_0,
-    /// 3: blocks of 32, f16 scale and minimum, 4-bit values.
-    Q4_1,
-    /// 8: blocks of 32, f16 scale, 8-bit values.
-    Q8_0,
-    /// 30.
-    Bf16,
-}
-
-impl GgmlType {
-    fn from_id(id: u32) -> Option<GgmlType> {
-        Some(match id {
-            0 => GgmlType::F32,
-            1 => GgmlType::F16,
-            2 => GgmlType::Q4_0,
-            3 => GgmlType::Q4_1,
-            8 => GgmlType::Q8_0,
-            30 => GgmlType::Bf16,
-            _ => return None,
-        })
-    }
-    /// (values per block, bytes per block).
-    fn block(self) -> (usize, usize) {
-        match self {
-            GgmlType::F32 => (1, 4),
-            GgmlType::F16 | GgmlType::Bf16 => (1, 2),
-            GgmlType::Q4_0 => (32, 18),
-            GgmlType::Q4_1 => (32, 20),
-            GgmlType::Q8_0 => (32, 34),
         }
     }
 }
@@ -366,52 +324,10 @@ impl Gguf {
     }
 }
 
-/// Dequantise `bytes` of type `ty` to f32.
-pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
-    let h = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
-    match ty {
-        GgmlType::F32 => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect(),
-        GgmlType::F16 => bytes.chunks_exact(2).map(h).collect(),
-        GgmlType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        GgmlType::Q8_0 => {
-            let (per, bs) = ty.block();
-            let mut out = Vec::with_capacity(bytes.len() / bs * per);
-            for b in bytes.chunks_exact(bs) {
-                let d = h(&b[..2]);
-                out.extend(b[2..].iter().map(|&q| d * (q as i8) as f32));
-            }
-            out
-        }
-        GgmlType::Q4_0 | GgmlType::Q4_1 => {
-            let one = ty == GgmlType::Q4_1;
-            let (per, bs) = ty.block();
-            let mut out = vec![0f32; bytes.len() / bs * per];
-            for (b, o) in bytes.chunks_exact(bs).zip(out.chunks_exact_mut(per)) {
-                let d = h(&b[..2]);
-                let (m, qs) = if one {
-                    (h(&b[2..4]), &b[4..20])
-                } else {
-                    (-8.0 * d, &b[2..18])
-                };
-                for j in 0..16 {
-                    o[j] = d * (qs[j] & 0x0f) as f32 + m;
-                    o[j + 16] = d * (qs[j] >> 4) as f32 + m;
-                }
-            }
-            out
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     fn kv_string(out: &mut Vec<u8>, k: &str, v: &str) {
         out.extend((k.len() as u64).to_le_bytes());
@@ -503,14 +419,5 @@ mod tests {
         }
         let e = Gguf::parse(f).err().unwrap().to_string();
         assert!(e.contains("budget") || e.contains("more than"), "{e}");
-    }
-
-    #[test]
-    fn q8_0_is_scale_times_signed_byte() {
-        let mut b = f16::from_f32(0.25).to_le_bytes().to_vec();
-        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
-        let v = dequantize(GgmlType::Q8_0, &b);
-        assert_eq!(v[0], -4.0);
-        assert_eq!(v[31], 0.25 * 15.0);
     }
 }

@@ -1,0 +1,214 @@
+//! Decoders from llama.cpp GGUF files, as configurations of the one
+//! decoder. Two architectures:
+//!
+//! - `llama` (SmolLM2): pre-RMSNorm with plain gains, SwiGLU, full
+//!   attention with the file's RoPE base, RoPE on adjacent pairs (llama.cpp
+//!   permutes Llama's Q/K rows at conversion; rotating (2i, 2i + 1) of the
+//!   permuted rows is Hugging Face's (i, i + hd/2) of the original ones, and
+//!   scores sum over all dimensions, so nothing is un-permuted), the
+//!   byte-level BPE tokenizer.
+//! - `gemma3`: sandwich RMSNorms whose file values are already 1 + w
+//!   (llama.cpp adds the one at conversion, [`GainStore::OnePlusFolded`]),
+//!   QK-Norm before RoPE, GeGLU with tanh-GELU, embeddings times sqrt(d)
+//!   (the tied head uses the unscaled matrix), Q/K rows not permuted (RoPE
+//!   on (i, i + hd/2)), the SentencePiece tokenizer with BOS.
+//!
+//! Weights are dequantised to f32 once at load.
+
+use super::tokenizer::{sentencepiece_from_gguf, tokenizer_from_gguf};
+use super::{
+    names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, MAX_BLOCKS,
+};
+use crate::error::Result;
+use crate::gguf::Gguf;
+use crate::kernels::norm::NormKind;
+use crate::nn::Placement;
+use std::path::Path;
+
+/// Gemma 3's values the GGUF metadata does not carry, as transformers'
+/// `Gemma3TextConfig` defaults them when it loads a GGUF file (the file
+/// gives only the global RoPE base and the window).
+mod gemma3_defaults {
+    /// Every sixth layer (5, 11, 17, ...) attends globally
+    /// (`sliding_window_pattern`).
+    pub const GLOBAL_EVERY: usize = 6;
+    /// RoPE base of the sliding-window layers (`rope_local_base_freq`).
+    pub const LOCAL_ROPE_BASE: f64 = 10_000.0;
+    /// Queries are scaled by `query_pre_attn_scalar^-1/2`.
+    pub const QUERY_PRE_ATTN_SCALAR: f64 = 256.0;
+}
+
+/// The counts every architecture reads under its own prefix.
+struct Counts {
+    layers: usize,
+    d: usize,
+    heads: usize,
+    kv_heads: usize,
+    ffn: usize,
+    context: usize,
+    vocab: usize,
+    eps: f32,
+}
+
+fn counts(g: &Gguf, arch: &str) -> Result<Counts> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let layers = g.usize(&key("block_count"))?;
+    if layers == 0 || layers > MAX_BLOCKS {
+        return Err(format!("block_count {layers} is not in 1..={MAX_BLOCKS}").into());
+    }
+    let heads = g.usize(&key("attention.head_count"))?;
+    Ok(Counts {
+        layers,
+        d: g.usize(&key("embedding_length"))?,
+        heads,
+        kv_heads: g.usize(&key("attention.head_count_kv")).unwrap_or(heads),
+        ffn: g.usize(&key("feed_forward_length"))?,
+        context: g.usize(&key("context_length"))?,
+        vocab: g
+            .usize(&key("vocab_size"))
+            .or_else(|_| g.info("token_embd.weight").map(|t| t.dims[1]))?,
+        eps: g.f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
+    })
+}
+
+/// The configuration of a `llama` GGUF file.
+fn llama_config(g: &Gguf) -> Result<DecoderConfig> {
+    let c = counts(g, "llama")?;
+    if c.heads == 0 || !c.d.is_multiple_of(c.heads) {
+        return Err("inconsistent head counts".into());
+    }
+    let hd = c.d / c.heads;
+    let rope_base = g.f64("llama.rope.freq_base").unwrap_or(10000.0);
+    Ok(DecoderConfig {
+        family: "llama".into(),
+        vocab: c.vocab,
+        d: c.d,
+        layers: c.layers,
+        heads: c.heads,
+        kv_heads: c.kv_heads,
+        head_dim: hd,
+        ffn: c.ffn,
+        context: c.context,
+        placement: Placement::Pre,
+        norm: NormKind::RmsNorm,
+        eps: c.eps,
+        gain: GainStore::Plain,
+        qk_norm: false,
+        act: GatedAct::Silu,
+        emb_scale: 1.0,
+        attn_scale: 1.0 / (hd as f32).sqrt(),
+        attn: vec![
+            LayerAttention {
+                window: None,
+                rope_base,
+            };
+            c.layers
+        ],
+        rope_pairs: RopePairs::Adjacent,
+        final_softcap: None,
+    })
+}
+
+/// The configuration of a `gemma3` GGUF file. From the file: the counts,
+/// eps, head_dim (`attention.key_length`), the global RoPE base and the
+/// window; from transformers' defaults ([`gemma3_defaults`]): which layers
+/// are global, the local RoPE base and the query scale.
+fn gemma3_config(g: &Gguf) -> Result<DecoderConfig> {
+    use gemma3_defaults::*;
+    let c = counts(g, "gemma3")?;
+    let head_dim = g.usize("gemma3.attention.key_length")?;
+    let value_dim = g.usize("gemma3.attention.value_length").unwrap_or(head_dim);
+    if value_dim != head_dim {
+        return Err(format!("key_length {head_dim} and value_length {value_dim} differ").into());
+    }
+    let global = g.f64("gemma3.rope.freq_base").unwrap_or(1_000_000.0);
+    let window = g.usize("gemma3.attention.sliding_window")?;
+    if g.get("gemma3.attn_logit_softcapping").is_ok() {
+        return Err("attention logit soft-capping is not supported".into());
+    }
+    let attn = (0..c.layers)
+        .map(|i| {
+            if (i + 1) % GLOBAL_EVERY == 0 {
+                LayerAttention {
+                    window: None,
+                    rope_base: global,
+                }
+            } else {
+                LayerAttention {
+                    window: Some(window),
+                    rope_base: LOCAL_ROPE_BASE,
+                }
+            }
+        })
+        .collect();
+    Ok(DecoderConfig {
+        family: "gemma3".into(),
+        vocab: c.vocab,
+        d: c.d,
+        layers: c.layers,
+        heads: c.heads,
+        kv_heads: c.kv_heads,
+        head_dim,
+        ffn: c.ffn,
+        context: c.context,
+        placement: Placement::Sandwich,
+        norm: NormKind::RmsNorm,
+        eps: c.eps,
+        gain: GainStore::OnePlusFolded,
+        qk_norm: true,
+        act: GatedAct::GeluTanh,
+        emb_scale: (c.d as f64).sqrt() as f32,
+        attn_scale: QUERY_PRE_ATTN_SCALAR.powf(-0.5) as f32,
+        attn,
+        rope_pairs: RopePairs::Halves,
+        final_softcap: g
+            .f64("gemma3.final_logit_softcapping")
+            .ok()
+            .map(|v| v as f32),
+    })
+}
+
+impl Decoder {
+    /// Load a GGUF file of architecture `llama` or `gemma3`.
+    pub fn load(path: &Path) -> Result<Decoder> {
+        let g = Gguf::open(path)?;
+        let at = |e: crate::error::Error| -> crate::error::Error {
+            format!("{}: {e}", path.display()).into()
+        };
+        let arch = g.get("general.architecture")?.as_str().unwrap_or("");
+        let cfg = match arch {
+            "llama" => llama_config(&g).map_err(at)?,
+            "gemma3" => gemma3_config(&g).map_err(at)?,
+            other => {
+                return Err(format!(
+                    "{}: architecture '{other}' is not supported (llama, gemma3)",
+                    path.display()
+                )
+                .into())
+            }
+        };
+        let token = |key: &str| g.get(key).ok().and_then(|v| v.as_u64()).map(|v| v as u32);
+        let eos = token("tokenizer.ggml.eos_token_id");
+        // SentencePiece files add BOS unless they say otherwise (llama.cpp
+        // and transformers agree); byte-level BPE files only when they say
+        // so.
+        let add_bos = match g.get("tokenizer.ggml.add_bos_token") {
+            Ok(crate::gguf::Value::Bool(b)) => *b,
+            _ => arch == "gemma3",
+        };
+        let bos = if add_bos {
+            token("tokenizer.ggml.bos_token_id")
+        } else {
+            None
+        };
+        // The weights first: a file that lies about its sizes is refused
+        // before its vocabulary is read.
+        let mut m = Decoder::from_tensors(cfg, &names::GGUF, &g, None, eos).map_err(at)?;
+        m.tokenizer = Some(match arch {
+            "gemma3" => sentencepiece_from_gguf(&g)?,
+            _ => tokenizer_from_gguf(&g)?,
+        });
+        m.bos = bos;
+        Ok(m)
+    }
+}
