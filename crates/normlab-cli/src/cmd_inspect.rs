@@ -1,8 +1,10 @@
 //! `normlab inspect MODEL`: per-layer residual-stream RMS, the size of each
 //! sublayer's write relative to the stream, and each norm's gains, of a real
 //! pretrained model: a Post-LN encoder (Hugging Face BERT folder) or a
-//! Pre-RMSNorm Llama-architecture decoder (a GGUF file), for which it also
-//! reports massive activations, attention logit maxima and entropies, and
+//! decoder from a GGUF file (SmolLM2: Pre-RMSNorm; Gemma 3: sandwich
+//! RMSNorm with zero-centred gains and QK-Norm), for which it also reports
+//! massive activations, attention logit maxima (with and without QK-Norm)
+//! and entropies, every norm's gains (w and 1 + w), the logit lens, and
 //! what the final norm does to the held-out loss.
 
 use crate::ui::{bad, Table};
@@ -11,15 +13,15 @@ use normlab::model::bert::{self, Bert};
 use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
-/// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a Llama-architecture .gguf file.
+/// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a .gguf file (Llama or Gemma 3).
 #[derive(Args, Debug)]
 pub struct InspectCmd {
-    /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh).
+    /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
     model: PathBuf,
-    /// Llama models: held-out tokens (from the last tenth of the bundled Shakespeare) for the final norm's effect.
+    /// GGUF models: held-out tokens (from the last tenth of the bundled Shakespeare) for the final norm's effect.
     #[arg(long, default_value_t = 512)]
     held_out_tokens: usize,
-    /// Llama models: write the residual-RMS-by-depth figure (residual_rms.png, .svg) into this folder.
+    /// GGUF models: write the residual-RMS-by-depth figure (residual_rms.png, .svg) into this folder.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Text to run (repeatable; default: 32 lines of the bundled Shakespeare).
@@ -44,7 +46,7 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
         return run_llama(&c);
     }
     if c.out.is_some() {
-        return bad("--out is for Llama (.gguf) models");
+        return bad("--out is for .gguf models");
     }
     let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
@@ -108,7 +110,7 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `normlab inspect FILE.gguf`: a Llama-architecture decoder.
+/// `normlab inspect FILE.gguf`: a decoder (Llama or Gemma 3).
 fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     use normlab::model::llama::{self, Llama};
     let m = Llama::load(&c.model)?;
@@ -120,11 +122,10 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     if texts.iter().any(|t| t.trim().is_empty()) {
         return bad("--text must not be empty");
     }
-    let (rows, fin, claims) = {
-        // Read in windows: the bound is the bundled text's size, not the context.
-        normlab::limits::check_count("--held-out-tokens", c.held_out_tokens, 2, 10_000_000)?;
-        llama::inspect(&m, &texts, llama::held_out_text(), c.held_out_tokens)?
-    };
+    // Read in windows: the bound is the bundled text's size, not the context.
+    normlab::limits::check_count("--held-out-tokens", c.held_out_tokens, 2, 10_000_000)?;
+    let insp = llama::inspect(&m, &texts, llama::held_out_text(), c.held_out_tokens)?;
+    let (rows, fin, claims) = (&insp.blocks, &insp.final_norm, &insp.claims);
     if let Some(dir) = &c.out {
         let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
             Series::new(name, rows.iter().map(|r| (r.layer as f64, f(r))).collect())
@@ -152,23 +153,19 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "model": c.model.display().to_string(), "architecture": "llama",
+                "model": c.model.display().to_string(), "architecture": m.cfg.family,
                 "layers": m.cfg.layers, "d": m.cfg.d, "heads": m.cfg.heads, "kv_heads": m.cfg.kv_heads,
-                "eps": m.cfg.eps, "rope_base": m.cfg.rope_base(), "texts": texts.len(),
-                "blocks": rows, "final_norm": fin, "claims": claims,
+                "eps": m.cfg.eps, "rope_base": m.cfg.rope_base(), "config": m.cfg, "texts": texts.len(),
+                "blocks": rows, "final_norm": fin, "claims": claims, "gains": insp.gains,
+                "logit_lens": insp.lens, "sublayer_check": insp.sublayer_check,
             }))?
         );
         return Ok(());
     }
     println!(
-        "{}: Llama, {} layers, d {}, {} heads ({} key/value), Pre-RMSNorm (eps {:e}), RoPE base {}; {} text(s)",
+        "{}: {}; {} text(s)",
         c.model.display(),
-        m.cfg.layers,
-        m.cfg.d,
-        m.cfg.heads,
-        m.cfg.kv_heads,
-        m.cfg.eps,
-        m.cfg.rope_base(),
+        m.cfg.describe(),
         texts.len()
     );
     let mut t = Table::new(&[
@@ -185,7 +182,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         "mlp gain mean",
     ])
     .right(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-    for r in &rows {
+    for r in rows {
         t.row(vec![
             r.layer.to_string(),
             format!("{:.3}", r.rms_in),
@@ -238,10 +235,78 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         "  C21 every RMSNorm replaced by a LayerNorm keeping its gain: held-out loss {:.4} (own {:.4})",
         claims.loss_layernorm, fin.loss_with
     );
+    print_more(&m, &insp);
     if let Some(dir) = &c.out {
         println!("figure: {}", dir.join("residual_rms.png").display());
     }
     Ok(())
+}
+
+/// What `inspect` adds to the per-block table for a decoder: the
+/// sublayer check, QK-Norm's effect, every norm's gains, the logit lens.
+fn print_more(m: &normlab::model::llama::Llama, insp: &normlab::model::llama::Inspection) {
+    println!(
+        "per sublayer, stream before + write as added = stream after to {:.1e} (largest relative error over every sublayer and text)",
+        insp.sublayer_check
+    );
+    if m.cfg.qk_norm {
+        let (with, without): (Vec<f64>, Vec<f64>) = insp
+            .blocks
+            .iter()
+            .map(|r| (r.attn_max_logit, r.attn_max_logit_raw))
+            .unzip();
+        let top = |v: &[f64]| v.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+        let lower = with.iter().zip(&without).filter(|(a, b)| a < b).count();
+        println!(
+            "QK-Norm: the largest attention logit is {:.2} with it, {:.2} from the same queries and keys without it; it lowers the block's largest logit in {lower} of {} blocks",
+            top(&with),
+            top(&without),
+            m.cfg.layers
+        );
+    }
+    let zc = m.cfg.gain.zero_centred();
+    let cols = if zc { 6 } else { 4 };
+    let head = [
+        "norm",
+        "gain mean",
+        "gain min",
+        "gain max",
+        "w mean",
+        "w std",
+    ];
+    let mut t = Table::new(&head[..cols]).right(&[1, 2, 3, 4, 5][..cols - 1]);
+    for g in &insp.gains {
+        let mut row = vec![g.role.to_string()];
+        row.extend([0, 2, 3].map(|i| format!("{:.4}", g.gain[i])));
+        if let Some(w) = g.w {
+            row.extend([0, 1].map(|i| format!("{:.4}", w[i])));
+        }
+        t.row(row);
+    }
+    println!(
+        "norm gains{}:",
+        if zc {
+            " (the model multiplies by 1 + w; w is what weight decay pulls toward 0)"
+        } else {
+            " (the model multiplies by the stored gain)"
+        }
+    );
+    print!("{t}");
+    if let (Some(first), Some(last)) = (insp.lens.first(), insp.lens.last()) {
+        let half = insp
+            .lens
+            .iter()
+            .find(|r| r.agrees >= 0.5)
+            .map_or("no block".to_string(), |r| format!("block {}", r.block));
+        println!(
+            "logit lens ({} held-out predictions; the final norm recomputed on each block's stream): loss {:.3} after block {} .. {:.3} after block {}; the top token first matches the model's own in half the positions at {half}",
+            insp.final_norm.tokens.min(normlab::model::llama::LENS_TOKENS),
+            first.loss,
+            first.block,
+            last.loss,
+            last.block
+        );
+    }
 }
 
 /// `normlab inspect RUN_DIR`: a model trained by normlab, any placement.

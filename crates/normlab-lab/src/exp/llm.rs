@@ -98,7 +98,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         return Ok(out);
     };
     let m = Llama::load(&path)?;
-    let (rows, fin, cl) = llama::inspect(&m, &texts, llama::held_out_text(), tokens)?;
+    let insp = llama::inspect(&m, &texts, llama::held_out_text(), tokens)?;
+    let (rows, fin, cl) = (insp.blocks, insp.final_norm, insp.claims);
     let mut table = Table::new(
         "Per block: the residual stream entering it and after it by the lesson's metric (the mean over tokens of each token's L2 norm) and by the RMS over all elements of all tokens, the largest |activation|, and the smallest row mean square entering its norms over eps",
         &["block", "token norm in", "token norm out", "median token norm out", "RMS in", "RMS out", "max |x|", "|row mean| of x/rms(x)", "min mean square / eps"],

@@ -10,7 +10,8 @@
 
 pub use super::decoder::{
     argmax, held_out_text, inspect, stream_growth, Decoder, DecoderConfig, FinalNormEffect,
-    KvCache, LlamaLayerRow, LlamaTrace, MassiveActivation, ModelClaims, MAX_BLOCKS,
+    GainRow, Inspection, KvCache, LensRow, LlamaLayerRow, LlamaTrace, MassiveActivation,
+    ModelClaims, LENS_TOKENS, MAX_BLOCKS,
 };
 
 /// A Llama-architecture model: a [`Decoder`] read from GGUF

@@ -1,6 +1,8 @@
-//! What `normlab inspect` and `exp llm` report for a Llama model: per-block
-//! rows (residual stream, activations, attention, gains), the final norm's
-//! effect on held-out loss, and the lesson's claims measured on the model.
+//! What `normlab inspect` and `exp llm` report for a pretrained decoder
+//! (SmolLM2, Gemma 3): per-block rows (residual stream, activations,
+//! attention with and without QK-Norm, gains), every norm's gains (w and
+//! 1 + w for zero-centred ones), the logit lens, the final norm's effect on
+//! held-out loss, and the lesson's claims measured on the model.
 
 use super::{Decoder as Llama, DecoderTrace as LlamaTrace};
 use crate::error::Result;
@@ -36,6 +38,9 @@ pub struct LlamaLayerRow {
     pub mlp_write: f64,
     /// Largest attention logit.
     pub attn_max_logit: f64,
+    /// The largest logit the same queries and keys give without QK-Norm
+    /// (NaN, null in JSON, for a model without it).
+    pub attn_max_logit_raw: f64,
     /// Mean attention entropy (nats).
     pub attn_entropy: f64,
     /// Attention RMSNorm gain: mean, std, min, max.
@@ -122,6 +127,51 @@ pub struct FinalNormEffect {
     pub logit_change: f64,
 }
 
+/// One kind of norm's gains over every block.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GainRow {
+    /// Where the norm sits ("attention input", "QK-Norm on keys", ...).
+    pub role: &'static str,
+    /// The gain the model multiplies by: mean, std, min, max.
+    pub gain: [f64; 4],
+    /// For zero-centred gains (1 + w), w's mean, std, min, max.
+    pub w: Option<[f64; 4]>,
+}
+
+/// The logit lens after one block: the block's output stream through the
+/// final norm (its statistics recomputed on that stream) and the head.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LensRow {
+    /// Block index.
+    pub block: usize,
+    /// Held-out loss (nats/token) read from this block's output.
+    pub loss: f64,
+    /// Share of positions whose top token is the model's final one.
+    pub agrees: f64,
+}
+
+/// Everything [`inspect`] measures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Inspection {
+    /// Per block.
+    pub blocks: Vec<LlamaLayerRow>,
+    /// What the final norm does.
+    pub final_norm: FinalNormEffect,
+    /// The lesson's claims on this model.
+    pub claims: ModelClaims,
+    /// Every kind of norm's gains.
+    pub gains: Vec<GainRow>,
+    /// The logit lens over the first [`LENS_TOKENS`] held-out predictions.
+    pub lens: Vec<LensRow>,
+    /// The largest |after - (before + write)| / max |after| over every
+    /// sublayer and text: the write as added accounts for the change.
+    pub sublayer_check: f64,
+}
+
+/// Held-out predictions the logit lens reads (each costs a vocabulary-wide
+/// head per block).
+pub const LENS_TOKENS: usize = 64;
+
 /// Mean, std, min, max of a gain vector (the statistics `bert::stats` computes).
 fn gain_stats(g: &[f32]) -> [f64; 4] {
     let s = crate::model::bert::stats(g);
@@ -135,12 +185,14 @@ pub fn inspect(
     texts: &[String],
     held_out: &str,
     max_tokens: usize,
-) -> Result<(Vec<LlamaLayerRow>, FinalNormEffect, ModelClaims)> {
+) -> Result<Inspection> {
     let l = m.cfg.layers;
-    let mut sum = vec![[0f64; 10]; l];
+    let mut sum = vec![[0f64; 11]; l];
     for s in &mut sum {
         s[8] = f64::INFINITY;
+        s[10] = f64::NAN;
     }
+    let mut sublayer_check = 0f64;
     let mut count = 0usize;
     let (mut row_in, mut row_out, mut row_med) = (vec![0f64; l], vec![0f64; l], vec![0f64; l]);
     let mut max_at = vec![(0usize, 0usize, 0usize); l];
@@ -170,6 +222,11 @@ pub fn inspect(
             s[7] += tr.attn_entropy[i];
             s[8] = s[8].min(tr.ms_min[i]);
             s[9] += tr.xhat_mean[i];
+            // (NaN without QK-Norm: f64::max keeps the number when there is one)
+            s[10] = s[10].max(tr.attn_max_logit_raw[i]);
+        }
+        for st in &tr.sublayers {
+            sublayer_check = sublayer_check.max(st.check);
         }
         count += 1;
     }
@@ -193,6 +250,7 @@ pub fn inspect(
             attn_write: s[4] / c,
             mlp_write: s[5] / c,
             attn_max_logit: s[6],
+            attn_max_logit_raw: s[10],
             attn_entropy: s[7] / c,
             attn_gain: gain_stats(&m.layers[i].attn_norm),
             mlp_gain: gain_stats(&m.layers[i].ffn_norm),
@@ -278,9 +336,9 @@ pub fn inspect(
             / f64::from(m.cfg.eps),
         loss_layernorm: m.nll_kind(&ids, window, NormKind::LayerNorm, true)?,
     };
-    Ok((
-        rows,
-        FinalNormEffect {
+    Ok(Inspection {
+        blocks: rows,
+        final_norm: FinalNormEffect {
             gain: gain_stats(&m.final_norm),
             tokens: ids.len() - 1,
             loss_with,
@@ -288,7 +346,89 @@ pub fn inspect(
             logit_change: (diff / base.max(1e-30)).sqrt(),
         },
         claims,
-    ))
+        gains: gain_rows(m),
+        lens: logit_lens(m, &ids[..ids.len().min(LENS_TOKENS + 1)])?,
+        sublayer_check,
+    })
+}
+
+/// Every kind of norm's gains, pooled over the blocks.
+fn gain_rows(m: &Llama) -> Vec<GainRow> {
+    let pooled = |f: &dyn Fn(&super::DecoderLayer) -> Option<&[f32]>| -> Option<Vec<f32>> {
+        let v: Vec<f32> = m.layers.iter().filter_map(f).flatten().copied().collect();
+        (!v.is_empty()).then_some(v)
+    };
+    let roles: [(&'static str, Option<Vec<f32>>); 7] = [
+        ("attention input", pooled(&|b| Some(&b.attn_norm))),
+        ("attention output", pooled(&|b| b.attn_out_norm.as_deref())),
+        (
+            "QK-Norm on queries",
+            pooled(&|b| b.qk_norm.as_ref().map(|q| &q.0[..])),
+        ),
+        (
+            "QK-Norm on keys",
+            pooled(&|b| b.qk_norm.as_ref().map(|q| &q.1[..])),
+        ),
+        ("MLP input", pooled(&|b| Some(&b.ffn_norm))),
+        ("MLP output", pooled(&|b| b.ffn_out_norm.as_deref())),
+        ("final", Some(m.final_norm.clone())),
+    ];
+    roles
+        .into_iter()
+        .filter_map(|(role, g)| {
+            let g = g?;
+            let w = m.cfg.gain.zero_centred().then(|| {
+                let w: Vec<f32> = g.iter().map(|x| x - 1.0).collect();
+                gain_stats(&w)
+            });
+            Some(GainRow {
+                role,
+                gain: gain_stats(&g),
+                w,
+            })
+        })
+        .collect()
+}
+
+/// The logit lens on `ids`: each block's output stream through the final
+/// norm, recomputed on that stream, and the head; the loss on the next
+/// tokens and how often the top token is the model's final one.
+fn logit_lens(m: &Llama, ids: &[u32]) -> Result<Vec<LensRow>> {
+    if ids.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let (inputs, targets) = (&ids[..ids.len() - 1], &ids[1..]);
+    let mut tr = LlamaTrace {
+        keep_streams: true,
+        ..Default::default()
+    };
+    m.hidden(inputs, Some(&mut tr))?;
+    let v = m.cfg.vocab;
+    let top =
+        |logits: &[f32]| -> Vec<usize> { logits.chunks_exact(v).map(super::argmax).collect() };
+    let last = m.logits_from(&tr.streams[m.cfg.layers], true);
+    let final_top = top(&last);
+    (0..m.cfg.layers)
+        .map(|b| {
+            let logits = if b + 1 == m.cfg.layers {
+                last.clone()
+            } else {
+                m.logits_from(&tr.streams[b + 1], true)
+            };
+            let mut total = 0f64;
+            m.add_nll(&logits, targets, &mut total);
+            let same = top(&logits)
+                .iter()
+                .zip(&final_top)
+                .filter(|(a, b)| a == b)
+                .count();
+            Ok(LensRow {
+                block: b,
+                loss: total / targets.len() as f64,
+                agrees: same as f64 / targets.len() as f64,
+            })
+        })
+        .collect()
 }
 
 /// How a residual stream grows over consecutive blocks, from `sizes` (its

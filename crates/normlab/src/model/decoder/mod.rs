@@ -36,8 +36,8 @@ pub(crate) mod tokenizer;
 pub use super::SublayerTrace;
 pub use forward::KvCache;
 pub use inspect::{
-    held_out_text, inspect, stream_growth, FinalNormEffect, LlamaLayerRow, MassiveActivation,
-    ModelClaims,
+    held_out_text, inspect, stream_growth, FinalNormEffect, GainRow, Inspection, LensRow,
+    LlamaLayerRow, MassiveActivation, ModelClaims, LENS_TOKENS,
 };
 pub use names::{Tensor, TensorNames, TensorSource};
 
@@ -149,6 +149,61 @@ impl DecoderConfig {
     /// Per-head width.
     pub fn head_dim(&self) -> usize {
         self.head_dim
+    }
+
+    /// One line in normlab's vocabulary: the family, sizes, where the norms
+    /// sit and how their gains are stored, QK-Norm, the MLP, the attention
+    /// windows and RoPE bases.
+    pub fn describe(&self) -> String {
+        let family = match self.family.as_str() {
+            "llama" => "Llama",
+            "gemma3" => "Gemma 3",
+            other => other,
+        };
+        let mut s = format!(
+            "{family}, {} layers, d {}, {} heads ({} key/value",
+            self.layers, self.d, self.heads, self.kv_heads
+        );
+        if self.head_dim * self.heads != self.d {
+            s += &format!(", head_dim {}", self.head_dim);
+        }
+        let norm = if self.norm == NormKind::RmsNorm {
+            "RMSNorm"
+        } else {
+            self.norm.name()
+        };
+        let placement = match self.placement {
+            Placement::Pre => "Pre",
+            Placement::Sandwich => "Sandwich",
+            _ => self.placement.name(),
+        };
+        s += &format!("), {placement}-{norm} (");
+        if self.gain.zero_centred() {
+            s += "zero-centred gains 1 + w; ";
+        }
+        s += &format!("eps {:e})", self.eps);
+        if self.qk_norm {
+            s += ", QK-Norm";
+        }
+        if self.act == GatedAct::GeluTanh {
+            s += ", GeGLU";
+        }
+        let windowed: Vec<&LayerAttention> =
+            self.attn.iter().filter(|a| a.window.is_some()).collect();
+        match windowed.first() {
+            None => s += &format!(", RoPE base {}", self.rope_base()),
+            Some(w) => {
+                s += &format!(
+                    ", {} layers with a {}-token window (RoPE base {}), {} global (RoPE base {})",
+                    windowed.len(),
+                    w.window.unwrap_or(0),
+                    w.rope_base,
+                    self.layers - windowed.len(),
+                    self.rope_base()
+                )
+            }
+        }
+        s
     }
 
     /// Width of the queries (heads x head_dim).
