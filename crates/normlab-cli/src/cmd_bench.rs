@@ -16,7 +16,7 @@ pub enum BenchCommand {
     /// threads, with achieved GFLOP/s next to a matmul peak measured in the
     /// same run.
     Train(TrainBenchArgs),
-    /// A Llama-architecture GGUF model: prompt processing (the logits of a
+    /// A GGUF decoder (Llama or Gemma 3): prompt processing (the logits of a
     /// prompt of --tokens tokens from the bundled Shakespeare) in tokens/s,
     /// median of --reps, per thread count (weights loaded once, not timed).
     Llama(LlamaBenchArgs),

@@ -1,5 +1,5 @@
 //! `normlab generate FILE.gguf --prompt TEXT`: the greedy continuation of a
-//! prompt by a Llama-architecture model (the prompt in one pass, then one
+//! prompt by a GGUF decoder, Llama or Gemma 3 (the prompt in one pass, then one
 //! token per pass over the key/value cache), printed as it is generated,
 //! then the speed of both phases.
 
@@ -10,10 +10,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Continue a prompt with a Llama-architecture GGUF model (greedy decoding).
+/// Continue a prompt with a GGUF decoder, Llama or Gemma 3 (greedy decoding).
 #[derive(Args, Debug)]
 pub struct GenerateCmd {
-    /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh).
+    /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, or models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
     model: PathBuf,
     /// The text to continue (used as given: no chat template).
     #[arg(long)]
@@ -36,7 +36,7 @@ pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
     {
         return bad(format!(
-            "{}: generate needs a Llama-architecture .gguf file",
+            "{}: generate needs a .gguf file (Llama or Gemma 3)",
             c.model.display()
         ));
     }

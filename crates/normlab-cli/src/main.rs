@@ -47,9 +47,9 @@ enum Command {
     Serve(web::ServeCmd),
     /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
     Convert(cmd_convert::ConvertCmd),
-    /// Inspect a model layer by layer: a normlab run folder (any placement), a BERT-style folder or a Llama GGUF file.
+    /// Inspect a model layer by layer: a normlab run folder (any placement), a BERT-style folder or a GGUF file (Llama, Gemma 3).
     Inspect(cmd_inspect::InspectCmd),
-    /// Continue a prompt with a Llama-architecture GGUF model (greedy, over a key/value cache).
+    /// Continue a prompt with a GGUF decoder, Llama or Gemma 3 (greedy, over a key/value cache).
     Generate(cmd_generate::GenerateCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]
