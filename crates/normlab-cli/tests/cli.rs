@@ -718,6 +718,55 @@ fn inspect_a_pretrained_pre_rmsnorm_decoder() {
     assert_ne!(o.status.code(), Some(0));
 }
 
+const GEMMA3: &str = "gemma-3-270m/gemma-3-270m-q4_k_m.gguf";
+
+#[test]
+fn inspect_a_pretrained_sandwich_decoder_with_qk_norm() {
+    let test = "inspect_a_pretrained_sandwich_decoder_with_qk_norm";
+    let Some(model) = model_or_skip(GEMMA3, GEMMA3, test, "fetch_gemma3.sh") else {
+        return;
+    };
+    let v = json(&[
+        "inspect",
+        model.to_str().unwrap(),
+        "--text",
+        "The quick brown fox jumps over the lazy dog.",
+        "--held-out-tokens",
+        "64",
+        "--json",
+    ]);
+    assert_eq!(v["architecture"], "gemma3");
+    assert_eq!(v["config"]["placement"], "sandwich");
+    let blocks = v["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 18);
+    let f = |b: &serde_json::Value, k: &str| b[k].as_f64().unwrap();
+    // Sandwich: the write as added (after the output norm) accounts for the
+    // whole change of the stream.
+    assert!(f(&v, "sublayer_check") < 1e-5);
+    // QK-Norm lowers the largest logit of the same queries and keys in
+    // most blocks.
+    let lower = blocks
+        .iter()
+        .filter(|b| f(b, "attn_max_logit") < f(b, "attn_max_logit_raw"))
+        .count();
+    assert!(lower * 3 >= 2 * blocks.len(), "{lower} of 18");
+    // Zero-centred gains: w = gain - 1 for every kind of norm, output
+    // norms included.
+    let gains = v["gains"].as_array().unwrap();
+    assert!(gains.iter().any(|g| g["role"] == "MLP output"));
+    for g in gains {
+        let (gain, w) = (g["gain"][0].as_f64().unwrap(), g["w"][0].as_f64().unwrap());
+        assert!((gain - 1.0 - w).abs() < 1e-6 * gain.abs().max(1.0), "{g}");
+    }
+    // The logit lens reads better predictions late than early.
+    let lens = v["logit_lens"].as_array().unwrap();
+    assert_eq!(lens.len(), 18);
+    assert!(f(&lens[17], "loss") < f(&lens[0], "loss"));
+    assert!(f(&lens[17], "agrees") == 1.0);
+    let fin = &v["final_norm"];
+    assert!(f(fin, "loss_without") > f(fin, "loss_with"));
+}
+
 #[test]
 fn generate_continues_a_prompt_as_transformers_does() {
     let test = "generate_continues_a_prompt_as_transformers_does";

@@ -207,19 +207,19 @@ pub static CLAIMS: &[Claim] = &[
         id: "C17",
         title: "(1 + w) gains under weight decay",
         statement: "Weight decay pulls a plain gain toward 0 (shrinking the norm's output) but a zero-centred (1 + w) gain toward 1.",
-        coverage: Coverage::Experiments(&["gain-decay"]),
+        coverage: Coverage::Experiments(&["gain-decay", "llm"]),
     },
     Claim {
         id: "C18",
         title: "QK-Norm bounds attention logits",
         statement: "An RMSNorm on q and k per head (over d_k) bounds the attention logits, keeps attention entropy from collapsing and reduces late loss spikes in deep models, for ~2 d_k parameters per layer.",
-        coverage: Coverage::Experiments(&["qk-norm"]),
+        coverage: Coverage::Experiments(&["qk-norm", "llm"]),
     },
     Claim {
         id: "C19",
         title: "DeepNorm and Sandwich stabilise deep Post-LN",
         statement: "DeepNorm, x = LN(alpha x + G(x)) with alpha = (2N)^(1/4) and init scaled by beta = (8N)^(-1/4), makes deep Post-LN trainable (1000 layers); Sandwich normalises the branch output too.",
-        coverage: Coverage::Experiments(&["placements"]),
+        coverage: Coverage::Experiments(&["placements", "llm"]),
     },
     Claim {
         id: "C20",

@@ -1,26 +1,33 @@
-//! llm (claims C3, C6, C8, C20, C21 on a real model): what do the lesson's
-//! claims look like in a trained Pre-RMSNorm LLM? SmolLM2-135M-Instruct
-//! (Llama architecture, GGUF Q4_1; `scripts/fetch_smollm2.sh`) on 16 lines
-//! of the bundled Shakespeare and 512 held-out tokens: how the residual
-//! stream grows with depth (C3), whether the rows entering its RMSNorms are
-//! centred (C6), how their mean squares compare with the file's eps (C8),
-//! what removing the final norm does (C20), and what replacing every
-//! RMSNorm by a LayerNorm keeping its gain does (C21, reversed). For C3 the
-//! same per-block growth is measured on a GPT that normlab trains with the
-//! model's design (Pre-RMSNorm with a final norm) at the residual-growth
-//! experiment's setting. Without the model file the verdicts are
-//! inconclusive and say how to get it.
+//! llm (claims C3, C6, C8, C17, C18, C19, C20, C21 on real models): what
+//! do the lesson's claims look like in trained LLMs? Two models side by
+//! side ([`super::llm_models`]): SmolLM2-135M-Instruct (Pre-RMSNorm, plain
+//! gains) and Gemma 3 270M (sandwich RMSNorm with zero-centred 1 + w gains,
+//! QK-Norm), on 16 lines of the bundled Shakespeare and 512 held-out
+//! tokens: how the residual stream grows with depth by the lesson's metric
+//! (C3), whether the rows entering the norms are centred (C6), how their
+//! mean squares compare with eps and the largest activation with f16's
+//! 65,504 (C8), where the trained gains sit (C17), the largest attention
+//! logit with and without QK-Norm on the same inputs (C18), how much each
+//! sublayer writes under pre and sandwich norms (C19), what removing the
+//! final norm does (C20), and what replacing every RMSNorm by a LayerNorm
+//! keeping its gain does (C21, reversed). C17 and C19 are descriptive: two
+//! models trained differently confound any causal reading. For C3 the same
+//! growth is measured on a GPT that normlab trains with SmolLM2's design
+//! (Pre-RMSNorm with a final norm) at the residual-growth experiment's
+//! setting. Without the model files the verdicts are inconclusive and say
+//! how to get them.
 
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
+use super::llm_models::{combine, find, Measured, MODELS};
 use super::runs::{self, block_row_norms, final_params, gpt_base};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use crate::sweep::RunSpec;
 use normlab::error::Result;
 use normlab::io::sample_sentences;
 use normlab::kernels::norm::NormKind;
-use normlab::model::llama::{self, Llama};
+use normlab::model::llama::{self, Llama, LlamaLayerRow};
 use normlab::nn::Placement;
 use serde_json::json;
 use std::path::PathBuf;
@@ -28,31 +35,19 @@ use std::path::PathBuf;
 /// The experiment's registry row.
 pub const EXPERIMENT: Experiment = Experiment {
     id: "llm",
-    question: "Do the lesson's claims hold in a trained Pre-RMSNorm LLM (SmolLM2-135M)?",
+    question: "Do the lesson's claims hold in trained LLMs (SmolLM2-135M: Pre-RMSNorm; Gemma 3 270M: sandwich, 1 + w gains, QK-Norm)?",
     flags: &[ExpFlag::Steps, ExpFlag::Seed, ExpFlag::Jobs],
     run,
     grid: Some(grid),
     quick_decides: true,
 };
 
-/// Where the model is looked for: `models/<file>` in the current folder or
-/// any folder above it (a checkout's models/ from inside the checkout).
-const MODEL: &str = "models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
-
+/// SmolLM2's file, for the cross-check chapter.
 pub(super) fn find_model() -> Option<PathBuf> {
-    let mut dir = std::env::current_dir().ok()?;
-    loop {
-        let p = dir.join(MODEL);
-        if p.exists() {
-            return Some(p);
-        }
-        if !dir.pop() {
-            return None;
-        }
-    }
+    find(MODELS[0].file)
 }
 
-const CLAIMS: [&str; 5] = ["C3", "C6", "C8", "C20", "C21"];
+const CLAIMS: [&str; 8] = ["C3", "C6", "C8", "C17", "C18", "C19", "C20", "C21"];
 
 /// normlab's own GPT with the model's design, Pre-RMSNorm with a final
 /// norm, at the residual-growth experiment's setting (d 128, 12 blocks,
@@ -78,196 +73,136 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let texts = sample_sentences(if a.quick { 4 } else { 16 }, 0, 53);
     let tokens = if a.quick { 128 } else { 512 };
+    let files: Vec<&str> = MODELS.iter().map(|m| m.file).collect();
     let mut out = result(
-        json!({"model": MODEL, "texts": texts.len(), "held_out_tokens": tokens, "gpt_steps": a.steps_or(100, 1000), "seed": a.seed_list(1)[0]}),
+        json!({"models": files, "texts": texts.len(), "held_out_tokens": tokens, "gpt_steps": a.steps_or(100, 1000), "seed": a.seed_list(1)[0]}),
         vec![],
     );
-    let Some(path) = find_model() else {
-        out.conclusion = format!("The model file {MODEL} is not here (run scripts/fetch_smollm2.sh in the checkout): nothing measured.");
+    let mut measured = Vec::new();
+    let mut absent = Vec::new();
+    for rm in &MODELS {
+        match find(rm.file) {
+            Some(path) => {
+                let m = Llama::load(&path)?;
+                let insp = llama::inspect(&m, &texts, llama::held_out_text(), tokens)?;
+                measured.push(Measured {
+                    name: rm.name,
+                    cfg: m.cfg.clone(),
+                    insp,
+                });
+            }
+            None => absent.push(format!(
+                "{} ({} absent: run {})",
+                rm.name, rm.file, rm.fetch
+            )),
+        }
+    }
+    if measured.is_empty() {
+        let why = format!("no model file is here: {}", absent.join("; "));
+        out.conclusion = format!("{why}: nothing measured.");
         out.unavailable = Some(super::framework::Unavailable {
             needs: "model",
-            why: format!("{MODEL} is absent: run scripts/fetch_smollm2.sh in the checkout"),
+            why: why.clone(),
         });
+        let fetch: Vec<&str> = MODELS.iter().map(|m| m.fetch).collect();
         for c in CLAIMS {
             out.checks.push(ClaimCheck::new(
                 c,
                 Verdict::Inconclusive,
-                format!("needs {MODEL} (scripts/fetch_smollm2.sh)"),
+                format!("needs the model files ({})", fetch.join(", ")),
             ));
         }
         return Ok(out);
-    };
-    let m = Llama::load(&path)?;
-    let insp = llama::inspect(&m, &texts, llama::held_out_text(), tokens)?;
-    let (rows, fin, cl) = (insp.blocks, insp.final_norm, insp.claims);
-    let mut table = Table::new(
-        "Per block: the residual stream entering it and after it by the lesson's metric (the mean over tokens of each token's L2 norm) and by the RMS over all elements of all tokens, the largest |activation|, and the smallest row mean square entering its norms over eps",
-        &["block", "token norm in", "token norm out", "median token norm out", "RMS in", "RMS out", "max |x|", "|row mean| of x/rms(x)", "min mean square / eps"],
-    );
-    for r in &rows {
-        table.row(vec![
-            r.layer.to_string(),
-            f(r.row_norm_in, 2),
-            f(r.row_norm_out, 2),
-            f(r.row_norm_median_out, 2),
-            f(r.rms_in, 3),
-            f(r.rms_out, 3),
-            f(r.max_abs, 1),
-            f(r.xhat_mean, 4),
-            format!("{:.3e}", r.ms_min / f64::from(m.cfg.eps)),
-        ]);
     }
-    let series = |name: &str, g: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
-        Series::new(name, rows.iter().map(|r| (r.layer as f64, g(r))).collect())
+    let missing = if absent.is_empty() {
+        String::new()
+    } else {
+        format!(" Not measured: {}.", absent.join("; "))
     };
-    let mut chart = LineChart::new(
-        "SmolLM2-135M: the residual stream after each block",
-        "block",
-        "size",
-        vec![
-            series("mean token norm (the lesson's metric)", &|r| r.row_norm_out),
-            series("median token norm", &|r| r.row_norm_median_out),
-            series("RMS over all elements", &|r| r.rms_out),
-        ],
+    let mut panels = Vec::new();
+    for me in &measured {
+        let mut table = Table::new(
+            format!("{}: per block, the residual stream entering it and after it by the lesson's metric (the mean over tokens of each token's L2 norm) and by the RMS over all elements of all tokens, the largest |activation|, and the smallest row mean square entering its norms over eps", me.name),
+            &["block", "token norm in", "token norm out", "median token norm out", "RMS in", "RMS out", "max |x|", "|row mean| of x/rms(x)", "min mean square / eps"],
+        );
+        for r in &me.insp.blocks {
+            table.row(vec![
+                r.layer.to_string(),
+                f(r.row_norm_in, 2),
+                f(r.row_norm_out, 2),
+                f(r.row_norm_median_out, 2),
+                f(r.rms_in, 3),
+                f(r.rms_out, 3),
+                f(r.max_abs, 1),
+                f(r.xhat_mean, 4),
+                format!("{:.3e}", r.ms_min / f64::from(me.cfg.eps)),
+            ]);
+        }
+        out.tables.push(table);
+        let series = |name: &str, g: &dyn Fn(&LlamaLayerRow) -> f64| {
+            Series::new(
+                name,
+                me.insp
+                    .blocks
+                    .iter()
+                    .map(|r| (r.layer as f64, g(r)))
+                    .collect(),
+            )
+        };
+        let mut chart = LineChart::new(
+            format!("{}: the residual stream after each block", me.name),
+            "block",
+            "size",
+            vec![
+                series("mean token norm (the lesson's metric)", &|r| r.row_norm_out),
+                series("median token norm", &|r| r.row_norm_median_out),
+                series("RMS over all elements", &|r| r.rms_out),
+            ],
+        );
+        chart.log_y = true;
+        panels.push(crate::present::Panel::Line(chart));
+    }
+    let cols = panels.len();
+    out.figures
+        .push(Figure::new("llm_residual_rms", panels, cols));
+    out.data.insert(
+        "models".into(),
+        json!(measured.iter().map(|me| json!({"name": me.name, "config": me.cfg, "blocks": me.insp.blocks, "final_norm": me.insp.final_norm, "claims": me.insp.claims, "gains": me.insp.gains, "logit_lens": me.insp.lens, "sublayer_check": me.insp.sublayer_check})).collect::<Vec<_>>()),
     );
-    chart.log_y = true;
-    out.figures.push(Figure::new(
-        "llm_residual_rms",
-        vec![crate::present::Panel::Line(chart)],
-        1,
-    ));
-    out.data.insert("blocks".into(), json!(rows));
-    out.data.insert("final_norm".into(), json!(fin));
-    out.data.insert("claims".into(), json!(cl));
-    let span = m.cfg.layers - 1;
-    // normlab's own trained GPT of the same design, for comparison.
+    // normlab's own trained GPT of SmolLM2's design, for comparison.
     let specs = grid(a)?;
     let r = runs::run_grid(a, specs, true, progress)?.remove(0);
     let gpt = block_row_norms(&r.cfg, &final_params(a, &r)?)?;
-    // From the first block's output on, as for the model (its block 0).
+    // From the first block's output on, as for the models (their block 0).
     let (g_total, g_per, g_growing) = llama::stream_growth(&gpt[1..]);
     let g_layers = r.cfg.model.layers;
     out.data.insert(
         "own_gpt".into(),
         json!({"run": runs::record(&r), "mean_row_norm": gpt, "growth_total": g_total, "growth_per_block": g_per, "blocks_growing": g_growing}),
     );
-    // C3 by the lesson's metric (the mean token norm); the RMS beside it.
-    // Steady: most blocks grow it and no one block doubles it.
-    let steady = 2 * cl.blocks_growing >= span && cl.largest_jump.0 < 2.0;
-    let c3 = match (cl.growth_total > 1.5, steady) {
-        (true, true) => Verdict::Holds,
-        (true, false) => Verdict::Partly,
-        _ => Verdict::DoesNotHold,
-    };
-    // The median token (after block 0 = entering block 1, as above).
-    let medians: Vec<f64> = rows.iter().map(|r| r.row_norm_median_out).collect();
-    let (med_total, _, med_growing) = llama::stream_growth(&medians);
-    let steady = if steady { "steadily" } else { "not steadily" };
-    out.checks.push(ClaimCheck::new("C3", c3, format!(
-        "by the lesson's metric (the mean over tokens of each token's norm) the trained model's stream grows x{} from block 1 to the output (x{} per block on average), {steady}: {} of {} blocks grow it, the largest one-block step is x{} (block {}) (lesson: steady growth, 1.6% per layer at init, amplified by training); the median token's norm, which no single token sets, grows x{} in {} of {} blocks. The RMS over all elements, which one token's massive activation dominates, grows x{} with {} of {} blocks growing and one step of x{} (block {}). normlab's own GPT of the same design (Pre-RMSNorm, final norm; d {}, {} blocks, {} steps, {}): x{} from block 1 to {} (x{} per block), {} of {} blocks grow it",
-        f(cl.growth_total, 2), f(cl.growth_per_block, 3), cl.blocks_growing, span, f(cl.largest_jump.0, 2), cl.largest_jump.1,
-        f(med_total, 2), med_growing, span,
-        f(cl.rms_growth_total, 1), cl.rms_blocks_growing, span, f(cl.rms_largest_jump.0, 1), cl.rms_largest_jump.1,
-        r.cfg.model.d_model, g_layers, r.cfg.steps, r.summary.status.name(),
-        f(g_total, 2), g_layers, f(g_per, 3), g_growing, g_layers - 1
-    )));
-    let ma = &cl.massive;
-    let mut massive = Table::new(
-        "The massive activation: the largest |value| in the residual stream over the texts",
-        &[
-            "|value|",
-            "after block",
-            "present from block",
-            "token (text, position)",
-            "channel",
-            "of f16's max 65504",
-            "over the mean token norm there",
-        ],
-    );
-    massive.row(vec![
-        f(ma.value, 0),
-        ma.block.to_string(),
-        ma.from_block.to_string(),
-        format!(
-            "{:?} (text {}, position {})",
-            ma.token, ma.text, ma.position
-        ),
-        ma.channel.to_string(),
-        format!("{:.2}", ma.of_f16_max),
-        f(ma.over_mean_token_norm, 1),
-    ]);
-    let c6 = if cl.xhat_mean_max_abs > 0.1 {
-        Verdict::Holds
-    } else {
-        Verdict::Partly
-    };
-    out.checks.push(ClaimCheck::new("C6", c6, format!(
-        "on real activations the rows entering the RMSNorms are nearly centred: |row mean| of x / rms(x) is at most {} (block average), against 0.447 for the lesson's N(1.5, 3^2) rows; so RMSNorm's output is not zero-mean by construction, but here it nearly is",
-        f(cl.xhat_mean_max_abs, 3)
-    )));
-    // eps changes a row's output by 1 - sqrt(ms / (ms + eps)).
-    let ms_eps = cl.ms_min_over_eps;
-    let eps_effect = 1.0 - (ms_eps / (ms_eps + 1.0)).sqrt();
-    let c8 = if ms_eps > 100.0 {
-        Verdict::Holds
-    } else {
-        Verdict::Partly
-    };
-    out.checks.push(ClaimCheck::new("C8", c8, format!(
-        "the smallest mean square of any row entering any norm is {:.0} x eps (eps {:e} from the file), so eps changes no row's output by more than {:.2e} (relative): {} (the claim says eps matters only when they are comparable)",
-        ms_eps, m.cfg.eps, eps_effect,
-        if ms_eps > 100.0 { "eps never comes near a row's mean square here, so it changes nothing" } else { "some rows come within 100x of eps, where eps starts to matter" }
-    )));
-    let c20 = if fin.loss_without > fin.loss_with + 0.1 {
-        Verdict::Holds
-    } else {
-        Verdict::DoesNotHold
-    };
-    out.checks.push(ClaimCheck::new("C20", c20, format!(
-        "held-out loss {} nats/token with the final RMSNorm, {} without it ({} tokens; the logits change by {}% RMS)",
-        f(fin.loss_with, 3), f(fin.loss_without, 1), fin.tokens, f(100.0 * fin.logit_change, 0)
-    )));
-    let gap = cl.loss_layernorm - fin.loss_with;
-    let c21 = if gap.abs() > 1e-3 {
-        Verdict::Holds
-    } else {
-        Verdict::DoesNotHold
-    };
-    out.checks.push(ClaimCheck::new("C21", c21, format!(
-        "in reverse, on a real model: every RMSNorm replaced by a LayerNorm keeping its gain gives held-out loss {} against {} (+{} nats): approximate, and close because the stream is nearly centred (C6)",
-        f(cl.loss_layernorm, 3), f(fin.loss_with, 3), f(gap, 3)
-    )));
-    out.conclusion = format!(
-        "SmolLM2-135M: the mean token norm grows x{} over the blocks ({} of {span} blocks grow it); one token carries a massive activation of {} (channel {}, the token {:?} at position {}, from block {} on: {:.0}% of f16's largest value), which makes the RMS over all elements jump x{} at block {}; rows entering the norms are nearly centred (|mean| <= {}) and far above eps (>= {:.0} x); the final norm is indispensable ({} -> {} nats/token without it); LayerNorm in place of every RMSNorm costs {} nats.",
-        f(cl.growth_total, 2), cl.blocks_growing, f(ma.value, 0), ma.channel, ma.token, ma.position, ma.from_block, 100.0 * ma.of_f16_max,
-        f(cl.rms_largest_jump.0, 1), cl.rms_largest_jump.1, f(cl.xhat_mean_max_abs, 3), cl.ms_min_over_eps,
-        f(fin.loss_with, 2), f(fin.loss_without, 0), f(gap, 3)
-    );
-    out.tables.push(table);
+    checks(&mut out, &measured, &missing);
+    // C3 side by side.
     let mut t2 = Table::new(
-        "C3 side by side: growth of the stream from block 1 to the last block, by the mean token norm (and, for SmolLM2, by the RMS over all elements)",
-        &[
-            "model",
-            "blocks",
-            "x total",
-            "x per block",
-            "blocks growing it",
-        ],
+        "C3 side by side: growth of the stream from block 1 to the last block, by the mean token norm (the lesson's metric) and by the RMS over all elements",
+        &["model", "blocks", "x total", "x per block", "blocks growing it"],
     );
-    t2.row(vec![
-        "SmolLM2-135M (trained by Hugging Face)".into(),
-        m.cfg.layers.to_string(),
-        f(cl.growth_total, 2),
-        f(cl.growth_per_block, 3),
-        format!("{} of {span}", cl.blocks_growing),
-    ]);
-    t2.row(vec![
-        "SmolLM2-135M, RMS over all elements".into(),
-        m.cfg.layers.to_string(),
-        f(cl.rms_growth_total, 2),
-        f(cl.rms_growth_per_block, 3),
-        format!("{} of {span}", cl.rms_blocks_growing),
-    ]);
+    for me in &measured {
+        let (cl, span) = (&me.insp.claims, me.span());
+        t2.row(vec![
+            format!("{} (trained by its makers)", me.name),
+            me.cfg.layers.to_string(),
+            f(cl.growth_total, 2),
+            f(cl.growth_per_block, 3),
+            format!("{} of {span}", cl.blocks_growing),
+        ]);
+        t2.row(vec![
+            format!("{}, RMS over all elements", me.name),
+            me.cfg.layers.to_string(),
+            f(cl.rms_growth_total, 2),
+            f(cl.rms_growth_per_block, 3),
+            format!("{} of {span}", cl.rms_blocks_growing),
+        ]);
+    }
     t2.row(vec![
         format!(
             "normlab GPT, Pre-RMSNorm, d {} ({} steps)",
@@ -279,6 +214,192 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         format!("{g_growing} of {}", g_layers - 1),
     ]);
     out.tables.push(t2);
+    let mut massive = Table::new(
+        "The massive activation: the largest |value| in the residual stream over the texts",
+        &[
+            "model",
+            "|value|",
+            "after block",
+            "present from block",
+            "token (text, position)",
+            "channel",
+            "of f16's max 65504",
+            "over the mean token norm there",
+        ],
+    );
+    for me in &measured {
+        let ma = &me.insp.claims.massive;
+        massive.row(vec![
+            me.name.into(),
+            f(ma.value, 0),
+            ma.block.to_string(),
+            ma.from_block.to_string(),
+            format!(
+                "{:?} (text {}, position {})",
+                ma.token, ma.text, ma.position
+            ),
+            ma.channel.to_string(),
+            format!("{:.2}", ma.of_f16_max),
+            f(ma.over_mean_token_norm, 1),
+        ]);
+    }
     out.tables.push(massive);
+    let mut gains = Table::new(
+        "C17: every kind of norm's trained gains (the factor the model multiplies by; for zero-centred gains also w, which weight decay pulls toward 0)",
+        &["model", "norm", "gain mean", "gain min", "gain max", "w mean", "w std"],
+    );
+    for me in &measured {
+        for g in &me.insp.gains {
+            let w = |i: usize| g.w.map_or("-".to_string(), |w| f(w[i], 3));
+            gains.row(vec![
+                me.name.into(),
+                g.role.into(),
+                f(g.gain[0], 3),
+                f(g.gain[2], 3),
+                f(g.gain[3], 3),
+                w(0),
+                w(1),
+            ]);
+        }
+    }
+    out.tables.push(gains);
+    let mut attn = Table::new(
+        "C18 and C19, per model: placement, QK-Norm, the largest attention logit (with and without QK-Norm on the same queries and keys), and the median over blocks of each sublayer's write over the stream it read",
+        &["model", "placement", "QK-Norm", "max logit", "max logit without QK-Norm", "blocks where QK-Norm lowers it", "median attention write / stream", "median MLP write / stream"],
+    );
+    for me in &measured {
+        let top = |g: &dyn Fn(&LlamaLayerRow) -> f64| {
+            me.insp
+                .blocks
+                .iter()
+                .map(g)
+                .fold(f64::NEG_INFINITY, f64::max)
+        };
+        let (wa, wm) = me.median_writes();
+        attn.row(vec![
+            me.name.into(),
+            me.cfg.placement.name().into(),
+            if me.cfg.qk_norm { "yes" } else { "no" }.into(),
+            f(top(&|r| r.attn_max_logit), 2),
+            if me.cfg.qk_norm {
+                f(top(&|r| r.attn_max_logit_raw), 2)
+            } else {
+                "-".into()
+            },
+            me.c18()
+                .map_or("-".into(), |(_, n)| format!("{n} of {}", me.cfg.layers)),
+            f(wa, 3),
+            f(wm, 3),
+        ]);
+    }
+    out.tables.push(attn);
     Ok(out)
+}
+
+/// The claims' verdicts from the measured models.
+fn checks(out: &mut ExpResult, measured: &[Measured], missing: &str) {
+    let each = |g: &dyn Fn(&Measured) -> String| -> String {
+        measured
+            .iter()
+            .map(|me| format!("{}: {}", me.name, g(me)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let verdicts = |g: &dyn Fn(&Measured) -> Verdict| -> Verdict {
+        combine(&measured.iter().map(g).collect::<Vec<_>>())
+    };
+    out.checks.push(ClaimCheck::new("C3", verdicts(&|me| me.c3().0), format!(
+        "by the lesson's metric (the mean over tokens of each token's norm), from block 1 to the output (lesson: steady growth, 1.6% per layer at init, amplified by training). {}. The RMS over all elements, which one token's massive activation dominates, beside it: {}.{missing}",
+        each(&|me| {
+            let cl = &me.insp.claims;
+            format!("x{} (x{} per block), {}: {} of {} blocks grow it, the largest one-block step x{} (block {})",
+                f(cl.growth_total, 2), f(cl.growth_per_block, 3), if me.c3().1 { "steadily" } else { "not steadily" },
+                cl.blocks_growing, me.span(), f(cl.largest_jump.0, 2), cl.largest_jump.1)
+        }),
+        each(&|me| {
+            let cl = &me.insp.claims;
+            format!("x{} ({} of {} blocks; one step of x{} at block {})", f(cl.rms_growth_total, 1), cl.rms_blocks_growing, me.span(), f(cl.rms_largest_jump.0, 1), cl.rms_largest_jump.1)
+        })
+    )));
+    out.checks.push(ClaimCheck::new("C6", verdicts(&|me| me.c6()), format!(
+        "|row mean| of x / rms(x) at the attention norms, largest block average, against 0.447 for the lesson's N(1.5, 3^2) rows: {}; real rows nearly centred leave RMSNorm's output nearly zero-mean, though not by construction.{missing}",
+        each(&|me| f(me.insp.claims.xhat_mean_max_abs, 3))
+    )));
+    out.checks.push(ClaimCheck::new("C8", verdicts(&|me| me.c8()), format!(
+        "the smallest mean square of any row entering any norm over eps (eps from the file), and the largest |activation| in the stream against f16's largest finite value 65,504: {}. eps matters only where a row's mean square comes near it (within 100x), and a stream stored in f16 overflows where the activation passes 65,504.{missing}",
+        each(&|me| {
+            let (cl, eps) = (&me.insp.claims, me.cfg.eps);
+            let ms = cl.ms_min_over_eps;
+            format!("{ms:.0} x eps {eps:e} (eps moves no row by more than {:.1e}); largest |x| {} = {:.0}% of f16's max{}",
+                1.0 - (ms / (ms + 1.0)).sqrt(), f(cl.massive.value, 0), 100.0 * cl.massive.of_f16_max,
+                if cl.massive.of_f16_max > 1.0 { ", so f16 storage of the stream would overflow" } else { "" })
+        })
+    )));
+    out.checks.push(ClaimCheck::new("C17", Verdict::Inconclusive, format!(
+        "descriptive: a trained checkpoint does not say what weight decay did to its gains (whether the gains were decayed, and how strongly, is not in the file), and the two models differ in data, size and recipe. Where the trained gains sit, pooled over every norm: {}.{missing}",
+        each(&|me| {
+            let rows = me.insp.gains.iter().map(|g| match g.w {
+                Some(w) => format!("{} w mean {} (std {})", g.role, f(w[0], 2), f(w[1], 2)),
+                None => format!("{} gain mean {} (min {}, max {})", g.role, f(g.gain[0], 2), f(g.gain[2], 2), f(g.gain[3], 2)),
+            }).collect::<Vec<_>>().join(", ");
+            format!("{} gains: {rows}", if me.cfg.gain.zero_centred() { "zero-centred (1 + w)" } else { "plain" })
+        })
+    )));
+    let with_qk: Vec<(&Measured, Verdict, usize)> = measured
+        .iter()
+        .filter_map(|me| me.c18().map(|(v, n)| (me, v, n)))
+        .collect();
+    let top = |me: &Measured, g: &dyn Fn(&LlamaLayerRow) -> f64| {
+        me.insp
+            .blocks
+            .iter()
+            .map(g)
+            .fold(f64::NEG_INFINITY, f64::max)
+    };
+    let c18 = combine(&with_qk.iter().map(|x| x.1).collect::<Vec<_>>());
+    out.checks.push(ClaimCheck::new("C18", c18, format!(
+        "on the same queries and keys, with and without the model's own q/k norms: {}. Across models (descriptive, confounded by training): the largest logit is {}.{missing}",
+        if with_qk.is_empty() { "no measured model has QK-Norm".to_string() } else {
+            with_qk.iter().map(|(me, _, n)| format!("{}: the largest logit {} with QK-Norm, {} without, lower with it in {n} of {} blocks", me.name, f(top(me, &|r| r.attn_max_logit), 2), f(top(me, &|r| r.attn_max_logit_raw), 1), me.cfg.layers)).collect::<Vec<_>>().join("; ")
+        },
+        each(&|me| format!("{} ({})", f(top(me, &|r| r.attn_max_logit), 2), if me.cfg.qk_norm { "QK-Norm" } else { "no QK-Norm" }))
+    )));
+    out.checks.push(ClaimCheck::new("C19", Verdict::Inconclusive, format!(
+        "descriptive: the two models differ in more than their placement, so nothing here shows that Sandwich stabilises anything. What each sublayer writes relative to the stream it read (median over blocks, attention and MLP) and how the stream grows: {}.{missing}",
+        each(&|me| {
+            let (wa, wm) = me.median_writes();
+            format!("{} ({}): writes {} and {}, the stream x{} over the blocks", me.cfg.placement.name(), if me.cfg.placement == normlab::nn::Placement::Sandwich { "each write normalised before it is added" } else { "raw writes" }, f(wa, 3), f(wm, 3), f(me.insp.claims.growth_total, 1))
+        })
+    )));
+    out.checks.push(ClaimCheck::new(
+        "C20",
+        verdicts(&|me| me.c20()),
+        format!(
+            "held-out loss with the final RMSNorm and without it: {}.{missing}",
+            each(&|me| {
+                let fin = &me.insp.final_norm;
+                format!(
+                    "{} -> {} nats/token ({} tokens; the logits change by {}% RMS)",
+                    f(fin.loss_with, 3),
+                    f(fin.loss_without, 1),
+                    fin.tokens,
+                    f(100.0 * fin.logit_change, 0)
+                )
+            })
+        ),
+    ));
+    out.checks.push(ClaimCheck::new("C21", verdicts(&|me| me.c21()), format!(
+        "in reverse, on real models: every RMSNorm replaced by a LayerNorm keeping its gain, no fine-tuning: {}. Any nonzero change makes the swap approximate; its size is the model's, not centring's alone (C6 gives each model's centring).{missing}",
+        each(&|me| format!("held-out loss {} against {} ({:+.3} nats)", f(me.insp.claims.loss_layernorm, 3), f(me.insp.final_norm.loss_with, 3), me.insp.claims.loss_layernorm - me.insp.final_norm.loss_with))
+    )));
+    let each_model: Vec<String> = measured.iter().map(|me| {
+        let (cl, fin) = (&me.insp.claims, &me.insp.final_norm);
+        let ma = &cl.massive;
+        format!(
+            "{} ({}): the mean token norm grows x{} over the blocks ({} of {} grow it); the largest activation {} sits on {:?} (position {}, channel {}) from block {} on, {:.0}% of f16's largest value; rows entering the norms are nearly centred (|mean| <= {}) and far above eps (>= {:.0} x); without the final norm the loss goes {} -> {}; LayerNorm in place of every RMSNorm costs {:+.2} nats.",
+            me.name, me.cfg.placement.name(), f(cl.growth_total, 2), cl.blocks_growing, me.span(), f(ma.value, 0), ma.token, ma.position, ma.channel, ma.from_block, 100.0 * ma.of_f16_max,
+            f(cl.xhat_mean_max_abs, 3), cl.ms_min_over_eps, f(fin.loss_with, 2), f(fin.loss_without, 0), cl.loss_layernorm - fin.loss_with
+        )
+    }).collect();
+    out.conclusion = format!("{}{missing}", each_model.join(" "));
 }

@@ -26,6 +26,7 @@ pub mod gain_decay;
 pub mod identity_path;
 pub mod lesson_block;
 pub mod llm;
+mod llm_models;
 pub mod lr_sensitivity;
 pub mod no_norm;
 pub mod norm_kind;

@@ -15,17 +15,17 @@
 //! cache (`forward.rs`). Its matrices are [`Matrix`] values: dense f32
 //! today; a quantised storage goes behind the same type.
 //!
-//! Files: this one (configuration, weights, logits, generation, loss),
-//! `forward.rs` (the blocks over a key/value cache, and the trace),
-//! `names.rs` (weight-name maps and tensor sources), `gguf.rs` (GGUF
-//! files), `hf.rs` (Hugging Face folders), `tokenizer.rs` (a GGUF file's
-//! tokenizers), `inspect.rs` (what
-//! `normlab inspect` and `exp llm` report).
+//! Files: this one (weights, logits, generation, loss), `config.rs` (the
+//! configuration), `forward.rs` (the blocks over a key/value cache, and the
+//! trace), `names.rs` (weight-name maps and tensor sources), `gguf.rs`
+//! (GGUF files), `hf.rs` (Hugging Face folders), `tokenizer.rs` (a GGUF
+//! file's tokenizers), `inspect.rs` (what `normlab inspect` and `exp llm`
+//! report).
 
 use crate::error::Result;
 use crate::kernels::norm::{self, NormKind};
-use crate::nn::Placement;
 
+mod config;
 mod forward;
 mod gguf;
 pub mod hf;
@@ -34,250 +34,13 @@ pub mod names;
 pub(crate) mod tokenizer;
 
 pub use super::SublayerTrace;
+pub use config::{DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, MAX_BLOCKS};
 pub use forward::KvCache;
 pub use inspect::{
     held_out_text, inspect, stream_growth, FinalNormEffect, GainRow, Inspection, LensRow,
     LlamaLayerRow, MassiveActivation, ModelClaims, LENS_TOKENS,
 };
 pub use names::{Tensor, TensorNames, TensorSource};
-
-/// How a file stores a norm's gain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GainStore {
-    /// The gain itself (Llama).
-    Plain,
-    /// w, with the gain 1 + w (Gemma's zero-centred gains, as Hugging Face
-    /// files store them).
-    OnePlus,
-    /// 1 + w with the one already added (llama.cpp's Gemma GGUF files): the
-    /// stored value is the gain, and w is the gain minus one.
-    #[serde(rename = "oneplus-folded")]
-    OnePlusFolded,
-}
-
-impl GainStore {
-    /// Whether the model's gains are zero-centred (1 + w), however stored.
-    pub fn zero_centred(self) -> bool {
-        self != GainStore::Plain
-    }
-}
-
-/// The gated MLP's activation: `down(act(gate(x)) * up(x))`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GatedAct {
-    /// SiLU (SwiGLU, Llama).
-    Silu,
-    /// GELU, tanh form (GeGLU, Gemma).
-    GeluTanh,
-}
-
-/// Which dimensions of a head RoPE rotates together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RopePairs {
-    /// (2i, 2i + 1): llama.cpp's permuted Llama Q/K rows.
-    Adjacent,
-    /// (i, i + head_dim/2): rows as trained (Hugging Face files).
-    Halves,
-}
-
-/// One layer's attention: its window and its RoPE base.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct LayerAttention {
-    /// A position attends to at most this many positions, itself included
-    /// (None: every earlier position).
-    pub window: Option<usize>,
-    /// RoPE base.
-    pub rope_base: f64,
-}
-
-/// A decoder's hyper-parameters, in normlab's vocabulary.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct DecoderConfig {
-    /// The family it was read as ("llama", "gemma3").
-    pub family: String,
-    /// Vocabulary.
-    pub vocab: usize,
-    /// Width d of the residual stream.
-    pub d: usize,
-    /// Blocks.
-    pub layers: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads (grouped-query attention).
-    pub kv_heads: usize,
-    /// Per-head width (d / heads for Llama; its own for Gemma).
-    pub head_dim: usize,
-    /// Gated MLP hidden width.
-    pub ffn: usize,
-    /// Context length the model was trained for.
-    pub context: usize,
-    /// Where the norms sit: pre, or sandwich (input and output norms).
-    pub placement: Placement,
-    /// The block norms' kind (RMSNorm for both families).
-    #[serde(with = "crate::model::config::norm_kind_serde")]
-    pub norm: NormKind,
-    /// Norm eps.
-    pub eps: f32,
-    /// How the file stores the gains (folded into [`Decoder`]'s at load).
-    pub gain: GainStore,
-    /// QK-Norm before RoPE.
-    pub qk_norm: bool,
-    /// The gated MLP's activation.
-    pub act: GatedAct,
-    /// Multiplier on the token embeddings (1; sqrt(d) for Gemma).
-    pub emb_scale: f32,
-    /// Multiplier on the attention scores (1/sqrt(head_dim); Gemma:
-    /// query_pre_attn_scalar^-1/2).
-    pub attn_scale: f32,
-    /// Per layer: window and RoPE base.
-    pub attn: Vec<LayerAttention>,
-    /// RoPE pairing.
-    pub rope_pairs: RopePairs,
-    /// tanh soft-capping of the final logits (Gemma 2; None elsewhere).
-    pub final_softcap: Option<f32>,
-}
-
-/// Most blocks a file may declare (SmolLM2-135M has 30; the largest Llama
-/// models about 130): a metadata count beyond it is refused before anything
-/// is allocated from it.
-pub const MAX_BLOCKS: usize = 4096;
-
-impl DecoderConfig {
-    /// Per-head width.
-    pub fn head_dim(&self) -> usize {
-        self.head_dim
-    }
-
-    /// One line in normlab's vocabulary: the family, sizes, where the norms
-    /// sit and how their gains are stored, QK-Norm, the MLP, the attention
-    /// windows and RoPE bases.
-    pub fn describe(&self) -> String {
-        let family = match self.family.as_str() {
-            "llama" => "Llama",
-            "gemma3" => "Gemma 3",
-            other => other,
-        };
-        let mut s = format!(
-            "{family}, {} layers, d {}, {} heads ({} key/value",
-            self.layers, self.d, self.heads, self.kv_heads
-        );
-        if self.head_dim * self.heads != self.d {
-            s += &format!(", head_dim {}", self.head_dim);
-        }
-        let norm = if self.norm == NormKind::RmsNorm {
-            "RMSNorm"
-        } else {
-            self.norm.name()
-        };
-        let placement = match self.placement {
-            Placement::Pre => "Pre",
-            Placement::Sandwich => "Sandwich",
-            _ => self.placement.name(),
-        };
-        s += &format!("), {placement}-{norm} (");
-        if self.gain.zero_centred() {
-            s += "zero-centred gains 1 + w; ";
-        }
-        s += &format!("eps {:e})", self.eps);
-        if self.qk_norm {
-            s += ", QK-Norm";
-        }
-        if self.act == GatedAct::GeluTanh {
-            s += ", GeGLU";
-        }
-        let windowed: Vec<&LayerAttention> =
-            self.attn.iter().filter(|a| a.window.is_some()).collect();
-        match windowed.first() {
-            None => s += &format!(", RoPE base {}", self.rope_base()),
-            Some(w) => {
-                s += &format!(
-                    ", {} layers with a {}-token window (RoPE base {}), {} global (RoPE base {})",
-                    windowed.len(),
-                    w.window.unwrap_or(0),
-                    w.rope_base,
-                    self.layers - windowed.len(),
-                    self.rope_base()
-                )
-            }
-        }
-        s
-    }
-
-    /// Width of the queries (heads x head_dim).
-    pub fn q_width(&self) -> usize {
-        self.heads * self.head_dim
-    }
-
-    /// Width of the keys and values.
-    pub fn kv_width(&self) -> usize {
-        self.kv_heads * self.head_dim
-    }
-
-    /// The RoPE base of the full-attention layers (the first layer's when
-    /// every layer has a window).
-    pub fn rope_base(&self) -> f64 {
-        self.attn
-            .iter()
-            .find(|a| a.window.is_none())
-            .or(self.attn.first())
-            .map_or(10000.0, |a| a.rope_base)
-    }
-
-    /// Check the sizes against each other before anything is sized from
-    /// them: a corrupt or hostile count is a one-line error.
-    pub fn check(&self) -> Result<()> {
-        if self.layers == 0 || self.layers > MAX_BLOCKS {
-            return Err(format!("block_count {} is not in 1..={MAX_BLOCKS}", self.layers).into());
-        }
-        if self.attn.len() != self.layers {
-            return Err("one attention setting per layer is needed".into());
-        }
-        if self.d == 0 || self.vocab == 0 || self.ffn == 0 || self.context == 0 {
-            return Err("embedding_length, vocab_size, feed_forward_length and context_length must be at least 1".into());
-        }
-        if self.heads == 0
-            || self.kv_heads == 0
-            || !self.heads.is_multiple_of(self.kv_heads)
-            || self.head_dim == 0
-            || !self.head_dim.is_multiple_of(2)
-        {
-            return Err("inconsistent head counts".into());
-        }
-        if !(self.eps.is_finite() && self.eps > 0.0) {
-            return Err(format!(
-                "the RMSNorm eps must be a positive number (got {})",
-                self.eps
-            )
-            .into());
-        }
-        for a in &self.attn {
-            if !(a.rope_base.is_finite() && a.rope_base > 0.0) {
-                return Err(format!(
-                    "the RoPE base must be a positive number (got {})",
-                    a.rope_base
-                )
-                .into());
-            }
-            if a.window == Some(0) {
-                return Err("an attention window must be at least 1".into());
-            }
-        }
-        if !matches!(self.placement, Placement::Pre | Placement::Sandwich) {
-            return Err(format!(
-                "the decoder supports pre and sandwich placements, not {}",
-                self.placement
-            )
-            .into());
-        }
-        if !(self.emb_scale.is_finite() && self.attn_scale.is_finite() && self.attn_scale > 0.0) {
-            return Err("the embedding and attention scales must be finite".into());
-        }
-        Ok(())
-    }
-}
 
 /// A `[rows, cols]` row-major weight matrix (PyTorch's Linear layout,
 /// `[out, in]`), applied as `y = x W^T`. Dense f32; a quantised storage
