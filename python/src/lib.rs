@@ -1,8 +1,9 @@
 //! `normlab._native`: the Python extension module over normlab's fused
 //! row-wise norm kernels (`normlab-kernels`; no kernel code lives here),
-//! and over the library's divergence rule and run classification
+//! over the library's divergence rule and run classification
 //! (`normlab::train::status`), which the run logger calls so that a
-//! PyTorch run is classified by the same code as a normlab run.
+//! PyTorch run is classified by the same code as a normlab run, and over
+//! normlab's GGUF decoder (`gguf.rs`: a model's residual stream).
 //!
 //! The functions take the *addresses* of float32 buffers (or bfloat16 /
 //! float16 ones for x, y, dy, dx with `dtype` "bf16" / "f16": parameters,
@@ -32,6 +33,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rayon::{ThreadPool, ThreadPoolBuilder};
 use std::sync::{Arc, Mutex};
+
+mod gguf;
 
 /// Whether outputs get the huge-page advice (on by default; a switch for
 /// benchmarks that compare with and without it).
@@ -510,6 +513,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(classify, m)?)?;
     m.add_function(wrap_pyfunction!(divergence_window, m)?)?;
     m.add_function(wrap_pyfunction!(max_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(gguf::gguf_trace, m)?)?;
     m.add_class::<DivergenceTracker>()?;
     Ok(())
 }
