@@ -148,9 +148,9 @@ pub static DEPARTURES: &[Departure] = &[
         chapter: "lr-sensitivity",
         claims: "C13, C14",
         lesson: "toy net 12 and 30 layers, lr 1e-4 .. 1e-2, 3000 steps, warm-up 0 or 1000; task, width, init and seeds not given",
-        normlab: "the same grid on normlab's toy net (d 64), GPT-2 init, Adam, constant lr, 3 seeds",
+        normlab: "the same grid on normlab's toy net (d 64), PyTorch's default init (the lesson's toy net is a plain PyTorch model), Adam, constant lr, 3 seeds",
         why: "normlab's toy net stands in for the lesson's unspecified one",
-        depends: "yes: where Post-LN diverges depends on model, task and init",
+        depends: "yes: where Post-LN diverges depends on model, task and init (until 2026-12-02 this chapter ran at GPT-2's init, whose 1/sqrt(2L) output projections steady Post-LN)",
     },
     Departure {
         chapter: "lr-sensitivity",

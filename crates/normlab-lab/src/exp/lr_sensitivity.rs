@@ -1,7 +1,10 @@
 //! lr-sensitivity (claims C13, C14): how sensitive are Pre-LN and Post-LN to
 //! the learning rate, with and without warm-up? The toy net at two depths,
 //! a sweep of learning rates, several seeds: the final held-out loss per
-//! cell, with diverged (D) and stalled (S) cells marked.
+//! cell, with diverged (D) and stalled (S) cells marked. The net starts from
+//! PyTorch's default init, as the lesson's toy net (a plain PyTorch model)
+//! does: GPT-2's init, normlab's default, scales the output projections by
+//! 1/sqrt(2L), which itself steadies a deep Post-LN net.
 
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
@@ -11,6 +14,7 @@ use crate::present::{f, grid as heat, opt, opt_step, Figure, Table};
 use crate::sweep::{RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
+use normlab::model::InitScheme;
 use normlab::nn::Placement;
 use normlab::train::Status;
 use serde_json::{json, Map, Value};
@@ -88,6 +92,7 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
                     for &seed in &s.seeds {
                         cfgs.push(runs::toy(|c| {
                             c.model.layers = l;
+                            c.model.init = InitScheme::Torch;
                             c.model.norm = s.norm;
                             c.model.placement = p;
                             c.lr = lr;
@@ -353,7 +358,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let mut out = result(
         grid_settings(
             a,
-            json!({"model": "toy", "layers": s.layers, "placements": s.placements.iter().map(|p| p.name()).collect::<Vec<_>>(), "lrs": lrs_json(&s.lrs), "warmups": s.warmups, "norm": s.norm.name(), "steps": s.steps, "optimizer": "adam"}),
+            json!({"model": "toy", "layers": s.layers, "placements": s.placements.iter().map(|p| p.name()).collect::<Vec<_>>(), "lrs": lrs_json(&s.lrs), "warmups": s.warmups, "norm": s.norm.name(), "steps": s.steps, "optimizer": "adam", "init": "torch"}),
         ),
         s.seeds.clone(),
     );
