@@ -116,7 +116,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         s_plain.push((l as f64, g_plain));
     }
     let mut out = result(
-        json!({"d": d, "hidden": hidden, "rows": rows, "F": "Linear(d, 4d) - GELU - Linear(4d, d)", "loss": "sum(r * y), r ~ N(0,1)", "depths": depths}),
+        json!({"lesson_block": {"F": "Linear(64, 64) - GELU - Linear(64, 64)", "init": "torch", "x": "(1, 64) ~ N(0,1)", "loss": "sum(y^2)", "seeds": 200}, "stack": {"d": d, "hidden": hidden, "rows": rows, "F": "Linear(d, 4d) - GELU - Linear(4d, d)", "loss": "sum(r * y), r ~ N(0,1)", "depths": depths}}),
         vec![seed],
     );
     let main = single["fan-in (std 1/sqrt(fan_in))"].clone();

@@ -76,7 +76,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let files: Vec<&str> = MODELS.iter().map(|m| m.file).collect();
     let mut out = result(
         json!({"models": files, "texts": texts.len(), "held_out_tokens": tokens, "gpt_steps": a.steps_or(100, 1000), "seed": a.seed_list(1)[0]}),
-        vec![],
+        // The seed of normlab's own GPT (the models are deterministic).
+        a.seed_list(1),
     );
     let mut measured = Vec::new();
     let mut absent = Vec::new();

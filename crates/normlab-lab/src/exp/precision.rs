@@ -443,7 +443,7 @@ fn check_c8(
         "C8",
         v,
         format!(
-            "underflow: a naive bf16/f16 norm's mean square underflows to 0 ({}), while f32 statistics (upcast) stay within {:.1e} of f64 (the output's own rounding); eps: the output change is 1 - sqrt(ms/(ms+eps)) {} (so eps matters only when the mean square is near it); range: in f16 over rows with offsets 0..1000 LayerNorm's outputs span up to {:.2}, RMSNorm's up to {:.2} ({}); SwiGLU: SiLU(10)*10 = {:.3} (lesson 99.995), the output overflows f16 at a = b = {} and not bf16. eps per precision on a real model waits for the SmolLM2 issue",
+            "underflow: a naive bf16/f16 norm's mean square underflows to 0 ({}), while f32 statistics (upcast) stay within {:.1e} of f64 (the output's own rounding); eps: the output change is 1 - sqrt(ms/(ms+eps)) {} (so eps matters only when the mean square is near it); range: in f16 over rows with offsets 0..1000 LayerNorm's outputs span up to {:.2}, RMSNorm's up to {:.2} ({}); SwiGLU: SiLU(10)*10 = {:.3} (lesson 99.995), the output overflows f16 at a = b = {} and not bf16. eps against real rows: the llm chapter",
             if naive_underflow.is_empty() { "never".to_string() } else { naive_underflow.join(", ") },
             upcast_worst,
             if eps_ok { "as measured at every magnitude" } else { "NOT as measured" },
