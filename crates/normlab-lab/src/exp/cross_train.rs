@@ -24,12 +24,33 @@ use normlab::train::trainer::Trainer;
 use normlab::train::TrainConfig;
 use serde_json::{json, Value};
 
+/// C12's comparison: the 20-layer toy net, without a norm and with one.
+pub struct C12 {
+    /// Training steps.
+    pub steps: usize,
+    /// Seeds per side and norm.
+    pub seeds: u64,
+}
+
+/// C16's comparison: the GPT, Post-LN and Pre-LN at lr 1e-2 without
+/// warm-up, and the per-block gradient at init.
+pub struct C16 {
+    /// The GPT's base configuration.
+    pub gpt: TrainConfig,
+    /// Training steps.
+    pub steps: usize,
+    /// Training seeds per side and placement.
+    pub seeds: u64,
+    /// Seeds of the gradient at init.
+    pub init_seeds: u64,
+}
+
 /// The comparisons' sizes.
 pub struct Setting {
-    /// C12: steps and seeds.
-    pub c12: (usize, u64),
-    /// C16: the GPT, steps, seeds, and seeds of the gradient at init.
-    pub c16: (TrainConfig, usize, u64, u64),
+    /// C12.
+    pub c12: C12,
+    /// C16.
+    pub c16: C16,
 }
 
 impl Setting {
@@ -41,23 +62,44 @@ impl Setting {
         }
         if a.quick {
             Setting {
-                c12: (200, 2),
-                c16: (gpt, 150, 2, 20),
+                c12: C12 {
+                    steps: 200,
+                    seeds: 2,
+                },
+                c16: C16 {
+                    gpt,
+                    steps: 150,
+                    seeds: 2,
+                    init_seeds: 20,
+                },
             }
         } else {
             Setting {
-                c12: (3000, 3),
-                c16: (gpt, 500, 2, 30),
+                c12: C12 {
+                    steps: 3000,
+                    seeds: 3,
+                },
+                c16: C16 {
+                    gpt,
+                    steps: 500,
+                    seeds: 2,
+                    init_seeds: 30,
+                },
             }
         }
     }
 
     /// What the PyTorch side is asked (`text`: the bundled text's path).
     pub fn request(&self, text: &str) -> Value {
-        let (g, steps, seeds, init_seeds) = &self.c16;
+        let C16 {
+            gpt: g,
+            steps,
+            seeds,
+            init_seeds,
+        } = &self.c16;
         let m = &g.model;
         json!({
-            "C12": {"layers": 20, "lr": 1e-3, "steps": self.c12.0, "seeds": self.c12.1, "norms": ["none", "layernorm"]},
+            "C12": {"layers": 20, "lr": 1e-3, "steps": self.c12.steps, "seeds": self.c12.seeds, "norms": ["none", "layernorm"]},
             "C16": {"gpt": {"layers": m.layers, "d": m.d_model, "heads": m.heads, "seq": m.seq, "hidden": m.hidden, "batch": g.batch},
                     "lr": 1e-2, "steps": steps, "seeds": seeds, "init_seeds": init_seeds, "eval": g.eval_sequences, "text": text},
         })
@@ -65,13 +107,18 @@ impl Setting {
 
     /// The settings as result.json records them.
     pub fn describe(&self) -> Value {
-        let (g, steps, seeds, init_seeds) = &self.c16;
-        json!({"C12": {"steps": self.c12.0, "seeds": self.c12.1},
+        let C16 {
+            gpt: g,
+            steps,
+            seeds,
+            init_seeds,
+        } = &self.c16;
+        json!({"C12": {"steps": self.c12.steps, "seeds": self.c12.seeds},
                "C16": {"layers": g.model.layers, "d_model": g.model.d_model, "steps": steps, "seeds": seeds, "init_seeds": init_seeds, "lr": 1e-2, "warmup": 0}})
     }
 
     fn c12_configs(&self) -> Result<Vec<TrainConfig>> {
-        let (steps, seeds) = self.c12;
+        let C12 { steps, seeds } = self.c12;
         let mut v = Vec::new();
         for norm in [NormKind::None, NormKind::LayerNorm] {
             for seed in 0..seeds {
@@ -92,7 +139,7 @@ impl Setting {
     }
 
     fn c16_config(&self, p: Placement, seed: u64) -> Result<TrainConfig> {
-        let (g, steps, _, _) = &self.c16;
+        let C16 { gpt: g, steps, .. } = &self.c16;
         g.with(|c| {
             c.model.placement = p;
             c.lr = 1e-2;
@@ -221,7 +268,7 @@ pub fn compare(
     records: &mut Vec<Value>,
 ) -> Result<()> {
     let mut cfgs = s.c12_configs()?;
-    let seeds = s.c16.2;
+    let seeds = s.c16.seeds;
     for p in [Placement::Post, Placement::Pre] {
         for seed in 0..seeds {
             cfgs.push(s.c16_config(p, seed)?);
@@ -245,7 +292,7 @@ pub fn compare(
             } else {
                 "Pre-LN"
             },
-            s.c12.0
+            s.c12.steps
         );
         let pt = torch_runs(torch, "C12", norm.name())?;
         records.push(compare_runs("C12", stat, lesson, &nl, &pt, table));
@@ -260,7 +307,7 @@ pub fn compare(
             .collect();
         let stat = format!(
             "GPT, {} blocks, {p}, lr 1e-2 without warm-up: status and final held-out loss after {} steps",
-            s.c16.0.model.layers, s.c16.1
+            s.c16.gpt.model.layers, s.c16.steps
         );
         let pt = torch_runs(torch, "C16", p.name())?;
         records.push(compare_runs("C16", stat, lesson, &nl, &pt, table));
@@ -273,7 +320,7 @@ pub fn compare(
 /// over Pre-LN.
 pub fn init_ratios(s: &Setting) -> Result<Vec<f64>> {
     let mut ratios = Vec::new();
-    for seed in 0..s.c16.3 {
+    for seed in 0..s.c16.init_seeds {
         let mean = |p: Placement| -> Result<f64> {
             let mut tr = Trainer::new(&s.c16_config(p, seed)?, 1)?;
             let g = tr.train_step(true).0.grad_norm_per_block;
