@@ -250,17 +250,9 @@ fn print_more(m: &normlab::model::llama::Llama, insp: &normlab::model::llama::In
         insp.sublayer_check
     );
     if m.cfg.qk_norm {
-        let (with, without): (Vec<f64>, Vec<f64>) = insp
-            .blocks
-            .iter()
-            .map(|r| (r.attn_max_logit, r.attn_max_logit_raw))
-            .unzip();
-        let top = |v: &[f64]| v.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
-        let lower = with.iter().zip(&without).filter(|(a, b)| a < b).count();
+        let (with, without, lower) = insp.qk_norm_effect();
         println!(
-            "QK-Norm: the largest attention logit is {:.2} with it, {:.2} from the same queries and keys without it; it lowers the block's largest logit in {lower} of {} blocks",
-            top(&with),
-            top(&without),
+            "QK-Norm: the largest attention logit is {with:.2} with it, {without:.2} from the same queries and keys without it; it lowers the block's largest logit in {lower} of {} blocks",
             m.cfg.layers
         );
     }

@@ -188,17 +188,24 @@ fn check_against_transformers(m: &Decoder, fx: &Value) -> Vec<u32> {
     toks
 }
 
+/// The model at `models/<rel>` with its fixtures, its dequantisation
+/// checked (None: the file is absent and not required).
+fn load_checked(rel: &str, fetch: &str, name: &str) -> Option<(Decoder, Value)> {
+    let path = model_path(rel, fetch)?;
+    let fx = fixtures(name);
+    check_dequantised(&path, &fx);
+    Some((Decoder::load(&path).unwrap(), fx))
+}
+
 #[test]
 fn smollm2_matches_transformers() {
-    let Some(path) = model_path(
+    let Some((m, fx)) = load_checked(
         "SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf",
         "scripts/fetch_smollm2.sh",
+        "smollm2",
     ) else {
         return;
     };
-    let fx = fixtures("smollm2");
-    check_dequantised(&path, &fx);
-    let m = Decoder::load(&path).unwrap();
     assert_eq!(
         (m.cfg.layers, m.cfg.d, m.cfg.heads, m.cfg.kv_heads),
         (30, 576, 9, 3)
@@ -247,15 +254,13 @@ fn smollm2_matches_transformers() {
 
 #[test]
 fn gemma3_matches_transformers() {
-    let Some(path) = model_path(
+    let Some((m, fx)) = load_checked(
         "gemma-3-270m/gemma-3-270m-q4_k_m.gguf",
         "scripts/fetch_gemma3.sh",
+        "gemma3",
     ) else {
         return;
     };
-    let fx = fixtures("gemma3");
-    check_dequantised(&path, &fx);
-    let m = Decoder::load(&path).unwrap();
     let c = &m.cfg;
     assert_eq!(
         (c.layers, c.d, c.heads, c.kv_heads, c.head_dim),

@@ -91,30 +91,20 @@ impl Setting {
 
     /// What the PyTorch side is asked (`text`: the bundled text's path).
     pub fn request(&self, text: &str) -> Value {
-        let C16 {
-            gpt: g,
-            steps,
-            seeds,
-            init_seeds,
-        } = &self.c16;
-        let m = &g.model;
+        let c = &self.c16;
+        let (g, m) = (&c.gpt, &c.gpt.model);
         json!({
             "C12": {"layers": 20, "lr": 1e-3, "steps": self.c12.steps, "seeds": self.c12.seeds, "norms": ["none", "layernorm"]},
             "C16": {"gpt": {"layers": m.layers, "d": m.d_model, "heads": m.heads, "seq": m.seq, "hidden": m.hidden, "batch": g.batch},
-                    "lr": 1e-2, "steps": steps, "seeds": seeds, "init_seeds": init_seeds, "eval": g.eval_sequences, "text": text},
+                    "lr": 1e-2, "steps": c.steps, "seeds": c.seeds, "init_seeds": c.init_seeds, "eval": g.eval_sequences, "text": text},
         })
     }
 
     /// The settings as result.json records them.
     pub fn describe(&self) -> Value {
-        let C16 {
-            gpt: g,
-            steps,
-            seeds,
-            init_seeds,
-        } = &self.c16;
+        let c = &self.c16;
         json!({"C12": {"steps": self.c12.steps, "seeds": self.c12.seeds},
-               "C16": {"layers": g.model.layers, "d_model": g.model.d_model, "steps": steps, "seeds": seeds, "init_seeds": init_seeds, "lr": 1e-2, "warmup": 0}})
+               "C16": {"layers": c.gpt.model.layers, "d_model": c.gpt.model.d_model, "steps": c.steps, "seeds": c.seeds, "init_seeds": c.init_seeds, "lr": 1e-2, "warmup": 0}})
     }
 
     fn c12_configs(&self) -> Result<Vec<TrainConfig>> {

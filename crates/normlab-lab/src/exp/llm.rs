@@ -189,20 +189,28 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     );
     for me in &measured {
         let (cl, span) = (&me.insp.claims, me.span());
-        t2.row(vec![
-            format!("{} (trained by its makers)", me.name),
-            me.cfg.layers.to_string(),
-            f(cl.growth_total, 2),
-            f(cl.growth_per_block, 3),
-            format!("{} of {span}", cl.blocks_growing),
-        ]);
-        t2.row(vec![
-            format!("{}, RMS over all elements", me.name),
-            me.cfg.layers.to_string(),
-            f(cl.rms_growth_total, 2),
-            f(cl.rms_growth_per_block, 3),
-            format!("{} of {span}", cl.rms_blocks_growing),
-        ]);
+        for (label, total, per, growing) in [
+            (
+                format!("{} (trained by its makers)", me.name),
+                cl.growth_total,
+                cl.growth_per_block,
+                cl.blocks_growing,
+            ),
+            (
+                format!("{}, RMS over all elements", me.name),
+                cl.rms_growth_total,
+                cl.rms_growth_per_block,
+                cl.rms_blocks_growing,
+            ),
+        ] {
+            t2.row(vec![
+                label,
+                me.cfg.layers.to_string(),
+                f(total, 2),
+                f(per, 3),
+                format!("{growing} of {span}"),
+            ]);
+        }
     }
     t2.row(vec![
         format!(
@@ -269,21 +277,15 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         &["model", "placement", "QK-Norm", "max logit", "max logit without QK-Norm", "blocks where QK-Norm lowers it", "median attention write / stream", "median MLP write / stream"],
     );
     for me in &measured {
-        let top = |g: &dyn Fn(&LlamaLayerRow) -> f64| {
-            me.insp
-                .blocks
-                .iter()
-                .map(g)
-                .fold(f64::NEG_INFINITY, f64::max)
-        };
+        let (with, without, _) = me.insp.qk_norm_effect();
         let (wa, wm) = me.median_writes();
         attn.row(vec![
             me.name.into(),
             me.cfg.placement.name().into(),
             if me.cfg.qk_norm { "yes" } else { "no" }.into(),
-            f(top(&|r| r.attn_max_logit), 2),
+            f(with, 2),
             if me.cfg.qk_norm {
-                f(top(&|r| r.attn_max_logit_raw), 2)
+                f(without, 2)
             } else {
                 "-".into()
             },
@@ -350,20 +352,13 @@ fn checks(out: &mut ExpResult, measured: &[Measured], missing: &str) {
         .iter()
         .filter_map(|me| me.c18().map(|(v, n)| (me, v, n)))
         .collect();
-    let top = |me: &Measured, g: &dyn Fn(&LlamaLayerRow) -> f64| {
-        me.insp
-            .blocks
-            .iter()
-            .map(g)
-            .fold(f64::NEG_INFINITY, f64::max)
-    };
     let c18 = combine(&with_qk.iter().map(|x| x.1).collect::<Vec<_>>());
     out.checks.push(ClaimCheck::new("C18", c18, format!(
         "on the same queries and keys, with and without the model's own q/k norms: {}. Across models (descriptive, confounded by training): the largest logit is {}.{missing}",
         if with_qk.is_empty() { "no measured model has QK-Norm".to_string() } else {
-            with_qk.iter().map(|(me, _, n)| format!("{}: the largest logit {} with QK-Norm, {} without, lower with it in {n} of {} blocks", me.name, f(top(me, &|r| r.attn_max_logit), 2), f(top(me, &|r| r.attn_max_logit_raw), 1), me.cfg.layers)).collect::<Vec<_>>().join("; ")
+            with_qk.iter().map(|(me, _, n)| format!("{}: the largest logit {} with QK-Norm, {} without, lower with it in {n} of {} blocks", me.name, f(me.insp.qk_norm_effect().0, 2), f(me.insp.qk_norm_effect().1, 1), me.cfg.layers)).collect::<Vec<_>>().join("; ")
         },
-        each(&|me| format!("{} ({})", f(top(me, &|r| r.attn_max_logit), 2), if me.cfg.qk_norm { "QK-Norm" } else { "no QK-Norm" }))
+        each(&|me| format!("{} ({})", f(me.insp.qk_norm_effect().0, 2), if me.cfg.qk_norm { "QK-Norm" } else { "no QK-Norm" }))
     )));
     out.checks.push(ClaimCheck::new("C19", Verdict::Inconclusive, format!(
         "descriptive: the two models differ in more than their placement, so nothing here shows that Sandwich stabilises anything. What each sublayer writes relative to the stream it read (median over blocks, attention and MLP) and how the stream grows: {}.{missing}",

@@ -102,12 +102,7 @@ impl Measured {
         if !self.cfg.qk_norm {
             return None;
         }
-        let lower = self
-            .insp
-            .blocks
-            .iter()
-            .filter(|r| r.attn_max_logit < r.attn_max_logit_raw)
-            .count();
+        let (_, _, lower) = self.insp.qk_norm_effect();
         let v = if 3 * lower >= 2 * self.cfg.layers {
             Verdict::Holds
         } else if lower > 0 {

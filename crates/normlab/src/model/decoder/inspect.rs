@@ -168,6 +168,29 @@ pub struct Inspection {
     pub sublayer_check: f64,
 }
 
+impl Inspection {
+    /// QK-Norm's effect over the blocks: the largest attention logit with
+    /// the model's q/k norms, the largest from the same queries and keys
+    /// without them (NaN for a model without QK-Norm), and in how many
+    /// blocks the norms lower the block's largest logit.
+    pub fn qk_norm_effect(&self) -> (f64, f64, usize) {
+        let top = |g: fn(&LlamaLayerRow) -> f64| {
+            self.blocks.iter().map(g).fold(f64::NEG_INFINITY, f64::max)
+        };
+        let raw = top(|r| r.attn_max_logit_raw);
+        let lower = self
+            .blocks
+            .iter()
+            .filter(|r| r.attn_max_logit < r.attn_max_logit_raw)
+            .count();
+        (
+            top(|r| r.attn_max_logit),
+            if raw.is_finite() { raw } else { f64::NAN },
+            lower,
+        )
+    }
+}
+
 /// Held-out predictions the logit lens reads (each costs a vocabulary-wide
 /// head per block).
 pub const LENS_TOKENS: usize = 64;
