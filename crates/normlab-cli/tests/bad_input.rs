@@ -50,6 +50,7 @@ fn every_numeric_train_option_refuses_nan_and_infinity_by_name() {
         "out-proj-std",
         "init-std",
         "toy-noise",
+        "toy-eval-noise",
         "lr",
         "beta1",
         "beta2",

@@ -24,6 +24,10 @@ crate::settings! {
         pub data: Option<String> => Flag::Text,
         /// Toy task label noise: the probability that a target is replaced by a uniform token.
         pub toy_noise: f32 => Flag::Num,
+        /// Label noise of the toy task's held-out targets (default: toy_noise;
+        /// 0 scores the model on the clean rule).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub toy_eval_noise: Option<f32> => Flag::Num,
         /// adam or adamw.
         pub optimizer: OptimizerKind => Flag::Text,
         /// Peak learning rate.
@@ -86,6 +90,7 @@ impl TrainConfig {
             model: ModelConfig::defaults(model),
             data: None,
             toy_noise: 0.1,
+            toy_eval_noise: None,
             optimizer: if toy {
                 OptimizerKind::Adam
             } else {
@@ -259,8 +264,13 @@ impl TrainConfig {
                 return Err(format!("{name} must be a number >= 0 (got {v})").into());
             }
         }
-        if !(0.0..=1.0).contains(&self.toy_noise) {
-            return Err(format!("toy_noise must be in [0, 1] (got {})", self.toy_noise).into());
+        for (name, v) in [
+            ("toy_noise", Some(self.toy_noise)),
+            ("toy_eval_noise", self.toy_eval_noise),
+        ] {
+            if let Some(v) = v.filter(|v| !(0.0..=1.0).contains(v)) {
+                return Err(format!("{name} must be in [0, 1] (got {v})").into());
+            }
         }
         if self.steps == 0 {
             return Err("steps must be at least 1".into());

@@ -10,13 +10,17 @@
 //!    z[0..=t] comes before that of z_t (0-based first-appearance rank);
 //! 4. target `y_t = z_t + 8 r_t` (so targets use all 64 tokens);
 //! 5. with probability `noise` (default 0.1) the target is replaced by a
-//!    uniform token of 0..64 (label noise; the held-out set is noisy too).
+//!    uniform token of 0..64 (label noise; the held-out set is noisy too,
+//!    with the same probability unless `toy_eval_noise` sets its own: 0
+//!    scores a model on the clean rule).
 //!
 //! Every step needs only the current token and counts over the prefix — what
 //! the causal mean mixer can see — but step 3 counts over the z's, which
 //! themselves need a count over the prefix, so the rule composes several
 //! mix-then-process stages and depth helps. The loss floor is the entropy
-//! of the label noise: `-(q ln q + 63 (p/64) ln(p/64))`, q = 1 - p + p/64.
+//! of the label noise: `-(q ln q + 63 (p/64) ln(p/64))`, q = 1 - p + p/64;
+//! with held-out noise e != p it is the held-out loss of a model that learned
+//! the rule and the training noise p exactly, `-(q_e ln q_p + 63 (e/64) ln(p/64))`.
 
 use crate::kernels::rng::Rng;
 
@@ -30,6 +34,7 @@ pub const VOCAB: usize = 64;
 pub struct ToyTask {
     seed: u64,
     noise: f32,
+    eval_noise: f32,
     unigram: f64,
 }
 
@@ -51,11 +56,18 @@ pub fn clean_targets(x: &[u32], y: &mut [u32]) {
 }
 
 impl ToyTask {
-    /// The task for a run seed.
+    /// The task for a run seed, its held-out targets as noisy as its
+    /// training ones.
     pub fn new(seed: u64, noise: f32) -> ToyTask {
+        ToyTask::with_eval_noise(seed, noise, noise)
+    }
+
+    /// The task with held-out targets of their own label noise.
+    pub fn with_eval_noise(seed: u64, noise: f32, eval_noise: f32) -> ToyTask {
         let mut task = ToyTask {
             seed,
             noise,
+            eval_noise,
             unigram: 0.0,
         };
         task.unigram = task.estimate_unigram_entropy();
@@ -67,13 +79,20 @@ impl ToyTask {
         VOCAB
     }
 
-    fn sequence(&self, mut rng: Rng, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
+    fn sequence(
+        &self,
+        mut rng: Rng,
+        noise: f32,
+        t: usize,
+        tokens: &mut [u32],
+        targets: &mut [u32],
+    ) {
         for v in tokens[..t].iter_mut() {
             *v = rng.below(ALPHABET as u64) as u32;
         }
         clean_targets(&tokens[..t], &mut targets[..t]);
         for y in targets[..t].iter_mut() {
-            if rng.uniform() < self.noise as f64 {
+            if rng.uniform() < noise as f64 {
                 *y = rng.below(VOCAB as u64) as u32;
             }
         }
@@ -93,32 +112,47 @@ impl ToyTask {
                 ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
                 ^ ((index as u64) << 44),
         );
-        self.sequence(rng, t, tokens, targets);
+        self.sequence(rng, self.noise, t, tokens, targets);
     }
 
     /// Held-out sequence `index`: from a fixed stream independent of the run
     /// seed, so every run is evaluated on the same sequences.
     pub fn eval_sequence(&self, index: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
         let rng = Rng::new(0xE7A1_u64 ^ ((index as u64) << 20) ^ 0xD1B5_4A32_D192_ED03);
-        self.sequence(rng, t, tokens, targets);
+        self.sequence(rng, self.eval_noise, t, tokens, targets);
     }
 
-    /// Entropy (nats) of the noisy targets' unigram distribution, estimated
-    /// from 20 000 sequences of the held-out stream's generator.
-    fn estimate_unigram_entropy(&self) -> f64 {
+    /// Unigram counts of 20 000 sequences of one generator at a label noise.
+    fn unigram_counts(&self, noise: f32) -> [u64; VOCAB] {
         let mut counts = [0u64; VOCAB];
         let (mut x, mut y) = ([0u32; 16], [0u32; 16]);
         for i in 0..20_000 {
-            self.sequence(Rng::new(0x51ED ^ ((i as u64) << 16)), 16, &mut x, &mut y);
+            let rng = Rng::new(0x51ED ^ ((i as u64) << 16));
+            self.sequence(rng, noise, 16, &mut x, &mut y);
             for &v in &y {
                 counts[v as usize] += 1;
             }
         }
-        let n: u64 = counts.iter().sum();
         counts
-            .iter()
-            .filter(|&&c| c > 0)
-            .map(|&c| -(c as f64 / n as f64) * (c as f64 / n as f64).ln())
+    }
+
+    /// The held-out loss (nats) of a model that ignores its input and
+    /// predicts the training targets' unigram distribution: its entropy when
+    /// the held-out targets are as noisy, else the cross-entropy of the
+    /// held-out unigram against the training one.
+    fn estimate_unigram_entropy(&self) -> f64 {
+        let train = self.unigram_counts(self.noise);
+        let held = if self.eval_noise == self.noise {
+            train
+        } else {
+            self.unigram_counts(self.eval_noise)
+        };
+        let share = |c: u64, n: u64| c as f64 / n as f64;
+        let (nt, nh): (u64, u64) = (train.iter().sum(), held.iter().sum());
+        held.iter()
+            .zip(&train)
+            .filter(|(&h, _)| h > 0)
+            .map(|(&h, &t)| -share(h, nh) * share(t.max(1), nt).ln())
             .sum()
     }
 
@@ -127,22 +161,32 @@ impl ToyTask {
         self.unigram
     }
 
-    /// Lowest achievable mean loss: the entropy of the label noise.
+    /// Lowest held-out loss of a model that learned the training
+    /// distribution: the entropy of the label noise (held-out targets as
+    /// noisy as the training ones), else the cross-entropy of the held-out
+    /// noise against the training noise (with clean held-out targets,
+    /// `-ln(1 - p + p/64)`).
     pub fn loss_floor(&self) -> f64 {
-        let p = self.noise as f64;
-        if p == 0.0 {
-            return 0.0;
+        let (p, e) = (self.noise as f64, self.eval_noise as f64);
+        let v = VOCAB as f64;
+        let (q, o) = (1.0 - p + p / v, p / v);
+        let (qe, oe) = (1.0 - e + e / v, e / v);
+        if e == 0.0 {
+            return if p == 0.0 { 0.0 } else { -q.ln() };
         }
-        let q = 1.0 - p + p / VOCAB as f64;
-        let o = p / VOCAB as f64;
-        -(q * q.ln()) - (VOCAB as f64 - 1.0) * o * o.ln()
+        -(qe * q.ln()) - (v - 1.0) * oe * o.ln()
     }
 
     /// One line for reports.
     pub fn describe(&self) -> String {
         format!(
-            "toy shift-rank task (alphabet 8, vocab 64, label noise {}): loss floor {:.3}, unigram entropy {:.3} nats",
+            "toy shift-rank task (alphabet 8, vocab 64, label noise {}{}): loss floor {:.3}, unigram entropy {:.3} nats",
             self.noise,
+            if self.eval_noise == self.noise {
+                String::new()
+            } else {
+                format!(", held-out targets' noise {}", self.eval_noise)
+            },
             self.loss_floor(),
             self.unigram
         )
@@ -185,5 +229,34 @@ mod tests {
         assert_eq!((a, b), (c, d));
         t.train_sequence(6, 3, 16, &mut c, &mut d);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn clean_held_out_targets_follow_the_rule_and_lower_the_floor() {
+        let noisy = ToyTask::new(2, 0.5);
+        let clean = ToyTask::with_eval_noise(2, 0.5, 0.0);
+        let (mut x, mut y, mut want) = ([0u32; 16], [0u32; 16], [0u32; 16]);
+        let mut moved = 0;
+        for i in 0..50 {
+            clean.eval_sequence(i, 16, &mut x, &mut y);
+            clean_targets(&x, &mut want);
+            assert_eq!(y, want);
+            noisy.eval_sequence(i, 16, &mut x, &mut y);
+            moved += y.iter().zip(&want).filter(|(a, b)| a != b).count();
+        }
+        // About half of the noisy targets are replaced (a few by themselves).
+        assert!((300..500).contains(&moved), "{moved}");
+        // Training data does not depend on the held-out noise.
+        let (mut a, mut b, mut c, mut d) = ([0u32; 16], [0u32; 16], [0u32; 16], [0u32; 16]);
+        noisy.train_sequence(4, 1, 16, &mut a, &mut b);
+        clean.train_sequence(4, 1, 16, &mut c, &mut d);
+        assert_eq!((a, b), (c, d));
+        // A model that learned the rule and p = 0.5 gives the true token
+        // q = 1 - p + p/64: its clean loss -ln q lies far under the noise's entropy.
+        let q = 1.0 - 0.5 + 0.5 / 64.0;
+        assert!((clean.loss_floor() + f64::ln(q)).abs() < 1e-12);
+        assert!(noisy.loss_floor() > clean.loss_floor() + 1.5);
+        // Ignoring the input: the noisy unigram's cross-entropy on clean targets.
+        assert!(clean.unigram_entropy() > 3.0 && clean.unigram_entropy() < 64f64.ln() + 0.5);
     }
 }

@@ -201,7 +201,11 @@ pub struct Trainer {
 /// Load the data a config asks for.
 pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
     match cfg.model.kind {
-        ModelKind::Toy => Ok(Data::Toy(ToyTask::new(cfg.seed, cfg.toy_noise))),
+        ModelKind::Toy => Ok(Data::Toy(ToyTask::with_eval_noise(
+            cfg.seed,
+            cfg.toy_noise,
+            cfg.toy_eval_noise.unwrap_or(cfg.toy_noise),
+        ))),
         ModelKind::Gpt => match &cfg.data {
             Some(p) => Ok(Data::Text(TextData::load(
                 Path::new(p),
