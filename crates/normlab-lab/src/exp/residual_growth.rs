@@ -244,6 +244,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     }
     let init_pre: Vec<f64> =
         serde_json::from_value(data["pre, final norm"]["init"].clone()).unwrap_or_default();
+    let init_post: Vec<f64> =
+        serde_json::from_value(data["post"]["init"].clone()).unwrap_or_default();
     let mut out = result(
         grid_settings(
             a,
@@ -290,27 +292,47 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         (Some(a), Some(b)) => a / b,
         _ => f64::NAN,
     };
-    // Pinned: flat across blocks and near sqrt(d) (trained gains move it a little).
-    let (post_min, post_max) = post[1..]
-        .iter()
-        .fold((f64::INFINITY, 0f64), |(a, b), &v| (a.min(v), b.max(v)));
-    let post_pinned = post_max / post_min < 1.15
-        && post[1..]
+    // "Amplified by training": per block, the trained stream grows faster
+    // than the same GPT at its init (GPT-2 init, whose small writes barely
+    // grow it) and than the lesson's block at PyTorch's init.
+    let per_block = |g: f64, blocks: usize| g.powf(1.0 / blocks.max(1) as f64);
+    let trained_rate = per_block(trained_growth, layers.saturating_sub(1));
+    let amplified = trained_rate > per_block(init_growth, layers.saturating_sub(1))
+        && trained_rate > per_block(growth, 12);
+    // Pinned at init (the lesson's statement): flat across blocks and at
+    // sqrt(d), unit gains; the trained stream is reported beside it.
+    let range = |v: &[f64]| {
+        v.get(1..)
+            .unwrap_or(&[])
             .iter()
-            .all(|v| (v / (d as f64).sqrt() - 1.0).abs() < 0.1);
+            .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)))
+    };
+    let (post_min, post_max) = range(post);
+    let post_pinned = init_post.len() > 1
+        && init_post[1..]
+            .iter()
+            .all(|v| (v / (d as f64).sqrt() - 1.0).abs() < 0.01);
     let final_back = finals
         .iter()
         .all(|v| (v / (128f64).sqrt() - 1.0).abs() < 0.01);
-    let c3 = monotone
-        && (1.0..3.0).contains(&growth)
-        && final_back
-        && post_pinned
-        && trained_growth > init_growth;
+    let c3 = monotone && (1.0..3.0).contains(&growth) && final_back && post_pinned && amplified;
+    let post_text = format!(
+        "{} at init ({}-{} over the blocks) and lies at {}-{} after training (its trained gains move it)",
+        if post_pinned {
+            "sits at sqrt(d)"
+        } else {
+            "is not pinned at sqrt(d)"
+        },
+        f(range(&init_post).0, 2),
+        f(range(&init_post).1, 2),
+        f(post_min, 2),
+        f(post_max, 2)
+    );
     out.checks.push(ClaimCheck::new(
         "C3",
         if c3 { Verdict::Holds } else if monotone && final_back { Verdict::Partly } else { Verdict::DoesNotHold },
         format!(
-            "lesson's setting at init (its one-sublayer Pre-LN block, median of {LESSON_SEEDS} seeds): {} -> {} -> ... -> {} after 12 blocks (x{:.2}, range x{:.2}-x{:.2}; {:.1}% per layer; monotone in {monotone_seeds} of {LESSON_SEEDS} seeds; lesson 11.25 -> 11.42 -> 13.66, x1.21, 1.6%); the final LayerNorm gives {} (sqrt(128) = 11.31). Trained GPT (d {d}, {layers} blocks): block {layers} / block 1 = {} after training vs {} at init (growth {} in training; lesson: it amplifies); the trained Post-LN stream {}.",
+            "lesson's setting at init (its one-sublayer Pre-LN block, median of {LESSON_SEEDS} seeds): {} -> {} -> ... -> {} after 12 blocks (x{:.2}, range x{:.2}-x{:.2}; {:.1}% per layer; monotone in {monotone_seeds} of {LESSON_SEEDS} seeds; lesson 11.25 -> 11.42 -> 13.66, x1.21, 1.6%); the final LayerNorm gives {} (sqrt(128) = 11.31). Trained GPT (d {d}, {layers} blocks): block {layers} / block 1 = {} after training vs {} at its init (GPT-2 init); per block {:.1}% after training against {:.1}% at its init and the lesson block's {:.1}% (growth {} in training; lesson: it amplifies); the Post-LN stream {}.",
             f(lesson[0], 2),
             f(lesson[1], 2),
             f(lesson[lesson.len() - 1], 2),
@@ -321,12 +343,11 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             f(lesson_final, 2),
             f(trained_growth, 2),
             f(init_growth, 2),
-            if trained_growth > init_growth { "amplified" } else { "did not amplify" },
-            if post_pinned {
-                format!("stays flat near sqrt(d) ({}-{} over the blocks, trained gains included)", f(post_min, 2), f(post_max, 2))
-            } else {
-                format!("does not stay ({}-{} over the blocks)", f(post_min, 2), f(post_max, 2))
-            }
+            100.0 * (trained_rate - 1.0),
+            100.0 * (per_block(init_growth, layers.saturating_sub(1)) - 1.0),
+            100.0 * per_layer,
+            if amplified { "amplified" } else { "did not amplify" },
+            post_text
         ),
     ));
     let removal_hurts = loss_removed > loss_with + 0.1;
