@@ -113,7 +113,7 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
 /// `normlab inspect FILE.gguf`: a decoder (Llama or Gemma 3).
 fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     use normlab::model::llama::{self, Llama};
-    let m = Llama::load(&c.model)?;
+    let mut m = Llama::load(&c.model)?;
     let texts = if c.text.is_empty() {
         normlab::io::sample_sentences(16, 0, 53)
     } else {
@@ -124,7 +124,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     }
     // Read in windows: the bound is the bundled text's size, not the context.
     normlab::limits::check_count("--held-out-tokens", c.held_out_tokens, 2, 10_000_000)?;
-    let insp = llama::inspect(&m, &texts, llama::held_out_text(), c.held_out_tokens)?;
+    let insp = llama::inspect(&mut m, &texts, llama::held_out_text(), c.held_out_tokens)?;
     let (rows, fin, claims) = (&insp.blocks, &insp.final_norm, &insp.claims);
     if let Some(dir) = &c.out {
         let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
@@ -218,14 +218,16 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         claims.xhat_mean_max_abs
     );
     println!(
-        "  C8  the smallest row mean square entering any norm is {:.3e} x eps (eps {:e}): {}",
+        "  C8  the smallest row mean square entering any norm is {:.3e} x eps (eps {:e}): {}; without eps the held-out loss is {:.4} ({:+.1e})",
         claims.ms_min_over_eps,
         m.cfg.eps,
         if claims.ms_min_over_eps > 100.0 {
-            "eps never matters here"
+            "eps should never matter here"
         } else {
             "eps can matter for some rows"
-        }
+        },
+        claims.loss_without_eps,
+        claims.loss_without_eps - fin.loss_with
     );
     println!(
         "  C20 without the final norm the held-out loss goes from {:.4} to {:.4}",

@@ -171,6 +171,16 @@ impl Decoder {
                 tr.streams.push(h.clone());
             }
             let (rms_in, ms_min_attn, xhat_mean) = probe(&h);
+            // The smallest row mean square entering any of the block's norms
+            // (input norms, QK-Norm's per-head rows, sandwich output norms).
+            let mut ms_block = ms_min_attn;
+            let ms_of = |x: &[f32], n: usize| {
+                if tracing {
+                    row_stats(x, n).0
+                } else {
+                    f64::INFINITY
+                }
+            };
             let row_norm_in = if tracing { mean_row_norm(&h, d) } else { 0.0 };
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
             layer.wq.apply(&a, t, &mut q);
@@ -181,6 +191,7 @@ impl Decoder {
             let mut raw = (tracing && layer.qk_norm.is_some()).then(|| (q.clone(), k.clone()));
             if let Some((gq, gk)) = &layer.qk_norm {
                 for (x, g) in [(&mut q, gq), (&mut k, gk)] {
+                    ms_block = ms_block.min(ms_of(x, hd));
                     let n = x.len();
                     self.apply_norm(NormKind::RmsNorm, x, g, &mut qk_tmp[..n], &mut stats);
                     x.copy_from_slice(&qk_tmp[..n]);
@@ -265,6 +276,9 @@ impl Decoder {
                 entropy += e;
             }
             layer.wo.apply(&att, t, &mut o);
+            if layer.attn_out_norm.is_some() {
+                ms_block = ms_block.min(ms_of(&o, d));
+            }
             let w = self.add_write(
                 kind,
                 &mut h,
@@ -279,6 +293,7 @@ impl Decoder {
                 tr.sublayers.push(SublayerTrace::of(l, 0, &before, w, &h));
             }
             let (rms_attn, ms_min_mlp, _) = probe(&h);
+            ms_block = ms_block.min(ms_min_mlp);
             self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
             layer.gate.apply(&a, t, &mut gb);
             layer.up.apply(&a, t, &mut ub);
@@ -297,6 +312,9 @@ impl Decoder {
                 }
             }
             layer.down.apply(&gb, t, &mut o);
+            if layer.ffn_out_norm.is_some() {
+                ms_block = ms_block.min(ms_of(&o, d));
+            }
             let w = self.add_write(
                 kind,
                 &mut h,
@@ -330,7 +348,10 @@ impl Decoder {
                 tr.attn_max_logit.push(max_logit);
                 tr.attn_max_logit_raw.push(raw_max_logit);
                 tr.attn_entropy.push(entropy / (c.heads * t) as f64);
-                tr.ms_min.push(ms_min_attn.min(ms_min_mlp));
+                // The last block's includes the final norm's rows.
+                let last = l + 1 == self.layers.len();
+                tr.ms_min
+                    .push(ms_block.min(if last { ms_of(&h, d) } else { f64::INFINITY }));
                 tr.xhat_mean.push(xhat_mean);
             }
         }

@@ -47,7 +47,8 @@ pub struct LlamaLayerRow {
     pub attn_gain: [f64; 4],
     /// MLP RMSNorm gain: mean, std, min, max.
     pub mlp_gain: [f64; 4],
-    /// Smallest mean square of a row entering the block's norms.
+    /// Smallest mean square of a row entering any of the block's norms
+    /// (the last block's includes the final norm).
     pub ms_min: f64,
     /// Mean over rows of |row mean of `x / rms(x)`| at the attention norm.
     pub xhat_mean: f64,
@@ -85,6 +86,9 @@ pub struct ModelClaims {
     /// C21 reversed: held-out loss with every RMSNorm replaced by a
     /// LayerNorm keeping its gain (and the loss with the model's own).
     pub loss_layernorm: f64,
+    /// C8: held-out loss with every norm's eps taken out (1e-30 in its
+    /// place), against the model's own loss.
+    pub loss_without_eps: f64,
 }
 
 /// The largest activation of the residual stream over the texts: its size,
@@ -204,7 +208,7 @@ fn gain_stats(g: &[f32]) -> [f64; 4] {
 /// Per-layer diagnostics over `texts`, and the final norm's effect on
 /// `held_out` (at most `max_tokens` tokens).
 pub fn inspect(
-    m: &Llama,
+    m: &mut Llama,
     texts: &[String],
     held_out: &str,
     max_tokens: usize,
@@ -358,6 +362,13 @@ pub fn inspect(
         ms_min_over_eps: rows.iter().fold(f64::INFINITY, |a, r| a.min(r.ms_min))
             / f64::from(m.cfg.eps),
         loss_layernorm: m.nll_kind(&ids, window, NormKind::LayerNorm, true)?,
+        loss_without_eps: {
+            // The model itself with eps taken out for one pass, then put back.
+            let eps = std::mem::replace(&mut m.cfg.eps, 1e-30);
+            let loss = m.nll_kind(&ids, window, m.cfg.norm, true);
+            m.cfg.eps = eps;
+            loss?
+        },
     };
     Ok(Inspection {
         blocks: rows,

@@ -145,7 +145,9 @@ pub struct DecoderTrace {
     pub attn_max_logit_raw: Vec<f64>,
     /// Mean attention entropy (nats) over heads and positions, per block.
     pub attn_entropy: Vec<f64>,
-    /// Smallest mean square of a row entering either of the block's norms.
+    /// Smallest mean square of a row entering any of the block's norms
+    /// (input norms, QK-Norm's per-head rows, sandwich output norms; the
+    /// last block's also the final norm's).
     pub ms_min: Vec<f64>,
     /// Mean over rows of |the row mean of `x / rms(x)`| at the attention
     /// norm (RMSNorm does not centre: LayerNorm's would be 0).
