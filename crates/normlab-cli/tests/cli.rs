@@ -714,8 +714,10 @@ fn inspect_a_pretrained_pre_rmsnorm_decoder() {
     // place of the RMSNorm it was trained with does not help.
     let cl = &v["claims"];
     assert!(f(cl, "growth_total") > 1.0);
-    // A trained model's rows sit far above eps (where eps changes nothing).
+    // A trained model's rows sit far above eps, where taking eps out
+    // changes nothing.
     assert!(f(cl, "ms_min_over_eps") > 100.0);
+    assert!((f(cl, "loss_without_eps") - f(fin, "loss_with")).abs() < 1e-3);
     assert!(f(cl, "loss_layernorm") >= 0.99 * f(fin, "loss_with"));
     assert!(dir.join("residual_rms.png").exists() && dir.join("residual_rms.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
