@@ -296,9 +296,11 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     // than the same GPT at its init (GPT-2 init, whose small writes barely
     // grow it) and than the lesson's block at PyTorch's init.
     let per_block = |g: f64, blocks: usize| g.powf(1.0 / blocks.max(1) as f64);
-    let trained_rate = per_block(trained_growth, layers.saturating_sub(1));
-    let amplified = trained_rate > per_block(init_growth, layers.saturating_sub(1))
-        && trained_rate > per_block(growth, 12);
+    let (trained_rate, init_rate) = (
+        per_block(trained_growth, layers.saturating_sub(1)),
+        per_block(init_growth, layers.saturating_sub(1)),
+    );
+    let amplified = trained_rate > init_rate && trained_rate > per_block(growth, 12);
     // Pinned at init (the lesson's statement): flat across blocks and at
     // sqrt(d), unit gains; the trained stream is reported beside it.
     let range = |v: &[f64]| {
@@ -308,6 +310,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)))
     };
     let (post_min, post_max) = range(post);
+    let (init_post_min, init_post_max) = range(&init_post);
     let post_pinned = init_post.len() > 1
         && init_post[1..]
             .iter()
@@ -323,8 +326,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         } else {
             "is not pinned at sqrt(d)"
         },
-        f(range(&init_post).0, 2),
-        f(range(&init_post).1, 2),
+        f(init_post_min, 2),
+        f(init_post_max, 2),
         f(post_min, 2),
         f(post_max, 2)
     );
@@ -344,7 +347,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             f(trained_growth, 2),
             f(init_growth, 2),
             100.0 * (trained_rate - 1.0),
-            100.0 * (per_block(init_growth, layers.saturating_sub(1)) - 1.0),
+            100.0 * (init_rate - 1.0),
             100.0 * per_layer,
             if amplified { "amplified" } else { "did not amplify" },
             post_text

@@ -154,6 +154,15 @@ impl Decoder {
             let (ms_min, xhat_mean) = row_stats(x, d);
             (rms(x), ms_min, xhat_mean)
         };
+        // The smallest row mean square of rows of `n` entering a norm
+        // (traced only).
+        let ms_of = |x: &[f32], n: usize| {
+            if tracing {
+                row_stats(x, n).0
+            } else {
+                f64::INFINITY
+            }
+        };
         let write = |o: &[f32], read: f64| {
             if tracing {
                 rms(o) / read.max(1e-30)
@@ -174,13 +183,6 @@ impl Decoder {
             // The smallest row mean square entering any of the block's norms
             // (input norms, QK-Norm's per-head rows, sandwich output norms).
             let mut ms_block = ms_min_attn;
-            let ms_of = |x: &[f32], n: usize| {
-                if tracing {
-                    row_stats(x, n).0
-                } else {
-                    f64::INFINITY
-                }
-            };
             let row_norm_in = if tracing { mean_row_norm(&h, d) } else { 0.0 };
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
             layer.wq.apply(&a, t, &mut q);
@@ -349,9 +351,10 @@ impl Decoder {
                 tr.attn_max_logit_raw.push(raw_max_logit);
                 tr.attn_entropy.push(entropy / (c.heads * t) as f64);
                 // The last block's includes the final norm's rows.
-                let last = l + 1 == self.layers.len();
-                tr.ms_min
-                    .push(ms_block.min(if last { ms_of(&h, d) } else { f64::INFINITY }));
+                if l + 1 == self.layers.len() {
+                    ms_block = ms_block.min(ms_of(&h, d));
+                }
+                tr.ms_min.push(ms_block);
                 tr.xhat_mean.push(xhat_mean);
             }
         }
