@@ -27,7 +27,7 @@ pub struct ExpCmd {
 }
 
 /// The experiment flags given on the command line, as (flag, text); the
-/// clap arguments are made from [`ExpFlag::ALL`] (name, help, shape), so a
+/// clap arguments are made from [`ExpFlag::all`] (name, help, shape), so a
 /// flag declared in `exp::args` is on the command line with nothing added
 /// here.
 #[derive(Clone, Debug, Default)]
@@ -46,7 +46,7 @@ impl clap::FromArgMatches for ExpFlagArgs {
     }
 
     fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
-        for &f in ExpFlag::ALL {
+        for f in ExpFlag::all() {
             match f.shape() {
                 FlagShape::Value | FlagShape::List => {
                     if let Some(t) = m.get_one::<String>(f.name()) {
@@ -75,7 +75,7 @@ impl clap::FromArgMatches for ExpFlagArgs {
 impl clap::Args for ExpFlagArgs {
     fn augment_args(mut cmd: clap::Command) -> clap::Command {
         use clap::{Arg, ArgAction};
-        for &f in ExpFlag::ALL {
+        for f in ExpFlag::all() {
             let help = f.help().trim_end_matches('.');
             let arg = Arg::new(f.name()).long(f.name()).help(help);
             let value_name = f.name().to_uppercase().replace('-', "_");
@@ -128,8 +128,11 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&infos)?);
         } else {
             for e in EXPERIMENTS {
-                let flags: Vec<String> =
-                    e.flags.iter().map(|f| format!("--{}", f.name())).collect();
+                let flags: Vec<String> = e
+                    .all_flags()
+                    .iter()
+                    .map(|f| format!("--{}", f.name()))
+                    .collect();
                 println!(
                     "{:<17} {}\n{:<17} flags: {}",
                     e.id,

@@ -11,9 +11,13 @@
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
-//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&lns=&dyt=&rezero=&layerscale=&d_model=&rows=&seed=` —
+//! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&dyt=&lns=&rezero=&layerscale=&d_model=&rows=&seed=` —
 //!   the depth simulator, with an SVG chart: the parameters are `normlab exp
-//!   depth-sim`'s flags (one declaration, `exp::args`).
+//!   depth-sim`'s flags (one declaration, `exp::args`; the residual
+//!   options' from their declarations in `model::residual`).
+//! - `GET /api/residual-options` — the residual options the simulator
+//!   models (name, title, help, switch or value, example, gate), from which
+//!   the page makes its controls.
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses):
 //!   at most MAX_LISTED_RUNS, with `total` and `truncated`.
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
@@ -139,6 +143,7 @@ pub fn router(runs: Option<PathBuf>) -> Router {
         .route("/api/kinds", get(api_kinds))
         .route("/api/calc", get(api_calc))
         .route("/api/simulate", get(api_simulate))
+        .route("/api/residual-options", get(api_residual_options))
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{*id}", get(api_run))
         .route("/api/plot", get(api_plot))
@@ -263,6 +268,27 @@ async fn api_kinds(RawQuery(raw): RawQuery) -> Response {
     Json(serde_json::json!({ "kinds": kinds })).into_response()
 }
 
+async fn api_residual_options(RawQuery(raw): RawQuery) -> Response {
+    if let Err(r) = query(raw, &[]) {
+        return *r;
+    }
+    let options: Vec<serde_json::Value> = normlab::model::residual::simulated()
+        .map(|(o, k)| {
+            serde_json::json!({
+                "name": o.name,
+                "title": o.title,
+                "paper": o.paper,
+                "help": k.help,
+                "switch": k.switch.is_some(),
+                "example": k.example,
+                "gate": k.gate,
+                "needs_pre_norm": k.needs_pre_norm,
+            })
+        })
+        .collect();
+    Json(serde_json::json!({ "options": options })).into_response()
+}
+
 async fn api_calc(RawQuery(raw): RawQuery) -> Response {
     let q = match query(
         raw,
@@ -333,7 +359,7 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
     // The parameters are the depth-sim experiment's flags (one declaration
     // in exp::args: the same names, parsing and help as `normlab exp
     // depth-sim`), with `_` for `-`; an empty value is the default.
-    let flags = depth_sim::EXPERIMENT.flags;
+    let flags = depth_sim::EXPERIMENT.all_flags();
     let allowed: Vec<String> = flags.iter().map(|f| f.name().replace('-', "_")).collect();
     let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
     let q = match query(raw, &allowed) {

@@ -154,11 +154,11 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
     for e in EXPERIMENTS {
         assert!(listed.contains(&e.id), "{} missing from exp list", e.id);
         // Every documented flag, with a small value; --runs (which replaces
-        // training) and --rezero (a gate, as --layerscale is) in invocations
-        // of their own.
+        // training) and each branch gate (--rezero, --layerscale: one per
+        // simulation) in invocations of their own.
         let mut with_all: Vec<String> = vec!["exp".into(), e.id.into(), "--quick".into()];
         let mut alone: Vec<Vec<String>> = Vec::new();
-        for &flag in e.flags {
+        for flag in e.all_flags() {
             let name = format!("--{}", flag.name());
             match (flag, flag.example()) {
                 (ExpFlag::Runs, _) => alone.push(vec![
@@ -168,15 +168,23 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
                     name,
                     run.display().to_string(),
                 ]),
-                (ExpFlag::Rezero, _) => {
-                    alone.push(vec!["exp".into(), e.id.into(), "--quick".into(), name])
+                // Branch gates (one per simulation) each alone.
+                (ExpFlag::ResOption(i), v)
+                    if normlab::model::residual::OPTIONS[i]
+                        .sim
+                        .as_ref()
+                        .is_some_and(|k| k.gate) =>
+                {
+                    let mut args = vec!["exp".into(), e.id.into(), "--quick".into(), name];
+                    args.extend(v);
+                    alone.push(args)
                 }
                 (ExpFlag::Bert, _) => {
                     if let Some(b) = &bert {
                         with_all.extend([name, b.display().to_string()]);
                     }
                 }
-                (_, Some(v)) => with_all.extend([name, v.to_string()]),
+                (_, Some(v)) => with_all.extend([name, v]),
                 (_, None) => with_all.push(name),
             }
         }

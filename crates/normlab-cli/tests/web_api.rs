@@ -211,6 +211,30 @@ fn api_answers_and_validates() {
         let (code, _) = get(&s, &format!("/api/simulate?{bad}"));
         assert_eq!(code, 400, "{bad}");
     }
+    // The page's controls for the residual options come from their
+    // declarations: every option the simulator models is listed, and each
+    // is a parameter /api/simulate takes.
+    let (code, body) = get(&s, "/api/residual-options");
+    assert_eq!(code, 200);
+    let listed = json_body(&body);
+    let names: Vec<&str> = listed["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    let simulated: Vec<&str> = normlab::model::residual::simulated()
+        .map(|(o, _)| o.name)
+        .collect();
+    assert_eq!(names, simulated);
+    for o in listed["options"].as_array().unwrap() {
+        let value = if o["switch"].as_bool().unwrap() {
+            "true".to_string()
+        } else {
+            o["example"].to_string()
+        };
+        sim(&format!("{}={value}", o["name"].as_str().unwrap()));
+    }
     let (code, body) = get(&s, "/api/runs");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["runs"][0]["id"], "a");

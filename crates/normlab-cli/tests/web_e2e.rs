@@ -317,11 +317,20 @@ async fn web_lab_in_headless_chromium() {
     n.clear().await.unwrap();
     n.send_keys("128\n").await.unwrap();
     click(&c, "#sim-run").await;
-    next_sim(&c, last).await;
+    last = next_sim(&c, last).await;
     let (_, rms_128) = read().await;
     assert!(
         (0.7..2.0).contains(&rms_128),
         "still near 1 at N = 128: {rms_128}"
+    );
+    // The residual options' controls, made from their declarations:
+    // ReZero's zero gate makes every block the identity (gradient ratio 1).
+    click(&c, "#sim-gate option[value='rezero']").await;
+    next_sim(&c, last).await;
+    let (ratio_rz, _) = read().await;
+    assert!(
+        (ratio_rz - 1.0).abs() < 1e-3,
+        "ReZero at init is the identity: {ratio_rz}"
     );
     assert!(c.find(Locator::Css("#sim-charts svg")).await.is_ok());
     shot(&c, "#sim", &base, "depth_simulator.png").await;

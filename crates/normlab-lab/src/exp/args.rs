@@ -9,6 +9,7 @@
 use normlab::error::{Error, Result};
 use normlab::kernels::norm::NormKind;
 use normlab::limits::check_count;
+use normlab::model::residual::{ResidualOption, SimKnob, OPTIONS};
 use normlab::model::{InitScheme, ModelKind};
 use normlab::nn::Placement;
 use std::path::PathBuf;
@@ -94,6 +95,9 @@ macro_rules! exp_flags {
             /// Set by a signal handler: training stops after the current
             /// step of every run, with a checkpoint (not a flag).
             pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+            /// depth-sim: the residual options given (index into
+            /// `model::residual::OPTIONS`, setting), in `OPTIONS`' order.
+            pub res_options: Vec<(usize, f64)>,
             $($(#[doc = $doc])+ pub $field: Option<$ty>,)*
         }
 
@@ -103,37 +107,108 @@ macro_rules! exp_flags {
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum ExpFlag {
             $($(#[doc = $doc])+ $variant,)*
+            /// depth-sim: a residual option the simulator models (index
+            /// into `model::residual::OPTIONS`): its flag is its name, its
+            /// help and shape come from its declaration's `SimKnob`.
+            ResOption(usize),
+            /// In an experiment's flag list: every option of
+            /// `model::residual::OPTIONS` that the simulator models, one
+            /// [`ExpFlag::ResOption`] flag each (not a flag itself).
+            ResOptions,
         }
 
         impl ExpFlag {
-            /// Every flag, in declaration order.
-            pub const ALL: &'static [ExpFlag] = &[$(ExpFlag::$variant),*];
+            /// The declared flags, in declaration order.
+            const DECLARED: &'static [ExpFlag] = &[$(ExpFlag::$variant),*];
+
+            /// Every flag: the declared ones, then one per simulated
+            /// residual option.
+            pub fn all() -> Vec<ExpFlag> {
+                Self::DECLARED.iter().copied().chain(Self::residual_flags()).collect()
+            }
+
+            /// One [`ExpFlag::ResOption`] per option the simulator models.
+            fn residual_flags() -> impl Iterator<Item = ExpFlag> {
+                OPTIONS
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.sim.is_some())
+                    .map(|(i, _)| ExpFlag::ResOption(i))
+            }
+
+            /// An experiment's flag list with [`ExpFlag::ResOptions`]
+            /// replaced by the flags it stands for.
+            pub fn expand(flags: &[ExpFlag]) -> Vec<ExpFlag> {
+                flags
+                    .iter()
+                    .flat_map(|&f| match f {
+                        ExpFlag::ResOptions => Self::residual_flags().collect(),
+                        f => vec![f],
+                    })
+                    .collect()
+            }
+
+            /// The residual option and its simulator knob of a
+            /// [`ExpFlag::ResOption`] flag.
+            fn knob(i: usize) -> (&'static ResidualOption, &'static SimKnob) {
+                let o = OPTIONS[i];
+                (o, o.sim.as_ref().expect("a Residual flag's option is simulated"))
+            }
 
             /// The flag's name (without `--`).
             pub fn name(self) -> &'static str {
-                match self { $(ExpFlag::$variant => $name,)* }
+                match self {
+                    $(ExpFlag::$variant => $name,)*
+                    ExpFlag::ResOption(i) => Self::knob(i).0.name,
+                    ExpFlag::ResOptions => "residual-options",
+                }
             }
 
             /// Its help text (the declaration's doc comment).
             pub fn help(self) -> &'static str {
-                match self { $(ExpFlag::$variant => concat!($($doc),+).trim_ascii(),)* }
+                match self {
+                    $(ExpFlag::$variant => concat!($($doc),+).trim_ascii(),)*
+                    ExpFlag::ResOption(i) => Self::knob(i).1.help,
+                    ExpFlag::ResOptions => "the residual options the depth simulator models",
+                }
             }
 
             /// How it is written on the command line.
             pub fn shape(self) -> FlagShape {
-                match self { $(ExpFlag::$variant => FlagShape::$shape,)* }
+                match self {
+                    $(ExpFlag::$variant => FlagShape::$shape,)*
+                    ExpFlag::ResOption(i) => match Self::knob(i).1.switch {
+                        Some(_) => FlagShape::Switch,
+                        None => FlagShape::Value,
+                    },
+                    ExpFlag::ResOptions => FlagShape::Switch,
+                }
             }
 
             /// A small example value (None for switches and for paths,
             /// which a caller must supply): what the tests pass to check
             /// that every documented flag is accepted.
-            pub fn example(self) -> Option<&'static str> {
-                match self { $(ExpFlag::$variant => $example,)* }
+            pub fn example(self) -> Option<String> {
+                match self {
+                    $(ExpFlag::$variant => {
+                        let e: Option<&'static str> = $example;
+                        e.map(String::from)
+                    })*
+                    ExpFlag::ResOption(i) => {
+                        let k = Self::knob(i).1;
+                        k.switch.is_none().then(|| k.example.to_string())
+                    }
+                    ExpFlag::ResOptions => None,
+                }
             }
 
             /// Whether `a` sets this flag.
             pub fn is_set(self, a: &ExpArgs) -> bool {
-                match self { $(ExpFlag::$variant => a.$field.is_some(),)* }
+                match self {
+                    $(ExpFlag::$variant => a.$field.is_some(),)*
+                    ExpFlag::ResOption(i) => a.res_options.iter().any(|(j, _)| *j == i),
+                    ExpFlag::ResOptions => false,
+                }
             }
 
             /// Set this flag in `a` from its command-line text
@@ -149,6 +224,25 @@ macro_rules! exp_flags {
                     $(ExpFlag::$variant => {
                         a.$field = Some(<$ty as FlagValue>::parse_flag(label, text)?)
                     })*
+                    ExpFlag::ResOption(i) => {
+                        let k = Self::knob(i).1;
+                        let value = match k.switch {
+                            Some(on) => <bool as FlagValue>::parse_flag(label, text)?.then_some(on),
+                            None => {
+                                let v = <f64 as FlagValue>::parse_flag(label, text)?;
+                                (k.check)(v).map_err(|e| Error::bad(format!("{label}: {e}")))?;
+                                Some(v)
+                            }
+                        };
+                        a.res_options.retain(|(j, _)| *j != i);
+                        if let Some(v) = value {
+                            a.res_options.push((i, v));
+                            a.res_options.sort_by_key(|(j, _)| *j);
+                        }
+                    }
+                    ExpFlag::ResOptions => {
+                        return Err(Error::bad(format!("{label} is not a flag")));
+                    }
                 }
                 Ok(())
             }
@@ -156,7 +250,7 @@ macro_rules! exp_flags {
             /// The flag called `name` (`d-model` or `d_model`).
             pub fn find(name: &str) -> Option<ExpFlag> {
                 let name = name.replace('_', "-");
-                Self::ALL.iter().copied().find(|f| f.name() == name)
+                Self::all().into_iter().find(|f| f.name() == name)
             }
         }
     };
@@ -199,14 +293,8 @@ exp_flags! {
     PreNorm pre_norm: bool = "pre-norm", Switch, None;
     /// depth-sim: scale each write-back by 1/sqrt(N).
     ScaleWriteback scale_writeback: bool = "scale-writeback", Switch, None;
-    /// depth-sim: LayerNorm Scaling, the pre-norm output of sublayer l times 1/sqrt(l) (with --pre-norm).
-    Lns lns: bool = "lns", Switch, None;
     /// depth-sim: DyT's tanh(0.5 x) in the pre-norm's place (with --pre-norm).
     Dyt dyt: bool = "dyt", Switch, None;
-    /// depth-sim: ReZero, each branch times a learnable scalar gate at its init 0.
-    Rezero rezero: bool = "rezero", Switch, None;
-    /// depth-sim: LayerScale, each branch times a learnable per-channel scale at this init (e.g. 1e-4).
-    Layerscale layerscale: f64 = "layerscale", Value, Some("0.0001");
     /// placements: toy or gpt (default both).
     Model model: ModelKind = "model", Value, Some("toy");
     /// convert: existing run folders to convert instead of training.
@@ -226,7 +314,8 @@ impl ExpArgs {
     /// Error if a flag is given that experiment `id` (taking `allowed`)
     /// does not use, or a value is out of range.
     pub fn check(&self, id: &str, allowed: &[ExpFlag]) -> Result<()> {
-        for &flag in ExpFlag::ALL {
+        let allowed = ExpFlag::expand(allowed);
+        for flag in ExpFlag::all() {
             if flag.is_set(self) && !allowed.contains(&flag) {
                 return Err(format!(
                     "exp {id} does not take --{} (it takes: {})",

@@ -54,12 +54,18 @@ pub struct ExpInfo {
 }
 
 impl Experiment {
+    /// The flags it takes, with [`ExpFlag::ResOptions`] expanded into
+    /// one flag per residual option the simulator models.
+    pub fn all_flags(&self) -> Vec<ExpFlag> {
+        ExpFlag::expand(self.flags)
+    }
+
     /// Its description.
     pub fn info(&self) -> ExpInfo {
         ExpInfo {
             id: self.id,
             question: self.question,
-            flags: self.flags.iter().map(|f| f.name()).collect(),
+            flags: self.all_flags().iter().map(|f| f.name()).collect(),
             has_grid: self.grid.is_some(),
         }
     }

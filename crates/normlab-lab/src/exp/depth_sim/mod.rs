@@ -10,7 +10,9 @@
 //! Scaling), skip = 1 with residuals (0 without) and branch = 1/sqrt(N)
 //! with write-back scaling (1 otherwise), times the branch gate's initial
 //! value with ReZero (0) or LayerScale (its init; per channel, all equal
-//! at init). The loss is
+//! at init). The residual options (LayerNorm Scaling, the gates) are those
+//! of `model::residual` whose declaration has a `SimKnob`: their flags,
+//! settings, labels and effects at init come from there. The loss is
 //! `sum(r * x_N)` with r ~ N(0,1), so the gradient at the top is r; it is
 //! propagated down exactly. Computed in f64; values that overflow even f64
 //! are reported as null.
@@ -25,8 +27,18 @@ use normlab::model::residual;
 use serde::Serialize;
 use serde_json::json;
 
+/// A residual option in a simulation: its name in `model::residual` and
+/// its setting (a gate's init; 1 for a switch such as LNS).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SimOption {
+    /// The option's name (its flag).
+    pub name: &'static str,
+    /// Its setting.
+    pub value: f64,
+}
+
 /// Simulator settings.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SimConfig {
     /// Sublayers N.
     pub sublayers: usize,
@@ -38,18 +50,13 @@ pub struct SimConfig {
     pub pre_norm: bool,
     /// Scale each sublayer's write-back by 1/sqrt(N).
     pub scale_writeback: bool,
-    /// LayerNorm Scaling: the pre-norm output of sublayer l (1-based) times
-    /// 1/sqrt(l) (only with pre-norm).
-    #[serde(default)]
-    pub lns: bool,
     /// The pre-norm is DyT's point-wise tanh(alpha x) with its initial
     /// alpha [`DYT_ALPHA`] instead of RMSNorm (only with pre-norm).
     #[serde(default)]
     pub dyt: bool,
-    /// A learnable gate on each branch, at its initial value: ReZero's
-    /// scalar (0) or LayerScale's per-channel scale (`--layerscale INIT`).
-    #[serde(default)]
-    pub gate: Option<f64>,
+    /// The residual options on, in `model::residual::OPTIONS`' order
+    /// (result.json before 2026-12-02 had `lns` and `gate` fields instead).
+    pub options: Vec<SimOption>,
     /// Width.
     pub d: usize,
     /// Rows (independent inputs).
@@ -59,19 +66,23 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// The residual options it turns on, each with its setting: LayerNorm
-    /// Scaling, and the gate (ReZero's 0, or LayerScale's init).
+    /// The residual options it turns on, each with its declaration and
+    /// setting.
     pub fn residual_options(&self) -> Vec<(&'static residual::ResidualOption, f64)> {
-        let mut v = Vec::new();
-        if self.lns {
-            v.push((&residual::LNS, 1.0));
-        }
-        match self.gate {
-            Some(0.0) => v.push((&residual::REZERO, 0.0)),
-            Some(g) => v.push((&residual::LAYERSCALE, g)),
-            None => {}
-        }
-        v
+        self.options
+            .iter()
+            .filter_map(|o| residual::option(o.name).map(|d| (d, o.value)))
+            .collect()
+    }
+
+    /// These settings with residual option `name` on at `value` (in
+    /// `OPTIONS`' order).
+    pub fn with(mut self, name: &'static str, value: f64) -> Self {
+        self.options.retain(|o| o.name != name);
+        self.options.push(SimOption { name, value });
+        let at = |n: &str| residual::OPTIONS.iter().position(|o| o.name == n);
+        self.options.sort_by_key(|o| at(o.name));
+        self
     }
 }
 
@@ -83,9 +94,8 @@ impl Default for SimConfig {
             residual: true,
             pre_norm: false,
             scale_writeback: false,
-            lns: false,
             dyt: false,
-            gate: None,
+            options: Vec::new(),
             d: 64,
             rows: 64,
             seed: 0,
@@ -234,7 +244,7 @@ fn simulate_from(
         _ => None,
     };
     let res = SimResult {
-        config: *c,
+        config: c.clone(),
         final_residual_rms: residual_rms[n],
         residual_rms,
         grad_norm,
@@ -256,17 +266,21 @@ pub fn validate(c: &SimConfig) -> Result<()> {
     }
     // Below 1e-6 every product of the pass is subnormal, which costs tens of
     // times the arithmetic and shows nothing a gain of 0 does not.
-    for (what, g) in [("gain", Some(c.gain)), ("the branch gate's init", c.gate)] {
-        if let Some(g) = g.filter(|&g| g > 0.0 && g < 1e-6) {
-            return Err(format!("{what} must be 0 or at least 1e-6 (got {g:e})").into());
+    if c.gain > 0.0 && c.gain < 1e-6 {
+        return Err(format!("gain must be 0 or at least 1e-6 (got {:e})", c.gain).into());
+    }
+    let mut gates = Vec::new();
+    for o in &c.options {
+        let Some(k) = residual::option(o.name).and_then(|d| d.sim.as_ref()) else {
+            return Err(format!("{} is not a residual option the simulator models", o.name).into());
+        };
+        (k.check)(o.value)?;
+        if k.gate {
+            gates.push(format!("--{}", o.name));
         }
     }
-    if let Some(g) = c.gate {
-        if !(g.is_finite() && (0.0..=100.0).contains(&g)) {
-            return Err(
-                format!("the branch gate's init must be a number in [0, 100] (got {g})").into(),
-            );
-        }
+    if gates.len() > 1 {
+        return Err(format!("{} each gate the branch; give one", gates.join(" and ")).into());
     }
     if c.d == 0 || c.d > 256 || c.rows == 0 || c.rows > 256 {
         return Err("d and rows must be in 1..=256".into());
@@ -291,13 +305,10 @@ fn label(c: &SimConfig) -> String {
     if c.scale_writeback {
         parts.push("1/sqrt(N)".into());
     }
-    if c.lns && c.pre_norm {
-        parts.push("LNS 1/sqrt(l)".into());
-    }
-    match c.gate {
-        Some(0.0) => parts.push("ReZero (gate 0)".into()),
-        Some(g) => parts.push(format!("LayerScale {g}")),
-        None => {}
+    for (o, v) in c.residual_options() {
+        if let Some(k) = o.sim.as_ref().filter(|k| c.pre_norm || !k.needs_pre_norm) {
+            parts.push((k.label)(v));
+        }
     }
     parts.join(" + ")
 }
@@ -312,10 +323,8 @@ pub const EXPERIMENT: Experiment = Experiment {
         ExpFlag::Residual,
         ExpFlag::PreNorm,
         ExpFlag::ScaleWriteback,
-        ExpFlag::Lns,
         ExpFlag::Dyt,
-        ExpFlag::Rezero,
-        ExpFlag::Layerscale,
+        ExpFlag::ResOptions,
         ExpFlag::DModel,
         ExpFlag::Rows,
         ExpFlag::Seed,
@@ -337,15 +346,15 @@ pub fn config(a: &ExpArgs, rows: usize) -> Result<SimConfig> {
         residual: a.residual.unwrap_or(true),
         pre_norm: a.pre_norm.unwrap_or(false),
         scale_writeback: a.scale_writeback.unwrap_or(false),
-        lns: a.lns.unwrap_or(false),
         dyt: a.dyt.unwrap_or(false),
-        gate: match (a.rezero, a.layerscale) {
-            (Some(true), Some(_)) => {
-                return Err("rezero and layerscale are two gates; give one".into())
-            }
-            (Some(true), None) => Some(0.0),
-            (_, ls) => ls,
-        },
+        options: a
+            .res_options
+            .iter()
+            .map(|&(i, value)| SimOption {
+                name: residual::OPTIONS[i].name,
+                value,
+            })
+            .collect(),
         d: a.d_model.unwrap_or(64),
         rows: a.rows.unwrap_or(rows),
         seed: a.seed.unwrap_or(0),
@@ -357,33 +366,48 @@ pub fn config(a: &ExpArgs, rows: usize) -> Result<SimConfig> {
 fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let base = config(a, 64)?;
     let main = simulate(&base);
-    // The canonical settings at the same N and gain, for comparison (the
-    // four of the lesson, then pre-norm with LayerNorm Scaling, DyT in the
-    // pre-norm's place, and the normalization-free gates: ReZero and
-    // LayerScale 1e-4 on residuals without a norm).
-    let variants: Vec<SimConfig> = [
-        (false, false, false, false, false, None),
-        (true, false, false, false, false, None),
-        (true, true, false, false, false, None),
-        (true, true, true, false, false, None),
-        (true, true, false, true, false, None),
-        (true, true, false, false, true, None),
-        (true, false, false, false, false, Some(0.0)),
-        (true, false, false, false, false, Some(1e-4)),
-    ]
-    .iter()
-    .map(
-        |&(residual, pre_norm, scale_writeback, lns, dyt, gate)| SimConfig {
+    // The canonical settings at the same N and gain, for comparison: the
+    // four of the lesson, DyT in the pre-norm's place, then each residual
+    // option the simulator models at its example setting (with the
+    // pre-norm it acts on, or, for a gate, on residuals without a norm).
+    let plain = SimConfig {
+        residual: true,
+        pre_norm: false,
+        scale_writeback: false,
+        dyt: false,
+        options: Vec::new(),
+        ..base.clone()
+    };
+    let lesson = [
+        (false, false, false),
+        (true, false, false),
+        (true, true, false),
+        (true, true, true),
+    ];
+    let mut variants: Vec<SimConfig> = lesson
+        .iter()
+        .map(|&(residual, pre_norm, scale_writeback)| SimConfig {
             residual,
             pre_norm,
             scale_writeback,
-            lns,
-            dyt,
-            gate,
-            ..base
-        },
-    )
-    .collect();
+            ..plain.clone()
+        })
+        .collect();
+    variants.push(SimConfig {
+        pre_norm: true,
+        dyt: true,
+        ..plain.clone()
+    });
+    let simulated: Vec<_> = residual::simulated().collect();
+    for (o, k) in &simulated {
+        variants.push(
+            SimConfig {
+                pre_norm: k.needs_pre_norm,
+                ..plain.clone()
+            }
+            .with(o.name, k.example),
+        );
+    }
     let results: Vec<SimResult> = variants.iter().map(simulate).collect();
     let mut table = Table::new(
         format!(
@@ -431,7 +455,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             log_x: false,
         })
     };
-    let mut out = result(serde_json::to_value(base).unwrap(), vec![base.seed]);
+    let mut out = result(serde_json::to_value(&base).unwrap(), vec![base.seed]);
     out.data
         .insert("residual_rms".into(), json!(main.residual_rms));
     out.data.insert("grad_norm".into(), json!(main.grad_norm));
@@ -454,31 +478,51 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         cols: 2,
     });
     let v = |i: usize| &results[i];
+    let at = |r: &SimResult| {
+        format!(
+            "{} ({})",
+            opt(r.final_residual_rms),
+            opt(r.grad_ratio_bottom_top)
+        )
+    };
+    let options: Vec<String> = simulated
+        .iter()
+        .zip(&results[5..])
+        .map(|((_, k), r)| {
+            let name = (k.label)(k.example);
+            if k.needs_pre_norm {
+                format!("pre-norm with {name} at {}", at(r))
+            } else {
+                format!("without a norm, {name} leaves the stream at {}", at(r))
+            }
+        })
+        .collect();
+    let gated: Vec<(&str, &SimResult)> = simulated
+        .iter()
+        .zip(&results[5..])
+        .filter(|((_, k), _)| k.gate)
+        .map(|((o, _), r)| (o.title, r))
+        .collect();
+    let identity = if !gated.is_empty() && gated.iter().all(|(_, r)| near_identity(r, 1e-2)) {
+        format!(
+            ": {} start as the identity map (input RMS and unit gradient ratio within 1%), deep as the net is",
+            gated.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(" and ")
+        )
+    } else {
+        String::new()
+    };
     out.conclusion = format!(
-        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {} ({}); pre-norm with 1/sqrt(N) write-back keeps RMS at {} ({}); pre-norm with LayerNorm Scaling (1/sqrt(l)) at {} ({}); DyT's tanh(0.5 x) in the pre-norm's place at {} ({}); without a norm, ReZero's zero gate leaves the stream at {} ({}) and LayerScale 1e-4 at {} ({}){}.",
+        "With N = {} and gain {}: without residuals the stream's RMS ends at {} and the gradient reaching the bottom is {} of the top's; residuals alone give RMS {} (bottom/top gradient {}); pre-norm gives {}; pre-norm with 1/sqrt(N) write-back keeps RMS at {}; DyT's tanh(0.5 x) in the pre-norm's place at {}; {}{identity}.",
         base.sublayers,
         base.gain,
         opt(v(0).final_residual_rms),
         opt(v(0).grad_ratio_bottom_top),
         opt(v(1).final_residual_rms),
         opt(v(1).grad_ratio_bottom_top),
-        opt(v(2).final_residual_rms),
-        opt(v(2).grad_ratio_bottom_top),
-        opt(v(3).final_residual_rms),
-        opt(v(3).grad_ratio_bottom_top),
-        opt(v(4).final_residual_rms),
-        opt(v(4).grad_ratio_bottom_top),
-        opt(v(5).final_residual_rms),
-        opt(v(5).grad_ratio_bottom_top),
-        opt(v(6).final_residual_rms),
-        opt(v(6).grad_ratio_bottom_top),
-        opt(v(7).final_residual_rms),
-        opt(v(7).grad_ratio_bottom_top),
-        if [v(6), v(7)].iter().all(|r| near_identity(r, 1e-2)) {
-            ": both start as the identity map (input RMS and unit gradient ratio within 1%), deep as the net is"
-        } else {
-            ""
-        },
+        at(v(2)),
+        at(v(3)),
+        at(v(4)),
+        options.join("; "),
     );
     out.checks.push(check_c4(&base, &results));
     out.tables.push(table);

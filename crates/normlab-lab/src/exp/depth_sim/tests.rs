@@ -25,9 +25,12 @@ fn backward_matches_finite_differences() {
             gain: 0.9,
             pre_norm,
             dyt,
-            lns,
-            gate,
             ..SimConfig::default()
+        };
+        let c = if lns { c.with("lns", 1.0) } else { c };
+        let c = match gate {
+            Some(g) => c.with("layerscale", g),
+            None => c,
         };
         let mut rng = Rng::derive(7, "fd");
         let x: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
@@ -58,15 +61,15 @@ fn dyt_bounds_the_branch_input_like_a_norm() {
         ..SimConfig::default()
     };
     let rms = |c: SimConfig| simulate(&c).final_residual_rms.expect("finite");
-    let plain = rms(base);
+    let plain = rms(base.clone());
     let pre_norm = rms(SimConfig {
         pre_norm: true,
-        ..base
+        ..base.clone()
     });
     let pre_dyt = rms(SimConfig {
         pre_norm: true,
         dyt: true,
-        ..base
+        ..base.clone()
     });
     // Without a norm the stream doubles in energy per sublayer (2^16 in
     // RMS at 32); tanh keeps every branch input within [-1, 1], so the
@@ -88,14 +91,8 @@ fn gates_start_deep_nets_as_the_identity() {
         ..SimConfig::default()
     };
     let plain = simulate(&base);
-    let rezero = simulate(&SimConfig {
-        gate: Some(0.0),
-        ..base
-    });
-    let ls = simulate(&SimConfig {
-        gate: Some(1e-4),
-        ..base
-    });
+    let rezero = simulate(&base.clone().with("rezero", 0.0));
+    let ls = simulate(&base.with("layerscale", 1e-4));
     // x_N = x_0 and dL/dx_0 = dL/dx_N with a zero gate.
     assert_eq!(rezero.residual_rms[0], rezero.final_residual_rms);
     assert_eq!(rezero.grad_ratio_bottom_top, Some(1.0));
@@ -115,15 +112,62 @@ fn gates_start_deep_nets_as_the_identity() {
 /// 35x the time of gain 1 and show what gain 0 shows); 0 itself is fine.
 #[test]
 fn subnormal_gains_are_refused() {
-    let c = |gain: f64, gate: Option<f64>| SimConfig {
-        gain,
-        gate,
-        ..SimConfig::default()
+    let c = |gain: f64, gate: Option<f64>| {
+        let c = SimConfig {
+            gain,
+            ..SimConfig::default()
+        };
+        match gate {
+            Some(g) => c.with("layerscale", g),
+            None => c,
+        }
     };
     assert!(validate(&c(0.0, None)).is_ok());
     assert!(validate(&c(1e-6, None)).is_ok());
     for (gain, gate) in [(1e-320, None), (1e-9, None), (1.0, Some(1e-300))] {
         let e = validate(&c(gain, gate)).err().unwrap().to_string();
         assert!(e.contains("at least 1e-6"), "{e}");
+    }
+    // Two gates at once are refused, naming both.
+    let both = SimConfig::default()
+        .with("rezero", 0.0)
+        .with("layerscale", 0.1);
+    let e = validate(&both).unwrap_err().to_string();
+    assert!(e.contains("--rezero and --layerscale"), "{e}");
+}
+
+/// The residual options reach the simulator from their declarations: each
+/// one the simulator models is a flag of `normlab exp depth-sim`, has a
+/// row in its comparison, and changes the stream.
+#[test]
+fn every_simulated_option_is_a_flag_and_a_variant() {
+    let flags = ExpFlag::expand(EXPERIMENT.flags);
+    for (o, k) in residual::simulated() {
+        let flag = ExpFlag::find(o.name).expect("a flag");
+        assert!(flags.contains(&flag), "{}", o.name);
+        let mut a = ExpArgs::default();
+        let text = if k.switch.is_some() {
+            "true".to_string()
+        } else {
+            k.example.to_string()
+        };
+        flag.set(&mut a, &text).unwrap();
+        let c = config(&a, 8).unwrap();
+        assert_eq!(c.residual_options().len(), 1, "{}", o.name);
+        let c = SimConfig {
+            pre_norm: k.needs_pre_norm,
+            ..c
+        };
+        let plain = SimConfig {
+            options: Vec::new(),
+            ..c.clone()
+        };
+        assert_ne!(
+            simulate(&c).residual_rms,
+            simulate(&plain).residual_rms,
+            "{}",
+            o.name
+        );
+        assert!(label(&c).contains(&(k.label)(k.example)), "{}", o.name);
     }
 }

@@ -1,7 +1,7 @@
 //! LayerScale (Touvron et al. 2021, CaiT): each sublayer's branch times a
 //! learnable per-channel scale initialised to the option's value (e.g. 1e-4).
 
-use super::{InitEffect, ResidualOption, SublayerPlan};
+use super::{InitEffect, ResidualOption, SimKnob, SublayerPlan};
 use crate::model::ModelConfig;
 use crate::nn::GateKind;
 
@@ -24,9 +24,19 @@ pub const LAYERSCALE: ResidualOption = ResidualOption {
         ))
     },
     // At init every channel's scale is the same value.
-    at_init: Some(|v, _, _| InitEffect {
-        read: 1.0,
-        write: v,
+    sim: Some(SimKnob {
+        help:
+            "LayerScale, each branch times a learnable per-channel scale at this init (e.g. 1e-4)",
+        switch: None,
+        example: 1e-4,
+        gate: true,
+        needs_pre_norm: false,
+        label: |v| format!("LayerScale {v}"),
+        check: |v| super::check_gate_init("layerscale", v),
+        at_init: |v, _, _| InitEffect {
+            read: 1.0,
+            write: v,
+        },
     }),
     convert_refusal: Some("a per-channel gate makes a centred branch non-zero-mean"),
 };

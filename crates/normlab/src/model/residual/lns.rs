@@ -2,7 +2,7 @@
 //! output of each pre-norm of block l (l = 1..L) times 1/sqrt(l), so deep
 //! blocks' branches stop growing with depth.
 
-use super::{InitEffect, ResidualOption, SublayerPlan};
+use super::{InitEffect, ResidualOption, SimKnob, SublayerPlan};
 use crate::model::ModelConfig;
 
 /// The declaration.
@@ -20,13 +20,23 @@ pub const LNS: ResidualOption = ResidualOption {
     },
     apply: |_, p: &mut SublayerPlan| p.in_scale = 1.0 / ((p.block + 1) as f32).sqrt(),
     // In the simulator every sublayer is its own layer l = 1..N.
-    at_init: Some(|_, l, pre_norm| InitEffect {
-        read: if pre_norm {
-            1.0 / ((l + 1) as f64).sqrt()
-        } else {
-            1.0
+    sim: Some(SimKnob {
+        help:
+            "LayerNorm Scaling, the pre-norm output of sublayer l times 1/sqrt(l) (with --pre-norm)",
+        switch: Some(1.0),
+        example: 1.0,
+        gate: false,
+        needs_pre_norm: true,
+        label: |_| "LayerNorm Scaling 1/sqrt(l)".into(),
+        check: |_| Ok(()),
+        at_init: |_, l, pre_norm| InitEffect {
+            read: if pre_norm {
+                1.0 / ((l + 1) as f64).sqrt()
+            } else {
+                1.0
+            },
+            write: 1.0,
         },
-        write: 1.0,
     }),
     convert_refusal: Some("it scales the beta that folds into the next bias"),
 };

@@ -37,7 +37,7 @@ pub const MIXLN: ResidualOption = ResidualOption {
             Placement::Pre
         }
     },
-    at_init: None,
+    sim: None,
     convert_refusal: None,
 };
 

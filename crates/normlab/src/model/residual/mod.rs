@@ -3,12 +3,15 @@
 //! when a config turns it on, how it is checked against the rest of the
 //! config, what it does to each sublayer as the model is built (its
 //! [`SublayerPlan`]: the block's placement, the multiplier on the input
-//! norm's output, a learnable branch gate), its effect at initialisation
-//! (for the depth simulator, in f64), and whether `convert` refuses it.
+//! norm's output, a learnable branch gate), how the random-init depth
+//! simulator models it (its [`SimKnob`]: the flag, the setting, the label,
+//! the effect at initialisation in f64), and whether `convert` refuses it.
 //! [`OPTIONS`] lists them; `Model::new`, `ModelConfig::validate`,
-//! `convert`'s refusal list and the depth simulator read that list and
-//! nothing else. The option's setting itself is a field of `ModelConfig`
-//! (which makes it a `train` flag, a TOML key and a sweep-grid key).
+//! `convert`'s refusal list, the depth simulator (its flags, settings,
+//! comparison rows and labels) and the web lab's simulator controls read
+//! that list and nothing else. The option's setting itself is a field of
+//! `ModelConfig` (which makes it a `train` flag, a TOML key and a
+//! sweep-grid key).
 //!
 //! A new option: its module here, one line in [`OPTIONS`], its field in
 //! `ModelConfig`, its test.
@@ -53,6 +56,32 @@ pub struct InitEffect {
     pub write: f64,
 }
 
+/// How an option appears in the random-init depth simulator: its flag of
+/// `normlab exp depth-sim`, its control in the web lab, its effect on the
+/// simulated stream. The simulator's flags, settings, canonical variants
+/// and labels, and the lab's controls, are made from these.
+pub struct SimKnob {
+    /// The flag's help text (and the control's tooltip).
+    pub help: &'static str,
+    /// The setting the flag gives as a switch (`--lns`); None: the flag
+    /// takes the setting as its value (`--layerscale 1e-4`).
+    pub switch: Option<f64>,
+    /// A setting to show it with: the canonical comparison's and the tests'.
+    pub example: f64,
+    /// It gates the branch: a simulation takes at most one gate.
+    pub gate: bool,
+    /// It acts on the pre-norm: shown with it (the canonical comparison
+    /// turns the pre-norm on; without one it does nothing).
+    pub needs_pre_norm: bool,
+    /// Its part of a simulated setting's label, given its setting.
+    pub label: fn(f64) -> String,
+    /// Checks a setting given as a value (one-line message).
+    pub check: fn(f64) -> Result<(), String>,
+    /// Its effect at initialisation (`value`: its setting, e.g. a gate's
+    /// init; `pre_norm`: whether the stream has pre-norms), in f64.
+    pub at_init: fn(value: f64, l: usize, pre_norm: bool) -> InitEffect,
+}
+
 /// One residual option.
 pub struct ResidualOption {
     /// Its key (the `ModelConfig` field, the flag without dashes).
@@ -69,10 +98,8 @@ pub struct ResidualOption {
     pub validate: fn(&ModelConfig) -> Result<(), String>,
     /// What it does to a sublayer as the model is built (only when active).
     pub apply: fn(&ModelConfig, &mut SublayerPlan),
-    /// Its effect at initialisation (`value`: its setting, e.g. a gate's
-    /// init; `pre_norm`: whether the stream has pre-norms), None when the
-    /// depth simulator does not model it.
-    pub at_init: Option<fn(value: f64, l: usize, pre_norm: bool) -> InitEffect>,
+    /// How the depth simulator models it (None: it does not).
+    pub sim: Option<SimKnob>,
     /// Why `convert` refuses a checkpoint trained with it (None: converts).
     pub convert_refusal: Option<&'static str>,
 }
@@ -114,6 +141,30 @@ pub fn refused_by_convert(cfg: &ModelConfig) -> Vec<String> {
         .collect()
 }
 
+/// The options the depth simulator models, in [`OPTIONS`]' order.
+pub fn simulated() -> impl Iterator<Item = (&'static ResidualOption, &'static SimKnob)> {
+    OPTIONS
+        .iter()
+        .filter_map(|o| o.sim.as_ref().map(|k| (*o, k)))
+}
+
+/// A gate's initial value: 0, or a finite number in [1e-6, 100] (below
+/// 1e-6 every product of the simulator's pass is subnormal, which costs
+/// tens of times the arithmetic and shows nothing 0 does not).
+pub fn check_gate_init(name: &str, g: f64) -> Result<(), String> {
+    if !(g.is_finite() && (0.0..=100.0).contains(&g)) {
+        return Err(format!(
+            "{name}'s init must be a number in [0, 100] (got {g})"
+        ));
+    }
+    if g > 0.0 && g < 1e-6 {
+        return Err(format!(
+            "{name}'s init must be 0 or at least 1e-6 (got {g:e})"
+        ));
+    }
+    Ok(())
+}
+
 /// The combined effect at initialisation of `options` (each with its
 /// setting) on sublayer `l`: the product of their multipliers.
 pub fn at_init(options: &[(&ResidualOption, f64)], l: usize, pre_norm: bool) -> InitEffect {
@@ -122,8 +173,8 @@ pub fn at_init(options: &[(&ResidualOption, f64)], l: usize, pre_norm: bool) -> 
         write: 1.0,
     };
     for (o, v) in options {
-        if let Some(f) = o.at_init {
-            let x = f(*v, l, pre_norm);
+        if let Some(k) = &o.sim {
+            let x = (k.at_init)(*v, l, pre_norm);
             e.read *= x.read;
             e.write *= x.write;
         }
@@ -149,6 +200,18 @@ mod tests {
                 o.name
             );
         }
+    }
+
+    #[test]
+    fn simulated_options_are_complete() {
+        for (o, k) in simulated() {
+            assert!((k.check)(k.example).is_ok(), "{}", o.name);
+            assert!(!(k.label)(k.example).is_empty(), "{}", o.name);
+            assert!(!k.help.is_empty(), "{}", o.name);
+            // Its name is its depth-sim flag as it is.
+            assert!(!o.name.contains('_'), "{}", o.name);
+        }
+        assert!(simulated().count() >= 3);
     }
 
     #[test]

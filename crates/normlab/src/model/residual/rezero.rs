@@ -1,7 +1,7 @@
 //! ReZero (Bachlechner et al. 2020): each sublayer's branch times one
 //! learnable scalar initialised to 0, so every block starts as the identity.
 
-use super::{InitEffect, ResidualOption, SublayerPlan};
+use super::{InitEffect, ResidualOption, SimKnob, SublayerPlan};
 use crate::nn::GateKind;
 
 /// The declaration.
@@ -18,9 +18,18 @@ pub const REZERO: ResidualOption = ResidualOption {
         Ok(())
     },
     apply: |_, p: &mut SublayerPlan| p.gate = Some((GateKind::ReZero, 0.0, "rezero")),
-    at_init: Some(|v, _, _| InitEffect {
-        read: 1.0,
-        write: v,
+    sim: Some(SimKnob {
+        help: "ReZero, each branch times a learnable scalar gate at its init 0",
+        switch: Some(0.0),
+        example: 0.0,
+        gate: true,
+        needs_pre_norm: false,
+        label: |_| "ReZero (gate 0)".into(),
+        check: |v| super::check_gate_init("rezero", v),
+        at_init: |v, _, _| InitEffect {
+            read: 1.0,
+            write: v,
+        },
     }),
     convert_refusal: Some("a learnable gate's effect on the conversion is not derived"),
 };
