@@ -152,7 +152,7 @@ macro_rules! exp_flags {
             /// [`ExpFlag::ResOption`] flag.
             fn knob(i: usize) -> (&'static ResidualOption, &'static SimKnob) {
                 let o = OPTIONS[i];
-                (o, o.sim.as_ref().expect("a Residual flag's option is simulated"))
+                (o, o.sim.as_ref().expect("a ResOption flag's option is simulated"))
             }
 
             /// The flag's name (without `--`).
