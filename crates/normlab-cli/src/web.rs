@@ -272,20 +272,7 @@ async fn api_residual_options(RawQuery(raw): RawQuery) -> Response {
     if let Err(r) = query(raw, &[]) {
         return *r;
     }
-    let options: Vec<serde_json::Value> = normlab::model::residual::simulated()
-        .map(|(o, k)| {
-            serde_json::json!({
-                "name": o.name,
-                "title": o.title,
-                "paper": o.paper,
-                "help": k.help,
-                "switch": k.switch.is_some(),
-                "example": k.example,
-                "gate": k.gate,
-                "needs_pre_norm": k.needs_pre_norm,
-            })
-        })
-        .collect();
+    let options = normlab::model::residual::simulated_json();
     Json(serde_json::json!({ "options": options })).into_response()
 }
 

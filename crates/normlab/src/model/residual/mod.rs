@@ -148,6 +148,26 @@ pub fn simulated() -> impl Iterator<Item = (&'static ResidualOption, &'static Si
         .filter_map(|o| o.sim.as_ref().map(|k| (*o, k)))
 }
 
+/// The simulated options as the web lab lists them (its controls are made
+/// from this): name, title, paper, help, switch or value, example, gate,
+/// whether it needs the pre-norm.
+pub fn simulated_json() -> Vec<serde_json::Value> {
+    simulated()
+        .map(|(o, k)| {
+            serde_json::json!({
+                "name": o.name,
+                "title": o.title,
+                "paper": o.paper,
+                "help": k.help,
+                "switch": k.switch.is_some(),
+                "example": k.example,
+                "gate": k.gate,
+                "needs_pre_norm": k.needs_pre_norm,
+            })
+        })
+        .collect()
+}
+
 /// A gate's initial value: 0, or a finite number in [1e-6, 100] (below
 /// 1e-6 every product of the simulator's pass is subnormal, which costs
 /// tens of times the arithmetic and shows nothing 0 does not).
