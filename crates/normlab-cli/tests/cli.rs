@@ -1,32 +1,9 @@
 //! End-to-end tests of the `normlab` binary: outputs, JSON keys, exit codes.
 
-use std::process::{Command, Output};
+mod common;
 
-/// Run normlab; whatever the input, it must never panic.
-fn normlab(args: &[&str]) -> Output {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args(args)
-        .output()
-        .expect("run normlab");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    o
-}
-
-/// Run normlab, which must succeed; its stdout.
-fn stdout_ok(args: &[&str]) -> String {
-    let out = normlab(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 on stdout")
-}
-
-fn json(args: &[&str]) -> serde_json::Value {
-    serde_json::from_str(&stdout_ok(args)).expect("valid JSON on stdout")
-}
+use common::{json, normlab, stdout_ok};
+use std::process::Command;
 
 #[test]
 fn calc_in_low_precision() {

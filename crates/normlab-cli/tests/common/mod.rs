@@ -1,6 +1,6 @@
 //! Helpers shared by the binary's experiment tests (each file uses a part):
-//! running normlab, temporary folders, and the checks of an experiment's
-//! output folder.
+//! running normlab (and reading its stdout or JSON), temporary folders, and
+//! the checks of an experiment's output folder.
 #![allow(dead_code)]
 
 use serde_json::Value;
@@ -91,6 +91,22 @@ pub fn check_files(id: &str, out: &Path) -> Value {
         );
     }
     result
+}
+
+/// Run normlab, which must succeed; its stdout.
+pub fn stdout_ok(args: &[&str]) -> String {
+    let out = normlab(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 on stdout")
+}
+
+/// Run normlab, which must succeed and print JSON; that JSON.
+pub fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&stdout_ok(args)).expect("valid JSON on stdout")
 }
 
 pub fn num(v: &Value) -> f64 {
