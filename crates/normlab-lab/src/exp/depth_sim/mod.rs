@@ -399,6 +399,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         ..plain.clone()
     });
     let simulated: Vec<_> = residual::simulated().collect();
+    let first_option = variants.len();
     for (o, k) in &simulated {
         variants.push(
             SimConfig {
@@ -487,7 +488,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     };
     let options: Vec<String> = simulated
         .iter()
-        .zip(&results[5..])
+        .zip(&results[first_option..])
         .map(|((_, k), r)| {
             let name = (k.label)(k.example);
             if k.needs_pre_norm {
@@ -499,7 +500,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         .collect();
     let gated: Vec<(&str, &SimResult)> = simulated
         .iter()
-        .zip(&results[5..])
+        .zip(&results[first_option..])
         .filter(|((_, k), _)| k.gate)
         .map(|((o, _), r)| (o.title, r))
         .collect();
