@@ -71,7 +71,8 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
         // An experiment without flags has nothing to accept here (the
         // cross-check, the only one, runs in a test of its own, with and
         // without torch).
-        if e.all_flags().is_empty() {
+        let flags = e.all_flags();
+        if flags.is_empty() {
             continue;
         }
         // Every documented flag, with a small value; --runs (which replaces
@@ -79,7 +80,7 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
         // simulation) in invocations of their own.
         let mut with_all: Vec<String> = vec!["exp".into(), e.id.into(), "--quick".into()];
         let mut alone: Vec<Vec<String>> = Vec::new();
-        for flag in e.all_flags() {
+        for flag in flags {
             let name = format!("--{}", flag.name());
             match (flag, flag.example()) {
                 (ExpFlag::Runs, _) => alone.push(vec![
@@ -346,7 +347,7 @@ fn cross_check_agrees_with_pytorch_and_flags_a_disagreement() {
             .contains("pip install torch"));
     }
     // The stand-in Python against the same folder: normlab's side of the
-    // training comparisons is read from the runs trained above.
+    // training comparisons is read from the runs above where they trained.
     let fake = fake_python(&dir);
     let out = dir.join("cross-check");
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
