@@ -115,7 +115,7 @@ fn settings(a: &ExpArgs) -> Settings {
             NormKind::LayerNorm,
             NormKind::RmsNorm,
         ]),
-        steps: a.steps_or(300, 2000),
+        steps: a.steps_or(100, 2000),
         seeds: a.seeds_or(1, 2),
     }
 }

@@ -144,14 +144,14 @@ fn settings(a: &ExpArgs) -> Settings {
         toy_layers: a
             .layers
             .clone()
-            .unwrap_or(if a.quick { vec![4, 12] } else { vec![12, 30] }),
+            .unwrap_or(if a.quick { vec![4] } else { vec![12, 30] }),
         lrs: a.lrs.clone().unwrap_or(if a.quick {
             vec![1e-3, 1e-2]
         } else {
             vec![1e-4, 1e-3, 1e-2]
         }),
-        toy_steps: a.steps_or(300, 1000),
-        gpt_steps: a.steps_or(150, 600),
+        toy_steps: a.steps_or(150, 1000),
+        gpt_steps: a.steps_or(60, 600),
         gpt_seeds: seeds[..1].to_vec(),
         seeds,
         eval_sequences: if a.quick { 64 } else { 512 },

@@ -68,10 +68,10 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
                     c.model.layers = 6;
                     c.eval_sequences = 64;
                 })?,
-                200,
+                100,
             ),
             (ModelKind::Toy, false) => (runs::toy(|c| c.model.layers = 30)?, 3000),
-            (ModelKind::Gpt, true) => (tiny_gpt(), 250),
+            (ModelKind::Gpt, true) => (tiny_gpt(), 100),
             (ModelKind::Gpt, false) => (full_gpt(), 1000),
         };
         let steps = a.steps.unwrap_or(steps);
