@@ -61,9 +61,42 @@ pub struct TrainBenchArgs {
     /// rounds are reported, with the range of the per-round % of peak.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// A variant of each configuration to time against it, interleaved
+    /// round by round: training options as KEY=VALUE[,KEY=VALUE] (e.g.
+    /// `hc=4` or `hc=4,hc_dynamic=true`); repeatable. The table adds each
+    /// one's step time over the plain configuration's, with the range of
+    /// the per-round ratios.
+    #[arg(long = "vs", value_name = "KEY=VALUE,...")]
+    vs: Vec<String>,
     /// Print the records as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Training options `KEY=VALUE[,KEY=VALUE]` (numbers, true/false, or
+/// words) as config overrides.
+fn variant_overrides(spec: &str) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    use serde_json::Value;
+    let mut m = serde_json::Map::new();
+    for part in spec.split(',') {
+        let Some((k, v)) = part.split_once('=') else {
+            return bad(format!(
+                "--vs takes KEY=VALUE[,KEY=VALUE] training options (got '{spec}')"
+            ));
+        };
+        let (k, v) = (k.trim().replace('-', "_"), v.trim());
+        let value = match v {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => match (v.parse::<i64>(), v.parse::<f64>()) {
+                (Ok(i), _) => Value::from(i),
+                (_, Ok(f)) => normlab::settings::finite_number(&k, f)?,
+                _ => Value::from(v),
+            },
+        };
+        m.insert(k, value);
+    }
+    Ok(m)
 }
 
 #[derive(Args, Debug)]
@@ -389,12 +422,42 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
             a.model
         ));
     }
+    // Each configuration with its variants (the plain one first).
+    let mut groups = Vec::new();
+    for c in &cfgs {
+        let mut g = vec![c.clone()];
+        for spec in &a.vs {
+            let mut ov = c.overrides().as_object().cloned().unwrap_or_default();
+            ov.extend(variant_overrides(spec)?);
+            g.push(
+                normlab::train::TrainConfig::from_overrides(&ov)
+                    .map_err(|e| anyhow::anyhow!("--vs {spec}: {e}"))?,
+            );
+        }
+        groups.push(g);
+    }
     let pb = progress((cfgs.len() * threads.len()) as u64, "bench train");
     let mut recs = Vec::new();
-    for c in &cfgs {
+    // Each variant's step time over its plain configuration's (median and
+    // range of the per-round ratios), by record.
+    let mut vs_plain: Vec<Option<(f64, (f64, f64))>> = Vec::new();
+    for g in &groups {
         for &t in &threads {
-            pb.set_message(format!("{} t{t}", c.model.kind));
-            recs.push(bench::run_train_bench(c, t, a.steps, a.rounds)?);
+            pb.set_message(format!("{} t{t}", g[0].model.kind));
+            let rs = bench::run_train_bench_interleaved(g, t, a.steps, a.rounds)?;
+            for r in &rs {
+                let per: Vec<f64> = r
+                    .round_ms
+                    .iter()
+                    .zip(&rs[0].round_ms)
+                    .map(|(x, b)| x / b)
+                    .collect();
+                vs_plain.push(
+                    (!a.vs.is_empty())
+                        .then(|| (bench::median(&mut per.clone()), bench::range(&per))),
+                );
+            }
+            recs.extend(rs);
             pb.inc(1);
         }
     }
@@ -403,21 +466,24 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&recs)?);
         return Ok(());
     }
-    let mut t = Table::new(&[
-        "model",
-        "config",
-        "threads",
-        "ms/step",
-        "steps/s",
-        "tokens/s",
-        "GFLOP/step",
-        "GFLOP/s",
-        "matmul peak",
-        "% peak",
-    ])
-    .right(&[2, 3, 4, 5, 6, 7, 8, 9]);
-    for r in &recs {
-        t.row(vec![
+    let mut t = Table::new(
+        &[
+            "model",
+            "config",
+            "threads",
+            "ms/step",
+            "steps/s",
+            "tokens/s",
+            "GFLOP/step",
+            "GFLOP/s",
+            "matmul peak",
+            "% peak",
+            "time vs plain",
+        ][..if a.vs.is_empty() { 10 } else { 11 }],
+    )
+    .right(&[2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    for (r, vs) in recs.iter().zip(&vs_plain) {
+        let mut row = vec![
             r.model.clone(),
             r.config.clone(),
             r.threads.to_string(),
@@ -438,7 +504,15 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
             } else {
                 format!("{:.0}%", 100.0 * r.peak_fraction)
             },
-        ]);
+        ];
+        if let Some((m, (lo, hi))) = vs {
+            row.push(if a.rounds > 1 {
+                format!("{m:.2}x ({lo:.2}-{hi:.2})")
+            } else {
+                format!("{m:.2}x")
+            });
+        }
+        t.row(row);
     }
     print!("{t}");
     Ok(())

@@ -46,6 +46,9 @@ pub enum Init {
     /// Uniform in [-bound, bound) (PyTorch's default Linear init uses
     /// bound = 1/sqrt(fan_in) for weights and biases).
     Uniform(f32),
+    /// Every element given (e.g. hyper-connections' one-hot reads and
+    /// identity mixing).
+    Values(Vec<f32>),
 }
 
 /// One tensor in the flat buffer.
@@ -187,6 +190,7 @@ impl ParamLayout {
             let dst = &mut params[t.range.clone()];
             match &t.init {
                 Init::Const(v) => dst.fill(*v),
+                Init::Values(v) => dst.copy_from_slice(v),
                 Init::Normal(std) => Rng::derive(seed, &t.name).fill_normal(dst, 0.0, *std),
                 Init::Uniform(b) => {
                     let mut rng = Rng::derive(seed, &t.name);

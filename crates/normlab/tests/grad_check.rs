@@ -162,3 +162,43 @@ fn residual_options_rezero_layerscale_lns_mixln_emb_scale() {
         }
     }
 }
+
+#[test]
+fn hyper_connections_static_and_dynamic() {
+    for kind in [ModelKind::Toy, ModelKind::Gpt] {
+        let mut cases = Vec::new();
+        for placement in [
+            Placement::Pre,
+            Placement::Sandwich,
+            Placement::Olmo2,
+            Placement::None,
+        ] {
+            for (n, dynamic) in [(2, false), (3, true)] {
+                let mut c = tiny(kind);
+                c.placement = placement;
+                c.hc = Some(n);
+                c.hc_dynamic = dynamic;
+                cases.push(c);
+            }
+        }
+        // The dynamic form's norm is the model's norm kind: every kind.
+        for norm in kinds() {
+            let mut c = tiny(kind);
+            c.norm = norm;
+            c.hc = Some(4);
+            c.hc_dynamic = true;
+            cases.push(c);
+        }
+        // With the options that act on the branch.
+        let mut c = tiny(kind);
+        c.hc = Some(2);
+        c.hc_dynamic = true;
+        c.lns = true;
+        c.layerscale = Some(0.3);
+        cases.push(c);
+        for (i, c) in cases.iter().enumerate() {
+            c.validate().unwrap();
+            run_check(c, 40 + i as u64);
+        }
+    }
+}

@@ -84,6 +84,14 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "toy", "layers": 3, "steps": 8, "batch": 8, "shards": 2, "eval_sequences": 16, "dtype": "f16", "norm": "rmsnorm"}),
         ),
+        // Hyper-connections: n x d streams, coefficient gradients summed
+        // over rows per shard.
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "hc": 4, "hc_dynamic": true, "log_every": 1}),
+        ),
+        cfg(
+            json!({"model": "toy", "layers": 3, "steps": 6, "batch": 6, "shards": 3, "eval_sequences": 12, "hc": 3, "placement": "sandwich", "norm": "rmsnorm"}),
+        ),
     ] {
         let one = run_collect(
             &c,
@@ -134,6 +142,14 @@ fn resume_is_bit_identical() {
             json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "dtype": "f16"}),
         ),
         "f16",
+    );
+    // Hyper-connections (dynamic): their coefficients travel with the
+    // parameters and Adam's moments.
+    resume_matches_uninterrupted(
+        &cfg(
+            json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "hc": 4, "hc_dynamic": true}),
+        ),
+        "hc",
     );
 }
 

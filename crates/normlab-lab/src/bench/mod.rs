@@ -16,7 +16,8 @@ pub mod train;
 
 pub use timing::{copy_roofline_gbps, median, range, time_median};
 pub use train::{
-    forward_gflop, matmul_peak_gflops, run_train_bench, standard_train_configs, TrainBenchRecord,
+    forward_gflop, matmul_peak_gflops, run_train_bench, run_train_bench_interleaved,
+    standard_train_configs, TrainBenchRecord,
 };
 
 use normlab::kernels::buf::AlignedBuf;

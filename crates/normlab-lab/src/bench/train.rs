@@ -105,28 +105,63 @@ pub fn run_train_bench(
     steps: usize,
     rounds: usize,
 ) -> Result<TrainBenchRecord> {
+    let mut recs = run_train_bench_interleaved(std::slice::from_ref(cfg), threads, steps, rounds)?;
+    Ok(recs.remove(0))
+}
+
+/// [`run_train_bench`] for several configurations compared A/B: in each
+/// round every configuration times its `steps` steps in turn, then the
+/// matmul peak is measured once, so that a ratio of step times can be
+/// taken round by round (`round_ms`) on the same machine state.
+pub fn run_train_bench_interleaved(
+    cfgs: &[normlab::train::TrainConfig],
+    threads: usize,
+    steps: usize,
+    rounds: usize,
+) -> Result<Vec<TrainBenchRecord>> {
     if steps == 0 || rounds == 0 {
         return Err("the train benchmark needs at least one step and one round".into());
     }
-    let mut tr = normlab::train::Trainer::new(cfg, threads)?;
-    for _ in 0..2 {
-        tr.train_step(false);
-    }
-    let gflop = 3.0 * forward_gflop(&cfg.model, cfg.batch);
-    let (mut round_t, mut round_peak) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
-    for _ in 0..rounds {
-        let mut times = Vec::with_capacity(steps);
-        for _ in 0..steps {
-            let t0 = Instant::now();
-            let (_, diverged) = tr.train_step(false);
-            times.push(t0.elapsed().as_secs_f64());
-            if diverged {
-                return Err("the benchmark run diverged".into());
-            }
+    let mut trainers = Vec::with_capacity(cfgs.len());
+    for cfg in cfgs {
+        let mut tr = normlab::train::Trainer::new(cfg, threads)?;
+        for _ in 0..2 {
+            tr.train_step(false);
         }
-        round_t.push(median(&mut times));
+        trainers.push(tr);
+    }
+    let mut round_t = vec![Vec::with_capacity(rounds); cfgs.len()];
+    let mut round_peak = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        for (tr, rt) in trainers.iter_mut().zip(round_t.iter_mut()) {
+            let mut times = Vec::with_capacity(steps);
+            for _ in 0..steps {
+                let t0 = Instant::now();
+                let (_, diverged) = tr.train_step(false);
+                times.push(t0.elapsed().as_secs_f64());
+                if diverged {
+                    return Err("the benchmark run diverged".into());
+                }
+            }
+            rt.push(median(&mut times));
+        }
         round_peak.push(matmul_peak_gflops(threads, 0.3));
     }
+    Ok(cfgs
+        .iter()
+        .zip(round_t)
+        .map(|(cfg, rt)| record(cfg, threads, steps, rt, round_peak.clone()))
+        .collect())
+}
+
+fn record(
+    cfg: &normlab::train::TrainConfig,
+    threads: usize,
+    steps: usize,
+    round_t: Vec<f64>,
+    round_peak: Vec<f64>,
+) -> TrainBenchRecord {
+    let gflop = 3.0 * forward_gflop(&cfg.model, cfg.batch);
     let fractions: Vec<f64> = round_t
         .iter()
         .zip(&round_peak)
@@ -135,10 +170,15 @@ pub fn run_train_bench(
     let t = median(&mut round_t.clone());
     let peak = median(&mut round_peak.clone());
     let gflops = gflop / t;
-    Ok(TrainBenchRecord {
+    let options: String = normlab::model::residual::OPTIONS
+        .iter()
+        .filter(|o| (o.active)(&cfg.model))
+        .map(|o| format!("+{}", o.name))
+        .collect();
+    TrainBenchRecord {
         model: cfg.model.kind.to_string(),
         config: format!(
-            "L{} d{} {} seq{} batch{} {} {} {}",
+            "L{} d{} {} seq{} batch{} {} {}{options} {}",
             cfg.model.layers,
             cfg.model.d_model,
             if cfg.model.kind == normlab::model::ModelKind::Gpt {
@@ -167,7 +207,7 @@ pub fn run_train_bench(
         round_ms: round_t.iter().map(|t| t * 1e3).collect(),
         round_peak_gflops: round_peak,
         peak_fraction_range: range(&fractions),
-    })
+    }
 }
 
 /// The two configurations of the engine issue's benchmark: toy L20 batch 32

@@ -199,6 +199,19 @@ crate::settings! {
         /// bias=False).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub no_beta: bool => Flag::On,
+        /// Hyper-connections (Zhu et al. 2024): the residual stream widened
+        /// to this many parallel streams (e.g. 4; the embedding copied into
+        /// each, their sum read by the final norm); each sublayer reads a
+        /// learned mix of them, writes its output to each with a learned
+        /// weight and mixes them by a learned n x n matrix (static: learned
+        /// constants, starting as a plain residual).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub hc: Option<usize> => Flag::Num,
+        /// With --hc: the dynamic form, whose read, write and mixing weights
+        /// gain input-dependent terms, s tanh(norm(stream) W), W at 0 and s
+        /// at 0.01 (the paper's).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub hc_dynamic: bool => Flag::On,
     }
 }
 
@@ -239,6 +252,8 @@ impl ModelConfig {
             emb_scale: false,
             dyt_alpha_attn: None,
             no_beta: false,
+            hc: None,
+            hc_dynamic: false,
         }
     }
 

@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
+use crate::nn::hyper;
 use crate::nn::norm::buf;
 use crate::nn::{
     Attention, Block, BlockCache, Embedding, Gate, Linear, Mlp, Norm, NormCache, NormRole,
@@ -56,6 +57,10 @@ pub struct Workspace {
     /// Targets `[batch, t]`.
     pub targets: Vec<u32>,
     x0: AlignedBuf,
+    /// With n > 1 streams: the embedding copied into each (the first
+    /// block's input), and the streams' collapse the final norm reads.
+    xs: AlignedBuf,
+    col: AlignedBuf,
     /// Block caches.
     pub blocks: Vec<BlockCache>,
     scratch: Scratch,
@@ -75,7 +80,9 @@ pub struct Workspace {
     pub grads_zero: bool,
     /// Sum of per-token losses of the last forward.
     pub loss_sum: f64,
-    /// Sum of squares of the residual stream after each block (last forward).
+    /// Sum of squares of the residual stream after each block (last
+    /// forward); with n streams, divided by n (so that it over rows * d
+    /// is the mean square of the n x d state).
     pub residual_sumsq: Vec<f64>,
 }
 
@@ -215,11 +222,23 @@ impl Model {
                     )
                 });
                 let in_scale = plan.in_scale;
+                let res = match plan.hyper {
+                    Some((n, dynamic)) => crate::nn::Residual::Hyper(crate::nn::Hyper::new(
+                        &mut layout,
+                        &format!("{base}.{op_name}.hc"),
+                        n,
+                        d,
+                        2 * i + j,
+                        dynamic.then_some((cfg.norm, eps)),
+                        blk,
+                    )),
+                    None => crate::nn::Residual::single(skip, cfg.branch_scale, post_norm),
+                };
                 subs.push(Sublayer {
                     d,
                     in_norm,
                     out_norm,
-                    res: crate::nn::Residual::single(skip, cfg.branch_scale, post_norm),
+                    res,
                     out_bias,
                     in_scale,
                     gate,
@@ -324,12 +343,16 @@ impl Model {
     pub fn workspace(&self, batch: usize, t: usize) -> Workspace {
         assert!(t <= self.cfg.seq && t > 0 && batch > 0);
         let (rows, d, v) = (batch * t, self.cfg.d_model, self.cfg.vocab);
+        let n = self.streams();
+        let wide = if n > 1 { rows * n * d } else { 0 };
         Workspace {
             batch,
             t,
             tokens: vec![0; rows],
             targets: vec![0; rows],
             x0: buf(rows * d),
+            xs: buf(wide),
+            col: buf(if n > 1 { rows * d } else { 0 }),
             blocks: self.blocks.iter().map(|b| b.cache(batch, t)).collect(),
             scratch: Scratch::new(self.blocks.iter().flat_map(|b| b.sublayers()), rows),
             fin: buf(if self.final_norm.is_some() {
@@ -341,14 +364,19 @@ impl Model {
             probs: buf(rows * v),
             dlogits: buf(rows * v),
             dfin: buf(rows * d),
-            d1: buf(rows * d),
-            d2: buf(rows * d),
-            dmid: buf(rows * d),
+            d1: buf(rows * n * d),
+            d2: buf(rows * n * d),
+            dmid: buf(rows * n * d),
             grads: self.layout.zeros(),
             grads_zero: true,
             loss_sum: 0.0,
             residual_sumsq: vec![0.0; self.cfg.layers],
         }
+    }
+
+    /// Parallel residual streams per token (1, or hyper-connections' n).
+    pub fn streams(&self) -> usize {
+        self.sublayers().next().map_or(1, |s| s.res.streams())
     }
 
     /// The head's weight (`lm_head.weight`, or the tied token embedding).
@@ -377,13 +405,25 @@ impl Model {
         self.emb.forward(params, &ws.tokens, ws.t, &mut ws.x0);
         let r = ws.scratch.round;
         r.round_in_place(&mut ws.x0);
+        let n = self.streams();
+        if n > 1 {
+            hyper::expand(&ws.x0, n, d, &mut ws.xs);
+        }
+        let first: &[f32] = if n > 1 { &ws.xs } else { &ws.x0 };
         for i in 0..self.blocks.len() {
             let (done, rest) = ws.blocks.split_at_mut(i);
-            let x: &[f32] = if i == 0 { &ws.x0 } else { done[i - 1].output() };
+            let x: &[f32] = if i == 0 { first } else { done[i - 1].output() };
             self.blocks[i].forward(params, x, &mut rest[0], &mut ws.scratch);
-            ws.residual_sumsq[i] = rest[0].mlp.output_sumsq;
+            ws.residual_sumsq[i] = rest[0].mlp.output_sumsq / n as f64;
         }
-        let last: &[f32] = ws.blocks.last().map(|c| c.output()).unwrap_or(&ws.x0);
+        let last: &[f32] = ws.blocks.last().map(|c| c.output()).unwrap_or(first);
+        let last: &[f32] = if n > 1 {
+            hyper::collapse(last, n, d, &mut ws.col);
+            r.round_in_place(&mut ws.col);
+            &ws.col
+        } else {
+            last
+        };
         let fin: &[f32] = match &self.final_norm {
             Some(n) => {
                 n.forward(params, last, &mut ws.fin, ws.fin_c.as_mut().unwrap());
@@ -429,6 +469,8 @@ impl Model {
             tokens,
             targets,
             x0,
+            xs,
+            col,
             blocks,
             scratch,
             fin,
@@ -454,7 +496,13 @@ impl Model {
         if let Some(b) = &self.head_bias {
             matmul::add_column_sums(dlogits, v, b.get_mut(grads));
         }
-        let last: &[f32] = blocks.last().map(|c| c.output()).unwrap_or(x0);
+        let n = self.streams();
+        let first: &[f32] = if n > 1 { xs } else { x0 };
+        let last: &[f32] = if n > 1 {
+            col
+        } else {
+            blocks.last().map(|c| c.output()).unwrap_or(first)
+        };
         let fin_in: &[f32] = if self.final_norm.is_some() { fin } else { last };
         let hw = self.head_weight();
         matmul::linear_backward(
@@ -469,25 +517,38 @@ impl Model {
             Some(dfin),
             false,
         );
-        let mut dcur: &mut AlignedBuf = match &self.final_norm {
-            Some(n) => {
-                n.backward(params, grads, last, dfin, d1, fin_c.as_mut().unwrap());
-                d1
-            }
-            None => {
-                d1.copy_from_slice(dfin);
-                d1
-            }
-        };
-        scratch.round.round_in_place(dcur);
-        let mut dnext: &mut AlignedBuf = d2;
+        let nd = rows * d;
+        match &self.final_norm {
+            Some(fnorm) => fnorm.backward(
+                params,
+                grads,
+                last,
+                dfin,
+                &mut d1[..nd],
+                fin_c.as_mut().unwrap(),
+            ),
+            None => d1[..nd].copy_from_slice(dfin),
+        }
+        scratch.round.round_in_place(&mut d1[..nd]);
+        let (mut dcur, mut dnext): (&mut AlignedBuf, &mut AlignedBuf) = (d1, d2);
+        if n > 1 {
+            // The collapse summed the streams: each gets the same gradient.
+            hyper::expand(&dcur[..nd], n, d, dnext);
+            std::mem::swap(&mut dcur, &mut dnext);
+        }
         for i in (0..self.blocks.len()).rev() {
             let (done, rest) = blocks.split_at_mut(i);
-            let x: &[f32] = if i == 0 { x0 } else { done[i - 1].output() };
+            let x: &[f32] = if i == 0 { first } else { done[i - 1].output() };
             self.blocks[i].backward(params, grads, x, dcur, dnext, dmid, &mut rest[0], scratch);
             std::mem::swap(&mut dcur, &mut dnext);
         }
-        self.emb.backward(params, grads, tokens, *t, dcur);
+        if n > 1 {
+            // The embedding was copied into each stream: its gradient is the sum.
+            hyper::collapse(dcur, n, d, &mut dnext[..nd]);
+            scratch.round.round_in_place(&mut dnext[..nd]);
+            dcur = dnext;
+        }
+        self.emb.backward(params, grads, tokens, *t, &dcur[..nd]);
     }
 
     /// Number of learnable parameters.

@@ -27,6 +27,9 @@ pub enum NormRole {
     Final,
     /// QK-Norm on attention queries or keys (inside a sublayer).
     QkNorm,
+    /// On each of n residual streams, for the read/write weights they
+    /// set (dynamic hyper-connections).
+    Stream,
 }
 
 /// A norm of a model, with where it sits.
@@ -146,6 +149,7 @@ impl Block {
             }
             out.extend(sub.out_norm.as_ref().map(|n| site(NormRole::Out, n)));
             out.extend(sub.res.post_norm().map(|n| site(NormRole::Post, n)));
+            out.extend(sub.res.stream_norm().map(|n| site(NormRole::Stream, n)));
         }
         out
     }

@@ -9,20 +9,24 @@
 //!   placement, ReZero, LayerScale, LayerNorm Scaling and Mix-LN are this
 //!   variant (their declarations are in `model::residual`).
 //!
-//! A design with n parallel streams (hyper-connections, mHC) is a variant
-//! whose state per token is n x d ([`Residual::streams`] sizes the stream
-//! buffers): its read is a learned mix of the n streams into the d values
-//! the branch reads, its write a learned mix of the streams plus `o` spread
-//! over them. A depth-attention residual (Attention Residuals) is a variant
+//! - [`Residual::Hyper`]: hyper-connections (`nn/hyper.rs`): n parallel
+//!   streams per token, so the state is n x d ([`Residual::streams`] sizes
+//!   the stream buffers); the read is a learned mix of the n streams into
+//!   the d values the branch reads (kept in the sublayer's cache), the write
+//!   a learned mix of the streams plus `o` spread over them.
+//!
+//! A depth-attention residual (Attention Residuals) would be a variant
 //! whose cache keeps every earlier sublayer's output and whose read is a
-//! learned mixture of them. Each brings its own cache variant.
+//! learned mixture of them, with its own cache variant.
 //!
 //! Backward mirrors it: [`Residual::write_backward`] takes dL/dx' to the
-//! gradient of the pre-norm sum h (the identity path's, before `skip`;
-//! `branch * dh` is what the branch receives), and
+//! gradient the branch receives (single stream: that of the pre-norm sum h,
+//! the identity path's before `skip`; `branch * dh` is what the branch
+//! receives) and, for n streams, writes the identity path's part of dx;
 //! [`Residual::read_backward`] adds the identity path to the gradient the
-//! branch sends back: `dx = skip * dh + dx_branch`.
+//! branch sends back: `dx = skip * dh + dx_branch` for the single stream.
 
+use super::hyper::{Hyper, HyperCache};
 use super::norm::{buf, Norm, NormCache};
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
@@ -34,6 +38,8 @@ use crate::precision::Dtype;
 pub enum Residual {
     /// One stream of d values per token.
     Single(Single),
+    /// n streams of d values per token (hyper-connections).
+    Hyper(Hyper),
 }
 
 /// The single stream's write: `x' = PostNorm(skip * x + branch * o)`.
@@ -52,6 +58,8 @@ pub struct Single {
 pub enum ResidualCache {
     /// The single stream's.
     Single(SingleCache),
+    /// Hyper-connections'.
+    Hyper(Box<HyperCache>),
 }
 
 /// The single stream's buffers: the sum h, and with a post-norm its
@@ -69,6 +77,7 @@ impl ResidualCache {
         match self {
             ResidualCache::Single(c) if c.post_c.is_some() => &c.y,
             ResidualCache::Single(c) => &c.h,
+            ResidualCache::Hyper(c) => c.output(),
         }
     }
 
@@ -76,12 +85,23 @@ impl ResidualCache {
     pub fn post_cache(&self) -> Option<&NormCache> {
         match self {
             ResidualCache::Single(c) => c.post_c.as_ref(),
+            ResidualCache::Hyper(_) => None,
         }
     }
 
-    /// The post-norm's cache, if any (mutable).
-    pub fn post_cache_mut(&mut self) -> Option<&mut NormCache> {
+    /// The stream norm's cache (dynamic hyper-connections), if any.
+    pub fn stream_cache(&self) -> Option<&NormCache> {
         match self {
+            ResidualCache::Hyper(c) => c.norm_cache(),
+            ResidualCache::Single(_) => None,
+        }
+    }
+
+    /// The cache of the connection's own norm, if any (mutable): the
+    /// single stream's post-norm, or the n streams' norm.
+    pub fn norm_cache_mut(&mut self) -> Option<&mut NormCache> {
+        match self {
+            ResidualCache::Hyper(c) => c.norm_cache_mut(),
             ResidualCache::Single(c) => c.post_c.as_mut(),
         }
     }
@@ -90,6 +110,7 @@ impl ResidualCache {
     pub fn state_len(&self) -> usize {
         match self {
             ResidualCache::Single(c) => c.h.len(),
+            ResidualCache::Hyper(c) => c.output().len(),
         }
     }
 }
@@ -108,6 +129,7 @@ impl Residual {
     pub fn streams(&self) -> usize {
         match self {
             Residual::Single(_) => 1,
+            Residual::Hyper(h) => h.n,
         }
     }
 
@@ -115,6 +137,7 @@ impl Residual {
     pub fn skip(&self) -> f32 {
         match self {
             Residual::Single(s) => s.skip,
+            Residual::Hyper(_) => 1.0,
         }
     }
 
@@ -122,6 +145,7 @@ impl Residual {
     pub fn branch(&self) -> f32 {
         match self {
             Residual::Single(s) => s.branch,
+            Residual::Hyper(_) => 1.0,
         }
     }
 
@@ -129,6 +153,15 @@ impl Residual {
     pub fn post_norm(&self) -> Option<&Norm> {
         match self {
             Residual::Single(s) => s.post_norm.as_ref(),
+            Residual::Hyper(_) => None,
+        }
+    }
+
+    /// The norm on each stream before the dynamic weights, if any.
+    pub fn stream_norm(&self) -> Option<&Norm> {
+        match self {
+            Residual::Hyper(h) => h.dynamic.as_ref().map(|x| &x.norm),
+            Residual::Single(_) => None,
         }
     }
 
@@ -140,13 +173,25 @@ impl Residual {
                 y: buf(if s.post_norm.is_some() { rows * d } else { 0 }),
                 post_c: s.post_norm.as_ref().map(|m| m.cache(rows)),
             }),
+            Residual::Hyper(h) => ResidualCache::Hyper(Box::new(h.cache(rows))),
         }
     }
 
-    /// What the branch reads from the stream `x`: the stream itself.
-    pub fn read<'a>(&self, x: &'a [f32]) -> &'a [f32] {
-        match self {
-            Residual::Single(_) => x,
+    /// What the branch reads from the stream `x`: the stream itself, or
+    /// (n streams) their learned mix, computed into `xin` (rows x d).
+    pub fn read<'a>(
+        &self,
+        params: &[f32],
+        x: &'a [f32],
+        xin: &'a mut [f32],
+        c: &mut ResidualCache,
+    ) -> &'a [f32] {
+        match (self, c) {
+            (Residual::Hyper(h), ResidualCache::Hyper(hc)) => {
+                h.read(params, x, xin, hc);
+                xin
+            }
+            _ => x,
         }
     }
 
@@ -162,7 +207,13 @@ impl Residual {
         r: Dtype,
         track: bool,
     ) -> Option<f64> {
-        let (Residual::Single(s), ResidualCache::Single(SingleCache { h, y, post_c })) = (self, c);
+        let (s, h, y, post_c) = match (self, c) {
+            (Residual::Single(s), ResidualCache::Single(SingleCache { h, y, post_c })) => {
+                (s, h, y, post_c)
+            }
+            (Residual::Hyper(hy), ResidualCache::Hyper(hc)) => return hy.write(x, o, hc, r, track),
+            _ => unreachable!("cache does not match residual"),
+        };
         let mut sumsq = None;
         match (&s.post_norm, track, r.is_f32()) {
             (None, true, true) => sumsq = Some(act::axpby_sum_squares(h, s.skip, x, s.branch, o)),
@@ -187,44 +238,81 @@ impl Residual {
     /// path scaled away from 1 (DeepNorm, residual off), the change across
     /// the sublayer, x' - x.
     pub fn written(&self, x: &[f32], o: &[f32], c: &ResidualCache, out: &mut [f32]) {
-        let Residual::Single(s) = self;
-        if s.post_norm.is_none() && s.skip == 1.0 {
-            let b = s.branch;
-            out.iter_mut().zip(o).for_each(|(w, &o)| *w = b * o);
-        } else {
-            for ((w, &a), &v) in out.iter_mut().zip(c.output()).zip(x) {
-                *w = a - v;
+        match self {
+            Residual::Single(s) if s.post_norm.is_none() && s.skip == 1.0 => {
+                let b = s.branch;
+                out.iter_mut().zip(o).for_each(|(w, &o)| *w = b * o);
+            }
+            _ => {
+                for ((w, &a), &v) in out.iter_mut().zip(c.output()).zip(x) {
+                    *w = a - v;
+                }
             }
         }
     }
 
-    /// Given dL/dx' (`dy`), the gradient of the sum h: through the
-    /// post-norm into `dh` (accumulating its parameter gradients), or `dy`
-    /// itself without one.
+    /// Given dL/dx' (`dy`), the gradient the branch receives (before the
+    /// single stream's `branch` weight): for the single stream that of the
+    /// sum h, through the post-norm into `dh` (accumulating its parameter
+    /// gradients), or `dy` itself without one; for n streams it is written
+    /// into `dh`, and the identity path's part of dL/dx into `dx` (`x`: the
+    /// streams the forward read).
+    #[allow(clippy::too_many_arguments)]
     pub fn write_backward<'a>(
         &self,
         params: &[f32],
         grads: &mut [f32],
+        x: &[f32],
         dy: &'a [f32],
         dh: &'a mut [f32],
+        dx: &mut [f32],
         c: &mut ResidualCache,
         r: Dtype,
     ) -> &'a [f32] {
-        let (Residual::Single(s), ResidualCache::Single(SingleCache { h, post_c, .. })) = (self, c);
-        match &s.post_norm {
-            Some(n) => {
-                n.backward(params, grads, h, dy, dh, post_c.as_mut().unwrap());
+        match (self, c) {
+            (Residual::Single(s), ResidualCache::Single(SingleCache { h, post_c, .. })) => {
+                match &s.post_norm {
+                    Some(n) => {
+                        n.backward(params, grads, h, dy, dh, post_c.as_mut().unwrap());
+                        r.round_in_place(dh);
+                        dh
+                    }
+                    None => dy,
+                }
+            }
+            (Residual::Hyper(hy), ResidualCache::Hyper(hc)) => {
+                hy.write_backward(x, dy, dh, dx, hc);
                 r.round_in_place(dh);
                 dh
             }
-            None => dy,
+            _ => unreachable!("cache does not match residual"),
         }
     }
 
-    /// dL/dx = the identity path (`skip * dh`) plus the branch's gradient
-    /// with respect to what it read (`dx_branch`), into `dx`.
-    pub fn read_backward(&self, dx: &mut [f32], dh: &[f32], dx_branch: &[f32], r: Dtype) {
-        act::axpby(dx, self.skip(), dh, 1.0, dx_branch);
-        r.round_in_place(dx);
+    /// dL/dx: the identity path plus the branch's gradient with respect to
+    /// what it read (`dx_branch`). Single stream: `skip * dh + dx_branch`,
+    /// into `dx`; n streams: the read's backward added to the identity
+    /// path's part already in `dx` (and the coefficients' gradients).
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        x: &[f32],
+        dx: &mut [f32],
+        dh: &[f32],
+        dx_branch: &[f32],
+        c: &mut ResidualCache,
+        r: Dtype,
+    ) {
+        match (self, c) {
+            (Residual::Hyper(hy), ResidualCache::Hyper(hc)) => {
+                hy.read_backward(params, grads, x, dx_branch, dx, hc, r)
+            }
+            _ => {
+                act::axpby(dx, self.skip(), dh, 1.0, dx_branch);
+                r.round_in_place(dx);
+            }
+        }
     }
 }

@@ -150,6 +150,10 @@ pub struct SublayerCache {
     o: AlignedBuf,
     out_c: Option<NormCache>,
     res: ResidualCache,
+    /// What the branch read (rows x d) when the stream has n > 1 streams
+    /// (their learned mix); empty for the single stream, whose branch reads
+    /// the stream itself.
+    xin: AlignedBuf,
     /// Squared norm of the identity-path gradient `skip * dh` (last backward).
     pub identity_grad_sumsq: f64,
     /// Squared norm of the branch-path gradient (last backward).
@@ -182,7 +186,7 @@ impl SublayerCache {
         [
             self.in_c.as_mut(),
             self.out_c.as_mut(),
-            self.res.post_cache_mut(),
+            self.res.norm_cache_mut(),
         ]
         .into_iter()
         .flatten()
@@ -195,6 +199,7 @@ impl SublayerCache {
             NormRole::In => self.in_c.as_ref(),
             NormRole::Out => self.out_c.as_ref(),
             NormRole::Post => self.res.post_cache(),
+            NormRole::Stream => self.res.stream_cache(),
             NormRole::Final | NormRole::QkNorm => None,
         }
     }
@@ -256,6 +261,7 @@ impl Sublayer {
             o: sized(has_out),
             out_c: self.out_norm.as_ref().map(|m| m.cache(rows)),
             res: self.res.cache(rows, self.d),
+            xin: buf(if self.res.streams() > 1 { n } else { 0 }),
             identity_grad_sumsq: 0.0,
             branch_grad_sumsq: 0.0,
             total_grad_sumsq: 0.0,
@@ -282,9 +288,13 @@ impl Sublayer {
             track_output,
             keep_write,
             write,
+            xin,
             ..
         } = c;
-        let x = self.res.read(x);
+        // `stream`: the residual state (n x d per token); `x`: what the
+        // branch reads from it.
+        let stream = x;
+        let x = self.res.read(params, stream, xin, res);
         let rows = x.len() / self.d;
         // Activations are rounded to the storage type where a
         // mixed-precision framework keeps them (f32: no-op).
@@ -337,16 +347,16 @@ impl Sublayer {
             }
             None => o,
         };
-        if let Some(v) = self.res.write(params, x, o, res, r, *track_output) {
+        if let Some(v) = self.res.write(params, stream, o, res, r, *track_output) {
             *output_sumsq = v;
         }
         if *keep_write {
-            self.res.written(x, o, res, write);
+            self.res.written(stream, o, res, write);
         }
     }
 
     /// Backward: given dL/dx' (`dy`), write dL/dx into `dx` and accumulate
-    /// parameter gradients. `x` is the same stream the forward read.
+    /// parameter gradients. `x` is the same stream (state) the forward read.
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
@@ -367,9 +377,11 @@ impl Sublayer {
             o,
             out_c,
             res,
+            xin,
             ..
         } = c;
-        let n = x.len();
+        let streams = self.res.streams();
+        let n = x.len() / streams;
         let (dh, dbr, ds, da, dxb) = (
             &mut scr.dh[..n],
             &mut scr.dbr[..n],
@@ -379,7 +391,14 @@ impl Sublayer {
         );
         // Through the write-back (the post-norm): dh = dL/dh.
         let r = scr.round;
-        let dh: &[f32] = self.res.write_backward(params, grads, dy, dh, res, r);
+        let dh: &[f32] = self
+            .res
+            .write_backward(params, grads, x, dy, dh, dx, res, r);
+        // n streams: the identity path's gradient is what the write left in dx.
+        let id2_streams = (c.track_paths && streams > 1).then(|| sum_squares(dx));
+        // What the branch read: the stream, or the streams' mix.
+        let stream = x;
+        let x: &[f32] = if streams > 1 { xin } else { stream };
         // Branch path: branch * dh -> Gate^T -> OutNorm^T -> S^T -> InNorm^T.
         let branch = self.res.branch();
         let dbranch: &[f32] = if branch != 1.0 || self.gate.is_some() {
@@ -441,10 +460,11 @@ impl Sublayer {
         // The residual stream's gradient is the sum of the two paths:
         // dx = skip * dh (identity path) + dx_branch (through S).
         let skip = self.res.skip();
-        self.res.read_backward(dx, dh, dx_branch, r);
+        self.res
+            .read_backward(params, grads, stream, dx, dh, dx_branch, res, r);
         if c.track_paths {
             let (id2, br2) = (
-                (skip as f64) * (skip as f64) * sum_squares(dh),
+                id2_streams.unwrap_or_else(|| (skip as f64) * (skip as f64) * sum_squares(dh)),
                 sum_squares(dx_branch),
             );
             c.identity_grad_sumsq = id2;

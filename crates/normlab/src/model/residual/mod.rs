@@ -16,11 +16,13 @@
 //! A new option: its module here, one line in [`OPTIONS`], its field in
 //! `ModelConfig`, its test.
 
+mod hc;
 mod layerscale;
 mod lns;
 mod mixln;
 mod rezero;
 
+pub use hc::HC;
 pub use layerscale::LAYERSCALE;
 pub use lns::LNS;
 pub use mixln::MIXLN;
@@ -43,6 +45,9 @@ pub struct SublayerPlan {
     /// A learnable gate on the branch: its kind, initial value and the
     /// tensor name's last part.
     pub gate: Option<(GateKind, f32, &'static str)>,
+    /// Hyper-connections instead of the single stream: the number of
+    /// streams and whether the dynamic form.
+    pub hyper: Option<(usize, bool)>,
 }
 
 /// An option's effect at initialisation on sublayer `l` (0-based) of the
@@ -105,7 +110,7 @@ pub struct ResidualOption {
 }
 
 /// Every residual option, in the order they apply.
-pub const OPTIONS: &[&ResidualOption] = &[&REZERO, &LAYERSCALE, &LNS, &MIXLN];
+pub const OPTIONS: &[&ResidualOption] = &[&REZERO, &LAYERSCALE, &LNS, &MIXLN, &HC];
 
 /// The option named `name`.
 pub fn option(name: &str) -> Option<&'static ResidualOption> {
@@ -120,6 +125,7 @@ pub fn plan(cfg: &ModelConfig, block: usize, sub: usize) -> SublayerPlan {
         placement: cfg.placement,
         in_scale: 1.0,
         gate: None,
+        hyper: None,
     };
     for o in OPTIONS.iter().filter(|o| (o.active)(cfg)) {
         (o.apply)(cfg, &mut p);

@@ -1,0 +1,80 @@
+//! Hyper-connections (Zhu et al. 2024, arXiv 2409.19606): the residual
+//! stream widened to n parallel streams, each sublayer connected to them by
+//! learned read, write and mixing weights (static, or with the dynamic
+//! form's input-dependent terms). The arithmetic is `nn/hyper.rs`.
+
+use super::{ResidualOption, SublayerPlan};
+use crate::model::ModelConfig;
+use crate::nn::Placement;
+
+/// The most streams `--hc` takes.
+pub const MAX_STREAMS: usize = 16;
+
+/// The declaration.
+pub const HC: ResidualOption = ResidualOption {
+    name: "hc",
+    title: "Hyper-connections",
+    paper: "Zhu et al. 2024",
+    summary: "n parallel streams with learned read, write and mixing weights",
+    active: |c| c.hc.is_some(),
+    validate: |c: &ModelConfig| {
+        let Some(n) = c.hc else {
+            if c.hc_dynamic {
+                return Err("--hc-dynamic needs --hc N (the number of streams, e.g. 4)".into());
+            }
+            return Ok(());
+        };
+        if !(2..=MAX_STREAMS).contains(&n) {
+            return Err(format!(
+                "--hc takes 2 to {MAX_STREAMS} streams (got {n}; 1 stream is the plain residual)"
+            ));
+        }
+        if c.placement.has_post_norm() || c.placement == Placement::MixLn {
+            return Err(format!(
+                "--hc mixes the streams where placement {} normalises the one stream after the add; use pre, sandwich, peri, olmo2 or none",
+                c.placement
+            ));
+        }
+        if !c.residual {
+            return Err(
+                "--hc is a residual design; it cannot be combined with --no-residual".into(),
+            );
+        }
+        if c.branch_scale != 1.0 {
+            return Err(
+                "--hc learns each branch's write weights; --branch-scale must stay 1".into(),
+            );
+        }
+        Ok(())
+    },
+    apply: |c, p: &mut SublayerPlan| p.hyper = c.hc.map(|n| (n, c.hc_dynamic)),
+    sim: None,
+    convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
+};
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan;
+    use crate::model::ModelConfig;
+    use crate::nn::Placement;
+
+    #[test]
+    fn plans_streams_and_refuses_what_it_cannot_combine_with() {
+        let mut c = ModelConfig::toy(3);
+        c.hc = Some(4);
+        c.hc_dynamic = true;
+        assert_eq!(plan(&c, 2, 1).hyper, Some((4, true)));
+        assert!(c.validate().is_ok());
+        c.placement = Placement::Post;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("placement post"));
+        c.placement = Placement::Pre;
+        c.hc = Some(1);
+        assert!(c.validate().unwrap_err().to_string().contains("2 to 16"));
+        c.hc = None;
+        assert!(c.validate().unwrap_err().to_string().contains("needs --hc"));
+    }
+}

@@ -1,0 +1,425 @@
+//! Hyper-connections (Zhu et al. 2024, arXiv 2409.19606): the residual
+//! stream widened to n streams per token (state n x d), connected to a
+//! sublayer by a learned (n+1) x (n+1) matrix. Per token, with X the n
+//! streams (rows X_k), `alpha` an n x (n+1) matrix and `beta` an n-vector:
+//!
+//! ```text
+//! read:   h   = sum_k alpha[k,0] X_k            (what the branch reads)
+//! write:  X'_j = beta[j] o + sum_k alpha[k,1+j] X_k
+//! ```
+//!
+//! so column 0 of alpha is the paper's A_m (the read), columns 1.. its A_r
+//! (the streams' mixing) and beta its B (the write). Static: alpha and beta
+//! are learned constants, initialised as the paper does so that the net
+//! starts as a plain residual: alpha[:,0] = e_(l mod n) (sublayer l reads
+//! stream l mod n), A_r = I, beta = 1. Dynamic adds input-dependent terms
+//! from each stream's normalised row: `alpha += s_a tanh(norm(X_k) W_a)`
+//! (row k), `beta_k += s_b tanh(norm(X_k) w_b)`, with W_a, w_b initialised
+//! to 0 and s_a = s_b = 0.01, as the paper's code. The norm is the model's
+//! norm kind, with its own parameters.
+//!
+//! Backward is explicit: given dL/dX' (`dy`) the write gives the branch's
+//! gradient `do = sum_j beta[j] dy_j`, the identity path's
+//! `dX_k = sum_j alpha[k,1+j] dy_j` and the coefficients' gradients; the
+//! read adds `alpha[k,0] g` (g: what the branch sends back) and, for the
+//! dynamic form, the coefficients' paths through tanh, W and the norm.
+//! Parameter gradients are summed in row order (f64), so they do not
+//! depend on the thread count.
+
+use super::norm::{buf, Norm, NormCache};
+use crate::kernels::buf::AlignedBuf;
+use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
+use crate::precision::Dtype;
+
+/// The dynamic form's parameters.
+#[derive(Clone, Debug)]
+pub struct HyperDynamic {
+    /// The norm of each stream's row before the projection.
+    pub norm: Norm,
+    /// W_a, `[n+1, d]`.
+    pub alpha_fn: ParamRef,
+    /// s_a, `[1]`.
+    pub alpha_scale: ParamRef,
+    /// w_b, `[1, d]`.
+    pub beta_fn: ParamRef,
+    /// s_b, `[1]`.
+    pub beta_scale: ParamRef,
+}
+
+/// One sublayer's hyper-connection.
+#[derive(Clone, Debug)]
+pub struct Hyper {
+    /// Streams n.
+    pub n: usize,
+    /// Width d of each stream.
+    pub d: usize,
+    /// The static alpha, `[n, n+1]`.
+    pub static_alpha: ParamRef,
+    /// The static beta, `[n]`.
+    pub static_beta: ParamRef,
+    /// The dynamic terms, if any.
+    pub dynamic: Option<HyperDynamic>,
+}
+
+/// What a hyper-connection keeps between forward and backward.
+#[derive(Clone, Debug)]
+pub struct HyperCache {
+    /// Each row's alpha (n x (n+1)) and beta (n).
+    alpha: AlignedBuf,
+    beta: AlignedBuf,
+    /// The branch's output o (the write's gradient for beta reads it).
+    o: AlignedBuf,
+    /// The streams after the sublayer, X'.
+    out: AlignedBuf,
+    /// dL/d alpha and dL/d beta of each row (write's part, then read's).
+    dalpha: AlignedBuf,
+    dbeta: AlignedBuf,
+    /// Dynamic: the normalised streams, the norm's cache, tanh of the
+    /// projections, and two stream-sized gradient buffers.
+    xn: AlignedBuf,
+    norm_c: Option<NormCache>,
+    ta: AlignedBuf,
+    tb: AlignedBuf,
+    dxn: AlignedBuf,
+    dxt: AlignedBuf,
+}
+
+impl HyperCache {
+    /// The streams after the sublayer.
+    pub fn output(&self) -> &[f32] {
+        &self.out
+    }
+
+    /// Each row's alpha (n x (n+1): column 0 the read, the rest the mixing)
+    /// from the last forward.
+    pub fn alpha(&self) -> &[f32] {
+        &self.alpha
+    }
+
+    /// The stream norm's cache (dynamic form).
+    pub fn norm_cache(&self) -> Option<&NormCache> {
+        self.norm_c.as_ref()
+    }
+
+    /// The stream norm's cache (dynamic form), mutable.
+    pub fn norm_cache_mut(&mut self) -> Option<&mut NormCache> {
+        self.norm_c.as_mut()
+    }
+
+    /// Each row's beta (the write) from the last forward.
+    pub fn beta(&self) -> &[f32] {
+        &self.beta
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    y.iter_mut().zip(x).for_each(|(y, &x)| *y += a * x);
+}
+
+impl Hyper {
+    /// Register the hyper-connection of sublayer `l` (0-based over the
+    /// model's sublayers) under `name`, with `n` streams of width `d`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        layout: &mut ParamLayout,
+        name: &str,
+        n: usize,
+        d: usize,
+        l: usize,
+        dynamic_norm: Option<(crate::kernels::norm::NormKind, f32)>,
+        block: Option<usize>,
+    ) -> Hyper {
+        let static_alpha = layout.add(
+            format!("{name}.static_alpha"),
+            &[n, n + 1],
+            ParamKind::Gate,
+            block,
+            Init::Const(0.0),
+        );
+        let mut a0 = vec![0f32; n * (n + 1)];
+        a0[(l % n) * (n + 1)] = 1.0;
+        for k in 0..n {
+            a0[k * (n + 1) + 1 + k] = 1.0;
+        }
+        layout.set_init(&static_alpha, Init::Values(a0));
+        let static_beta = layout.add(
+            format!("{name}.static_beta"),
+            &[n],
+            ParamKind::Gate,
+            block,
+            Init::Const(1.0),
+        );
+        let dynamic = dynamic_norm.map(|(kind, eps)| {
+            let norm = Norm::new(layout, &format!("{name}.norm"), kind, d, eps, block);
+            let mut add = |part: &str, shape: &[usize], kind, v| {
+                layout.add(format!("{name}.{part}"), shape, kind, block, Init::Const(v))
+            };
+            HyperDynamic {
+                norm,
+                alpha_fn: add("dynamic_alpha_fn", &[n + 1, d], ParamKind::Weight, 0.0),
+                alpha_scale: add("dynamic_alpha_scale", &[1], ParamKind::Gate, 0.01),
+                beta_fn: add("dynamic_beta_fn", &[1, d], ParamKind::Weight, 0.0),
+                beta_scale: add("dynamic_beta_scale", &[1], ParamKind::Gate, 0.01),
+            }
+        });
+        Hyper {
+            n,
+            d,
+            static_alpha,
+            static_beta,
+            dynamic,
+        }
+    }
+
+    /// Buffers for `rows` tokens.
+    pub fn cache(&self, rows: usize) -> HyperCache {
+        let (n, d) = (self.n, self.d);
+        let dy = self.dynamic.is_some();
+        let sized = |len: usize| buf(if dy { len } else { 0 });
+        HyperCache {
+            alpha: buf(rows * n * (n + 1)),
+            beta: buf(rows * n),
+            o: buf(rows * d),
+            out: buf(rows * n * d),
+            dalpha: buf(rows * n * (n + 1)),
+            dbeta: buf(rows * n),
+            xn: sized(rows * n * d),
+            norm_c: self.dynamic.as_ref().map(|h| h.norm.cache(rows * n)),
+            ta: sized(rows * n * (n + 1)),
+            tb: sized(rows * n),
+            dxn: sized(rows * n * d),
+            dxt: sized(rows * n * d),
+        }
+    }
+
+    /// Each row's coefficients from the streams `x` (static, plus the
+    /// dynamic terms), into the cache.
+    fn coefficients(&self, params: &[f32], x: &[f32], c: &mut HyperCache) {
+        let (n, d) = (self.n, self.d);
+        let m = n + 1;
+        let sa = self.static_alpha.get(params);
+        let sb = self.static_beta.get(params);
+        for (a, b) in c
+            .alpha
+            .chunks_exact_mut(n * m)
+            .zip(c.beta.chunks_exact_mut(n))
+        {
+            a.copy_from_slice(sa);
+            b.copy_from_slice(sb);
+        }
+        let Some(h) = &self.dynamic else { return };
+        h.norm
+            .forward(params, x, &mut c.xn, c.norm_c.as_mut().unwrap());
+        let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
+        let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
+        for (r, xn) in c.xn.chunks_exact(d).enumerate() {
+            // r runs over (token, stream) rows.
+            for i in 0..m {
+                let t = dot(xn, &wa[i * d..(i + 1) * d]).tanh();
+                c.ta[r * m + i] = t;
+                c.alpha[r * m + i] += s_a * t;
+            }
+            let t = dot(xn, wb).tanh();
+            c.tb[r] = t;
+            c.beta[r] += s_b * t;
+        }
+    }
+
+    /// The read: each row's mix of its streams `x` into `h` (rows x d).
+    pub fn read(&self, params: &[f32], x: &[f32], h: &mut [f32], c: &mut HyperCache) {
+        self.coefficients(params, x, c);
+        let (n, d, m) = (self.n, self.d, self.n + 1);
+        for ((hr, xr), a) in h
+            .chunks_exact_mut(d)
+            .zip(x.chunks_exact(n * d))
+            .zip(c.alpha.chunks_exact(n * m))
+        {
+            hr.fill(0.0);
+            for (k, xk) in xr.chunks_exact(d).enumerate() {
+                axpy(hr, a[k * m], xk);
+            }
+        }
+    }
+
+    /// The write: X' into the cache from the streams `x` and the branch's
+    /// output `o`; with `track`, returns X''s sum of squares.
+    pub fn write(
+        &self,
+        x: &[f32],
+        o: &[f32],
+        c: &mut HyperCache,
+        r: Dtype,
+        track: bool,
+    ) -> Option<f64> {
+        let (n, d, m) = (self.n, self.d, self.n + 1);
+        c.o.copy_from_slice(o);
+        for (((yr, xr), or), (a, b)) in c
+            .out
+            .chunks_exact_mut(n * d)
+            .zip(x.chunks_exact(n * d))
+            .zip(o.chunks_exact(d))
+            .zip(c.alpha.chunks_exact(n * m).zip(c.beta.chunks_exact(n)))
+        {
+            for (j, yj) in yr.chunks_exact_mut(d).enumerate() {
+                yj.iter_mut().zip(or).for_each(|(y, &o)| *y = b[j] * o);
+                for (k, xk) in xr.chunks_exact(d).enumerate() {
+                    axpy(yj, a[k * m + 1 + j], xk);
+                }
+            }
+        }
+        r.round_in_place(&mut c.out);
+        track.then(|| crate::params::sum_squares(&c.out))
+    }
+
+    /// The write's backward: from dL/dX' (`dy`), the branch's gradient
+    /// into `dout` (rows x d), the identity path's into `dx` (the streams'),
+    /// and the coefficients' gradients into the cache.
+    pub fn write_backward(
+        &self,
+        x: &[f32],
+        dy: &[f32],
+        dout: &mut [f32],
+        dx: &mut [f32],
+        c: &mut HyperCache,
+    ) {
+        let (n, d, m) = (self.n, self.d, self.n + 1);
+        let rows = dout.len() / d;
+        for r in 0..rows {
+            let (xr, dyr) = (
+                &x[r * n * d..(r + 1) * n * d],
+                &dy[r * n * d..(r + 1) * n * d],
+            );
+            let (a, b) = (
+                &c.alpha[r * n * m..(r + 1) * n * m],
+                &c.beta[r * n..(r + 1) * n],
+            );
+            let (da, db) = (
+                &mut c.dalpha[r * n * m..(r + 1) * n * m],
+                &mut c.dbeta[r * n..(r + 1) * n],
+            );
+            let (dor, or) = (&mut dout[r * d..(r + 1) * d], &c.o[r * d..(r + 1) * d]);
+            dor.fill(0.0);
+            for (j, dyj) in dyr.chunks_exact(d).enumerate() {
+                axpy(dor, b[j], dyj);
+                db[j] = dot(or, dyj);
+            }
+            let dxr = &mut dx[r * n * d..(r + 1) * n * d];
+            for (k, (dxk, xk)) in dxr.chunks_exact_mut(d).zip(xr.chunks_exact(d)).enumerate() {
+                dxk.fill(0.0);
+                for (j, dyj) in dyr.chunks_exact(d).enumerate() {
+                    axpy(dxk, a[k * m + 1 + j], dyj);
+                    da[k * m + 1 + j] = dot(xk, dyj);
+                }
+            }
+        }
+    }
+
+    /// The read's backward: adds `alpha[k,0] g` to `dx` (g: dL/dh, what
+    /// the branch sent back) and, for the dynamic form, the coefficients'
+    /// paths; accumulates the parameters' gradients.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        x: &[f32],
+        g: &[f32],
+        dx: &mut [f32],
+        c: &mut HyperCache,
+        r: Dtype,
+    ) {
+        let (n, d, m) = (self.n, self.d, self.n + 1);
+        for (row, ((xr, gr), dxr)) in x
+            .chunks_exact(n * d)
+            .zip(g.chunks_exact(d))
+            .zip(dx.chunks_exact_mut(n * d))
+            .enumerate()
+        {
+            let a = &c.alpha[row * n * m..(row + 1) * n * m];
+            for (k, (dxk, xk)) in dxr.chunks_exact_mut(d).zip(xr.chunks_exact(d)).enumerate() {
+                axpy(dxk, a[k * m], gr);
+                c.dalpha[row * n * m + k * m] = dot(xk, gr);
+            }
+        }
+        let mut ga = vec![0f64; n * m];
+        let mut gb = vec![0f64; n];
+        for (da, db) in c.dalpha.chunks_exact(n * m).zip(c.dbeta.chunks_exact(n)) {
+            ga.iter_mut().zip(da).for_each(|(s, &v)| *s += f64::from(v));
+            gb.iter_mut().zip(db).for_each(|(s, &v)| *s += f64::from(v));
+        }
+        let add = |p: &ParamRef, grads: &mut [f32], v: &[f64]| {
+            p.get_mut(grads)
+                .iter_mut()
+                .zip(v)
+                .for_each(|(g, &v)| *g += v as f32);
+        };
+        add(&self.static_alpha, grads, &ga);
+        add(&self.static_beta, grads, &gb);
+        if let Some(h) = &self.dynamic {
+            let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
+            let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
+            let (mut gsa, mut gsb) = (0f64, 0f64);
+            let mut gwa = vec![0f64; m * d];
+            let mut gwb = vec![0f64; d];
+            for (rr, (xn, dxn)) in
+                c.xn.chunks_exact(d)
+                    .zip(c.dxn.chunks_exact_mut(d))
+                    .enumerate()
+            {
+                dxn.fill(0.0);
+                for i in 0..m {
+                    let (t, da) = (c.ta[rr * m + i], c.dalpha[rr * m + i]);
+                    gsa += f64::from(da * t);
+                    let dz = da * s_a * (1.0 - t * t);
+                    axpy(dxn, dz, &wa[i * d..(i + 1) * d]);
+                    gwa[i * d..(i + 1) * d]
+                        .iter_mut()
+                        .zip(xn)
+                        .for_each(|(s, &v)| *s += f64::from(dz * v));
+                }
+                let (t, db) = (c.tb[rr], c.dbeta[rr]);
+                gsb += f64::from(db * t);
+                let dz = db * s_b * (1.0 - t * t);
+                axpy(dxn, dz, wb);
+                gwb.iter_mut()
+                    .zip(xn)
+                    .for_each(|(s, &v)| *s += f64::from(dz * v));
+            }
+            add(&h.alpha_scale, grads, &[gsa]);
+            add(&h.beta_scale, grads, &[gsb]);
+            add(&h.alpha_fn, grads, &gwa);
+            add(&h.beta_fn, grads, &gwb);
+            h.norm.backward(
+                params,
+                grads,
+                x,
+                &c.dxn,
+                &mut c.dxt,
+                c.norm_c.as_mut().unwrap(),
+            );
+            dx.iter_mut().zip(c.dxt.iter()).for_each(|(g, &v)| *g += v);
+        }
+        r.round_in_place(dx);
+    }
+}
+
+/// Each row of `x` (rows x d) copied into its `n` streams (`out`: rows x n
+/// x d): the embedding entering the streams, or a gradient leaving a sum.
+pub fn expand(x: &[f32], n: usize, d: usize, out: &mut [f32]) {
+    for (xr, yr) in x.chunks_exact(d).zip(out.chunks_exact_mut(n * d)) {
+        yr.chunks_exact_mut(d).for_each(|y| y.copy_from_slice(xr));
+    }
+}
+
+/// Each row's `n` streams summed (`x`: rows x n x d, `out`: rows x d): what
+/// the final norm reads, or the gradient of a copy.
+pub fn collapse(x: &[f32], n: usize, d: usize, out: &mut [f32]) {
+    for (xr, yr) in x.chunks_exact(n * d).zip(out.chunks_exact_mut(d)) {
+        yr.copy_from_slice(&xr[..d]);
+        xr[d..].chunks_exact(d).for_each(|xk| axpy(yr, 1.0, xk));
+    }
+}

@@ -1,0 +1,104 @@
+//! Hyper-connections (nn/hyper.rs) against PyTorch: the read, the write
+//! and every gradient of a reference written from the paper
+//! (scripts/gen_hyper_fixtures.py, fixtures/hyper.json), static and
+//! dynamic, with a stand-in branch o = tanh(h W).
+
+use normlab::kernels::norm::NormKind;
+use normlab::nn::Hyper;
+use normlab::params::ParamLayout;
+use normlab::precision::Dtype;
+use serde_json::Value;
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn close(name: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{name}: length");
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * scale,
+            "{name}[{i}]: normlab {g}, torch {w}"
+        );
+    }
+}
+
+#[test]
+fn hyper_connections_match_pytorch() {
+    let fx: Value = serde_json::from_str(include_str!("fixtures/hyper.json")).unwrap();
+    for case in fx["cases"].as_array().unwrap() {
+        let u = |k: &str| case[k].as_u64().unwrap() as usize;
+        let (rows, n, d, l) = (u("rows"), u("n"), u("d"), u("layer_id"));
+        let dynamic = case["dynamic"].as_bool().unwrap();
+        let mut layout = ParamLayout::new();
+        let hc = Hyper::new(
+            &mut layout,
+            "hc",
+            n,
+            d,
+            l,
+            dynamic.then_some((NormKind::LayerNorm, 1e-5)),
+            None,
+        );
+        // The paper's initialisation, before the fixture's values replace it.
+        let init = layout.zeros();
+        let mut init = init;
+        layout.init(&mut init, 0);
+        let a0 = hc.static_alpha.get(&init);
+        for k in 0..n {
+            for m in 0..=n {
+                let want = if m == 0 {
+                    (k == l % n) as u8
+                } else {
+                    (m == k + 1) as u8
+                };
+                assert_eq!(a0[k * (n + 1) + m], f32::from(want), "static alpha init");
+            }
+        }
+        let mut params = layout.zeros();
+        for (name, v) in case["params"].as_object().unwrap() {
+            let t = layout
+                .find(&format!("hc.{name}"))
+                .unwrap_or_else(|| panic!("no tensor hc.{name}"));
+            params[t.range.clone()].copy_from_slice(&floats(v));
+        }
+        let (x, w, dy) = (floats(&case["x"]), floats(&case["w"]), floats(&case["dy"]));
+        let mut c = hc.cache(rows);
+        let mut h = vec![0f32; rows * d];
+        hc.read(&params, &x, &mut h, &mut c);
+        close("h", &h, &floats(&case["h"]), 1e-5);
+        // The stand-in branch: o = tanh(h W), W [d, d] (h as a row vector).
+        let mut o = vec![0f32; rows * d];
+        for r in 0..rows {
+            for j in 0..d {
+                let s: f32 = (0..d).map(|i| h[r * d + i] * w[i * d + j]).sum();
+                o[r * d + j] = s.tanh();
+            }
+        }
+        hc.write(&x, &o, &mut c, Dtype::F32, false);
+        close("y", c.output(), &floats(&case["y"]), 1e-5);
+        let mut grads = layout.zeros();
+        let mut dout = vec![0f32; rows * d];
+        let mut dx = vec![0f32; rows * n * d];
+        hc.write_backward(&x, &dy, &mut dout, &mut dx, &mut c);
+        let mut dh = vec![0f32; rows * d];
+        for r in 0..rows {
+            for i in 0..d {
+                dh[r * d + i] = (0..d)
+                    .map(|j| dout[r * d + j] * (1.0 - o[r * d + j] * o[r * d + j]) * w[i * d + j])
+                    .sum();
+            }
+        }
+        hc.read_backward(&params, &mut grads, &x, &dh, &mut dx, &mut c, Dtype::F32);
+        close("dx", &dx, &floats(&case["dx"]), 1e-4);
+        for (name, v) in case["grads"].as_object().unwrap() {
+            let t = layout.find(&format!("hc.{name}")).unwrap();
+            close(name, &grads[t.range.clone()], &floats(v), 1e-4);
+        }
+    }
+}
