@@ -6,6 +6,7 @@
 pub mod bert;
 pub mod config;
 pub mod decoder;
+mod init;
 pub mod llama;
 pub mod residual;
 mod stream_trace;
@@ -285,51 +286,9 @@ impl Model {
             model.apply_torch_init();
         }
         if cfg.dyt_alpha.is_some() || cfg.dyt_alpha_attn.is_some() {
-            // Block norms of the mixing sublayer (sub 0) take the attention
-            // alpha when one is given; QK-Norm is an RMSNorm, never point-wise.
-            let slopes: Vec<(crate::params::ParamRef, bool)> = model
-                .norms()
-                .filter_map(|s| {
-                    let r = s.norm.param(crate::kernels::norm::ParamRole::Slope)?;
-                    Some((r, s.sub == Some(0)))
-                })
-                .collect();
-            for (r, attn) in &slopes {
-                let a = match (attn, cfg.dyt_alpha_attn, cfg.dyt_alpha) {
-                    (true, Some(a), _) | (_, _, Some(a)) => a,
-                    _ => continue,
-                };
-                model.layout.set_init(r, Init::Const(a));
-            }
+            model.apply_dyt_alpha();
         }
         Ok(model)
-    }
-
-    /// PyTorch's default initialisation: every Linear's weight and bias
-    /// U(+-1/sqrt(fan_in)), embeddings N(0, 1).
-    fn apply_torch_init(&mut self) {
-        let mut linears: Vec<Linear> = self
-            .blocks
-            .iter()
-            .flat_map(|b| b.sublayers())
-            .flat_map(|s| s.op.linears())
-            .cloned()
-            .collect();
-        linears.extend(self.head.clone());
-        for l in &linears {
-            let bound = 1.0 / (l.d_in as f32).sqrt();
-            self.layout.set_init(&l.w, Init::Uniform(bound));
-            if let Some(b) = &l.b {
-                self.layout.set_init(b, Init::Uniform(bound));
-            }
-        }
-        if let Some(b) = &self.head_bias {
-            let bound = 1.0 / (self.cfg.d_model as f32).sqrt();
-            self.layout.set_init(b, Init::Uniform(bound));
-        }
-        for e in [&self.emb.wte, &self.emb.wpe] {
-            self.layout.set_init(e, Init::Normal(1.0));
-        }
     }
 
     /// Freshly initialised parameters for `seed`.
