@@ -315,11 +315,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
             let f = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into());
-            let options: String = normlab::model::residual::OPTIONS
-                .iter()
-                .filter(|o| (o.active)(&cfg.model))
-                .map(|o| format!("+{}", o.name))
-                .collect();
+            let options = normlab::model::residual::label(&cfg.model);
             println!(
                 "{} {} {}{options} L{} d{}: {}{}",
                 cfg.model.kind,

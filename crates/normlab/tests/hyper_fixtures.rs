@@ -46,8 +46,7 @@ fn hyper_connections_match_pytorch() {
             None,
         );
         // The paper's initialisation, before the fixture's values replace it.
-        let init = layout.zeros();
-        let mut init = init;
+        let mut init = layout.zeros();
         layout.init(&mut init, 0);
         let a0 = hc.static_alpha.get(&init);
         for k in 0..n {

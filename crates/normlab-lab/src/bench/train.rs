@@ -170,11 +170,7 @@ fn record(
     let t = median(&mut round_t.clone());
     let peak = median(&mut round_peak.clone());
     let gflops = gflop / t;
-    let options: String = normlab::model::residual::OPTIONS
-        .iter()
-        .filter(|o| (o.active)(&cfg.model))
-        .map(|o| format!("+{}", o.name))
-        .collect();
+    let options = normlab::model::residual::label(&cfg.model);
     TrainBenchRecord {
         model: cfg.model.kind.to_string(),
         config: format!(

@@ -138,6 +138,16 @@ pub fn validate(cfg: &ModelConfig) -> Result<(), String> {
     OPTIONS.iter().try_for_each(|o| (o.validate)(cfg))
 }
 
+/// The active options as a label's suffix (`+rezero+lns`; empty without
+/// any), as `train` and `bench train` print a configuration.
+pub fn label(cfg: &ModelConfig) -> String {
+    OPTIONS
+        .iter()
+        .filter(|o| (o.active)(cfg))
+        .map(|o| format!("+{}", o.name))
+        .collect()
+}
+
 /// The flags of the active options that `convert` refuses.
 pub fn refused_by_convert(cfg: &ModelConfig) -> Vec<String> {
     OPTIONS
