@@ -79,25 +79,62 @@ fn emit(dir: &Path, grid: &str) -> (PathBuf, PathBuf, PathBuf) {
     (g, out, script)
 }
 
-/// `sbatch` from another folder (`/`), with extra arguments; cancels the
-/// job array by name if it fails (a task asking more CPUs than the node
-/// has would stay pending forever, so `--wait` runs under a 5-minute
-/// timeout).
-fn sbatch(script: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["300", "sbatch"];
-    args.extend_from_slice(extra);
-    args.push(script.to_str().unwrap());
+/// `sbatch --parsable` from another folder (`/`): the job array's id.
+fn submit(script: &Path) -> String {
     let o = Command::new("timeout")
         .current_dir("/")
-        .args(&args)
+        .args(["60", "sbatch", "--parsable", script.to_str().unwrap()])
         .output()
         .unwrap();
-    if !o.status.success() {
-        let _ = Command::new("scancel")
-            .args(["--name", "normlab-sweep"])
-            .status();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Waits until the job array `job` has left the queue, polling every 200
+/// ms (`sbatch --wait` sleeps 2, 8, then 32 s between its polls, which
+/// cost this file most of its time); a task asking more CPUs than the node
+/// has would stay pending forever, so after 5 minutes the array is
+/// cancelled and the test fails. Returns each task's final state
+/// (`scontrol show job`: COMPLETED, CANCELLED, FAILED, ...).
+fn wait_for(job: &str, out: &Path) -> Vec<String> {
+    let t0 = Instant::now();
+    loop {
+        let q = Command::new("squeue")
+            .args(["-h", "-j", job])
+            .output()
+            .unwrap();
+        // Empty, or (once Slurm has forgotten the job) an unknown id.
+        let gone = if q.status.success() {
+            q.stdout.iter().all(u8::is_ascii_whitespace)
+        } else {
+            String::from_utf8_lossy(&q.stderr).contains("Invalid job id")
+        };
+        if gone {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            let _ = Command::new("scancel").arg(job).status();
+            panic!(
+                "job array {job} still queued after 300 s; logs: {:?}",
+                logs(out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
-    o
+    let o = Command::new("scontrol")
+        .args(["-o", "show", "job", job])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter_map(|f| f.strip_prefix("JobState="))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The contents of the array tasks' logs in `out`.
@@ -181,13 +218,12 @@ fn emitted_job_array_runs_on_slurm_and_equals_a_local_run() {
     }
     let dir = tmp("array");
     let (grid, out, script) = emit(&dir, GRID);
-    let o = sbatch(&script, &["--wait"]);
+    let job = submit(&script);
+    let states = wait_for(&job, &out);
     let logs = logs(&out);
     assert!(
-        o.status.success(),
-        "sbatch: {}{}\nlogs: {logs:?}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+        !states.is_empty() && states.iter().all(|s| s == "COMPLETED"),
+        "tasks: {states:?}\nlogs: {logs:?}"
     );
     // Two array tasks, each with its own log, together all four runs.
     assert_eq!(logs.len(), 2, "{logs:?}");
@@ -209,14 +245,7 @@ fn cancelled_array_task_is_completed_by_resubmitting() {
     }
     let dir = tmp("cancel");
     let (grid, out, script) = emit(&dir, LONG_GRID);
-    let o = sbatch(&script, &["--parsable"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let job = String::from_utf8_lossy(&o.stdout)
-        .trim()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let job = submit(&script);
     // Cancel task 1 while it trains one of its runs (config written, no
     // summary yet).
     let o = normlab(&[
@@ -257,26 +286,7 @@ fn cancelled_array_task_is_completed_by_resubmitting() {
         .unwrap();
     assert!(st.success());
     // Wait for the array to leave the queue (task 0 finishes its runs).
-    loop {
-        let q = Command::new("squeue")
-            .args(["-h", "-j", &job])
-            .output()
-            .unwrap();
-        // Empty, or (once Slurm has forgotten the job) an unknown id.
-        let gone = if q.status.success() {
-            q.stdout.iter().all(u8::is_ascii_whitespace)
-        } else {
-            String::from_utf8_lossy(&q.stderr).contains("Invalid job id")
-        };
-        if gone {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(240),
-            "array still queued"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for(&job, &out);
     // The cancelled run stopped on SIGTERM with a resume snapshot; task 0's
     // runs finished.
     assert!(
@@ -300,11 +310,11 @@ fn cancelled_array_task_is_completed_by_resubmitting() {
     // Resubmitted, the array completes the grid; the runs finished before
     // were not run again (their summaries untouched), the cancelled one
     // resumed from its snapshot.
-    let o = sbatch(&script, &["--wait"]);
+    let job = submit(&script);
+    let states = wait_for(&job, &out);
     assert!(
-        o.status.success(),
-        "sbatch: {}\nlogs: {:?}",
-        String::from_utf8_lossy(&o.stderr),
+        !states.is_empty() && states.iter().all(|s| s == "COMPLETED"),
+        "tasks: {states:?}\nlogs: {:?}",
         logs(&out)
     );
     assert_eq!(done_count(&grid, &out), 4);
