@@ -202,3 +202,34 @@ fn hyper_connections_static_and_dynamic() {
         }
     }
 }
+
+#[test]
+fn mhc_through_the_sinkhorn_iterations_and_the_head() {
+    for kind in [ModelKind::Toy, ModelKind::Gpt] {
+        let mut cases = Vec::new();
+        for placement in [
+            Placement::Pre,
+            Placement::Sandwich,
+            Placement::Olmo2,
+            Placement::None,
+        ] {
+            for (n, iters) in [(2, Some(3)), (4, None)] {
+                let mut c = tiny(kind);
+                c.placement = placement;
+                c.mhc = Some(n);
+                c.mhc_sinkhorn = iters;
+                cases.push(c);
+            }
+        }
+        for norm in kinds() {
+            let mut c = tiny(kind);
+            c.norm = norm;
+            c.mhc = Some(3);
+            cases.push(c);
+        }
+        for (i, c) in cases.iter().enumerate() {
+            c.validate().unwrap();
+            run_check(c, 70 + i as u64);
+        }
+    }
+}

@@ -1,10 +1,11 @@
 //! Hyper-connections (nn/hyper.rs) against PyTorch: the read, the write
 //! and every gradient of a reference written from the paper
 //! (scripts/gen_hyper_fixtures.py, fixtures/hyper.json), static and
-//! dynamic, with a stand-in branch o = tanh(h W).
+//! dynamic, with a stand-in branch o = tanh(h W); and mHC (nn/mhc.rs)
+//! against transformers' DeepSeek V4 modules themselves.
 
 use normlab::kernels::norm::NormKind;
-use normlab::nn::Hyper;
+use normlab::nn::{Coefficients, Hyper, StreamHead};
 use normlab::params::ParamLayout;
 use normlab::precision::Dtype;
 use serde_json::Value;
@@ -33,7 +34,7 @@ fn hyper_connections_match_pytorch() {
     let fx: Value = serde_json::from_str(include_str!("fixtures/hyper.json")).unwrap();
     for case in fx["cases"].as_array().unwrap() {
         let u = |k: &str| case[k].as_u64().unwrap() as usize;
-        let (rows, n, d, l) = (u("rows"), u("n"), u("d"), u("layer_id"));
+        let (n, d, l) = (u("n"), u("d"), u("layer_id"));
         let dynamic = case["dynamic"].as_bool().unwrap();
         let mut layout = ParamLayout::new();
         let hc = Hyper::new(
@@ -48,7 +49,10 @@ fn hyper_connections_match_pytorch() {
         // The paper's initialisation, before the fixture's values replace it.
         let mut init = layout.zeros();
         layout.init(&mut init, 0);
-        let a0 = hc.static_alpha.get(&init);
+        let Coefficients::Learned { static_alpha, .. } = &hc.coef else {
+            panic!("hyper-connections' weights are learned constants")
+        };
+        let a0 = static_alpha.get(&init);
         for k in 0..n {
             for m in 0..=n {
                 let want = if m == 0 {
@@ -59,44 +63,88 @@ fn hyper_connections_match_pytorch() {
                 assert_eq!(a0[k * (n + 1) + m], f32::from(want), "static alpha init");
             }
         }
-        let mut params = layout.zeros();
-        for (name, v) in case["params"].as_object().unwrap() {
-            let t = layout
-                .find(&format!("hc.{name}"))
-                .unwrap_or_else(|| panic!("no tensor hc.{name}"));
-            params[t.range.clone()].copy_from_slice(&floats(v));
+        check_case(&hc, &layout, case);
+    }
+}
+
+/// Sets the case's parameters, runs read, the stand-in branch and write,
+/// then their backward, and compares every output and gradient.
+fn check_case(hc: &Hyper, layout: &ParamLayout, case: &Value) {
+    let u = |k: &str| case[k].as_u64().unwrap() as usize;
+    let (rows, n, d) = (u("rows"), u("n"), u("d"));
+    let params = set_params(layout, "hc", &case["params"]);
+    let (x, w, dy) = (floats(&case["x"]), floats(&case["w"]), floats(&case["dy"]));
+    let mut c = hc.cache(rows);
+    let mut h = vec![0f32; rows * d];
+    hc.read(&params, &x, &mut h, &mut c);
+    close("h", &h, &floats(&case["h"]), 1e-5);
+    // The stand-in branch: o = tanh(h W), W [d, d] (h as a row vector).
+    let mut o = vec![0f32; rows * d];
+    for r in 0..rows {
+        for j in 0..d {
+            let s: f32 = (0..d).map(|i| h[r * d + i] * w[i * d + j]).sum();
+            o[r * d + j] = s.tanh();
         }
-        let (x, w, dy) = (floats(&case["x"]), floats(&case["w"]), floats(&case["dy"]));
-        let mut c = hc.cache(rows);
-        let mut h = vec![0f32; rows * d];
-        hc.read(&params, &x, &mut h, &mut c);
-        close("h", &h, &floats(&case["h"]), 1e-5);
-        // The stand-in branch: o = tanh(h W), W [d, d] (h as a row vector).
-        let mut o = vec![0f32; rows * d];
-        for r in 0..rows {
-            for j in 0..d {
-                let s: f32 = (0..d).map(|i| h[r * d + i] * w[i * d + j]).sum();
-                o[r * d + j] = s.tanh();
-            }
+    }
+    hc.write(&x, &o, &mut c, Dtype::F32, false);
+    close("y", c.output(), &floats(&case["y"]), 1e-5);
+    let mut grads = layout.zeros();
+    let mut dout = vec![0f32; rows * d];
+    let mut dx = vec![0f32; rows * n * d];
+    hc.write_backward(&x, &dy, &mut dout, &mut dx, &mut c);
+    let mut dh = vec![0f32; rows * d];
+    for r in 0..rows {
+        for i in 0..d {
+            dh[r * d + i] = (0..d)
+                .map(|j| dout[r * d + j] * (1.0 - o[r * d + j] * o[r * d + j]) * w[i * d + j])
+                .sum();
         }
-        hc.write(&x, &o, &mut c, Dtype::F32, false);
-        close("y", c.output(), &floats(&case["y"]), 1e-5);
+    }
+    hc.read_backward(&params, &mut grads, &x, &dh, &mut dx, &mut c, Dtype::F32);
+    close("dx", &dx, &floats(&case["dx"]), 1e-4);
+    for (name, v) in case["grads"].as_object().unwrap() {
+        let t = layout.find(&format!("hc.{name}")).unwrap();
+        close(name, &grads[t.range.clone()], &floats(v), 1e-4);
+    }
+}
+
+fn set_params(layout: &ParamLayout, prefix: &str, v: &Value) -> Vec<f32> {
+    let mut params = layout.zeros().to_vec();
+    for (name, v) in v.as_object().unwrap() {
+        let t = layout
+            .find(&format!("{prefix}.{name}"))
+            .unwrap_or_else(|| panic!("no tensor {prefix}.{name}"));
+        params[t.range.clone()].copy_from_slice(&floats(v));
+    }
+    params
+}
+
+/// mHC against transformers' own DeepseekV4HyperConnection and
+/// DeepseekV4HyperHead (scripts/gen_mhc_fixtures.py, fixtures/mhc.json).
+#[test]
+fn mhc_matches_transformers_deepseek_v4_modules() {
+    let fx: Value = serde_json::from_str(include_str!("fixtures/mhc.json")).unwrap();
+    for case in fx["cases"].as_array().unwrap() {
+        let u = |k: &str| case[k].as_u64().unwrap() as usize;
+        let (rows, n, d, iters) = (u("rows"), u("n"), u("d"), u("iters"));
+        let mut layout = ParamLayout::new();
+        let hc = Hyper::manifold(&mut layout, "hc", n, d, iters, 0.02, None);
+        check_case(&hc, &layout, case);
+        // The head: the learned collapse before the final norm.
+        let mut layout = ParamLayout::new();
+        let head = StreamHead::learned(&mut layout, "head", n, d, 0.02);
+        let hf = &case["head"];
+        let params = set_params(&layout, "head", &hf["params"]);
+        let x = floats(&case["x"]);
+        let mut c = head.cache(rows);
+        let out = head.forward(&params, &x, &mut c).to_vec();
+        close("head out", &out, &floats(&hf["out"]), 1e-5);
         let mut grads = layout.zeros();
-        let mut dout = vec![0f32; rows * d];
         let mut dx = vec![0f32; rows * n * d];
-        hc.write_backward(&x, &dy, &mut dout, &mut dx, &mut c);
-        let mut dh = vec![0f32; rows * d];
-        for r in 0..rows {
-            for i in 0..d {
-                dh[r * d + i] = (0..d)
-                    .map(|j| dout[r * d + j] * (1.0 - o[r * d + j] * o[r * d + j]) * w[i * d + j])
-                    .sum();
-            }
-        }
-        hc.read_backward(&params, &mut grads, &x, &dh, &mut dx, &mut c, Dtype::F32);
-        close("dx", &dx, &floats(&case["dx"]), 1e-4);
-        for (name, v) in case["grads"].as_object().unwrap() {
-            let t = layout.find(&format!("hc.{name}")).unwrap();
+        head.backward(&params, &mut grads, &x, &floats(&hf["dh"]), &mut dx, &mut c);
+        close("head dx", &dx, &floats(&hf["dx"]), 1e-4);
+        for (name, v) in hf["grads"].as_object().unwrap() {
+            let t = layout.find(&format!("head.{name}")).unwrap();
             close(name, &grads[t.range.clone()], &floats(v), 1e-4);
         }
     }

@@ -92,6 +92,10 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "toy", "layers": 3, "steps": 6, "batch": 6, "shards": 3, "eval_sequences": 12, "hc": 3, "placement": "sandwich", "norm": "rmsnorm"}),
         ),
+        // mHC: per-token maps through a GEMM, Sinkhorn per row, the head.
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "mhc": 4, "log_every": 1}),
+        ),
     ] {
         let one = run_collect(
             &c,
@@ -150,6 +154,12 @@ fn resume_is_bit_identical() {
             json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "hc": 4, "hc_dynamic": true}),
         ),
         "hc",
+    );
+    resume_matches_uninterrupted(
+        &cfg(
+            json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "mhc": 3, "mhc_sinkhorn": 5}),
+        ),
+        "mhc",
     );
 }
 

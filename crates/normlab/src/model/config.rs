@@ -212,6 +212,16 @@ crate::settings! {
         /// at 0.01 (the paper's).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub hc_dynamic: bool => Flag::On,
+        /// mHC (DeepSeek 2025, transformers' DeepSeek V4 form): this many
+        /// parallel streams whose read, write and mixing weights are
+        /// computed per token from the streams (an RMS-normalised linear
+        /// map), the mixing projected towards a doubly stochastic matrix by
+        /// Sinkhorn iterations; a learned head collapses the streams.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mhc: Option<usize> => Flag::Num,
+        /// With --mhc: the Sinkhorn iterations (default 20).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mhc_sinkhorn: Option<usize> => Flag::Num,
     }
 }
 
@@ -254,6 +264,8 @@ impl ModelConfig {
             no_beta: false,
             hc: None,
             hc_dynamic: false,
+            mhc: None,
+            mhc_sinkhorn: None,
         }
     }
 

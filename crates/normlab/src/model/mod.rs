@@ -10,6 +10,7 @@ mod init;
 pub mod llama;
 pub mod residual;
 mod stream_trace;
+mod workspace;
 
 pub use config::{InitScheme, ModelConfig, ModelKind};
 pub use stream_trace::SublayerTrace;
@@ -21,10 +22,11 @@ use crate::kernels::matmul;
 use crate::nn::hyper;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Block, BlockCache, Embedding, Gate, Linear, Mlp, Norm, NormCache, NormRole,
-    NormSite, Op, Placement, Scratch, Sublayer, ToyMixer,
+    Attention, Block, BlockCache, Embedding, Gate, HeadCache, Hyper, Linear, Mlp, Norm, NormCache,
+    NormRole, NormSite, Op, Placement, Residual, Scratch, StreamHead, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
+use residual::StreamsPlan;
 
 /// A built model: its parameter layout and modules (no values: those live
 /// in a flat buffer described by `layout`).
@@ -38,6 +40,8 @@ pub struct Model {
     pub emb: Embedding,
     /// The blocks, bottom to top.
     pub blocks: Vec<Block>,
+    /// With n > 1 streams: how they become what the final norm reads.
+    pub stream_head: Option<StreamHead>,
     /// Norm before the head.
     pub final_norm: Option<Norm>,
     /// Untied head `lm_head.weight [vocab, d]`; None when tied to wte.
@@ -59,9 +63,10 @@ pub struct Workspace {
     pub targets: Vec<u32>,
     x0: AlignedBuf,
     /// With n > 1 streams: the embedding copied into each (the first
-    /// block's input), and the streams' collapse the final norm reads.
+    /// block's input), and the head's cache (the collapse the final norm
+    /// reads).
     xs: AlignedBuf,
-    col: AlignedBuf,
+    head_c: Option<HeadCache>,
     /// Block caches.
     pub blocks: Vec<BlockCache>,
     scratch: Scratch,
@@ -223,17 +228,27 @@ impl Model {
                     )
                 });
                 let in_scale = plan.in_scale;
+                let hc_name = format!("{base}.{op_name}.hc");
                 let res = match plan.hyper {
-                    Some((n, dynamic)) => crate::nn::Residual::Hyper(crate::nn::Hyper::new(
+                    Some(StreamsPlan::Hc { n, dynamic }) => Residual::Hyper(Hyper::new(
                         &mut layout,
-                        &format!("{base}.{op_name}.hc"),
+                        &hc_name,
                         n,
                         d,
                         2 * i + j,
                         dynamic.then_some((cfg.norm, eps)),
                         blk,
                     )),
-                    None => crate::nn::Residual::single(skip, cfg.branch_scale, post_norm),
+                    Some(StreamsPlan::Mhc { n, iters }) => Residual::Hyper(Hyper::manifold(
+                        &mut layout,
+                        &hc_name,
+                        n,
+                        d,
+                        iters,
+                        cfg.init_std,
+                        blk,
+                    )),
+                    None => Residual::single(skip, cfg.branch_scale, post_norm),
                 };
                 subs.push(Sublayer {
                     d,
@@ -250,6 +265,17 @@ impl Model {
             let mix = subs.pop().expect("mixing sublayer");
             blocks.push(Block { mix, mlp });
         }
+        let stream_head = match residual::plan(cfg, 0, 0).hyper {
+            None => None,
+            Some(StreamsPlan::Hc { n, .. }) => Some(StreamHead::Sum { n, d }),
+            Some(StreamsPlan::Mhc { n, .. }) => Some(StreamHead::learned(
+                &mut layout,
+                "transformer.hc_head",
+                n,
+                d,
+                cfg.init_std,
+            )),
+        };
         let final_norm = cfg
             .has_final_norm()
             .then(|| Norm::new(&mut layout, "transformer.ln_f", cfg.norm, d, eps, None));
@@ -279,6 +305,7 @@ impl Model {
             layout,
             emb,
             blocks,
+            stream_head,
             final_norm,
             head,
         };
@@ -311,7 +338,7 @@ impl Model {
             targets: vec![0; rows],
             x0: buf(rows * d),
             xs: buf(wide),
-            col: buf(if n > 1 { rows * d } else { 0 }),
+            head_c: self.stream_head.as_ref().map(|h| h.cache(rows)),
             blocks: self.blocks.iter().map(|b| b.cache(batch, t)).collect(),
             scratch: Scratch::new(self.blocks.iter().flat_map(|b| b.sublayers()), rows),
             fin: buf(if self.final_norm.is_some() {
@@ -376,12 +403,13 @@ impl Model {
             ws.residual_sumsq[i] = rest[0].mlp.output_sumsq / n as f64;
         }
         let last: &[f32] = ws.blocks.last().map(|c| c.output()).unwrap_or(first);
-        let last: &[f32] = if n > 1 {
-            hyper::collapse(last, n, d, &mut ws.col);
-            r.round_in_place(&mut ws.col);
-            &ws.col
-        } else {
-            last
+        let last: &[f32] = match &self.stream_head {
+            Some(h) => {
+                let col = h.forward(params, last, ws.head_c.as_mut().unwrap());
+                r.round_in_place(col);
+                col
+            }
+            None => last,
         };
         let fin: &[f32] = match &self.final_norm {
             Some(n) => {
@@ -429,7 +457,7 @@ impl Model {
             targets,
             x0,
             xs,
-            col,
+            head_c,
             blocks,
             scratch,
             fin,
@@ -457,10 +485,10 @@ impl Model {
         }
         let n = self.streams();
         let first: &[f32] = if n > 1 { xs } else { x0 };
-        let last: &[f32] = if n > 1 {
-            col
-        } else {
-            blocks.last().map(|c| c.output()).unwrap_or(first)
+        let streams_out: &[f32] = blocks.last().map(|c| c.output()).unwrap_or(first);
+        let last: &[f32] = match head_c {
+            Some(h) => h.output(),
+            None => streams_out,
         };
         let fin_in: &[f32] = if self.final_norm.is_some() { fin } else { last };
         let hw = self.head_weight();
@@ -490,9 +518,9 @@ impl Model {
         }
         scratch.round.round_in_place(&mut d1[..nd]);
         let (mut dcur, mut dnext): (&mut AlignedBuf, &mut AlignedBuf) = (d1, d2);
-        if n > 1 {
-            // The collapse summed the streams: each gets the same gradient.
-            hyper::expand(&dcur[..nd], n, d, dnext);
+        if let (Some(h), Some(hc)) = (&self.stream_head, head_c.as_mut()) {
+            h.backward(params, grads, streams_out, &dcur[..nd], dnext, hc);
+            scratch.round.round_in_place(dnext);
             std::mem::swap(&mut dcur, &mut dnext);
         }
         for i in (0..self.blocks.len()).rev() {
@@ -543,57 +571,5 @@ impl Model {
             norm: n,
         });
         blocks.chain(fin)
-    }
-}
-
-impl Workspace {
-    /// Round activations and their gradients to `t` between layers (see
-    /// `TrainConfig::dtype`; f32, the default: no rounding).
-    pub fn set_storage(&mut self, t: crate::precision::Dtype) {
-        self.scratch.round = t;
-    }
-
-    /// Rows (tokens) in the shard.
-    pub fn rows(&self) -> usize {
-        self.batch * self.t
-    }
-
-    /// Softmax probabilities of the last forward, `[rows, vocab]`.
-    pub fn probs(&self) -> &[f32] {
-        &self.probs
-    }
-
-    /// The cache of the norm at `site` from the last forward (None for
-    /// QK-Norm, whose caches live in attention).
-    pub fn norm_cache(&self, site: &NormSite) -> Option<&NormCache> {
-        match (site.role, site.block, site.sub) {
-            (NormRole::Final, _, _) => self.fin_c.as_ref(),
-            (role, Some(b), Some(j)) => self.blocks[b].sublayer(j).norm_cache(role),
-            _ => None,
-        }
-    }
-
-    /// Turn on/off the norms' diagnostics (point-wise kinds' saturated
-    /// share, see [`NormCache::diagnose`]) for the next forwards.
-    pub fn diagnose_norms(&mut self, on: bool) {
-        for b in &mut self.blocks {
-            for s in b.sublayers_mut() {
-                for c in s.norm_caches_mut() {
-                    c.diagnose = on;
-                }
-            }
-        }
-        if let Some(c) = &mut self.fin_c {
-            c.diagnose = on;
-        }
-    }
-
-    /// Turn on/off the identity/branch gradient split in every sublayer.
-    pub fn track_paths(&mut self, on: bool) {
-        for b in &mut self.blocks {
-            for s in b.sublayers_mut() {
-                s.track_paths = on;
-            }
-        }
     }
 }

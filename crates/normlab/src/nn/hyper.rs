@@ -16,7 +16,9 @@
 //! from each stream's normalised row: `alpha += s_a tanh(norm(X_k) W_a)`
 //! (row k), `beta_k += s_b tanh(norm(X_k) w_b)`, with W_a, w_b initialised
 //! to 0 and s_a = s_b = 0.01, as the paper's code. The norm is the model's
-//! norm kind, with its own parameters.
+//! norm kind, with its own parameters. mHC (`nn/mhc.rs`) computes alpha
+//! and beta another way ([`Coefficients::Manifold`]); the read, the write
+//! and their backward here are the same.
 //!
 //! Backward is explicit: given dL/dX' (`dy`) the write gives the branch's
 //! gradient `do = sum_j beta[j] dy_j`, the identity path's
@@ -26,6 +28,7 @@
 //! Parameter gradients are summed in row order (f64), so they do not
 //! depend on the thread count.
 
+use super::mhc::{add_f64, Manifold, ManifoldCache};
 use super::norm::{buf, Norm, NormCache};
 use crate::kernels::buf::AlignedBuf;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
@@ -46,6 +49,23 @@ pub struct HyperDynamic {
     pub beta_scale: ParamRef,
 }
 
+/// Where a hyper-connection's read, write and mixing weights come from.
+#[derive(Clone, Debug)]
+pub enum Coefficients {
+    /// Hyper-connections': learned constants (alpha `[n, n+1]`, beta
+    /// `[n]`), plus the dynamic form's input-dependent terms.
+    Learned {
+        /// The static alpha, `[n, n+1]`.
+        static_alpha: ParamRef,
+        /// The static beta, `[n]`.
+        static_beta: ParamRef,
+        /// The dynamic terms, if any.
+        dynamic: Option<HyperDynamic>,
+    },
+    /// mHC's per-token maps (`nn/mhc.rs`).
+    Manifold(Manifold),
+}
+
 /// One sublayer's hyper-connection.
 #[derive(Clone, Debug)]
 pub struct Hyper {
@@ -53,12 +73,8 @@ pub struct Hyper {
     pub n: usize,
     /// Width d of each stream.
     pub d: usize,
-    /// The static alpha, `[n, n+1]`.
-    pub static_alpha: ParamRef,
-    /// The static beta, `[n]`.
-    pub static_beta: ParamRef,
-    /// The dynamic terms, if any.
-    pub dynamic: Option<HyperDynamic>,
+    /// Its weights' source.
+    pub coef: Coefficients,
 }
 
 /// What a hyper-connection keeps between forward and backward.
@@ -82,6 +98,8 @@ pub struct HyperCache {
     tb: AlignedBuf,
     dxn: AlignedBuf,
     dxt: AlignedBuf,
+    /// mHC: the maps' buffers.
+    mhc: Option<ManifoldCache>,
 }
 
 impl HyperCache {
@@ -169,16 +187,45 @@ impl Hyper {
         Hyper {
             n,
             d,
-            static_alpha,
-            static_beta,
-            dynamic,
+            coef: Coefficients::Learned {
+                static_alpha,
+                static_beta,
+                dynamic,
+            },
+        }
+    }
+
+    /// mHC's connection of a sublayer, registered under `name` (`fn`,
+    /// `base`, `scale`): `iters` Sinkhorn iterations, W drawn with `std`.
+    pub fn manifold(
+        layout: &mut ParamLayout,
+        name: &str,
+        n: usize,
+        d: usize,
+        iters: usize,
+        std: f32,
+        block: Option<usize>,
+    ) -> Hyper {
+        let m = Manifold::new(layout, name, n, d, iters, std, block);
+        Hyper {
+            n,
+            d,
+            coef: Coefficients::Manifold(m),
+        }
+    }
+
+    /// The dynamic form's terms, if any.
+    pub fn dynamic(&self) -> Option<&HyperDynamic> {
+        match &self.coef {
+            Coefficients::Learned { dynamic, .. } => dynamic.as_ref(),
+            Coefficients::Manifold(_) => None,
         }
     }
 
     /// Buffers for `rows` tokens.
     pub fn cache(&self, rows: usize) -> HyperCache {
         let (n, d) = (self.n, self.d);
-        let dy = self.dynamic.is_some();
+        let dy = self.dynamic().is_some();
         let sized = |len: usize| buf(if dy { len } else { 0 });
         HyperCache {
             alpha: buf(rows * n * (n + 1)),
@@ -188,11 +235,15 @@ impl Hyper {
             dalpha: buf(rows * n * (n + 1)),
             dbeta: buf(rows * n),
             xn: sized(rows * n * d),
-            norm_c: self.dynamic.as_ref().map(|h| h.norm.cache(rows * n)),
+            norm_c: self.dynamic().map(|h| h.norm.cache(rows * n)),
             ta: sized(rows * n * (n + 1)),
             tb: sized(rows * n),
             dxn: sized(rows * n * d),
             dxt: sized(rows * n * d),
+            mhc: match &self.coef {
+                Coefficients::Manifold(m) => Some(m.cache(rows)),
+                Coefficients::Learned { .. } => None,
+            },
         }
     }
 
@@ -201,8 +252,19 @@ impl Hyper {
     fn coefficients(&self, params: &[f32], x: &[f32], c: &mut HyperCache) {
         let (n, d) = (self.n, self.d);
         let m = n + 1;
-        let sa = self.static_alpha.get(params);
-        let sb = self.static_beta.get(params);
+        let (static_alpha, static_beta, dynamic) = match &self.coef {
+            Coefficients::Learned {
+                static_alpha,
+                static_beta,
+                dynamic,
+            } => (static_alpha, static_beta, dynamic),
+            Coefficients::Manifold(mh) => {
+                let mc = c.mhc.as_mut().expect("mHC cache");
+                return mh.coefficients(params, x, &mut c.alpha, &mut c.beta, mc);
+            }
+        };
+        let sa = static_alpha.get(params);
+        let sb = static_beta.get(params);
         for (a, b) in c
             .alpha
             .chunks_exact_mut(n * m)
@@ -211,7 +273,7 @@ impl Hyper {
             a.copy_from_slice(sa);
             b.copy_from_slice(sb);
         }
-        let Some(h) = &self.dynamic else { return };
+        let Some(h) = dynamic else { return };
         h.norm
             .forward(params, x, &mut c.xn, c.norm_c.as_mut().unwrap());
         let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
@@ -345,21 +407,29 @@ impl Hyper {
                 c.dalpha[row * n * m + k * m] = dot(xk, gr);
             }
         }
+        let (static_alpha, static_beta, dynamic) = match &self.coef {
+            Coefficients::Learned {
+                static_alpha,
+                static_beta,
+                dynamic,
+            } => (static_alpha, static_beta, dynamic),
+            Coefficients::Manifold(mh) => {
+                let mc = c.mhc.as_mut().expect("mHC cache");
+                mh.backward(params, grads, &c.dalpha, &c.dbeta, dx, mc);
+                r.round_in_place(dx);
+                return;
+            }
+        };
         let mut ga = vec![0f64; n * m];
         let mut gb = vec![0f64; n];
         for (da, db) in c.dalpha.chunks_exact(n * m).zip(c.dbeta.chunks_exact(n)) {
             ga.iter_mut().zip(da).for_each(|(s, &v)| *s += f64::from(v));
             gb.iter_mut().zip(db).for_each(|(s, &v)| *s += f64::from(v));
         }
-        let add = |p: &ParamRef, grads: &mut [f32], v: &[f64]| {
-            p.get_mut(grads)
-                .iter_mut()
-                .zip(v)
-                .for_each(|(g, &v)| *g += v as f32);
-        };
-        add(&self.static_alpha, grads, &ga);
-        add(&self.static_beta, grads, &gb);
-        if let Some(h) = &self.dynamic {
+        let add = add_f64;
+        add(static_alpha, grads, &ga);
+        add(static_beta, grads, &gb);
+        if let Some(h) = dynamic {
             let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
             let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
             let (mut gsa, mut gsb) = (0f64, 0f64);

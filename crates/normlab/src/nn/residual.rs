@@ -13,7 +13,9 @@
 //!   streams per token, so the state is n x d ([`Residual::streams`] sizes
 //!   the stream buffers); the read is a learned mix of the n streams into
 //!   the d values the branch reads (kept in the sublayer's cache), the write
-//!   a learned mix of the streams plus `o` spread over them.
+//!   a learned mix of the streams plus `o` spread over them. mHC
+//!   (`nn/mhc.rs`) is this variant with per-token weights from a map of
+//!   the streams (Sinkhorn-projected mixing).
 //!
 //! A depth-attention residual (Attention Residuals) would be a variant
 //! whose cache keeps every earlier sublayer's output and whose read is a
@@ -160,7 +162,7 @@ impl Residual {
     /// The norm on each stream before the dynamic weights, if any.
     pub fn stream_norm(&self) -> Option<&Norm> {
         match self {
-            Residual::Hyper(h) => h.dynamic.as_ref().map(|x| &x.norm),
+            Residual::Hyper(h) => h.dynamic().map(|x| &x.norm),
             Residual::Single(_) => None,
         }
     }

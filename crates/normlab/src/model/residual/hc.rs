@@ -3,7 +3,7 @@
 //! learned read, write and mixing weights (static, or with the dynamic
 //! form's input-dependent terms). The arithmetic is `nn/hyper.rs`.
 
-use super::{ResidualOption, SublayerPlan};
+use super::{ResidualOption, StreamsPlan, SublayerPlan};
 use crate::model::ModelConfig;
 use crate::nn::Placement;
 
@@ -24,37 +24,47 @@ pub const HC: ResidualOption = ResidualOption {
             }
             return Ok(());
         };
-        if !(2..=MAX_STREAMS).contains(&n) {
-            return Err(format!(
-                "--hc takes 2 to {MAX_STREAMS} streams (got {n}; 1 stream is the plain residual)"
-            ));
-        }
-        if c.placement.has_post_norm() || c.placement == Placement::MixLn {
-            return Err(format!(
-                "--hc mixes the streams where placement {} normalises the one stream after the add; use pre, sandwich, peri, olmo2 or none",
-                c.placement
-            ));
-        }
-        if !c.residual {
-            return Err(
-                "--hc is a residual design; it cannot be combined with --no-residual".into(),
-            );
-        }
-        if c.branch_scale != 1.0 {
-            return Err(
-                "--hc learns each branch's write weights; --branch-scale must stay 1".into(),
-            );
-        }
-        Ok(())
+        check_streams("--hc", n, c)
     },
-    apply: |c, p: &mut SublayerPlan| p.hyper = c.hc.map(|n| (n, c.hc_dynamic)),
+    apply: |c, p: &mut SublayerPlan| {
+        p.hyper = c.hc.map(|n| StreamsPlan::Hc {
+            n,
+            dynamic: c.hc_dynamic,
+        })
+    },
     sim: None,
     convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
 };
 
+/// What n parallel streams (`flag` N) cannot be combined with.
+pub(super) fn check_streams(flag: &str, n: usize, c: &ModelConfig) -> Result<(), String> {
+    if !(2..=MAX_STREAMS).contains(&n) {
+        return Err(format!(
+            "{flag} takes 2 to {MAX_STREAMS} streams (got {n}; 1 stream is the plain residual)"
+        ));
+    }
+    if c.placement.has_post_norm() || c.placement == Placement::MixLn {
+        return Err(format!(
+            "{flag} mixes the streams where placement {} normalises the one stream after the add; use pre, sandwich, peri, olmo2 or none",
+            c.placement
+        ));
+    }
+    if !c.residual {
+        return Err(format!(
+            "{flag} is a residual design; it cannot be combined with --no-residual"
+        ));
+    }
+    if c.branch_scale != 1.0 {
+        return Err(format!(
+            "{flag} learns each branch's write weights; --branch-scale must stay 1"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::plan;
+    use super::super::{plan, StreamsPlan};
     use crate::model::ModelConfig;
     use crate::nn::Placement;
 
@@ -63,7 +73,13 @@ mod tests {
         let mut c = ModelConfig::toy(3);
         c.hc = Some(4);
         c.hc_dynamic = true;
-        assert_eq!(plan(&c, 2, 1).hyper, Some((4, true)));
+        assert_eq!(
+            plan(&c, 2, 1).hyper,
+            Some(StreamsPlan::Hc {
+                n: 4,
+                dynamic: true
+            })
+        );
         assert!(c.validate().is_ok());
         c.placement = Placement::Post;
         assert!(c

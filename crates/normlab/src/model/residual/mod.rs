@@ -19,12 +19,14 @@
 mod hc;
 mod layerscale;
 mod lns;
+mod mhc;
 mod mixln;
 mod rezero;
 
 pub use hc::HC;
 pub use layerscale::LAYERSCALE;
 pub use lns::LNS;
+pub use mhc::MHC;
 pub use mixln::MIXLN;
 pub use rezero::REZERO;
 
@@ -45,9 +47,27 @@ pub struct SublayerPlan {
     /// A learnable gate on the branch: its kind, initial value and the
     /// tensor name's last part.
     pub gate: Option<(GateKind, f32, &'static str)>,
-    /// Hyper-connections instead of the single stream: the number of
-    /// streams and whether the dynamic form.
-    pub hyper: Option<(usize, bool)>,
+    /// n parallel streams instead of the single stream.
+    pub hyper: Option<StreamsPlan>,
+}
+
+/// A sublayer's connection to n parallel streams.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StreamsPlan {
+    /// Hyper-connections: n streams, and whether the dynamic form.
+    Hc {
+        /// Streams.
+        n: usize,
+        /// The dynamic form.
+        dynamic: bool,
+    },
+    /// mHC: n streams, Sinkhorn iterations.
+    Mhc {
+        /// Streams.
+        n: usize,
+        /// Sinkhorn iterations.
+        iters: usize,
+    },
 }
 
 /// An option's effect at initialisation on sublayer `l` (0-based) of the
@@ -110,7 +130,7 @@ pub struct ResidualOption {
 }
 
 /// Every residual option, in the order they apply.
-pub const OPTIONS: &[&ResidualOption] = &[&REZERO, &LAYERSCALE, &LNS, &MIXLN, &HC];
+pub const OPTIONS: &[&ResidualOption] = &[&REZERO, &LAYERSCALE, &LNS, &MIXLN, &HC, &MHC];
 
 /// The option named `name`.
 pub fn option(name: &str) -> Option<&'static ResidualOption> {

@@ -1,0 +1,484 @@
+//! mHC, manifold-constrained hyper-connections (DeepSeek, arXiv
+//! 2512.24880), in the form Hugging Face transformers 5.x implements for
+//! DeepSeek V4 (`DeepseekV4HyperConnection`, `DeepseekV4HyperHead`): the
+//! read, write and mixing weights of a hyper-connection (`nn/hyper.rs`
+//! applies them) computed per token by one linear map of the flattened n x
+//! d streams after an unweighted RMSNorm, with a static bias and one scale
+//! per map. Per token, with u = RMS(X flattened) and z = u W^T
+//! (W `[(2+n)n, n d]`):
+//!
+//! ```text
+//! pre  = sigmoid(z_pre  s0 + b_pre) + eps          (the read, n)
+//! post = 2 sigmoid(z_post s1 + b_post)             (the write, in (0, 2))
+//! comb = Sinkhorn(softmax_rows(z_comb s2 + b_comb) + eps)   (n x n)
+//! ```
+//!
+//! Sinkhorn: a column normalisation, then t - 1 alternating row and column
+//! normalisations (t = 20), each `c / (sum + eps)`. The update is
+//! `X'_j = post_j o + sum_k comb[k, j] X_k` (transformers' comb^T X), so
+//! comb is the hyper-connection's mixing block and pre its read column.
+//! Initialisation as transformers': W ~ N(0, std), bias 0, scales 1, so
+//! pre starts near 1/2, post near 1 and comb near uniform 1/n (not the
+//! identity). The head ([`HyperHead`]) collapses the streams by the same
+//! kind of map (sigmoid + eps weights) before the final norm.
+//!
+//! Backward is explicit and runs through the unrolled Sinkhorn iterations,
+//! recomputed per token from the stored softmax (n x n per step, no
+//! storage across the batch). Parameter gradients of the biases and
+//! scales are summed in row order (f64); the projections' go through the
+//! same GEMM as every linear layer.
+
+use super::norm::buf;
+use crate::kernels::buf::AlignedBuf;
+use crate::kernels::matmul;
+use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
+
+/// transformers' `hc_eps`.
+pub const HC_EPS: f32 = 1e-6;
+/// The unweighted RMSNorm's eps (transformers' `rms_norm_eps` for V4).
+pub const RMS_EPS: f32 = 1e-6;
+/// Sinkhorn iterations by default (transformers' `hc_sinkhorn_iters`).
+pub const SINKHORN_ITERS: usize = 20;
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Each row of `x` (width `w`) divided by its RMS into `u`; `rinv` gets
+/// each row's 1 / sqrt(mean(x^2) + eps).
+fn rms_rows(x: &[f32], w: usize, u: &mut [f32], rinv: &mut [f32]) {
+    for ((xr, ur), ri) in x.chunks_exact(w).zip(u.chunks_exact_mut(w)).zip(rinv) {
+        let ms = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / w as f64;
+        let r = (1.0 / (ms + f64::from(RMS_EPS)).sqrt()) as f32;
+        *ri = r;
+        ur.iter_mut().zip(xr).for_each(|(u, &x)| *u = x * r);
+    }
+}
+
+/// The backward of [`rms_rows`]: adds `rinv (du - u mean(du u))` to `dx`.
+fn rms_rows_backward(u: &[f32], rinv: &[f32], du: &[f32], w: usize, dx: &mut [f32]) {
+    let rows = u.chunks_exact(w).zip(du.chunks_exact(w));
+    for (((ur, dur), dxr), &r) in rows.zip(dx.chunks_exact_mut(w)).zip(rinv) {
+        let dot: f64 = ur
+            .iter()
+            .zip(dur)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        let m = (dot / w as f64) as f32;
+        for (dx, (&u, &du)) in dxr.iter_mut().zip(ur.iter().zip(dur)) {
+            *dx += r * (du - u * m);
+        }
+    }
+}
+
+/// One Sinkhorn step on the n x n matrix `c`: rows (`cols == false`) or
+/// columns divided by their sum + eps.
+fn normalise(c: &mut [f32], n: usize, cols: bool) {
+    for a in 0..n {
+        let at = |b: usize| if cols { b * n + a } else { a * n + b };
+        let s: f32 = (0..n).map(|b| c[at(b)]).sum();
+        let inv = 1.0 / (s + HC_EPS);
+        (0..n).for_each(|b| c[at(b)] *= inv);
+    }
+}
+
+/// Step `i` of the Sinkhorn sequence normalises columns when even.
+fn step_is_cols(i: usize) -> bool {
+    i.is_multiple_of(2)
+}
+
+/// The Sinkhorn projection of `c` in place (2 iters - 1 steps); with
+/// `trace`, each step's input and the result, in order.
+fn sinkhorn(c: &mut [f32], n: usize, iters: usize, mut trace: Option<&mut Vec<f32>>) {
+    let steps = 2 * iters - 1;
+    if let Some(t) = trace.as_deref_mut() {
+        t.clear();
+    }
+    for i in 0..steps {
+        if let Some(t) = trace.as_deref_mut() {
+            t.extend_from_slice(c);
+        }
+        normalise(c, n, step_is_cols(i));
+    }
+    if let Some(t) = trace {
+        t.extend_from_slice(c);
+    }
+}
+
+/// The Sinkhorn projection's backward: `dc` holds dL/d(output) and gets
+/// dL/d(input); `trace` is [`sinkhorn`]'s.
+fn sinkhorn_backward(dc: &mut [f32], n: usize, iters: usize, trace: &[f32]) {
+    let nn = n * n;
+    for i in (0..2 * iters - 1).rev() {
+        let (s, y) = (
+            &trace[i * nn..(i + 1) * nn],
+            &trace[(i + 1) * nn..(i + 2) * nn],
+        );
+        let cols = step_is_cols(i);
+        for a in 0..n {
+            let at = |b: usize| if cols { b * n + a } else { a * n + b };
+            let sum: f32 = (0..n).map(|b| s[at(b)]).sum();
+            let dot: f32 = (0..n).map(|b| dc[at(b)] * y[at(b)]).sum();
+            let inv = 1.0 / (sum + HC_EPS);
+            (0..n).for_each(|b| dc[at(b)] = (dc[at(b)] - dot) * inv);
+        }
+    }
+}
+
+/// Each row of the n x n logits `w` (`z s + b`) through a softmax, into `p`.
+fn softmax_rows(z: &[f32], b: &[f32], s: f32, n: usize, p: &mut [f32]) {
+    for ((zr, br), pr) in z
+        .chunks_exact(n)
+        .zip(b.chunks_exact(n))
+        .zip(p.chunks_exact_mut(n))
+    {
+        for ((p, &z), &b) in pr.iter_mut().zip(zr).zip(br) {
+            *p = z * s + b;
+        }
+        let m = pr.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        pr.iter_mut().for_each(|v| *v = (*v - m).exp());
+        let inv = 1.0 / pr.iter().sum::<f32>();
+        pr.iter_mut().for_each(|v| *v *= inv);
+    }
+}
+
+/// One sublayer's mHC coefficient maps.
+#[derive(Clone, Debug)]
+pub struct Manifold {
+    /// Streams n.
+    pub n: usize,
+    /// Width d of each stream.
+    pub d: usize,
+    /// Sinkhorn iterations t.
+    pub iters: usize,
+    /// W (transformers' `fn`), `[(2+n)n, n d]`.
+    pub proj: ParamRef,
+    /// The static bias (`base`), `[(2+n)n]`.
+    pub base: ParamRef,
+    /// One scale per map (pre, post, comb), `[3]`.
+    pub scale: ParamRef,
+}
+
+/// What the coefficient maps keep between forward and backward.
+#[derive(Clone, Debug)]
+pub struct ManifoldCache {
+    u: AlignedBuf,
+    rinv: AlignedBuf,
+    z: AlignedBuf,
+    dz: AlignedBuf,
+    du: AlignedBuf,
+}
+
+impl Manifold {
+    /// Register under `name` (`fn`, `base`, `scale`), W drawn with `std`.
+    pub fn new(
+        layout: &mut ParamLayout,
+        name: &str,
+        n: usize,
+        d: usize,
+        iters: usize,
+        std: f32,
+        block: Option<usize>,
+    ) -> Manifold {
+        let m = (2 + n) * n;
+        let mut add = |part: &str, shape: &[usize], kind, init| {
+            layout.add(format!("{name}.{part}"), shape, kind, block, init)
+        };
+        Manifold {
+            n,
+            d,
+            iters: iters.max(1),
+            proj: add("fn", &[m, n * d], ParamKind::Weight, Init::Normal(std)),
+            base: add("base", &[m], ParamKind::Gate, Init::Const(0.0)),
+            scale: add("scale", &[3], ParamKind::Gate, Init::Const(1.0)),
+        }
+    }
+
+    fn width(&self) -> usize {
+        (2 + self.n) * self.n
+    }
+
+    /// Buffers for `rows` tokens.
+    pub fn cache(&self, rows: usize) -> ManifoldCache {
+        let (nd, m) = (self.n * self.d, self.width());
+        ManifoldCache {
+            u: buf(rows * nd),
+            rinv: buf(rows),
+            z: buf(rows * m),
+            dz: buf(rows * m),
+            du: buf(rows * nd),
+        }
+    }
+
+    /// Each row's alpha (`[n, n+1]`: column 0 pre, the rest comb) and beta
+    /// (post) from the streams `x` (rows x n x d).
+    pub fn coefficients(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        alpha: &mut [f32],
+        beta: &mut [f32],
+        c: &mut ManifoldCache,
+    ) {
+        let (n, nd, m) = (self.n, self.n * self.d, self.width());
+        let rows = c.rinv.len();
+        rms_rows(x, nd, &mut c.u, &mut c.rinv);
+        matmul::linear_forward(&c.u, self.proj.get(params), None, rows, nd, m, &mut c.z);
+        let (b, s) = (self.base.get(params), self.scale.get(params));
+        let mut comb = vec![0f32; n * n];
+        let rows = c.z.chunks_exact(m).zip(alpha.chunks_exact_mut(n * (n + 1)));
+        for ((z, a), be) in rows.zip(beta.chunks_exact_mut(n)) {
+            for k in 0..n {
+                a[k * (n + 1)] = sigmoid(z[k] * s[0] + b[k]) + HC_EPS;
+                be[k] = 2.0 * sigmoid(z[n + k] * s[1] + b[n + k]);
+            }
+            softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, &mut comb);
+            comb.iter_mut().for_each(|v| *v += HC_EPS);
+            sinkhorn(&mut comb, n, self.iters, None);
+            for (k, ck) in comb.chunks_exact(n).enumerate() {
+                a[k * (n + 1) + 1..(k + 1) * (n + 1)].copy_from_slice(ck);
+            }
+        }
+    }
+
+    /// The maps' backward: from dL/d alpha and dL/d beta of each row, the
+    /// parameters' gradients (accumulated) and the streams' (added to `dx`).
+    pub fn backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        dalpha: &[f32],
+        dbeta: &[f32],
+        dx: &mut [f32],
+        c: &mut ManifoldCache,
+    ) {
+        let (n, nd, m) = (self.n, self.n * self.d, self.width());
+        let rows = c.rinv.len();
+        let (b, s) = (self.base.get(params), self.scale.get(params));
+        let mut gs = [0f64; 3];
+        let mut gb = vec![0f64; m];
+        let (mut p, mut dc, mut trace) = (vec![0f32; n * n], vec![0f32; n * n], Vec::new());
+        for r in 0..rows {
+            let z = &c.z[r * m..(r + 1) * m];
+            let da = &dalpha[r * n * (n + 1)..(r + 1) * n * (n + 1)];
+            let db = &dbeta[r * n..(r + 1) * n];
+            let dz = &mut c.dz[r * m..(r + 1) * m];
+            let mut map = |i: usize, dv: f32, g: usize, dz: &mut [f32]| {
+                dz[i] = dv * s[g];
+                gs[g] += f64::from(dv * z[i]);
+                gb[i] += f64::from(dv);
+            };
+            for k in 0..n {
+                let sg = sigmoid(z[k] * s[0] + b[k]);
+                map(k, da[k * (n + 1)] * sg * (1.0 - sg), 0, dz);
+                let sg = sigmoid(z[n + k] * s[1] + b[n + k]);
+                map(n + k, db[k] * 2.0 * sg * (1.0 - sg), 1, dz);
+            }
+            softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, &mut p);
+            let mut c0 = p.clone();
+            c0.iter_mut().for_each(|v| *v += HC_EPS);
+            sinkhorn(&mut c0, n, self.iters, Some(&mut trace));
+            for k in 0..n {
+                dc[k * n..(k + 1) * n].copy_from_slice(&da[k * (n + 1) + 1..(k + 1) * (n + 1)]);
+            }
+            sinkhorn_backward(&mut dc, n, self.iters, &trace);
+            for (i, (pr, dr)) in p.chunks_exact(n).zip(dc.chunks_exact(n)).enumerate() {
+                let dot: f32 = pr.iter().zip(dr).map(|(a, b)| a * b).sum();
+                for j in 0..n {
+                    map(2 * n + i * n + j, pr[j] * (dr[j] - dot), 2, dz);
+                }
+            }
+        }
+        let proj = self.proj.get(params);
+        matmul::linear_backward(
+            &c.u,
+            proj,
+            &c.dz,
+            rows,
+            nd,
+            m,
+            self.proj.get_mut(grads),
+            None,
+            Some(&mut c.du),
+            false,
+        );
+        rms_rows_backward(&c.u, &c.rinv, &c.du, nd, dx);
+        add_f64(&self.scale, grads, &gs);
+        add_f64(&self.base, grads, &gb);
+    }
+}
+
+/// Adds f64 sums to a parameter's gradient.
+pub(crate) fn add_f64(p: &ParamRef, grads: &mut [f32], v: &[f64]) {
+    p.get_mut(grads)
+        .iter_mut()
+        .zip(v)
+        .for_each(|(g, &v)| *g += v as f32);
+}
+
+/// mHC's head: the streams collapsed by `sum_k pre_k X_k` with
+/// `pre = sigmoid(z s + b) + eps`, z = RMS(X flattened) W^T (W `[n, n d]`),
+/// before the final norm (transformers' `DeepseekV4HyperHead`).
+#[derive(Clone, Debug)]
+pub struct HyperHead {
+    /// Streams n.
+    pub n: usize,
+    /// Width d.
+    pub d: usize,
+    /// W (`hc_fn`), `[n, n d]`.
+    pub proj: ParamRef,
+    /// Bias (`hc_base`), `[n]`.
+    pub base: ParamRef,
+    /// Scale (`hc_scale`), `[1]`.
+    pub scale: ParamRef,
+}
+
+/// How the n streams become the d values the final norm reads.
+#[derive(Clone, Debug)]
+pub enum StreamHead {
+    /// Their sum (hyper-connections).
+    Sum {
+        /// Streams n.
+        n: usize,
+        /// Width d.
+        d: usize,
+    },
+    /// mHC's learned collapse.
+    Learned(HyperHead),
+}
+
+/// What the head keeps between forward and backward.
+#[derive(Clone, Debug)]
+pub struct HeadCache {
+    out: AlignedBuf,
+    u: AlignedBuf,
+    rinv: AlignedBuf,
+    z: AlignedBuf,
+    dz: AlignedBuf,
+    du: AlignedBuf,
+}
+
+impl HeadCache {
+    /// The collapse of the last forward (what the final norm read).
+    pub fn output(&self) -> &[f32] {
+        &self.out
+    }
+}
+
+impl StreamHead {
+    /// mHC's learned head, registered under `name`.
+    pub fn learned(
+        layout: &mut ParamLayout,
+        name: &str,
+        n: usize,
+        d: usize,
+        std: f32,
+    ) -> StreamHead {
+        let mut add = |part: &str, shape: &[usize], kind, init| {
+            layout.add(format!("{name}.{part}"), shape, kind, None, init)
+        };
+        StreamHead::Learned(HyperHead {
+            n,
+            d,
+            proj: add("fn", &[n, n * d], ParamKind::Weight, Init::Normal(std)),
+            base: add("base", &[n], ParamKind::Gate, Init::Const(0.0)),
+            scale: add("scale", &[1], ParamKind::Gate, Init::Const(1.0)),
+        })
+    }
+
+    /// Buffers for `rows` tokens.
+    pub fn cache(&self, rows: usize) -> HeadCache {
+        let (n, d, learned) = match self {
+            StreamHead::Sum { n, d } => (*n, *d, false),
+            StreamHead::Learned(h) => (h.n, h.d, true),
+        };
+        let sized = |len: usize| buf(if learned { len } else { 0 });
+        HeadCache {
+            out: buf(rows * d),
+            u: sized(rows * n * d),
+            rinv: sized(rows),
+            z: sized(rows * n),
+            dz: sized(rows * n),
+            du: sized(rows * n * d),
+        }
+    }
+
+    /// The streams `x` (rows x n x d) collapsed into the cache; returns it.
+    pub fn forward<'a>(&self, params: &[f32], x: &[f32], c: &'a mut HeadCache) -> &'a mut [f32] {
+        let h = match self {
+            StreamHead::Sum { n, d } => {
+                super::hyper::collapse(x, *n, *d, &mut c.out);
+                return &mut c.out;
+            }
+            StreamHead::Learned(h) => h,
+        };
+        let (n, d) = (h.n, h.d);
+        let rows = c.rinv.len();
+        rms_rows(x, n * d, &mut c.u, &mut c.rinv);
+        matmul::linear_forward(&c.u, h.proj.get(params), None, rows, n * d, n, &mut c.z);
+        let (b, s) = (h.base.get(params), h.scale.get(params)[0]);
+        for ((xr, z), yr) in x
+            .chunks_exact(n * d)
+            .zip(c.z.chunks_exact(n))
+            .zip(c.out.chunks_exact_mut(d))
+        {
+            yr.fill(0.0);
+            for (k, xk) in xr.chunks_exact(d).enumerate() {
+                let pre = sigmoid(z[k] * s + b[k]) + HC_EPS;
+                yr.iter_mut().zip(xk).for_each(|(y, &x)| *y += pre * x);
+            }
+        }
+        &mut c.out
+    }
+
+    /// Backward: from dL/d(collapse) `dout` (rows x d), dL/dx into `dx`
+    /// (rows x n x d, written), the parameters' gradients accumulated.
+    pub fn backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        x: &[f32],
+        dout: &[f32],
+        dx: &mut [f32],
+        c: &mut HeadCache,
+    ) {
+        let h = match self {
+            StreamHead::Sum { n, d } => return super::hyper::expand(dout, *n, *d, dx),
+            StreamHead::Learned(h) => h,
+        };
+        let (n, d) = (h.n, h.d);
+        let rows = c.rinv.len();
+        let (b, s) = (h.base.get(params), h.scale.get(params)[0]);
+        let (mut gs, mut gb) = (0f64, vec![0f64; n]);
+        for r in 0..rows {
+            let (xr, g) = (&x[r * n * d..(r + 1) * n * d], &dout[r * d..(r + 1) * d]);
+            let z = &c.z[r * n..(r + 1) * n];
+            let dxr = &mut dx[r * n * d..(r + 1) * n * d];
+            for (k, (xk, dxk)) in xr.chunks_exact(d).zip(dxr.chunks_exact_mut(d)).enumerate() {
+                let sg = sigmoid(z[k] * s + b[k]);
+                let pre = sg + HC_EPS;
+                dxk.iter_mut().zip(g).for_each(|(dx, &g)| *dx = pre * g);
+                let dpre: f32 = xk.iter().zip(g).map(|(a, b)| a * b).sum();
+                let dv = dpre * sg * (1.0 - sg);
+                c.dz[r * n + k] = dv * s;
+                gs += f64::from(dv * z[k]);
+                gb[k] += f64::from(dv);
+            }
+        }
+        matmul::linear_backward(
+            &c.u,
+            h.proj.get(params),
+            &c.dz,
+            rows,
+            n * d,
+            n,
+            h.proj.get_mut(grads),
+            None,
+            Some(&mut c.du),
+            false,
+        );
+        rms_rows_backward(&c.u, &c.rinv, &c.du, n * d, dx);
+        add_f64(&h.scale, grads, &[gs]);
+        add_f64(&h.base, grads, &gb);
+    }
+}
