@@ -25,12 +25,15 @@
 //! `dX_k = sum_j alpha[k,1+j] dy_j` and the coefficients' gradients; the
 //! read adds `alpha[k,0] g` (g: what the branch sends back) and, for the
 //! dynamic form, the coefficients' paths through tanh, W and the norm.
-//! Parameter gradients are summed in row order (f64), so they do not
-//! depend on the thread count.
+//! The static parameters' gradients are summed in row order (f64), the
+//! dynamic projections' through the GEMM every linear layer uses (one
+//! product over all (token, stream) rows), so none depends on the thread
+//! count.
 
 use super::mhc::{add_f64, Manifold, ManifoldCache};
 use super::norm::{buf, Norm, NormCache};
 use crate::kernels::buf::AlignedBuf;
+use crate::kernels::matmul;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
 use crate::precision::Dtype;
 
@@ -130,8 +133,21 @@ impl HyperCache {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// `sum(a * b)` over 8 lanes (so that it vectorises), tree-summed.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            s[i] += x[i] * y[i];
+        }
+    }
+    let mut t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        t += x * y;
+    }
+    t
 }
 
 fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
@@ -278,16 +294,17 @@ impl Hyper {
             .forward(params, x, &mut c.xn, c.norm_c.as_mut().unwrap());
         let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
         let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
-        for (r, xn) in c.xn.chunks_exact(d).enumerate() {
-            // r runs over (token, stream) rows.
-            for i in 0..m {
-                let t = dot(xn, &wa[i * d..(i + 1) * d]).tanh();
-                c.ta[r * m + i] = t;
-                c.alpha[r * m + i] += s_a * t;
-            }
-            let t = dot(xn, wb).tanh();
-            c.tb[r] = t;
-            c.beta[r] += s_b * t;
+        // r runs over (token, stream) rows: one GEMM per projection.
+        let rn = c.tb.len();
+        matmul::linear_forward(&c.xn, wa, None, rn, d, m, &mut c.ta);
+        matmul::linear_forward(&c.xn, wb, None, rn, d, 1, &mut c.tb);
+        for (ta, a) in c.ta.iter_mut().zip(c.alpha.iter_mut()) {
+            *ta = ta.tanh();
+            *a += s_a * *ta;
+        }
+        for (tb, b) in c.tb.iter_mut().zip(c.beta.iter_mut()) {
+            *tb = tb.tanh();
+            *b += s_b * *tb;
         }
     }
 
@@ -430,39 +447,46 @@ impl Hyper {
         add(static_alpha, grads, &ga);
         add(static_beta, grads, &gb);
         if let Some(h) = dynamic {
-            let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
             let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
             let (mut gsa, mut gsb) = (0f64, 0f64);
-            let mut gwa = vec![0f64; m * d];
-            let mut gwb = vec![0f64; d];
-            for (rr, (xn, dxn)) in
-                c.xn.chunks_exact(d)
-                    .zip(c.dxn.chunks_exact_mut(d))
-                    .enumerate()
-            {
-                dxn.fill(0.0);
-                for i in 0..m {
-                    let (t, da) = (c.ta[rr * m + i], c.dalpha[rr * m + i]);
-                    gsa += f64::from(da * t);
-                    let dz = da * s_a * (1.0 - t * t);
-                    axpy(dxn, dz, &wa[i * d..(i + 1) * d]);
-                    gwa[i * d..(i + 1) * d]
-                        .iter_mut()
-                        .zip(xn)
-                        .for_each(|(s, &v)| *s += f64::from(dz * v));
-                }
-                let (t, db) = (c.tb[rr], c.dbeta[rr]);
-                gsb += f64::from(db * t);
-                let dz = db * s_b * (1.0 - t * t);
-                axpy(dxn, dz, wb);
-                gwb.iter_mut()
-                    .zip(xn)
-                    .for_each(|(s, &v)| *s += f64::from(dz * v));
+            // dL/d alpha and dL/d beta become, in place, the gradients of
+            // the projections' outputs (through tanh and the scales).
+            for (da, &t) in c.dalpha.iter_mut().zip(c.ta.iter()) {
+                gsa += f64::from(*da * t);
+                *da *= s_a * (1.0 - t * t);
+            }
+            for (db, &t) in c.dbeta.iter_mut().zip(c.tb.iter()) {
+                gsb += f64::from(*db * t);
+                *db *= s_b * (1.0 - t * t);
             }
             add(&h.alpha_scale, grads, &[gsa]);
             add(&h.beta_scale, grads, &[gsb]);
-            add(&h.alpha_fn, grads, &gwa);
-            add(&h.beta_fn, grads, &gwb);
+            let rn = c.tb.len();
+            let (wa, wb) = (&h.alpha_fn, &h.beta_fn);
+            matmul::linear_backward(
+                &c.xn,
+                wa.get(params),
+                &c.dalpha,
+                rn,
+                d,
+                m,
+                wa.get_mut(grads),
+                None,
+                Some(&mut c.dxn),
+                false,
+            );
+            matmul::linear_backward(
+                &c.xn,
+                wb.get(params),
+                &c.dbeta,
+                rn,
+                d,
+                1,
+                wb.get_mut(grads),
+                None,
+                Some(&mut c.dxn),
+                true,
+            );
             h.norm.backward(
                 params,
                 grads,

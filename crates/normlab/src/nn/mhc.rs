@@ -71,15 +71,19 @@ fn rms_rows_backward(u: &[f32], rinv: &[f32], du: &[f32], w: usize, dx: &mut [f3
     }
 }
 
-/// One Sinkhorn step on the n x n matrix `c`: rows (`cols == false`) or
-/// columns divided by their sum + eps.
-fn normalise(c: &mut [f32], n: usize, cols: bool) {
-    for a in 0..n {
-        let at = |b: usize| if cols { b * n + a } else { a * n + b };
-        let s: f32 = (0..n).map(|b| c[at(b)]).sum();
-        let inv = 1.0 / (s + HC_EPS);
-        (0..n).for_each(|b| c[at(b)] *= inv);
-    }
+/// Tokens whose n x n matrices go through Sinkhorn together: element e of
+/// the matrix of token t is `c[e][t]`, so every step is a vector operation
+/// across tokens (each token's arithmetic, and so its bits, as alone).
+const LANES: usize = 8;
+type Lane = [f32; LANES];
+
+fn lane_add(a: &mut Lane, b: &Lane) {
+    a.iter_mut().zip(b).for_each(|(a, &b)| *a += b);
+}
+
+/// 1 / (s + eps), lane by lane.
+fn lane_inv(s: &Lane) -> Lane {
+    s.map(|v| 1.0 / (v + HC_EPS))
 }
 
 /// Step `i` of the Sinkhorn sequence normalises columns when even.
@@ -87,14 +91,39 @@ fn step_is_cols(i: usize) -> bool {
     i.is_multiple_of(2)
 }
 
+/// Element (a, b) of the line `a` of a step: row a's b-th element, or
+/// (columns) column a's b-th.
+fn at(n: usize, cols: bool, a: usize, b: usize) -> usize {
+    if cols {
+        b * n + a
+    } else {
+        a * n + b
+    }
+}
+
+/// One Sinkhorn step on the n x n matrices `c`: each row (`cols ==
+/// false`) or column divided by its sum + eps, summed in order.
+fn normalise(c: &mut [Lane], n: usize, cols: bool) {
+    for a in 0..n {
+        let mut s = [0f32; LANES];
+        (0..n).for_each(|b| lane_add(&mut s, &c[at(n, cols, a, b)]));
+        let inv = lane_inv(&s);
+        for b in 0..n {
+            c[at(n, cols, a, b)]
+                .iter_mut()
+                .zip(&inv)
+                .for_each(|(v, &i)| *v *= i);
+        }
+    }
+}
+
 /// The Sinkhorn projection of `c` in place (2 iters - 1 steps); with
 /// `trace`, each step's input and the result, in order.
-fn sinkhorn(c: &mut [f32], n: usize, iters: usize, mut trace: Option<&mut Vec<f32>>) {
-    let steps = 2 * iters - 1;
+fn sinkhorn(c: &mut [Lane], n: usize, iters: usize, mut trace: Option<&mut Vec<Lane>>) {
     if let Some(t) = trace.as_deref_mut() {
         t.clear();
     }
-    for i in 0..steps {
+    for i in 0..2 * iters - 1 {
         if let Some(t) = trace.as_deref_mut() {
             t.extend_from_slice(c);
         }
@@ -106,8 +135,9 @@ fn sinkhorn(c: &mut [f32], n: usize, iters: usize, mut trace: Option<&mut Vec<f3
 }
 
 /// The Sinkhorn projection's backward: `dc` holds dL/d(output) and gets
-/// dL/d(input); `trace` is [`sinkhorn`]'s.
-fn sinkhorn_backward(dc: &mut [f32], n: usize, iters: usize, trace: &[f32]) {
+/// dL/d(input); `trace` is [`sinkhorn`]'s. A step `y = s / (S + eps)`
+/// (S: the row's or column's sum) sends back `(dy - sum(dy y)) / (S + eps)`.
+fn sinkhorn_backward(dc: &mut [Lane], n: usize, iters: usize, trace: &[Lane]) {
     let nn = n * n;
     for i in (0..2 * iters - 1).rev() {
         let (s, y) = (
@@ -116,11 +146,21 @@ fn sinkhorn_backward(dc: &mut [f32], n: usize, iters: usize, trace: &[f32]) {
         );
         let cols = step_is_cols(i);
         for a in 0..n {
-            let at = |b: usize| if cols { b * n + a } else { a * n + b };
-            let sum: f32 = (0..n).map(|b| s[at(b)]).sum();
-            let dot: f32 = (0..n).map(|b| dc[at(b)] * y[at(b)]).sum();
-            let inv = 1.0 / (sum + HC_EPS);
-            (0..n).for_each(|b| dc[at(b)] = (dc[at(b)] - dot) * inv);
+            let (mut sum, mut dot) = ([0f32; LANES], [0f32; LANES]);
+            for b in 0..n {
+                let e = at(n, cols, a, b);
+                lane_add(&mut sum, &s[e]);
+                for t in 0..LANES {
+                    dot[t] += dc[e][t] * y[e][t];
+                }
+            }
+            let inv = lane_inv(&sum);
+            for b in 0..n {
+                let e = at(n, cols, a, b);
+                for t in 0..LANES {
+                    dc[e][t] = (dc[e][t] - dot[t]) * inv[t];
+                }
+            }
         }
     }
 }
@@ -225,18 +265,27 @@ impl Manifold {
         rms_rows(x, nd, &mut c.u, &mut c.rinv);
         matmul::linear_forward(&c.u, self.proj.get(params), None, rows, nd, m, &mut c.z);
         let (b, s) = (self.base.get(params), self.scale.get(params));
-        let mut comb = vec![0f32; n * n];
-        let rows = c.z.chunks_exact(m).zip(alpha.chunks_exact_mut(n * (n + 1)));
-        for ((z, a), be) in rows.zip(beta.chunks_exact_mut(n)) {
-            for k in 0..n {
-                a[k * (n + 1)] = sigmoid(z[k] * s[0] + b[k]) + HC_EPS;
-                be[k] = 2.0 * sigmoid(z[n + k] * s[1] + b[n + k]);
+        let mut p = vec![0f32; n * n];
+        let mut comb = vec![[0f32; LANES]; n * n];
+        for r0 in (0..rows).step_by(LANES) {
+            let group = r0..(r0 + LANES).min(rows);
+            for (t, r) in group.clone().enumerate() {
+                let (z, a) = (&c.z[r * m..(r + 1) * m], &mut alpha[r * n * (n + 1)..]);
+                for k in 0..n {
+                    a[k * (n + 1)] = sigmoid(z[k] * s[0] + b[k]) + HC_EPS;
+                    beta[r * n + k] = 2.0 * sigmoid(z[n + k] * s[1] + b[n + k]);
+                }
+                softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, &mut p);
+                comb.iter_mut()
+                    .zip(&p)
+                    .for_each(|(c, &p)| c[t] = p + HC_EPS);
             }
-            softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, &mut comb);
-            comb.iter_mut().for_each(|v| *v += HC_EPS);
             sinkhorn(&mut comb, n, self.iters, None);
-            for (k, ck) in comb.chunks_exact(n).enumerate() {
-                a[k * (n + 1) + 1..(k + 1) * (n + 1)].copy_from_slice(ck);
+            for (t, r) in group.enumerate() {
+                let a = &mut alpha[r * n * (n + 1)..(r + 1) * n * (n + 1)];
+                for (e, ce) in comb.iter().enumerate() {
+                    a[(e / n) * (n + 1) + 1 + e % n] = ce[t];
+                }
             }
         }
     }
@@ -257,35 +306,50 @@ impl Manifold {
         let (b, s) = (self.base.get(params), self.scale.get(params));
         let mut gs = [0f64; 3];
         let mut gb = vec![0f64; m];
-        let (mut p, mut dc, mut trace) = (vec![0f32; n * n], vec![0f32; n * n], Vec::new());
-        for r in 0..rows {
-            let z = &c.z[r * m..(r + 1) * m];
-            let da = &dalpha[r * n * (n + 1)..(r + 1) * n * (n + 1)];
-            let db = &dbeta[r * n..(r + 1) * n];
-            let dz = &mut c.dz[r * m..(r + 1) * m];
-            let mut map = |i: usize, dv: f32, g: usize, dz: &mut [f32]| {
-                dz[i] = dv * s[g];
-                gs[g] += f64::from(dv * z[i]);
-                gb[i] += f64::from(dv);
-            };
-            for k in 0..n {
-                let sg = sigmoid(z[k] * s[0] + b[k]);
-                map(k, da[k * (n + 1)] * sg * (1.0 - sg), 0, dz);
-                let sg = sigmoid(z[n + k] * s[1] + b[n + k]);
-                map(n + k, db[k] * 2.0 * sg * (1.0 - sg), 1, dz);
+        let mut p = vec![0f32; LANES * n * n];
+        let (mut c0, mut dc) = (vec![[0f32; LANES]; n * n], vec![[0f32; LANES]; n * n]);
+        let mut trace = Vec::new();
+        for r0 in (0..rows).step_by(LANES) {
+            let group = r0..(r0 + LANES).min(rows);
+            for (t, r) in group.clone().enumerate() {
+                let z = &c.z[r * m..(r + 1) * m];
+                let da = &dalpha[r * n * (n + 1)..(r + 1) * n * (n + 1)];
+                let db = &dbeta[r * n..(r + 1) * n];
+                let dz = &mut c.dz[r * m..(r + 1) * m];
+                for k in 0..n {
+                    let sg = sigmoid(z[k] * s[0] + b[k]);
+                    let dv = da[k * (n + 1)] * sg * (1.0 - sg);
+                    dz[k] = dv * s[0];
+                    gs[0] += f64::from(dv * z[k]);
+                    gb[k] += f64::from(dv);
+                    let sg = sigmoid(z[n + k] * s[1] + b[n + k]);
+                    let dv = db[k] * 2.0 * sg * (1.0 - sg);
+                    dz[n + k] = dv * s[1];
+                    gs[1] += f64::from(dv * z[n + k]);
+                    gb[n + k] += f64::from(dv);
+                }
+                let pt = &mut p[t * n * n..(t + 1) * n * n];
+                softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, pt);
+                for (e, &pe) in pt.iter().enumerate() {
+                    c0[e][t] = pe + HC_EPS;
+                    dc[e][t] = da[(e / n) * (n + 1) + 1 + e % n];
+                }
             }
-            softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, &mut p);
-            let mut c0 = p.clone();
-            c0.iter_mut().for_each(|v| *v += HC_EPS);
             sinkhorn(&mut c0, n, self.iters, Some(&mut trace));
-            for k in 0..n {
-                dc[k * n..(k + 1) * n].copy_from_slice(&da[k * (n + 1) + 1..(k + 1) * (n + 1)]);
-            }
             sinkhorn_backward(&mut dc, n, self.iters, &trace);
-            for (i, (pr, dr)) in p.chunks_exact(n).zip(dc.chunks_exact(n)).enumerate() {
-                let dot: f32 = pr.iter().zip(dr).map(|(a, b)| a * b).sum();
-                for j in 0..n {
-                    map(2 * n + i * n + j, pr[j] * (dr[j] - dot), 2, dz);
+            // Through the softmax of each row i: p (dc - sum_j p dc).
+            for (t, r) in group.enumerate() {
+                let z = &c.z[r * m..(r + 1) * m];
+                let pt = &p[t * n * n..(t + 1) * n * n];
+                for i in 0..n {
+                    let dot: f32 = (0..n).map(|j| pt[i * n + j] * dc[i * n + j][t]).sum();
+                    for j in 0..n {
+                        let e = 2 * n + i * n + j;
+                        let dv = pt[i * n + j] * (dc[i * n + j][t] - dot);
+                        c.dz[r * m + e] = dv * s[2];
+                        gs[2] += f64::from(dv * z[e]);
+                        gb[e] += f64::from(dv);
+                    }
                 }
             }
         }
@@ -458,7 +522,7 @@ impl StreamHead {
                 let sg = sigmoid(z[k] * s + b[k]);
                 let pre = sg + HC_EPS;
                 dxk.iter_mut().zip(g).for_each(|(dx, &g)| *dx = pre * g);
-                let dpre: f32 = xk.iter().zip(g).map(|(a, b)| a * b).sum();
+                let dpre = super::hyper::dot(xk, g);
                 let dv = dpre * sg * (1.0 - sg);
                 c.dz[r * n + k] = dv * s;
                 gs += f64::from(dv * z[k]);
