@@ -134,6 +134,7 @@ impl HyperCache {
 }
 
 /// `sum(a * b)` over 8 lanes (so that it vectorises), tree-summed.
+#[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut s = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -150,6 +151,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     t
 }
 
+#[inline(always)]
 fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     y.iter_mut().zip(x).for_each(|(y, &x)| *y += a * x);
 }
@@ -311,17 +313,7 @@ impl Hyper {
     /// The read: each row's mix of its streams `x` into `h` (rows x d).
     pub fn read(&self, params: &[f32], x: &[f32], h: &mut [f32], c: &mut HyperCache) {
         self.coefficients(params, x, c);
-        let (n, d, m) = (self.n, self.d, self.n + 1);
-        for ((hr, xr), a) in h
-            .chunks_exact_mut(d)
-            .zip(x.chunks_exact(n * d))
-            .zip(c.alpha.chunks_exact(n * m))
-        {
-            hr.fill(0.0);
-            for (k, xk) in xr.chunks_exact(d).enumerate() {
-                axpy(hr, a[k * m], xk);
-            }
-        }
+        read_rows(h, x, &c.alpha, self.n, self.d);
     }
 
     /// The write: X' into the cache from the streams `x` and the branch's
@@ -334,22 +326,8 @@ impl Hyper {
         r: Dtype,
         track: bool,
     ) -> Option<f64> {
-        let (n, d, m) = (self.n, self.d, self.n + 1);
         c.o.copy_from_slice(o);
-        for (((yr, xr), or), (a, b)) in c
-            .out
-            .chunks_exact_mut(n * d)
-            .zip(x.chunks_exact(n * d))
-            .zip(o.chunks_exact(d))
-            .zip(c.alpha.chunks_exact(n * m).zip(c.beta.chunks_exact(n)))
-        {
-            for (j, yj) in yr.chunks_exact_mut(d).enumerate() {
-                yj.iter_mut().zip(or).for_each(|(y, &o)| *y = b[j] * o);
-                for (k, xk) in xr.chunks_exact(d).enumerate() {
-                    axpy(yj, a[k * m + 1 + j], xk);
-                }
-            }
-        }
+        write_rows(&mut c.out, x, o, &c.alpha, &c.beta, self.n, self.d);
         r.round_in_place(&mut c.out);
         track.then(|| crate::params::sum_squares(&c.out))
     }
@@ -365,36 +343,20 @@ impl Hyper {
         dx: &mut [f32],
         c: &mut HyperCache,
     ) {
-        let (n, d, m) = (self.n, self.d, self.n + 1);
-        let rows = dout.len() / d;
-        for r in 0..rows {
-            let (xr, dyr) = (
-                &x[r * n * d..(r + 1) * n * d],
-                &dy[r * n * d..(r + 1) * n * d],
-            );
-            let (a, b) = (
-                &c.alpha[r * n * m..(r + 1) * n * m],
-                &c.beta[r * n..(r + 1) * n],
-            );
-            let (da, db) = (
-                &mut c.dalpha[r * n * m..(r + 1) * n * m],
-                &mut c.dbeta[r * n..(r + 1) * n],
-            );
-            let (dor, or) = (&mut dout[r * d..(r + 1) * d], &c.o[r * d..(r + 1) * d]);
-            dor.fill(0.0);
-            for (j, dyj) in dyr.chunks_exact(d).enumerate() {
-                axpy(dor, b[j], dyj);
-                db[j] = dot(or, dyj);
-            }
-            let dxr = &mut dx[r * n * d..(r + 1) * n * d];
-            for (k, (dxk, xk)) in dxr.chunks_exact_mut(d).zip(xr.chunks_exact(d)).enumerate() {
-                dxk.fill(0.0);
-                for (j, dyj) in dyr.chunks_exact(d).enumerate() {
-                    axpy(dxk, a[k * m + 1 + j], dyj);
-                    da[k * m + 1 + j] = dot(xk, dyj);
-                }
-            }
-        }
+        let c = &mut *c;
+        write_backward_rows(
+            x,
+            dy,
+            &c.o,
+            &c.alpha,
+            &c.beta,
+            dout,
+            dx,
+            &mut c.dalpha,
+            &mut c.dbeta,
+            self.n,
+            self.d,
+        );
     }
 
     /// The read's backward: adds `alpha[k,0] g` to `dx` (g: dL/dh, what
@@ -412,18 +374,7 @@ impl Hyper {
         r: Dtype,
     ) {
         let (n, d, m) = (self.n, self.d, self.n + 1);
-        for (row, ((xr, gr), dxr)) in x
-            .chunks_exact(n * d)
-            .zip(g.chunks_exact(d))
-            .zip(dx.chunks_exact_mut(n * d))
-            .enumerate()
-        {
-            let a = &c.alpha[row * n * m..(row + 1) * n * m];
-            for (k, (dxk, xk)) in dxr.chunks_exact_mut(d).zip(xr.chunks_exact(d)).enumerate() {
-                axpy(dxk, a[k * m], gr);
-                c.dalpha[row * n * m + k * m] = dot(xk, gr);
-            }
-        }
+        read_backward_rows(x, g, &c.alpha, dx, &mut c.dalpha, n, d);
         let (static_alpha, static_beta, dynamic) = match &self.coef {
             Coefficients::Learned {
                 static_alpha,
@@ -498,6 +449,120 @@ impl Hyper {
             dx.iter_mut().zip(c.dxt.iter()).for_each(|(g, &v)| *g += v);
         }
         r.round_in_place(dx);
+    }
+}
+
+crate::kernels::multiversion! {
+    /// The read of every row: `h = sum_k alpha[k,0] X_k`.
+    fn read_rows(h: &mut [f32], x: &[f32], alpha: &[f32], n: usize, d: usize) {
+        let m = n + 1;
+        for ((hr, xr), a) in h
+            .chunks_exact_mut(d)
+            .zip(x.chunks_exact(n * d))
+            .zip(alpha.chunks_exact(n * m))
+        {
+            hr.fill(0.0);
+            for (k, xk) in xr.chunks_exact(d).enumerate() {
+                axpy(hr, a[k * m], xk);
+            }
+        }
+    }
+}
+
+crate::kernels::multiversion! {
+    /// The write of every row: `X'_j = beta_j o + sum_k alpha[k,1+j] X_k`.
+    fn write_rows(
+        out: &mut [f32],
+        x: &[f32],
+        o: &[f32],
+        alpha: &[f32],
+        beta: &[f32],
+        n: usize,
+        d: usize,
+    ) {
+        let m = n + 1;
+        for (((yr, xr), or), (a, b)) in out
+            .chunks_exact_mut(n * d)
+            .zip(x.chunks_exact(n * d))
+            .zip(o.chunks_exact(d))
+            .zip(alpha.chunks_exact(n * m).zip(beta.chunks_exact(n)))
+        {
+            for (j, yj) in yr.chunks_exact_mut(d).enumerate() {
+                yj.iter_mut().zip(or).for_each(|(y, &o)| *y = b[j] * o);
+                for (k, xk) in xr.chunks_exact(d).enumerate() {
+                    axpy(yj, a[k * m + 1 + j], xk);
+                }
+            }
+        }
+    }
+}
+
+crate::kernels::multiversion! {
+    /// The write's backward of every row: `do = sum_j beta_j dy_j`,
+    /// `dX_k = sum_j alpha[k,1+j] dy_j` and the coefficients' gradients.
+    fn write_backward_rows(
+        x: &[f32],
+        dy: &[f32],
+        o: &[f32],
+        alpha: &[f32],
+        beta: &[f32],
+        dout: &mut [f32],
+        dx: &mut [f32],
+        dalpha: &mut [f32],
+        dbeta: &mut [f32],
+        n: usize,
+        d: usize,
+    ) {
+        let m = n + 1;
+        let rows = x.chunks_exact(n * d).zip(dy.chunks_exact(n * d));
+        let coefs = alpha.chunks_exact(n * m).zip(beta.chunks_exact(n));
+        let grads = dalpha.chunks_exact_mut(n * m).zip(dbeta.chunks_exact_mut(n));
+        let outs = dout.chunks_exact_mut(d).zip(o.chunks_exact(d));
+        for ((((xr, dyr), (a, b)), (da, db)), ((dor, or), dxr)) in rows
+            .zip(coefs)
+            .zip(grads)
+            .zip(outs.zip(dx.chunks_exact_mut(n * d)))
+        {
+            dor.fill(0.0);
+            for (j, dyj) in dyr.chunks_exact(d).enumerate() {
+                axpy(dor, b[j], dyj);
+                db[j] = dot(or, dyj);
+            }
+            for (k, (dxk, xk)) in dxr.chunks_exact_mut(d).zip(xr.chunks_exact(d)).enumerate() {
+                dxk.fill(0.0);
+                for (j, dyj) in dyr.chunks_exact(d).enumerate() {
+                    axpy(dxk, a[k * m + 1 + j], dyj);
+                    da[k * m + 1 + j] = dot(xk, dyj);
+                }
+            }
+        }
+    }
+}
+
+crate::kernels::multiversion! {
+    /// The read's backward of every row: adds `alpha[k,0] g` to `dX_k`
+    /// and writes `dalpha[k,0] = X_k . g`.
+    fn read_backward_rows(
+        x: &[f32],
+        g: &[f32],
+        alpha: &[f32],
+        dx: &mut [f32],
+        dalpha: &mut [f32],
+        n: usize,
+        d: usize,
+    ) {
+        let m = n + 1;
+        for (((xr, gr), dxr), (a, da)) in x
+            .chunks_exact(n * d)
+            .zip(g.chunks_exact(d))
+            .zip(dx.chunks_exact_mut(n * d))
+            .zip(alpha.chunks_exact(n * m).zip(dalpha.chunks_exact_mut(n * m)))
+        {
+            for (k, (dxk, xk)) in dxr.chunks_exact_mut(d).zip(xr.chunks_exact(d)).enumerate() {
+                axpy(dxk, a[k * m], gr);
+                da[k * m] = dot(xk, gr);
+            }
+        }
     }
 }
 
