@@ -200,6 +200,9 @@ pub fn build(runs: &[FoundRun]) -> Report {
         rec.insert("best_eval_loss".into(), json!(be));
         rec.insert("diverged_at_step".into(), json!(div));
         rec.insert("steps".into(), json!(steps));
+        if let Some(st) = r.metrics.iter().rev().find_map(|m| m.streams.as_ref()) {
+            rec.insert("streams".into(), json!(st));
+        }
         let mut row = vec![r.name.clone()];
         if sources {
             row.push(source(r));
@@ -288,6 +291,27 @@ pub fn build(runs: &[FoundRun]) -> Report {
             log_x: false,
         }),
     ];
+    // n parallel streams (hyper-connections, mHC): the composite mixing's
+    // gain across depth, as the mHC paper plots it.
+    if shown
+        .iter()
+        .any(|r| r.metrics.iter().any(|m| m.streams.is_some()))
+    {
+        panels.push(Panel::Line(LineChart {
+            title: "streams: composite mixing gain (max over tokens)".into(),
+            x_label: "step".into(),
+            y_label: "largest absolute column sum".into(),
+            series: shown
+                .iter()
+                .map(|r| {
+                    let c = curve(r, &|m| m.streams.as_ref().map(|s| s.gain_fwd_max));
+                    Series::new(label(r), c)
+                })
+                .collect(),
+            log_y: true,
+            log_x: false,
+        }));
+    }
     if runs.len() > 12 {
         for p in &mut panels {
             if let Panel::Line(c) = p {

@@ -233,3 +233,40 @@ fn mhc_through_the_sinkhorn_iterations_and_the_head() {
         }
     }
 }
+
+#[test]
+fn attention_residuals_block_and_full() {
+    for kind in [ModelKind::Toy, ModelKind::Gpt] {
+        let mut cases = Vec::new();
+        for placement in [
+            Placement::Pre,
+            Placement::Sandwich,
+            Placement::Olmo2,
+            Placement::None,
+        ] {
+            // Full AttnRes, blocks of 2 (boundaries before the attention
+            // sublayers) and of 3 (inside blocks).
+            for size in [1, 2, 3] {
+                let mut c = tiny(kind);
+                c.placement = placement;
+                c.attnres = Some(size);
+                cases.push(c);
+            }
+        }
+        for norm in kinds() {
+            let mut c = tiny(kind);
+            c.norm = norm;
+            c.attnres = Some(2);
+            cases.push(c);
+        }
+        // With a gate on the branch.
+        let mut c = tiny(kind);
+        c.attnres = Some(1);
+        c.layerscale = Some(0.3);
+        cases.push(c);
+        for (i, c) in cases.iter().enumerate() {
+            c.validate().unwrap();
+            run_check(c, 100 + i as u64);
+        }
+    }
+}

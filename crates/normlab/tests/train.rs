@@ -96,6 +96,10 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "mhc": 4, "log_every": 1}),
         ),
+        // Attention Residuals: a bank of block sums, the depth mixes.
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "attnres": 1, "log_every": 1}),
+        ),
     ] {
         let one = run_collect(
             &c,
@@ -160,6 +164,12 @@ fn resume_is_bit_identical() {
             json!({"model": "toy", "layers": 2, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "mhc": 3, "mhc_sinkhorn": 5}),
         ),
         "mhc",
+    );
+    resume_matches_uninterrupted(
+        &cfg(
+            json!({"model": "toy", "layers": 3, "steps": 20, "eval_every": 5, "eval_sequences": 16, "batch": 8, "log_every": 1, "attnres": 2}),
+        ),
+        "attnres",
     );
 }
 
@@ -476,6 +486,12 @@ fn metric_lines_with_non_finite_values_are_read_back() {
         gate: vec![],
         loss_scale: Some(65536.0),
         skipped_steps: Some(1),
+        // A diverged hyper-connection run: its gains are NaN too.
+        streams: Some(normlab::model::StreamStats {
+            read: vec![vec![f64::NAN, 0.5]],
+            gain_fwd_max: f64::INFINITY,
+            ..Default::default()
+        }),
     };
     let ok = StepRecord {
         step: 4,
@@ -494,6 +510,8 @@ fn metric_lines_with_non_finite_values_are_read_back() {
     assert!(back[0].loss.is_nan() && back[0].grad_norm.is_nan());
     assert!(back[0].grad_norm_per_block[1].is_nan() && back[0].grad_norm_per_block[0] == 1.0);
     assert!(back[0].residual_rms[0].is_nan() && back[1].loss == 1.5);
+    let st = back[0].streams.as_ref().unwrap();
+    assert!(st.read[0][0].is_nan() && st.read[0][1] == 0.5 && st.gain_fwd_max.is_nan());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -158,6 +158,14 @@ fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
     let loss = model.forward(params, &mut ws) / tokens;
     let mut x0 = vec![0.0; n * t * d];
     model.emb.forward(params, &ws.tokens, t, &mut x0);
+    // n parallel streams: the embedding entered each (each stream of each
+    // token is then one row of the step statistics).
+    let k = model.streams();
+    if k > 1 {
+        let mut xs = vec![0.0; k * x0.len()];
+        normlab::nn::hyper::expand(&x0, k, d, &mut xs);
+        x0 = xs;
+    }
     let mut out = BlockUse {
         loss,
         ..BlockUse::default()
@@ -173,7 +181,8 @@ fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
         out.angle.push(a);
     }
     // Skipping block l: the same parameters, a model without that block
-    // (the others keep their tensors and their place-dependent settings).
+    // (the others keep their tensors and their place-dependent settings;
+    // with n streams the block's mixing goes with it).
     for l in 0..model.blocks.len() {
         let mut m = model.clone();
         m.blocks.remove(l);

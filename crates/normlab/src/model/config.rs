@@ -222,6 +222,14 @@ crate::settings! {
         /// With --mhc: the Sinkhorn iterations (default 20).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mhc_sinkhorn: Option<usize> => Flag::Num,
+        /// Attention Residuals (Kimi team 2026): each sublayer reads a
+        /// softmax mix over depth of the embedding and the sums of earlier
+        /// blocks' outputs (its own block's partial sum included), with a
+        /// learned pseudo-query starting at 0 (the plain average); this is
+        /// the block size in sublayers (1: full AttnRes, every sublayer's
+        /// output a source; the paper's runs use about 8 blocks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub attnres: Option<usize> => Flag::Num,
     }
 }
 
@@ -266,6 +274,7 @@ impl ModelConfig {
             hc_dynamic: false,
             mhc: None,
             mhc_sinkhorn: None,
+            attnres: None,
         }
     }
 

@@ -10,20 +10,22 @@ mod init;
 pub mod llama;
 pub mod residual;
 mod stream_trace;
+mod streams;
 mod workspace;
 
 pub use config::{InitScheme, ModelConfig, ModelKind};
 pub use stream_trace::SublayerTrace;
+pub use streams::StreamStats;
 
 use crate::error::Result;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
-use crate::nn::hyper;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Block, BlockCache, Embedding, Gate, HeadCache, Hyper, Linear, Mlp, Norm, NormCache,
-    NormRole, NormSite, Op, Placement, Residual, Scratch, StreamHead, Sublayer, ToyMixer,
+    Attention, Block, BlockCache, DepthAttn, DepthHead, DepthSlots, Embedding, Gate, HeadCache,
+    Hyper, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op, Placement, Residual, Scratch,
+    StreamHead, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
 use residual::StreamsPlan;
@@ -248,6 +250,13 @@ impl Model {
                         cfg.init_std,
                         blk,
                     )),
+                    Some(StreamsPlan::AttnRes { size }) => Residual::Depth(DepthAttn::new(
+                        &mut layout,
+                        &format!("{base}.{op_name}.attn_res"),
+                        DepthSlots::of(2 * i + j, 2 * l, size),
+                        d,
+                        blk,
+                    )),
                     None => Residual::single(skip, cfg.branch_scale, post_norm),
                 };
                 subs.push(Sublayer {
@@ -275,6 +284,12 @@ impl Model {
                 d,
                 cfg.init_std,
             )),
+            Some(StreamsPlan::AttnRes { size }) => Some(StreamHead::Depth(DepthHead::new(
+                &mut layout,
+                "transformer.attn_res_out",
+                DepthSlots::of(0, 2 * l, size).slots,
+                d,
+            ))),
         };
         let final_norm = cfg
             .has_final_norm()
@@ -392,8 +407,8 @@ impl Model {
         let r = ws.scratch.round;
         r.round_in_place(&mut ws.x0);
         let n = self.streams();
-        if n > 1 {
-            hyper::expand(&ws.x0, n, d, &mut ws.xs);
+        if let Some(h) = &self.stream_head {
+            h.enter(&ws.x0, &mut ws.xs);
         }
         let first: &[f32] = if n > 1 { &ws.xs } else { &ws.x0 };
         for i in 0..self.blocks.len() {
@@ -529,9 +544,9 @@ impl Model {
             self.blocks[i].backward(params, grads, x, dcur, dnext, dmid, &mut rest[0], scratch);
             std::mem::swap(&mut dcur, &mut dnext);
         }
-        if n > 1 {
-            // The embedding was copied into each stream: its gradient is the sum.
-            hyper::collapse(dcur, n, d, &mut dnext[..nd]);
+        if let Some(h) = &self.stream_head {
+            // The embedding entered the streams (copied into each, or slot 0).
+            h.enter_backward(dcur, &mut dnext[..nd]);
             scratch.round.round_in_place(&mut dnext[..nd]);
             dcur = dnext;
         }

@@ -409,12 +409,15 @@ pub enum StreamHead {
     },
     /// mHC's learned collapse.
     Learned(HyperHead),
+    /// Attention Residuals' depth mix of every slot.
+    Depth(super::attnres::DepthHead),
 }
 
 /// What the head keeps between forward and backward.
 #[derive(Clone, Debug)]
 pub struct HeadCache {
     out: AlignedBuf,
+    mix: Option<super::attnres::MixCache>,
     u: AlignedBuf,
     rinv: AlignedBuf,
     z: AlignedBuf,
@@ -430,6 +433,38 @@ impl HeadCache {
 }
 
 impl StreamHead {
+    /// The embedding `x0` (rows x d) entering the streams `xs` (rows x n x
+    /// d): copied into each (hyper-connections, mHC), or into the bank's
+    /// slot 0, the others empty (AttnRes).
+    pub fn enter(&self, x0: &[f32], xs: &mut [f32]) {
+        match self {
+            StreamHead::Depth(h) => {
+                let (n, d) = (h.at.slots, h.d);
+                for (xr, yr) in x0.chunks_exact(d).zip(xs.chunks_exact_mut(n * d)) {
+                    yr[..d].copy_from_slice(xr);
+                    yr[d..].fill(0.0);
+                }
+            }
+            StreamHead::Sum { n, d } => super::hyper::expand(x0, *n, *d, xs),
+            StreamHead::Learned(h) => super::hyper::expand(x0, h.n, h.d, xs),
+        }
+    }
+
+    /// [`enter`](Self::enter)'s backward: the embedding's gradient from
+    /// the streams' `dxs` into `dx0` (the copies' sum, or slot 0's).
+    pub fn enter_backward(&self, dxs: &[f32], dx0: &mut [f32]) {
+        match self {
+            StreamHead::Depth(h) => {
+                let (n, d) = (h.at.slots, h.d);
+                for (yr, xr) in dxs.chunks_exact(n * d).zip(dx0.chunks_exact_mut(d)) {
+                    xr.copy_from_slice(&yr[..d]);
+                }
+            }
+            StreamHead::Sum { n, d } => super::hyper::collapse(dxs, *n, *d, dx0),
+            StreamHead::Learned(h) => super::hyper::collapse(dxs, h.n, h.d, dx0),
+        }
+    }
+
     /// mHC's learned head, registered under `name`.
     pub fn learned(
         layout: &mut ParamLayout,
@@ -455,10 +490,15 @@ impl StreamHead {
         let (n, d, learned) = match self {
             StreamHead::Sum { n, d } => (*n, *d, false),
             StreamHead::Learned(h) => (h.n, h.d, true),
+            StreamHead::Depth(h) => (h.at.slots, h.d, false),
         };
         let sized = |len: usize| buf(if learned { len } else { 0 });
         HeadCache {
             out: buf(rows * d),
+            mix: match self {
+                StreamHead::Depth(h) => Some(h.cache(rows)),
+                _ => None,
+            },
             u: sized(rows * n * d),
             rinv: sized(rows),
             z: sized(rows * n),
@@ -472,6 +512,10 @@ impl StreamHead {
         let h = match self {
             StreamHead::Sum { n, d } => {
                 super::hyper::collapse(x, *n, *d, &mut c.out);
+                return &mut c.out;
+            }
+            StreamHead::Depth(h) => {
+                h.forward(params, x, &mut c.out, c.mix.as_mut().unwrap());
                 return &mut c.out;
             }
             StreamHead::Learned(h) => h,
@@ -508,6 +552,9 @@ impl StreamHead {
     ) {
         let h = match self {
             StreamHead::Sum { n, d } => return super::hyper::expand(dout, *n, *d, dx),
+            StreamHead::Depth(h) => {
+                return h.backward(params, grads, x, dout, dx, c.mix.as_ref().unwrap())
+            }
             StreamHead::Learned(h) => h,
         };
         let (n, d) = (h.n, h.d);

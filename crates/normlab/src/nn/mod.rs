@@ -8,6 +8,7 @@
 //! `d_input` and **accumulates** into `grads`.
 
 pub mod attention;
+pub mod attnres;
 pub mod block;
 pub mod embedding;
 pub mod gate;
@@ -23,6 +24,7 @@ pub mod scratch;
 pub mod sublayer;
 
 pub use attention::{Attention, AttentionCache};
+pub use attnres::{DepthAttn, DepthCache, DepthHead, DepthSlots};
 pub use block::{Block, BlockCache, NormRole, NormSite};
 pub use embedding::Embedding;
 pub use gate::{Gate, GateKind};

@@ -17,9 +17,10 @@
 //!   (`nn/mhc.rs`) is this variant with per-token weights from a map of
 //!   the streams (Sinkhorn-projected mixing).
 //!
-//! A depth-attention residual (Attention Residuals) would be a variant
-//! whose cache keeps every earlier sublayer's output and whose read is a
-//! learned mixture of them, with its own cache variant.
+//! - [`Residual::Depth`]: Attention Residuals (`nn/attnres.rs`): the state
+//!   is a bank of slots (the embedding, then each block's sum of sublayer
+//!   outputs), the read a softmax mix of the slots over depth, the write
+//!   `o` added into the sublayer's own slot.
 //!
 //! Backward mirrors it: [`Residual::write_backward`] takes dL/dx' to the
 //! gradient the branch receives (single stream: that of the pre-norm sum h,
@@ -28,6 +29,7 @@
 //! [`Residual::read_backward`] adds the identity path to the gradient the
 //! branch sends back: `dx = skip * dh + dx_branch` for the single stream.
 
+use super::attnres::{DepthAttn, DepthCache};
 use super::hyper::{Hyper, HyperCache};
 use super::norm::{buf, Norm, NormCache};
 use crate::kernels::act;
@@ -42,6 +44,8 @@ pub enum Residual {
     Single(Single),
     /// n streams of d values per token (hyper-connections).
     Hyper(Hyper),
+    /// A bank of slots read by attention over depth (AttnRes).
+    Depth(DepthAttn),
 }
 
 /// The single stream's write: `x' = PostNorm(skip * x + branch * o)`.
@@ -62,6 +66,8 @@ pub enum ResidualCache {
     Single(SingleCache),
     /// Hyper-connections'.
     Hyper(Box<HyperCache>),
+    /// Attention Residuals'.
+    Depth(Box<DepthCache>),
 }
 
 /// The single stream's buffers: the sum h, and with a post-norm its
@@ -80,6 +86,7 @@ impl ResidualCache {
             ResidualCache::Single(c) if c.post_c.is_some() => &c.y,
             ResidualCache::Single(c) => &c.h,
             ResidualCache::Hyper(c) => c.output(),
+            ResidualCache::Depth(c) => c.output(),
         }
     }
 
@@ -87,7 +94,7 @@ impl ResidualCache {
     pub fn post_cache(&self) -> Option<&NormCache> {
         match self {
             ResidualCache::Single(c) => c.post_c.as_ref(),
-            ResidualCache::Hyper(_) => None,
+            ResidualCache::Hyper(_) | ResidualCache::Depth(_) => None,
         }
     }
 
@@ -95,7 +102,7 @@ impl ResidualCache {
     pub fn stream_cache(&self) -> Option<&NormCache> {
         match self {
             ResidualCache::Hyper(c) => c.norm_cache(),
-            ResidualCache::Single(_) => None,
+            ResidualCache::Single(_) | ResidualCache::Depth(_) => None,
         }
     }
 
@@ -105,6 +112,23 @@ impl ResidualCache {
         match self {
             ResidualCache::Hyper(c) => c.norm_cache_mut(),
             ResidualCache::Single(c) => c.post_c.as_mut(),
+            ResidualCache::Depth(_) => None,
+        }
+    }
+
+    /// Hyper-connections' (and mHC's) cache, if this is one.
+    pub fn hyper(&self) -> Option<&HyperCache> {
+        match self {
+            ResidualCache::Hyper(c) => Some(c),
+            ResidualCache::Single(_) | ResidualCache::Depth(_) => None,
+        }
+    }
+
+    /// Attention Residuals' cache, if this is one.
+    pub fn depth(&self) -> Option<&DepthCache> {
+        match self {
+            ResidualCache::Depth(c) => Some(c),
+            _ => None,
         }
     }
 
@@ -113,6 +137,7 @@ impl ResidualCache {
         match self {
             ResidualCache::Single(c) => c.h.len(),
             ResidualCache::Hyper(c) => c.output().len(),
+            ResidualCache::Depth(c) => c.output().len(),
         }
     }
 }
@@ -132,6 +157,7 @@ impl Residual {
         match self {
             Residual::Single(_) => 1,
             Residual::Hyper(h) => h.n,
+            Residual::Depth(a) => a.at.slots,
         }
     }
 
@@ -139,7 +165,7 @@ impl Residual {
     pub fn skip(&self) -> f32 {
         match self {
             Residual::Single(s) => s.skip,
-            Residual::Hyper(_) => 1.0,
+            Residual::Hyper(_) | Residual::Depth(_) => 1.0,
         }
     }
 
@@ -147,7 +173,7 @@ impl Residual {
     pub fn branch(&self) -> f32 {
         match self {
             Residual::Single(s) => s.branch,
-            Residual::Hyper(_) => 1.0,
+            Residual::Hyper(_) | Residual::Depth(_) => 1.0,
         }
     }
 
@@ -155,7 +181,7 @@ impl Residual {
     pub fn post_norm(&self) -> Option<&Norm> {
         match self {
             Residual::Single(s) => s.post_norm.as_ref(),
-            Residual::Hyper(_) => None,
+            Residual::Hyper(_) | Residual::Depth(_) => None,
         }
     }
 
@@ -163,7 +189,7 @@ impl Residual {
     pub fn stream_norm(&self) -> Option<&Norm> {
         match self {
             Residual::Hyper(h) => h.dynamic().map(|x| &x.norm),
-            Residual::Single(_) => None,
+            Residual::Single(_) | Residual::Depth(_) => None,
         }
     }
 
@@ -176,6 +202,7 @@ impl Residual {
                 post_c: s.post_norm.as_ref().map(|m| m.cache(rows)),
             }),
             Residual::Hyper(h) => ResidualCache::Hyper(Box::new(h.cache(rows))),
+            Residual::Depth(a) => ResidualCache::Depth(Box::new(a.cache(rows))),
         }
     }
 
@@ -191,6 +218,10 @@ impl Residual {
         match (self, c) {
             (Residual::Hyper(h), ResidualCache::Hyper(hc)) => {
                 h.read(params, x, xin, hc);
+                xin
+            }
+            (Residual::Depth(a), ResidualCache::Depth(ac)) => {
+                a.read(params, x, xin, ac);
                 xin
             }
             _ => x,
@@ -214,6 +245,7 @@ impl Residual {
                 (s, h, y, post_c)
             }
             (Residual::Hyper(hy), ResidualCache::Hyper(hc)) => return hy.write(x, o, hc, r, track),
+            (Residual::Depth(a), ResidualCache::Depth(ac)) => return a.write(x, o, ac, r, track),
             _ => unreachable!("cache does not match residual"),
         };
         let mut sumsq = None;
@@ -287,6 +319,10 @@ impl Residual {
                 r.round_in_place(dh);
                 dh
             }
+            (Residual::Depth(a), ResidualCache::Depth(_)) => {
+                a.write_backward(dy, dh, dx);
+                dh
+            }
             _ => unreachable!("cache does not match residual"),
         }
     }
@@ -310,6 +346,9 @@ impl Residual {
         match (self, c) {
             (Residual::Hyper(hy), ResidualCache::Hyper(hc)) => {
                 hy.read_backward(params, grads, x, dx_branch, dx, hc, r)
+            }
+            (Residual::Depth(a), ResidualCache::Depth(ac)) => {
+                a.read_backward(params, grads, x, dx_branch, dx, ac, r)
             }
             _ => {
                 act::axpby(dx, self.skip(), dh, 1.0, dx_branch);

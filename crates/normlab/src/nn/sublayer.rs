@@ -220,6 +220,16 @@ impl SublayerCache {
         &self.write
     }
 
+    /// The hyper-connection's cache (n streams), if any.
+    pub fn hyper(&self) -> Option<&super::HyperCache> {
+        self.res.hyper()
+    }
+
+    /// Attention Residuals' cache, if any.
+    pub fn depth(&self) -> Option<&super::DepthCache> {
+        self.res.depth()
+    }
+
     /// The attention cache, if S is attention.
     pub fn attention(&self) -> Option<&AttentionCache> {
         match &self.op {

@@ -86,6 +86,11 @@ pub struct StepRecord {
     /// (`--dtype f16` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped_steps: Option<u64>,
+    /// n parallel streams (hyper-connections, mHC): read, write and
+    /// mixing weights, each stream's RMS, the composite mixing's gain
+    /// (logged steps; see [`StreamStats`](crate::model::StreamStats)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<crate::model::StreamStats>,
 }
 
 /// Dynamic loss scaling for f16 training, with PyTorch GradScaler's
@@ -406,7 +411,11 @@ impl Trainer {
             gate: Vec::new(),
             loss_scale: self.scaler.map(|_| loss_scale),
             skipped_steps: self.scaler.map(|s| s.skipped),
+            streams: None,
         };
+        if want_stats {
+            rec.streams = self.model.stream_stats(&self.shards);
+        }
         if want_stats {
             self.pointwise_and_gate_stats(&mut rec);
         }

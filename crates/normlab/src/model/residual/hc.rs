@@ -33,6 +33,7 @@ pub const HC: ResidualOption = ResidualOption {
         })
     },
     sim: None,
+    example: |c| c.hc = Some(4),
     convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
 };
 

@@ -38,6 +38,7 @@ pub const LAYERSCALE: ResidualOption = ResidualOption {
             write: v,
         },
     }),
+    example: |c| c.layerscale = Some(1e-4),
     convert_refusal: Some("a per-channel gate makes a centred branch non-zero-mean"),
 };
 

@@ -43,6 +43,7 @@ pub const MHC: ResidualOption = ResidualOption {
         })
     },
     sim: None,
+    example: |c| c.mhc = Some(4),
     convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
 };
 

@@ -38,6 +38,7 @@ pub const MIXLN: ResidualOption = ResidualOption {
         }
     },
     sim: None,
+    example: |c| c.mixln_post_layers = Some(1),
     convert_refusal: None,
 };
 

@@ -16,6 +16,7 @@
 //! A new option: its module here, one line in [`OPTIONS`], its field in
 //! `ModelConfig`, its test.
 
+mod attnres;
 mod hc;
 mod layerscale;
 mod lns;
@@ -23,6 +24,7 @@ mod mhc;
 mod mixln;
 mod rezero;
 
+pub use attnres::ATTNRES;
 pub use hc::HC;
 pub use layerscale::LAYERSCALE;
 pub use lns::LNS;
@@ -67,6 +69,11 @@ pub enum StreamsPlan {
         n: usize,
         /// Sinkhorn iterations.
         iters: usize,
+    },
+    /// Attention Residuals: blocks of `size` sublayers (1: full AttnRes).
+    AttnRes {
+        /// Sublayers per block.
+        size: usize,
     },
 }
 
@@ -125,12 +132,15 @@ pub struct ResidualOption {
     pub apply: fn(&ModelConfig, &mut SublayerPlan),
     /// How the depth simulator models it (None: it does not).
     pub sim: Option<SimKnob>,
+    /// Turns it on with a typical setting (the docs' table of which
+    /// placements it combines with, and tests).
+    pub example: fn(&mut ModelConfig),
     /// Why `convert` refuses a checkpoint trained with it (None: converts).
     pub convert_refusal: Option<&'static str>,
 }
 
 /// Every residual option, in the order they apply.
-pub const OPTIONS: &[&ResidualOption] = &[&REZERO, &LAYERSCALE, &LNS, &MIXLN, &HC, &MHC];
+pub const OPTIONS: &[&ResidualOption] = &[&REZERO, &LAYERSCALE, &LNS, &MIXLN, &HC, &MHC, &ATTNRES];
 
 /// The option named `name`.
 pub fn option(name: &str) -> Option<&'static ResidualOption> {
@@ -175,6 +185,32 @@ pub fn refused_by_convert(cfg: &ModelConfig) -> Vec<String> {
         .filter(|o| o.convert_refusal.is_some() && (o.active)(cfg))
         .map(|o| format!("--{}", o.name.replace('_', "-")))
         .collect()
+}
+
+/// Which placements each option combines with (its example setting
+/// validated with each placement, in a GPT with LayerNorm), as a Markdown
+/// table; docs/commands.md carries it and a test keeps the two equal.
+pub fn placements_table() -> String {
+    let mut s = String::from("| option |");
+    Placement::ALL.iter().for_each(|p| s += &format!(" {p} |"));
+    s += "\n|---|";
+    Placement::ALL.iter().for_each(|_| s += "---|");
+    s += "\n";
+    for o in OPTIONS {
+        s += &format!("| {} |", o.title);
+        for p in Placement::ALL {
+            let mut c = ModelConfig::gpt();
+            c.placement = p;
+            (o.example)(&mut c);
+            s += if c.validate().is_ok() {
+                " yes |"
+            } else {
+                " - |"
+            };
+        }
+        s += "\n";
+    }
+    s
 }
 
 /// The options the depth simulator models, in [`OPTIONS`]' order.
@@ -241,6 +277,15 @@ pub fn at_init(options: &[(&ResidualOption, f64)], l: usize, pre_norm: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/commands.md shows the table the validations give.
+    #[test]
+    fn docs_show_which_placements_each_option_combines_with() {
+        let docs = include_str!("../../../../../docs/commands.md");
+        let t = placements_table();
+        assert!(docs.contains(&t), "docs/commands.md lacks this table:\n{t}");
+        assert!(t.contains("| Hyper-connections | yes | - | yes |"), "{t}");
+    }
 
     #[test]
     fn names_are_config_fields_and_unique() {

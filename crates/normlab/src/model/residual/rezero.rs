@@ -31,6 +31,7 @@ pub const REZERO: ResidualOption = ResidualOption {
             write: v,
         },
     }),
+    example: |c| c.rezero = true,
     convert_refusal: Some("a learnable gate's effect on the conversion is not derived"),
 };
 
