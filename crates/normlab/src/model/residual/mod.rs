@@ -168,13 +168,40 @@ pub fn validate(cfg: &ModelConfig) -> Result<(), String> {
     OPTIONS.iter().try_for_each(|o| (o.validate)(cfg))
 }
 
-/// The active options as a label's suffix (`+rezero+lns`; empty without
-/// any), as `train` and `bench train` print a configuration.
+/// The active options as a label's suffix (`+rezero+lns`, `+hc=4,dynamic`,
+/// `+mhc=4,sinkhorn=5`; empty without any), as `train` and `bench train`
+/// print a configuration: each option with its setting and the settings
+/// of the fields named after it that differ from the defaults.
 pub fn label(cfg: &ModelConfig) -> String {
+    let v = serde_json::to_value(cfg).unwrap_or_default();
+    let show = |k: &str, x: &serde_json::Value| match x {
+        serde_json::Value::Bool(true) => k.to_string(),
+        x => format!("{k}={x}"),
+    };
     OPTIONS
         .iter()
         .filter(|o| (o.active)(cfg))
-        .map(|o| format!("+{}", o.name))
+        .map(|o| {
+            let mut parts = Vec::new();
+            if let Some(x) = v.get(o.name).filter(|x| !x.is_boolean()) {
+                parts.push(x.to_string());
+            }
+            let prefix = format!("{}_", o.name);
+            if let Some(m) = v.as_object() {
+                for (k, x) in m.iter().filter(|(k, _)| k.starts_with(&prefix)) {
+                    parts.push(show(&k[prefix.len()..], x));
+                }
+            }
+            match parts.split_first() {
+                None => format!("+{}", o.name),
+                Some((first, rest)) if v.get(o.name).is_some_and(|x| !x.is_boolean()) => {
+                    let mut s = format!("+{}={first}", o.name);
+                    rest.iter().for_each(|p| s += &format!(",{p}"));
+                    s
+                }
+                Some(_) => format!("+{},{}", o.name, parts.join(",")),
+            }
+        })
         .collect()
 }
 
@@ -277,6 +304,21 @@ pub fn at_init(options: &[(&ResidualOption, f64)], l: usize, pre_norm: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_carry_the_settings() {
+        let mut c = ModelConfig::gpt();
+        assert_eq!(label(&c), "");
+        c.hc = Some(4);
+        c.hc_dynamic = true;
+        assert_eq!(label(&c), "+hc=4,dynamic");
+        c.hc = None;
+        c.hc_dynamic = false;
+        c.mhc = Some(4);
+        c.mhc_sinkhorn = Some(5);
+        c.rezero = true;
+        assert_eq!(label(&c), "+rezero+mhc=4,sinkhorn=5");
+    }
 
     /// docs/commands.md shows the table the validations give.
     #[test]
