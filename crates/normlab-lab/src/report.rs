@@ -292,7 +292,8 @@ pub fn build(runs: &[FoundRun]) -> Report {
         }),
     ];
     // n parallel streams (hyper-connections, mHC): the composite mixing's
-    // gain across depth, as the mHC paper plots it.
+    // gain across depth, as the mHC paper plots it (1 throughout for
+    // Attention Residuals, whose mixing is the identity).
     if shown
         .iter()
         .any(|r| r.metrics.iter().any(|m| m.streams.is_some()))

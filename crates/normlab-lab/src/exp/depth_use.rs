@@ -158,12 +158,11 @@ fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
     let loss = model.forward(params, &mut ws) / tokens;
     let mut x0 = vec![0.0; n * t * d];
     model.emb.forward(params, &ws.tokens, t, &mut x0);
-    // n parallel streams: the embedding entered each (each stream of each
-    // token is then one row of the step statistics).
-    let k = model.streams();
-    if k > 1 {
-        let mut xs = vec![0.0; k * x0.len()];
-        normlab::nn::hyper::expand(&x0, k, d, &mut xs);
+    // n parallel streams: the embedding entered them as the model enters it
+    // (each stream of each token is then one row of the step statistics).
+    if let Some(h) = &model.stream_head {
+        let mut xs = vec![0.0; model.streams() * x0.len()];
+        h.enter(&x0, &mut xs);
         x0 = xs;
     }
     let mut out = BlockUse {

@@ -90,7 +90,8 @@ pub struct Workspace {
     pub loss_sum: f64,
     /// Sum of squares of the residual stream after each block (last
     /// forward); with n streams, divided by n (so that it over rows * d
-    /// is the mean square of the n x d state).
+    /// is the mean square of the n x d state); for Attention Residuals,
+    /// that of the sum of the slots (what one plain stream would hold).
     pub residual_sumsq: Vec<f64>,
 }
 
@@ -375,7 +376,8 @@ impl Model {
         }
     }
 
-    /// Parallel residual streams per token (1, or hyper-connections' n).
+    /// Parallel residual streams per token (1, hyper-connections' and
+    /// mHC's n, or Attention Residuals' slots).
     pub fn streams(&self) -> usize {
         self.sublayers().next().map_or(1, |s| s.res.streams())
     }
@@ -415,7 +417,7 @@ impl Model {
             let (done, rest) = ws.blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { first } else { done[i - 1].output() };
             self.blocks[i].forward(params, x, &mut rest[0], &mut ws.scratch);
-            ws.residual_sumsq[i] = rest[0].mlp.output_sumsq / n as f64;
+            ws.residual_sumsq[i] = rest[0].mlp.output_sumsq / self.blocks[i].mlp.res.rms_streams();
         }
         let last: &[f32] = ws.blocks.last().map(|c| c.output()).unwrap_or(first);
         let last: &[f32] = match &self.stream_head {

@@ -1,5 +1,6 @@
-//! Diagnostics of n parallel residual streams (hyper-connections, mHC)
-//! from the caches of the last forward over one or more shards: per
+//! Diagnostics of n parallel residual streams (hyper-connections, mHC;
+//! Attention Residuals' bank of slots, see `depth_stats`) from the caches
+//! of the last forward over one or more shards: per
 //! sublayer, the read, write and mixing weights averaged over tokens and
 //! each stream's RMS after it; and the gain of the composite mixing across
 //! depth as the mHC paper measures it (arXiv 2512.24880, its "Amax gain
@@ -26,7 +27,8 @@ pub struct StreamStats {
     /// Per sublayer: each stream's mean write weight (beta; mHC's post).
     #[serde(deserialize_with = "nested_or_nan")]
     pub write: Vec<Vec<f64>>,
-    /// Per sublayer: the mean mixing matrix, row-major n x n.
+    /// Per sublayer: the mean mixing matrix, row-major n x n (empty for
+    /// Attention Residuals, whose mixing is the identity).
     #[serde(deserialize_with = "nested_or_nan")]
     pub mix: Vec<Vec<f64>>,
     /// Per sublayer: each stream's RMS after it.
@@ -149,7 +151,16 @@ impl Model {
                 .map(|x| x.into_iter().map(|s| s / per).collect())
                 .collect()
         };
-        let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
+        // A token whose gain is NaN (a diverged run) makes the max NaN.
+        let max = |v: &[f64]| {
+            v.iter().fold(f64::NEG_INFINITY, |m, &x| {
+                if m.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    m.max(x)
+                }
+            })
+        };
         Some(StreamStats {
             read: mean(read, t),
             write: mean(write, t),
@@ -169,8 +180,9 @@ impl Model {
 impl Model {
     /// Attention Residuals' diagnostics: per sublayer the mean depth
     /// weight of each slot (`read`, 0 for slots it does not read) and each
-    /// slot's RMS after it; the write is one-hot (its own slot) and the
-    /// mixing the identity, so the composite gain is 1.
+    /// slot's RMS after it; the write is one-hot (its own slot); the mixing
+    /// is the identity by construction, so it is not logged (`mix` empty)
+    /// and the composite gain is 1.
     fn depth_stats(&self, shards: &[Workspace]) -> Option<StreamStats> {
         let (n, d) = (self.streams(), self.cfg.d_model);
         let subs: Vec<_> = self.sublayers().collect();
@@ -210,14 +222,13 @@ impl Model {
                 _ => vec![f64::NAN; n],
             })
             .collect();
-        let eye: Vec<f64> = (0..n * n).map(|e| f64::from(e / n == e % n)).collect();
         Some(StreamStats {
             read: read
                 .into_iter()
                 .map(|v| v.into_iter().map(|x| x / t).collect())
                 .collect(),
             write,
-            mix: vec![eye; subs.len()],
+            mix: vec![Vec::new(); subs.len()],
             stream_rms: sq
                 .into_iter()
                 .map(|v| v.into_iter().map(|x| (x / (t * d as f64)).sqrt()).collect())

@@ -231,7 +231,9 @@ impl DepthAttn {
     }
 
     /// The write: the bank with `o` added into this sublayer's slot; with
-    /// `track`, returns its sum of squares.
+    /// `track`, returns the sum of squares of each row's sum of slots (the
+    /// embedding plus every output so far: what one plain residual stream
+    /// would hold, so that the stream's RMS compares across designs).
     pub fn write(
         &self,
         x: &[f32],
@@ -247,7 +249,18 @@ impl DepthAttn {
             y.iter_mut().zip(or).for_each(|(y, &o)| *y += o);
         }
         r.round_in_place(&mut c.out);
-        track.then(|| crate::params::sum_squares(&c.out))
+        track.then(|| {
+            let mut sum = vec![0f32; d];
+            let mut t = 0f64;
+            for yr in c.out.chunks_exact(n * d) {
+                sum.copy_from_slice(&yr[..d]);
+                for y in yr[d..].chunks_exact(d) {
+                    sum.iter_mut().zip(y).for_each(|(s, &v)| *s += v);
+                }
+                t += crate::params::sum_squares(&sum);
+            }
+            t
+        })
     }
 
     /// The write's backward: the branch's gradient (this slot's) into

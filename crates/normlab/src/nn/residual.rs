@@ -161,6 +161,17 @@ impl Residual {
         }
     }
 
+    /// What the write's tracked sum of squares is divided by so that, over
+    /// rows x d, it is a mean square: n for n streams (the mean over the
+    /// n x d state), 1 for one stream and for Attention Residuals (whose
+    /// write tracks the sum of its slots, what one plain stream would hold).
+    pub fn rms_streams(&self) -> f64 {
+        match self {
+            Residual::Hyper(h) => h.n as f64,
+            Residual::Single(_) | Residual::Depth(_) => 1.0,
+        }
+    }
+
     /// Weight of the identity path.
     pub fn skip(&self) -> f32 {
         match self {

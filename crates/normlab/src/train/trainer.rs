@@ -86,9 +86,9 @@ pub struct StepRecord {
     /// (`--dtype f16` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped_steps: Option<u64>,
-    /// n parallel streams (hyper-connections, mHC): read, write and
-    /// mixing weights, each stream's RMS, the composite mixing's gain
-    /// (logged steps; see [`StreamStats`](crate::model::StreamStats)).
+    /// n parallel streams (hyper-connections, mHC; AttnRes's slots): read,
+    /// write and mixing weights, each stream's RMS, the composite mixing's
+    /// gain (logged steps; see [`StreamStats`](crate::model::StreamStats)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<crate::model::StreamStats>,
 }

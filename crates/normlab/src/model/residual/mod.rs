@@ -171,12 +171,18 @@ pub fn validate(cfg: &ModelConfig) -> Result<(), String> {
 /// The active options as a label's suffix (`+rezero+lns`, `+hc=4,dynamic`,
 /// `+mhc=4,sinkhorn=5`; empty without any), as `train` and `bench train`
 /// print a configuration: each option with its setting and the settings
-/// of the fields named after it that differ from the defaults.
+/// of the fields named after it that a config file would hold (those set
+/// away from their defaults, or given explicitly).
 pub fn label(cfg: &ModelConfig) -> String {
     let v = serde_json::to_value(cfg).unwrap_or_default();
+    // Settings are f32: printed as such (JSON widens them to f64 digits).
+    let num = |x: &serde_json::Value| match x.as_f64() {
+        Some(f) if !x.is_i64() && !x.is_u64() => format!("{}", f as f32),
+        _ => x.to_string(),
+    };
     let show = |k: &str, x: &serde_json::Value| match x {
         serde_json::Value::Bool(true) => k.to_string(),
-        x => format!("{k}={x}"),
+        x => format!("{k}={}", num(x)),
     };
     OPTIONS
         .iter()
@@ -184,7 +190,7 @@ pub fn label(cfg: &ModelConfig) -> String {
         .map(|o| {
             let mut parts = Vec::new();
             if let Some(x) = v.get(o.name).filter(|x| !x.is_boolean()) {
-                parts.push(x.to_string());
+                parts.push(num(x));
             }
             let prefix = format!("{}_", o.name);
             if let Some(m) = v.as_object() {
@@ -318,6 +324,9 @@ mod tests {
         c.mhc_sinkhorn = Some(5);
         c.rezero = true;
         assert_eq!(label(&c), "+rezero+mhc=4,sinkhorn=5");
+        c.rezero = false;
+        c.layerscale = Some(1e-4);
+        assert_eq!(label(&c), "+layerscale=0.0001+mhc=4,sinkhorn=5");
     }
 
     /// docs/commands.md shows the table the validations give.
