@@ -163,110 +163,105 @@ fn residual_options_rezero_layerscale_lns_mixln_emb_scale() {
     }
 }
 
-#[test]
-fn hyper_connections_static_and_dynamic() {
+/// The n-stream and depth-attention designs' cases, toy and GPT: each
+/// placement that keeps the stream free of norms with the settings
+/// `per_placement` gives, every norm kind with `per_norm`, and `extra`;
+/// checked with seeds from `seed`.
+fn check_stream_design(
+    seed: u64,
+    per_placement: &[fn(&mut ModelConfig)],
+    per_norm: fn(&mut ModelConfig),
+    extra: &[fn(&mut ModelConfig)],
+) {
     for kind in [ModelKind::Toy, ModelKind::Gpt] {
         let mut cases = Vec::new();
+        let with = |f: &fn(&mut ModelConfig)| {
+            let mut c = tiny(kind);
+            f(&mut c);
+            c
+        };
         for placement in [
             Placement::Pre,
             Placement::Sandwich,
             Placement::Olmo2,
             Placement::None,
         ] {
-            for (n, dynamic) in [(2, false), (3, true)] {
-                let mut c = tiny(kind);
+            for f in per_placement {
+                let mut c = with(f);
                 c.placement = placement;
-                c.hc = Some(n);
-                c.hc_dynamic = dynamic;
                 cases.push(c);
             }
         }
-        // The dynamic form's norm is the model's norm kind: every kind.
+        // Norms the design owns are the model's kind: every kind.
         for norm in kinds() {
-            let mut c = tiny(kind);
+            let mut c = with(&per_norm);
             c.norm = norm;
-            c.hc = Some(4);
-            c.hc_dynamic = true;
             cases.push(c);
         }
-        // With the options that act on the branch.
-        let mut c = tiny(kind);
-        c.hc = Some(2);
-        c.hc_dynamic = true;
-        c.lns = true;
-        c.layerscale = Some(0.3);
-        cases.push(c);
+        cases.extend(extra.iter().map(with));
         for (i, c) in cases.iter().enumerate() {
             c.validate().unwrap();
-            run_check(c, 40 + i as u64);
+            run_check(c, seed + i as u64);
         }
     }
+}
+
+#[test]
+fn hyper_connections_static_and_dynamic() {
+    check_stream_design(
+        40,
+        &[
+            |c| c.hc = Some(2),
+            |c| {
+                c.hc = Some(3);
+                c.hc_dynamic = true;
+            },
+        ],
+        |c| {
+            c.hc = Some(4);
+            c.hc_dynamic = true;
+        },
+        // With the options that act on the branch.
+        &[|c| {
+            c.hc = Some(2);
+            c.hc_dynamic = true;
+            c.lns = true;
+            c.layerscale = Some(0.3);
+        }],
+    );
 }
 
 #[test]
 fn mhc_through_the_sinkhorn_iterations_and_the_head() {
-    for kind in [ModelKind::Toy, ModelKind::Gpt] {
-        let mut cases = Vec::new();
-        for placement in [
-            Placement::Pre,
-            Placement::Sandwich,
-            Placement::Olmo2,
-            Placement::None,
-        ] {
-            for (n, iters) in [(2, Some(3)), (4, None)] {
-                let mut c = tiny(kind);
-                c.placement = placement;
-                c.mhc = Some(n);
-                c.mhc_sinkhorn = iters;
-                cases.push(c);
-            }
-        }
-        for norm in kinds() {
-            let mut c = tiny(kind);
-            c.norm = norm;
-            c.mhc = Some(3);
-            cases.push(c);
-        }
-        for (i, c) in cases.iter().enumerate() {
-            c.validate().unwrap();
-            run_check(c, 70 + i as u64);
-        }
-    }
+    check_stream_design(
+        70,
+        &[
+            |c| {
+                c.mhc = Some(2);
+                c.mhc_sinkhorn = Some(3);
+            },
+            |c| c.mhc = Some(4),
+        ],
+        |c| c.mhc = Some(3),
+        &[],
+    );
 }
 
 #[test]
 fn attention_residuals_block_and_full() {
-    for kind in [ModelKind::Toy, ModelKind::Gpt] {
-        let mut cases = Vec::new();
-        for placement in [
-            Placement::Pre,
-            Placement::Sandwich,
-            Placement::Olmo2,
-            Placement::None,
-        ] {
-            // Full AttnRes, blocks of 2 (boundaries before the attention
-            // sublayers) and of 3 (inside blocks).
-            for size in [1, 2, 3] {
-                let mut c = tiny(kind);
-                c.placement = placement;
-                c.attnres = Some(size);
-                cases.push(c);
-            }
-        }
-        for norm in kinds() {
-            let mut c = tiny(kind);
-            c.norm = norm;
-            c.attnres = Some(2);
-            cases.push(c);
-        }
-        // With a gate on the branch.
-        let mut c = tiny(kind);
-        c.attnres = Some(1);
-        c.layerscale = Some(0.3);
-        cases.push(c);
-        for (i, c) in cases.iter().enumerate() {
-            c.validate().unwrap();
-            run_check(c, 100 + i as u64);
-        }
-    }
+    // Full AttnRes, blocks of 2 (boundaries before the attention
+    // sublayers) and of 3 (inside blocks); with a gate on the branch.
+    check_stream_design(
+        100,
+        &[
+            |c| c.attnres = Some(1),
+            |c| c.attnres = Some(2),
+            |c| c.attnres = Some(3),
+        ],
+        |c| c.attnres = Some(2),
+        &[|c| {
+            c.attnres = Some(1);
+            c.layerscale = Some(0.3);
+        }],
+    );
 }

@@ -50,10 +50,10 @@ fn hyper_connections_match_pytorch() {
         // The paper's initialisation, before the fixture's values replace it.
         let mut init = layout.zeros();
         layout.init(&mut init, 0);
-        let Coefficients::Learned { static_alpha, .. } = &hc.coef else {
+        let Coefficients::Learned(learned) = &hc.coef else {
             panic!("hyper-connections' weights are learned constants")
         };
-        let a0 = static_alpha.get(&init);
+        let a0 = learned.static_alpha.get(&init);
         for k in 0..n {
             for m in 0..=n {
                 let want = if m == 0 {

@@ -198,6 +198,18 @@ pub fn mix_backward(
     }
 }
 
+/// A pseudo-query `name.query`, `[d]`, at 0 (every mix starts as the
+/// plain average of its sources).
+fn add_query(layout: &mut ParamLayout, name: &str, d: usize, block: Option<usize>) -> ParamRef {
+    layout.add(
+        format!("{name}.query"),
+        &[d],
+        ParamKind::Gate,
+        block,
+        Init::Const(0.0),
+    )
+}
+
 impl DepthAttn {
     /// Register sublayer `l`'s pseudo-query under `name` (`.query`, at 0).
     pub fn new(
@@ -207,13 +219,7 @@ impl DepthAttn {
         d: usize,
         block: Option<usize>,
     ) -> DepthAttn {
-        let query = layout.add(
-            format!("{name}.query"),
-            &[d],
-            ParamKind::Gate,
-            block,
-            Init::Const(0.0),
-        );
+        let query = add_query(layout, name, d, block);
         DepthAttn { at, d, query }
     }
 
@@ -313,13 +319,7 @@ impl DepthHead {
             own: 0,
             reads: slots,
         };
-        let query = layout.add(
-            format!("{name}.query"),
-            &[d],
-            ParamKind::Gate,
-            None,
-            Init::Const(0.0),
-        );
+        let query = add_query(layout, name, d, None);
         DepthHead { at, d, query }
     }
 

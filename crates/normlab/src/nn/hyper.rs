@@ -55,18 +55,23 @@ pub struct HyperDynamic {
 /// Where a hyper-connection's read, write and mixing weights come from.
 #[derive(Clone, Debug)]
 pub enum Coefficients {
-    /// Hyper-connections': learned constants (alpha `[n, n+1]`, beta
-    /// `[n]`), plus the dynamic form's input-dependent terms.
-    Learned {
-        /// The static alpha, `[n, n+1]`.
-        static_alpha: ParamRef,
-        /// The static beta, `[n]`.
-        static_beta: ParamRef,
-        /// The dynamic terms, if any.
-        dynamic: Option<HyperDynamic>,
-    },
+    /// Hyper-connections': learned constants, plus the dynamic form's
+    /// input-dependent terms.
+    Learned(Learned),
     /// mHC's per-token maps (`nn/mhc.rs`).
     Manifold(Manifold),
+}
+
+/// Hyper-connections' weights: learned constants (alpha `[n, n+1]`, beta
+/// `[n]`), plus the dynamic form's input-dependent terms.
+#[derive(Clone, Debug)]
+pub struct Learned {
+    /// The static alpha, `[n, n+1]`.
+    pub static_alpha: ParamRef,
+    /// The static beta, `[n]`.
+    pub static_beta: ParamRef,
+    /// The dynamic terms, if any.
+    pub dynamic: Option<HyperDynamic>,
 }
 
 /// One sublayer's hyper-connection.
@@ -205,11 +210,11 @@ impl Hyper {
         Hyper {
             n,
             d,
-            coef: Coefficients::Learned {
+            coef: Coefficients::Learned(Learned {
                 static_alpha,
                 static_beta,
                 dynamic,
-            },
+            }),
         }
     }
 
@@ -235,7 +240,7 @@ impl Hyper {
     /// The dynamic form's terms, if any.
     pub fn dynamic(&self) -> Option<&HyperDynamic> {
         match &self.coef {
-            Coefficients::Learned { dynamic, .. } => dynamic.as_ref(),
+            Coefficients::Learned(l) => l.dynamic.as_ref(),
             Coefficients::Manifold(_) => None,
         }
     }
@@ -260,7 +265,7 @@ impl Hyper {
             dxt: sized(rows * n * d),
             mhc: match &self.coef {
                 Coefficients::Manifold(m) => Some(m.cache(rows)),
-                Coefficients::Learned { .. } => None,
+                Coefficients::Learned(_) => None,
             },
         }
     }
@@ -270,19 +275,15 @@ impl Hyper {
     fn coefficients(&self, params: &[f32], x: &[f32], c: &mut HyperCache) {
         let (n, d) = (self.n, self.d);
         let m = n + 1;
-        let (static_alpha, static_beta, dynamic) = match &self.coef {
-            Coefficients::Learned {
-                static_alpha,
-                static_beta,
-                dynamic,
-            } => (static_alpha, static_beta, dynamic),
+        let l = match &self.coef {
+            Coefficients::Learned(l) => l,
             Coefficients::Manifold(mh) => {
                 let mc = c.mhc.as_mut().expect("mHC cache");
                 return mh.coefficients(params, x, &mut c.alpha, &mut c.beta, mc);
             }
         };
-        let sa = static_alpha.get(params);
-        let sb = static_beta.get(params);
+        let sa = l.static_alpha.get(params);
+        let sb = l.static_beta.get(params);
         for (a, b) in c
             .alpha
             .chunks_exact_mut(n * m)
@@ -291,7 +292,7 @@ impl Hyper {
             a.copy_from_slice(sa);
             b.copy_from_slice(sb);
         }
-        let Some(h) = dynamic else { return };
+        let Some(h) = &l.dynamic else { return };
         h.norm
             .forward(params, x, &mut c.xn, c.norm_c.as_mut().unwrap());
         let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
@@ -375,12 +376,8 @@ impl Hyper {
     ) {
         let (n, d, m) = (self.n, self.d, self.n + 1);
         read_backward_rows(x, g, &c.alpha, dx, &mut c.dalpha, n, d);
-        let (static_alpha, static_beta, dynamic) = match &self.coef {
-            Coefficients::Learned {
-                static_alpha,
-                static_beta,
-                dynamic,
-            } => (static_alpha, static_beta, dynamic),
+        let l = match &self.coef {
+            Coefficients::Learned(l) => l,
             Coefficients::Manifold(mh) => {
                 let mc = c.mhc.as_mut().expect("mHC cache");
                 mh.backward(params, grads, &c.dalpha, &c.dbeta, dx, mc);
@@ -395,9 +392,9 @@ impl Hyper {
             gb.iter_mut().zip(db).for_each(|(s, &v)| *s += f64::from(v));
         }
         let add = add_f64;
-        add(static_alpha, grads, &ga);
-        add(static_beta, grads, &gb);
-        if let Some(h) = dynamic {
+        add(&l.static_alpha, grads, &ga);
+        add(&l.static_beta, grads, &gb);
+        if let Some(h) = &l.dynamic {
             let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
             let (mut gsa, mut gsb) = (0f64, 0f64);
             // dL/d alpha and dL/d beta become, in place, the gradients of
