@@ -180,6 +180,7 @@ fn attention_residuals_match_pytorch() {
             slots: u("slots"),
             own: u("own"),
             reads: u("reads"),
+            absent: 0,
         };
         let mut layout = ParamLayout::new();
         let ar = DepthAttn::new(&mut layout, "ar", at, d, None);

@@ -108,15 +108,15 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
 
 /// Per-block measurements of one trained model.
 #[derive(Clone, Debug, Default)]
-struct BlockUse {
-    rel_update: Vec<f64>,
-    angle: Vec<f64>,
-    skip_rise: Vec<f64>,
-    loss: f64,
+pub(super) struct BlockUse {
+    pub rel_update: Vec<f64>,
+    pub angle: Vec<f64>,
+    pub skip_rise: Vec<f64>,
+    pub loss: f64,
 }
 
 /// A workspace holding held-out sequences `0..n`.
-fn eval_workspace(model: &Model, c: &TrainConfig, n: usize) -> Result<Workspace> {
+pub(super) fn eval_workspace(model: &Model, c: &TrainConfig, n: usize) -> Result<Workspace> {
     let data = normlab::train::trainer::load_data(c)?;
     let t = c.model.seq;
     let mut ws = model.workspace(n, t);
@@ -149,10 +149,15 @@ fn step_stats(a: &[f32], b: &[f32], d: usize) -> (f64, f64) {
     (rel / n, ang / n)
 }
 
-/// Measure one trained model.
+/// Measure one trained model on [`EVAL_SEQUENCES`] held-out sequences.
 fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
+    measure_on(c, params, EVAL_SEQUENCES)
+}
+
+/// Measure one trained model on `n` held-out sequences.
+pub(super) fn measure_on(c: &TrainConfig, params: &[f32], n: usize) -> Result<BlockUse> {
     let model = Model::new(&c.model)?;
-    let (n, t, d) = (EVAL_SEQUENCES, c.model.seq, c.model.d_model);
+    let (t, d) = (c.model.seq, c.model.d_model);
     let mut ws = eval_workspace(&model, c, n)?;
     let tokens = (n * t) as f64;
     let loss = model.forward(params, &mut ws) / tokens;
@@ -180,11 +185,9 @@ fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
         out.angle.push(a);
     }
     // Skipping block l: the same parameters, a model without that block
-    // (the others keep their tensors and their place-dependent settings;
-    // with n streams the block's mixing goes with it).
+    // (`Model::without_block`: with AttnRes it is no source).
     for l in 0..model.blocks.len() {
-        let mut m = model.clone();
-        m.blocks.remove(l);
+        let m = model.without_block(l);
         let mut w = m.workspace(n, t);
         w.tokens.copy_from_slice(&ws.tokens);
         w.targets.copy_from_slice(&ws.targets);
@@ -195,7 +198,7 @@ fn measure(c: &TrainConfig, params: &[f32]) -> Result<BlockUse> {
 }
 
 /// The element-wise mean of equal-length vectors.
-fn mean_of(vs: &[&Vec<f64>]) -> Vec<f64> {
+pub(super) fn mean_of(vs: &[&Vec<f64>]) -> Vec<f64> {
     let n = vs.iter().map(|v| v.len()).min().unwrap_or(0);
     (0..n)
         .map(|i| vs.iter().map(|v| v[i]).sum::<f64>() / vs.len() as f64)
@@ -203,14 +206,14 @@ fn mean_of(vs: &[&Vec<f64>]) -> Vec<f64> {
 }
 
 /// Mean of a slice (0 when empty).
-fn avg(v: &[f64]) -> f64 {
+pub(super) fn avg(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
 /// Means over the first and the last third of the blocks after the first
 /// (the first block's input is the raw embedding, whose small init scale
 /// makes its relative update a statement about the init, not about depth).
-fn thirds(v: &[f64]) -> (f64, f64) {
+pub(super) fn thirds(v: &[f64]) -> (f64, f64) {
     let v = v.get(1..).filter(|r| !r.is_empty()).unwrap_or(v);
     let k = (v.len() / 3).max(1);
     (

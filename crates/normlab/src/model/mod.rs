@@ -3,6 +3,7 @@
 //! embedding and a head; and the per-shard [`Workspace`] holding every
 //! activation and gradient buffer, allocated once.
 
+mod ablate;
 pub mod bert;
 pub mod config;
 pub mod decoder;

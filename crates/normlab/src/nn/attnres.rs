@@ -45,6 +45,11 @@ pub struct DepthSlots {
     pub own: usize,
     /// Slots it reads: 0..reads.
     pub reads: usize,
+    /// Slots below `reads` that hold no source and are left out of the
+    /// softmax (bit i: slot i; 0 in a trained model). Set when blocks are
+    /// removed from a trained model (`Model::without_block`), so that a
+    /// removed block is no source rather than an empty one with score 0.
+    pub absent: u128,
 }
 
 impl DepthSlots {
@@ -55,7 +60,13 @@ impl DepthSlots {
             slots: 1 + sublayers.div_ceil(size),
             own,
             reads: if l.is_multiple_of(size) { own } else { own + 1 },
+            absent: 0,
         }
+    }
+
+    /// Whether slot `i` is left out of the mix.
+    pub fn is_absent(&self, i: usize) -> bool {
+        i < 128 && (self.absent >> i) & 1 == 1
     }
 }
 
@@ -134,12 +145,20 @@ pub fn mix_forward(
         for (i, xi) in xr.chunks_exact(d).take(k).enumerate() {
             let ms = xi.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / d as f64;
             ri[i] = (1.0 / (ms + KEY_EPS).sqrt()) as f32;
-            s[i] = dot(q, xi) * ri[i];
+            s[i] = if at.is_absent(i) {
+                f32::NEG_INFINITY
+            } else {
+                dot(q, xi) * ri[i]
+            };
         }
         let m = s[..k].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         let mut z = 0f32;
         for i in 0..k {
-            a[i] = (s[i] - m).exp();
+            a[i] = if at.is_absent(i) {
+                0.0
+            } else {
+                (s[i] - m).exp()
+            };
             z += a[i];
         }
         a[..k].iter_mut().for_each(|v| *v /= z);
@@ -182,6 +201,7 @@ pub fn mix_backward(
             .zip(dxr.chunks_exact_mut(d))
             .take(k)
             .enumerate()
+            .filter(|(i, _)| !at.is_absent(*i))
         {
             let ds = a[i] * (da[i] - mean);
             // ds r_i (w - s_i khat_i / d), khat_i = r_i x_i.
@@ -318,6 +338,7 @@ impl DepthHead {
             slots,
             own: 0,
             reads: slots,
+            absent: 0,
         };
         let query = add_query(layout, name, d, None);
         DepthHead { at, d, query }

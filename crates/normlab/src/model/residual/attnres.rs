@@ -67,7 +67,8 @@ mod tests {
             DepthSlots {
                 slots: 5,
                 own: 1,
-                reads: 1
+                reads: 1,
+                absent: 0,
             }
         );
         assert_eq!(
@@ -75,7 +76,8 @@ mod tests {
             DepthSlots {
                 slots: 5,
                 own: 2,
-                reads: 3
+                reads: 3,
+                absent: 0,
             }
         );
         assert_eq!(
@@ -83,7 +85,8 @@ mod tests {
             DepthSlots {
                 slots: 5,
                 own: 3,
-                reads: 3
+                reads: 3,
+                absent: 0,
             }
         );
         // Full AttnRes: every sublayer's output its own source.
@@ -92,7 +95,8 @@ mod tests {
             DepthSlots {
                 slots: 9,
                 own: 8,
-                reads: 8
+                reads: 8,
+                absent: 0,
             }
         );
         let mut c = ModelConfig::gpt();
