@@ -334,6 +334,47 @@ async fn web_lab_in_headless_chromium() {
     })
     .await;
     assert!(c.find(Locator::Css("#sim-charts svg")).await.is_ok());
+    // The n-stream designs' controls, from their declarations too:
+    // hyper-connections at init route as the plain residual (the same
+    // numbers); without a pre-norm, mHC's read of about n/2 times the
+    // stream grows it faster than the plain residual does.
+    click(&c, "#sim-gate option[value='']").await;
+    wait_for("the ungated simulation", || async {
+        let (ratio, rms) = read().await;
+        ((rms / rms_128 - 1.0).abs() < 1e-3 && (ratio - 1.0).abs() > 1e-2).then_some(())
+    })
+    .await;
+    let done = || async {
+        c.find(Locator::Css("#sim"))
+            .await
+            .unwrap()
+            .attr("data-done")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    };
+    let before = done().await;
+    let (ratio_plain, _) = read().await;
+    click(&c, "#sim-on-hc").await;
+    next_sim(&c, before).await;
+    let (ratio_hc, rms_hc) = read().await;
+    assert!(
+        (rms_hc / rms_128 - 1.0).abs() < 1e-3 && (ratio_hc / ratio_plain - 1.0).abs() < 1e-3,
+        "hyper-connections at init: {ratio_hc} {rms_hc} vs {ratio_plain} {rms_128}"
+    );
+    click(&c, "#sim-on-hc").await;
+    click(&c, "#sim-prenorm").await;
+    let plain_rms = wait_for("the plain residual without a norm", || async {
+        let (_, rms) = read().await;
+        ((rms / rms_128 - 1.0).abs() > 1e-2).then_some(rms)
+    })
+    .await;
+    click(&c, "#sim-on-mhc").await;
+    wait_for("mHC's stream growing faster without a norm", || async {
+        let (_, rms) = read().await;
+        (rms > 1.3 * plain_rms).then_some(())
+    })
+    .await;
     shot(&c, "#sim", &base, "depth_simulator.png").await;
 
     // Runs dashboard: two runs listed, overlay them, open one.

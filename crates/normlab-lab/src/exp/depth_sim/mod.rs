@@ -27,6 +27,9 @@ use normlab::model::residual;
 use serde::Serialize;
 use serde_json::json;
 
+mod pass;
+use pass::simulate_from;
+
 /// A residual option in a simulation: its name in `model::residual` and
 /// its setting (a gate's init; 1 for a switch such as LNS).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -75,6 +78,13 @@ impl SimConfig {
             .collect()
     }
 
+    /// The n-stream option on, if any: how it routes and its n.
+    pub fn streams(&self) -> Option<(residual::StreamSim, usize)> {
+        self.residual_options()
+            .into_iter()
+            .find_map(|(o, v)| Some((o.sim.as_ref()?.streams?, v as usize)))
+    }
+
     /// These settings with residual option `name` on at `value` (in
     /// `OPTIONS`' order).
     pub fn with(mut self, name: &'static str, value: f64) -> Self {
@@ -121,7 +131,7 @@ pub struct SimResult {
     pub final_residual_rms: Option<f64>,
 }
 
-fn finite(v: f64) -> Option<f64> {
+pub(super) fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
@@ -134,123 +144,6 @@ pub fn simulate(c: &SimConfig) -> SimResult {
     let x: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
     let r: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
     simulate_from(c, x, &r, rng).0
-}
-
-/// [`simulate`] from the inputs `x` and the loss weights `r` (L = <r, x_N>),
-/// the layers' weights drawn from `rng`: the result, x_N and dL/dx_0.
-fn simulate_from(
-    c: &SimConfig,
-    mut x: Vec<f64>,
-    r: &[f64],
-    mut rng: Rng,
-) -> (SimResult, Vec<f64>, Vec<f64>) {
-    let (n, d, rows) = (c.sublayers, c.d, c.rows);
-    let std = c.gain / (d as f64).sqrt();
-    let draw = |state: &mut Rng| -> Vec<f64> { (0..d * d).map(|_| std * state.normal()).collect() };
-    let mut states = Vec::with_capacity(n);
-    let skip = if c.residual { 1.0 } else { 0.0 };
-    let writeback = if c.scale_writeback {
-        1.0 / (n as f64).sqrt()
-    } else {
-        1.0
-    };
-    // The residual options' multipliers at init, from their declarations.
-    let options = c.residual_options();
-    let effect = |l: usize| residual::at_init(&options, l, c.pre_norm);
-    let rms = |v: &[f64]| (v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64).sqrt();
-    let mut residual = vec![rms(&x)];
-    // Layer inputs, kept only for pre-norm's backward.
-    let mut xs = Vec::new();
-    let mut inv_rms = Vec::with_capacity(n); // per layer, per row (pre-norm)
-    let lns = |l: usize| effect(l).read;
-    for l in 0..n {
-        let branch = writeback * effect(l).write;
-        states.push(rng.clone());
-        let w = draw(&mut rng);
-        let mut a = x.clone();
-        let mut ir = vec![1.0; rows];
-        if c.pre_norm && c.dyt {
-            a.iter_mut()
-                .for_each(|v| *v = (DYT_ALPHA * *v).tanh() * lns(l));
-        } else if c.pre_norm {
-            for (row, irr) in a.chunks_exact_mut(d).zip(ir.iter_mut()) {
-                let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
-                *irr = 1.0 / (ms + 1e-6).sqrt();
-                let s = *irr * lns(l);
-                row.iter_mut().for_each(|v| *v *= s);
-            }
-        }
-        let mut next = vec![0.0; rows * d];
-        for (i, (nrow, arow)) in next.chunks_exact_mut(d).zip(a.chunks_exact(d)).enumerate() {
-            for (j, nv) in nrow.iter_mut().enumerate() {
-                let wj = &w[j * d..(j + 1) * d];
-                let s: f64 = wj.iter().zip(arow).map(|(p, q)| p * q).sum();
-                *nv = skip * x[i * d + j] + branch * s;
-            }
-        }
-        inv_rms.push(ir);
-        residual.push(rms(&next));
-        if c.pre_norm {
-            xs.push(std::mem::replace(&mut x, next));
-        } else {
-            x = next;
-        }
-    }
-    // Backward: g_l = skip * g_{l+1} + In^T(W^T (branch * g_{l+1})).
-    let mut g = r.to_vec();
-    let mut grads = vec![(g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt()];
-    for l in (0..n).rev() {
-        let branch = writeback * effect(l).write;
-        let w = draw(&mut states[l].clone());
-        let mut next = vec![0.0; rows * d];
-        for i in 0..rows {
-            let grow = &g[i * d..(i + 1) * d];
-            let mut da = vec![0.0; d];
-            for (j, &gj) in grow.iter().enumerate() {
-                let bj = branch * gj;
-                for (k, dk) in da.iter_mut().enumerate() {
-                    *dk += w[j * d + k] * bj;
-                }
-            }
-            if c.pre_norm && c.dyt {
-                // d/dx of c * tanh(alpha x): c alpha (1 - tanh^2).
-                let xr = &xs[l][i * d..(i + 1) * d];
-                for (dk, &xk) in da.iter_mut().zip(xr) {
-                    let t = (DYT_ALPHA * xk).tanh();
-                    *dk *= lns(l) * DYT_ALPHA * (1.0 - t * t);
-                }
-            } else if c.pre_norm {
-                // d/dx of c * x * rstd: c rstd (da - xhat mean(da * xhat)).
-                da.iter_mut().for_each(|v| *v *= lns(l));
-                let xr = &xs[l][i * d..(i + 1) * d];
-                let ir = inv_rms[l][i];
-                let m: f64 = da.iter().zip(xr).map(|(a, b)| a * b * ir).sum::<f64>() / d as f64;
-                for k in 0..d {
-                    da[k] = ir * (da[k] - xr[k] * ir * m);
-                }
-            }
-            for k in 0..d {
-                next[i * d + k] = skip * grow[k] + da[k];
-            }
-        }
-        g = next;
-        grads.push((g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt());
-    }
-    grads.reverse();
-    let residual_rms: Vec<Option<f64>> = residual.into_iter().map(finite).collect();
-    let grad_norm: Vec<Option<f64>> = grads.iter().map(|&v| finite(v)).collect();
-    let ratio = match (grad_norm[0], grad_norm[n]) {
-        (Some(b), Some(t)) if t > 0.0 => finite(b / t),
-        _ => None,
-    };
-    let res = SimResult {
-        config: c.clone(),
-        final_residual_rms: residual_rms[n],
-        residual_rms,
-        grad_norm,
-        grad_ratio_bottom_top: ratio,
-    };
-    (res, x, g)
 }
 
 /// Check simulator settings (bounded work for the web lab too).
@@ -281,6 +174,26 @@ pub fn validate(c: &SimConfig) -> Result<()> {
     }
     if gates.len() > 1 {
         return Err(format!("{} each gate the branch; give one", gates.join(" and ")).into());
+    }
+    let streams: Vec<String> = c
+        .residual_options()
+        .iter()
+        .filter(|(o, _)| o.sim.as_ref().is_some_and(|k| k.streams.is_some()))
+        .map(|(o, _)| format!("--{}", o.name))
+        .collect();
+    if streams.len() > 1 {
+        return Err(format!(
+            "{} are two designs of the n streams; give one",
+            streams.join(" and ")
+        )
+        .into());
+    }
+    if !streams.is_empty() && !c.residual {
+        return Err(format!(
+            "{} widens the residual stream; it needs the residual on",
+            streams[0]
+        )
+        .into());
     }
     if c.d == 0 || c.d > 256 || c.rows == 0 || c.rows > 256 {
         return Err("d and rows must be in 1..=256".into());
@@ -369,7 +282,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     // The canonical settings at the same N and gain, for comparison: the
     // four of the lesson, DyT in the pre-norm's place, then each residual
     // option the simulator models at its example setting (with the
-    // pre-norm it acts on, or, for a gate, on residuals without a norm).
+    // pre-norm it acts on or, for the n streams, that models use; for a
+    // gate, on residuals without a norm).
     let plain = SimConfig {
         residual: true,
         pre_norm: false,
@@ -403,7 +317,9 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     for (o, k) in &simulated {
         variants.push(
             SimConfig {
-                pre_norm: k.needs_pre_norm,
+                // The n-stream designs are shown as models use them, with
+                // a pre-norm in each sublayer.
+                pre_norm: k.needs_pre_norm || k.streams.is_some(),
                 ..plain.clone()
             }
             .with(o.name, k.example),
@@ -491,7 +407,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         .zip(&results[first_option..])
         .map(|((_, k), r)| {
             let name = (k.label)(k.example);
-            if k.needs_pre_norm {
+            if k.needs_pre_norm || k.streams.is_some() {
                 format!("pre-norm with {name} at {}", at(r))
             } else {
                 format!("without a norm, {name} leaves the stream at {}", at(r))

@@ -171,3 +171,84 @@ fn every_simulated_option_is_a_flag_and_a_variant() {
         assert!(label(&c).contains(&(k.label)(k.example)), "{}", o.name);
     }
 }
+
+/// Hyper-connections at init route exactly as a plain residual does (the
+/// streams stay equal); their backward, with constant weights, matches
+/// finite differences; mHC reads about n/2 times the stream at init
+/// (pre near 1/2 per stream), so without a pre-norm its stream grows
+/// faster than a plain one, and with the pre-norm that read is normalised.
+#[test]
+fn streams_at_init() {
+    for pre_norm in [false, true] {
+        let plain = SimConfig {
+            sublayers: 12,
+            d: 16,
+            rows: 8,
+            pre_norm,
+            ..SimConfig::default()
+        };
+        let (p, h) = (simulate(&plain), simulate(&plain.clone().with("hc", 4.0)));
+        // The same streams (the RMS sums over 4 copies in another order).
+        for (a, b) in p.residual_rms.iter().zip(&h.residual_rms) {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert!(
+                (a / b - 1.0).abs() < 1e-12,
+                "pre_norm {pre_norm}: {a} vs {b}"
+            );
+        }
+        let (a, b) = (
+            p.grad_ratio_bottom_top.unwrap(),
+            h.grad_ratio_bottom_top.unwrap(),
+        );
+        assert!((a / b - 1.0).abs() < 1e-9, "{a} vs {b}");
+        let m = simulate(&plain.clone().with("mhc", 4.0));
+        let (fp, fm) = (p.final_residual_rms.unwrap(), m.final_residual_rms.unwrap());
+        if pre_norm {
+            assert!((fm / fp - 1.0).abs() < 0.25, "{fm} vs {fp}");
+        } else {
+            assert!(fm > 2.0 * fp, "{fm} vs {fp}");
+        }
+        // Finite differences through the n streams (hyper-connections'
+        // weights are constants, so the gradient is exact).
+        let c = SimConfig {
+            sublayers: 5,
+            d: 6,
+            rows: 2,
+            gain: 0.9,
+            pre_norm,
+            ..SimConfig::default()
+        }
+        .with("hc", 3.0);
+        let mut rng = Rng::derive(9, "fd");
+        let n = c.rows * c.d;
+        let (x, r, e): (Vec<f64>, Vec<f64>, Vec<f64>) = (
+            (0..n).map(|_| rng.normal()).collect(),
+            (0..n).map(|_| rng.normal()).collect(),
+            (0..n).map(|_| rng.normal()).collect(),
+        );
+        let layers = Rng::derive(10, "fd layers");
+        let (_, _, g0) = simulate_from(&c, x.clone(), &r, layers.clone());
+        let loss = |h: f64| {
+            let xh: Vec<f64> = x.iter().zip(&e).map(|(a, b)| a + h * b).collect();
+            let (_, out, _) = simulate_from(&c, xh, &r, layers.clone());
+            out.iter().zip(&r).map(|(a, b)| a * b).sum::<f64>()
+        };
+        let fd = (loss(1e-5) - loss(-1e-5)) / 2e-5;
+        let an: f64 = g0.iter().zip(&e).map(|(a, b)| a * b).sum();
+        assert!((fd - an).abs() <= 1e-6 * an.abs().max(1.0), "{fd} vs {an}");
+    }
+    // One stream design at a time, on the residual, with n in range.
+    let c = SimConfig::default();
+    assert!(validate(&c.clone().with("hc", 4.0).with("mhc", 4.0)).is_err());
+    assert!(validate(
+        &SimConfig {
+            residual: false,
+            ..c.clone()
+        }
+        .with("mhc", 4.0)
+    )
+    .is_err());
+    assert!(validate(&c.clone().with("hc", 1.0)).is_err());
+    assert!(validate(&c.clone().with("hc", 2.5)).is_err());
+    assert!(validate(&c.with("mhc", 8.0)).is_ok());
+}

@@ -3,7 +3,7 @@
 //! learned read, write and mixing weights (static, or with the dynamic
 //! form's input-dependent terms). The arithmetic is `nn/hyper.rs`.
 
-use super::{ResidualOption, StreamsPlan, SublayerPlan};
+use super::{InitEffect, ResidualOption, SimKnob, StreamSim, StreamsPlan, SublayerPlan};
 use crate::model::ModelConfig;
 use crate::nn::Placement;
 
@@ -32,10 +32,36 @@ pub const HC: ResidualOption = ResidualOption {
             dynamic: c.hc_dynamic,
         })
     },
-    sim: None,
+    sim: Some(SimKnob {
+        help: "hyper-connections with n streams at the paper's init (sublayer l reads stream l mod n, writes all, no mixing)",
+        switch: None,
+        example: 4.0,
+        gate: false,
+        needs_pre_norm: false,
+        label: |v| format!("hyper-connections n={v}"),
+        check: sim_streams,
+        at_init: |_, _, _| InitEffect {
+            read: 1.0,
+            write: 1.0,
+        },
+        streams: Some(StreamSim::Hyper),
+    }),
     example: |c| c.hc = Some(4),
     convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
 };
+
+/// The most streams the depth simulator takes (its work grows as n^2).
+pub const MAX_SIM_STREAMS: usize = 8;
+
+/// A simulated number of streams: a whole number in 2..=MAX_SIM_STREAMS.
+pub(super) fn sim_streams(v: f64) -> Result<(), String> {
+    if v.fract() != 0.0 || !(2.0..=MAX_SIM_STREAMS as f64).contains(&v) {
+        return Err(format!(
+            "the number of streams must be a whole number from 2 to {MAX_SIM_STREAMS} (got {v})"
+        ));
+    }
+    Ok(())
+}
 
 /// What n parallel streams (`flag` N) cannot be combined with.
 pub(super) fn check_streams(flag: &str, n: usize, c: &ModelConfig) -> Result<(), String> {

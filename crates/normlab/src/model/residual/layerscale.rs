@@ -37,6 +37,7 @@ pub const LAYERSCALE: ResidualOption = ResidualOption {
             read: 1.0,
             write: v,
         },
+        streams: None,
     }),
     example: |c| c.layerscale = Some(1e-4),
     convert_refusal: Some("a per-channel gate makes a centred branch non-zero-mean"),

@@ -37,6 +37,7 @@ pub const LNS: ResidualOption = ResidualOption {
             },
             write: 1.0,
         },
+        streams: None,
     }),
     example: |c| c.lns = true,
     convert_refusal: Some("it scales the beta that folds into the next bias"),

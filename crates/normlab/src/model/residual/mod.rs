@@ -112,6 +112,21 @@ pub struct SimKnob {
     /// Its effect at initialisation (`value`: its setting, e.g. a gate's
     /// init; `pre_norm`: whether the stream has pre-norms), in f64.
     pub at_init: fn(value: f64, l: usize, pre_norm: bool) -> InitEffect,
+    /// It widens the stream to n = its setting parallel streams, routed
+    /// this way (None: one stream).
+    pub streams: Option<StreamSim>,
+}
+
+/// How an n-stream option reads, writes and mixes its streams at init in
+/// the depth simulator (which implements each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamSim {
+    /// Hyper-connections at the paper's init: sublayer l reads stream
+    /// l mod n, writes every stream, no mixing (a plain residual).
+    Hyper,
+    /// mHC at transformers' init: per-token weights from a small random
+    /// map of the streams, Sinkhorn-projected mixing near uniform 1/n.
+    Manifold,
 }
 
 /// One residual option.

@@ -30,6 +30,7 @@ pub const REZERO: ResidualOption = ResidualOption {
             read: 1.0,
             write: v,
         },
+        streams: None,
     }),
     example: |c| c.rezero = true,
     convert_refusal: Some("a learnable gate's effect on the conversion is not derived"),
