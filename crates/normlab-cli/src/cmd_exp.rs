@@ -267,7 +267,7 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
 }
 
 /// Run every experiment at its full setting and write findings.md: the
-/// lesson's claims C1-C23, each with its statement, normlab's setting, the
+/// lesson's claims C1-C27, each with its statement, normlab's setting, the
 /// measured figure and the verdict. Resumable: run it again after an
 /// interruption and finished runs are reused.
 #[derive(Args, Debug)]

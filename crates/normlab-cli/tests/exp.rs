@@ -76,8 +76,9 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
             continue;
         }
         // Every documented flag, with a small value; --runs (which replaces
-        // training) and each branch gate (--rezero, --layerscale: one per
-        // simulation) in invocations of their own.
+        // training), each branch gate (--rezero, --layerscale) and each
+        // n-stream design (--hc, --mhc), one of each kind per simulation,
+        // in invocations of their own.
         let mut with_all: Vec<String> = vec!["exp".into(), e.id.into(), "--quick".into()];
         let mut alone: Vec<Vec<String>> = Vec::new();
         for flag in flags {
@@ -90,12 +91,12 @@ fn every_experiment_is_listed_and_accepts_each_flag_it_documents() {
                     name,
                     run.display().to_string(),
                 ]),
-                // Branch gates (one per simulation) each alone.
+                // Branch gates and stream designs each alone.
                 (ExpFlag::ResOption(i), v)
                     if normlab::model::residual::OPTIONS[i]
                         .sim
                         .as_ref()
-                        .is_some_and(|k| k.gate) =>
+                        .is_some_and(|k| k.gate || k.streams.is_some()) =>
                 {
                     let mut args = vec!["exp".into(), e.id.into(), "--quick".into(), name];
                     args.extend(v);

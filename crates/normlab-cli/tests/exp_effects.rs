@@ -262,6 +262,26 @@ fn training_experiments_show_the_known_effects() {
     assert_eq!(norms.len(), 13);
     assert!(norms.windows(2).all(|w| w[1] > w[0]), "{norms:?}");
     assert!((num(&lesson["after_final_norm"]) - 128f64.sqrt()).abs() < 0.05);
+    // residual-routing: mHC's doubly stochastic mixing keeps the composite
+    // gain at 1 where static hyper-connections' drifts from it at lr 1e-2;
+    // the extra streams cost parameters in the order of their machinery;
+    // 128 independent unit-variance writes add up to std sqrt(129).
+    let r = run_exp(
+        "residual-routing",
+        &["--model", "gpt", "--lrs", "0.01"],
+        &dir,
+    );
+    let cfgs = r["configs"].as_array().unwrap();
+    let cell = |d: &str| cfgs.iter().find(|c| c["design"] == d).unwrap();
+    let gain = |d: &str| num(&cell(d)["mixing_gain"]);
+    assert!((gain("mhc") - 1.0).abs() < 1e-3, "mHC gain {}", gain("mhc"));
+    assert!((gain("hc") - 1.0).abs() > 0.01, "HC gain {}", gain("hc"));
+    let params = |d: &str| cell(d)["params"].as_u64().unwrap();
+    assert!(params("pre-ln") < params("hc") && params("hc") < params("hc-dynamic"));
+    assert!(params("hc-dynamic") < params("mhc"));
+    let sum = &r["stream_sum"];
+    assert!((num(&sum["measured_std"]) / num(&sum["expected_std"]) - 1.0).abs() < 0.01);
+    assert_eq!(r["depth_use"].as_array().unwrap().len(), 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

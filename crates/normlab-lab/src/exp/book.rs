@@ -1,7 +1,7 @@
 //! `normlab book`: every experiment at its full setting (or `--quick`), its
 //! runs trained through the sweep engine (so an interrupted book resumes:
 //! finished runs are reused), then `findings.md`: one section per claim of
-//! the lesson (C1-C23) with its statement, normlab's setting, the figure,
+//! the lesson (C1-C27) with its statement, normlab's setting, the figure,
 //! and the verdicts the experiments computed, and `findings.json` with the
 //! same verdicts for machines (and for the test that quick settings agree
 //! with the full ones).
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn every_claim_is_covered_by_a_registered_experiment_or_excused() {
         assert_eq!(uncovered_claims(), Vec::<&str>::new());
-        assert_eq!(CLAIMS.len(), 23);
+        assert_eq!(CLAIMS.len(), 27);
         for (i, c) in CLAIMS.iter().enumerate() {
             assert_eq!(c.id, format!("C{}", i + 1));
             assert!(crate::exp::claims::claim(c.id).is_some());

@@ -1,4 +1,4 @@
-//! The lesson's checkable claims (C1-C23), restated in normlab's words with
+//! The lesson's checkable claims (C1-C27), restated in normlab's words with
 //! the lesson's own numbers and settings, and the experiments that check
 //! each. The IDs are stable: experiments, reports and `docs/findings.md`
 //! cite them. An experiment reports a [`ClaimCheck`] per claim it speaks
@@ -95,7 +95,7 @@ pub enum Coverage {
 /// One claim of the lesson.
 #[derive(Clone, Copy, Debug)]
 pub struct Claim {
-    /// Stable id (`C1` .. `C23`).
+    /// Stable id (`C1` .. `C27`).
     pub id: &'static str,
     /// Short name.
     pub title: &'static str,
@@ -244,6 +244,30 @@ pub static CLAIMS: &[Claim] = &[
         title: "normalization is not a cure-all",
         statement: "Noise, bad labels, a bad schedule or too little capacity are not fixed by a norm: diagnose first.",
         coverage: Coverage::Experiments(&["cure-all"]),
+    },
+    Claim {
+        id: "C24",
+        title: "unbounded SwiGLU and clamping",
+        statement: "SwiGLU's output has no upper bound (SiLU(10) x 10 = 99.995) and can overflow in low precision; recent models clamp it (gpt-oss at 7, DeepSeek V4 at 10). How large do SwiGLU activations get in trained models, and what does clamping cost?",
+        coverage: Coverage::Uncheckable("the SwiGLU-clamp experiment is not built yet"),
+    },
+    Claim {
+        id: "C25",
+        title: "one stream, many writes",
+        statement: "The stream is the sum of all writes, x_L = x_0 + sum F_l: 128 writes of unit variance give std sqrt(129) = 11.36 if independent; one d-dimensional stream carrying every layer's reads and writes becomes a bottleneck as depth grows.",
+        coverage: Coverage::Experiments(&["residual-routing"]),
+    },
+    Claim {
+        id: "C26",
+        title: "attention sinks and the output gate",
+        statement: "Softmax must hand out all of a query's attention, so models park it on the first token (46.7% on average in Qwen's 15B MoE experiment); a sigmoid gate on the attention output drops that share to 4.8%.",
+        coverage: Coverage::Uncheckable("the attention-sink experiment is not built yet"),
+    },
+    Claim {
+        id: "C27",
+        title: "wider or routed residual streams",
+        statement: "Widening the residual to 4 streams with learned mixing (hyper-connections; mHC keeps the mixing doubly stochastic) or letting each layer attend over all earlier layers' outputs (AttnRes) are the current answers to C25's bottleneck: do they beat a plain Pre-Norm residual at equal parameters and compute, and do their deep layers stay in use?",
+        coverage: Coverage::Experiments(&["residual-routing"]),
     },
 ];
 

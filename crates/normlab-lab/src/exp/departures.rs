@@ -345,6 +345,14 @@ pub static DEPARTURES: &[Departure] = &[
         depends: "possibly: a toy net with a mean mixer; the gap may differ in a trained LLM",
     },
     Departure {
+        chapter: "residual-routing",
+        claims: "C25, C27",
+        lesson: "C25: 64 layers x 2 sublayers = 128 unit-variance writes, sqrt(129); C27: no setting (the designs are named as the answers to one stream's bottleneck, 4 streams)",
+        normlab: "C25: the arithmetic measured on 2^18 elements, then the ratio of the stream's mean square to the embedding's plus the writes' by depth in the trained Pre-LN GPT and toy net, SmolLM2 and Gemma 3; C27: toy net 30 blocks, 3000 steps, 3 seeds and GPT 12 blocks, 1000 steps (batch 16, 100 warm-up steps), 2 seeds, lr 1e-3 and 1e-2; Pre-LN against HC (static, dynamic) and mHC with 4 streams and block AttnRes with about 8 blocks; equal wall time read from each run's held-out curve at the step it reaches in Pre-LN's time",
+        why: "the lesson gives no training setting for C27, so the chapters' own toy net and GPT are used; separate shorter runs per design for equal time would make the run ids depend on a measured time",
+        depends: "yes: small models and short runs (the papers' gains are at billions of parameters); the GPT's equal-time losses are read before its cosine schedule has decayed, which favours Pre-LN",
+    },
+    Departure {
         chapter: "speed",
         claims: "C9",
         lesson: "d 4096, 32 layers, 2 norms per layer; the reference model's size not given",

@@ -38,8 +38,10 @@ pub mod provenance;
 pub mod qk_norm;
 pub mod registry;
 pub mod residual_growth;
+pub mod residual_routing;
 pub mod runs;
 pub mod speed;
+mod stream_sum;
 pub mod warmup;
 
 pub use args::{ExpArgs, ExpFlag};

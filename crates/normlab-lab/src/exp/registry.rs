@@ -9,7 +9,8 @@ use super::framework::{ExpResult, Experiment, Progress};
 use super::{
     batch_dependence, collapse, convert, cross_check, cure_all, depth_sim, depth_use, drift,
     dyt_recipe, gain_decay, identity_path, llm, lr_sensitivity, no_norm, norm_kind, norm_stats,
-    placements, precision, precision_train, qk_norm, residual_growth, speed, warmup,
+    placements, precision, precision_train, qk_norm, residual_growth, residual_routing, speed,
+    warmup,
 };
 use crate::sweep::RunSpec;
 use normlab::error::{Error, Result};
@@ -34,6 +35,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &cure_all::EXPERIMENT,
     &no_norm::EXPERIMENT,
     &depth_use::EXPERIMENT,
+    &residual_routing::EXPERIMENT,
     &dyt_recipe::EXPERIMENT,
     &precision::EXPERIMENT,
     &precision_train::EXPERIMENT,
