@@ -130,6 +130,45 @@ crate::multiversion! {
     }
 }
 
+crate::multiversion! {
+    /// SwiGLU with DeepSeek V4's clamp (transformers' `DeepseekV4MLP`):
+    /// `y = silu(min(a, limit)) * clamp(b, -limit, limit)`.
+    pub fn swiglu_clamped_forward(ab: &[f32], h: usize, limit: f32, y: &mut [f32]) {
+        for (row, yr) in ab.chunks_exact(2 * h).zip(y.chunks_exact_mut(h)) {
+            let (a, b) = row.split_at(h);
+            for ((yv, &av), &bv) in yr.iter_mut().zip(a).zip(b) {
+                let av = av.min(limit);
+                let s = 1.0 / (1.0 + exp(-av));
+                *yv = av * s * bv.clamp(-limit, limit);
+            }
+        }
+    }
+}
+
+crate::multiversion! {
+    /// The clamped SwiGLU's backward: writes `dab = [da | db]`, zero where
+    /// a value was clamped and passing at the limit itself (as torch's
+    /// clamp does).
+    pub fn swiglu_clamped_backward(ab: &[f32], dy: &[f32], h: usize, limit: f32, dab: &mut [f32]) {
+        for ((row, dyr), drow) in ab.chunks_exact(2 * h).zip(dy.chunks_exact(h)).zip(dab.chunks_exact_mut(2 * h)) {
+            let (a, b) = row.split_at(h);
+            let (da, db) = drow.split_at_mut(h);
+            for j in 0..h {
+                let av = a[j].min(limit);
+                let bv = b[j].clamp(-limit, limit);
+                let s = 1.0 / (1.0 + exp(-av));
+                let silu = av * s;
+                db[j] = if b[j].abs() <= limit { dyr[j] * silu } else { 0.0 };
+                da[j] = if a[j] <= limit {
+                    dyr[j] * bv * (s * (1.0 + av * (1.0 - s)))
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+}
+
 /// Max over a slice with `LANES` accumulators (the tail is padded with
 /// -inf). A NaN anywhere still makes the softmax NaN (through the sum).
 #[inline(always)]

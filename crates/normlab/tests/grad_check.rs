@@ -91,6 +91,12 @@ fn options_swiglu_tied_no_residual_branch_scale_no_final_norm() {
     c.act = Activation::Swiglu;
     c.tie_head = true;
     run_check(&c, 3);
+    // SwiGLU clamped low enough that many gate and up values are clamped
+    // (the clamp's kink defeats finite differences for a value that the
+    // step carries across the limit: at this seed and limit none is;
+    // tests/swiglu_clamp.rs checks the clamped gradients against torch).
+    c.swiglu_clamp = Some(0.45);
+    run_check(&c, 3);
     let mut c = tiny(ModelKind::Gpt);
     c.residual = false;
     run_check(&c, 4);

@@ -125,6 +125,14 @@ crate::settings! {
         pub vocab: usize => Flag::Num,
         /// MLP nonlinearity: gelu or swiglu.
         pub act: Activation => Flag::Text,
+        /// SwiGLU's clamp (DeepSeek V4's form, transformers'
+        /// `DeepseekV4MLP`): the gate projection's output (SiLU's argument)
+        /// clamped to at most LIMIT and the up projection's to [-LIMIT,
+        /// LIMIT], with zero gradient where a value was clamped (e.g. 10;
+        /// gpt-oss's variant with sigmoid(1.702 g) and up + 1 is not
+        /// adopted). Needs --act swiglu.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub swiglu_clamp: Option<f32> => Flag::Num,
         /// Norm kind of every norm in the blocks and of the final norm.
         #[serde(with = "norm_kind_serde")]
         pub norm: NormKind => Flag::Choice(|| NormKind::row_wise().map(NormKind::name).collect()),
@@ -249,6 +257,7 @@ impl ModelConfig {
             hidden: if toy { 128 } else { 512 },
             vocab: if toy { 64 } else { 256 },
             act: Activation::Gelu,
+            swiglu_clamp: None,
             norm: NormKind::LayerNorm,
             eps: None,
             placement: Placement::Pre,
@@ -339,6 +348,17 @@ impl ModelConfig {
         pos("d_model", self.d_model)?;
         pos("layers", self.layers)?;
         pos("hidden", self.hidden)?;
+        if let Some(l) = self.swiglu_clamp {
+            if self.act != Activation::Swiglu {
+                return Err(
+                    "--swiglu-clamp clamps SwiGLU's gate and up projections; it needs --act swiglu"
+                        .into(),
+                );
+            }
+            if !(l.is_finite() && l > 0.0) {
+                return Err(format!("--swiglu-clamp must be a positive number (got {l})").into());
+            }
+        }
         if self.kind == ModelKind::Gpt {
             pos("heads", self.heads)?;
             if !self.d_model.is_multiple_of(self.heads) {

@@ -181,16 +181,19 @@ impl Model {
                             proj_init.clone(),
                         ))
                     }
-                    _ => Op::Mlp(Mlp::new(
-                        &mut layout,
-                        &format!("{base}.mlp"),
-                        d,
-                        cfg.hidden,
-                        cfg.act,
-                        blk,
-                        fc_init.clone(),
-                        proj_init.clone(),
-                    )),
+                    _ => Op::Mlp(Mlp {
+                        clamp: cfg.swiglu_clamp,
+                        ..Mlp::new(
+                            &mut layout,
+                            &format!("{base}.mlp"),
+                            d,
+                            cfg.hidden,
+                            cfg.act,
+                            blk,
+                            fc_init.clone(),
+                            proj_init.clone(),
+                        )
+                    }),
                 };
                 let out_norm = placement.has_out_norm().then(|| {
                     Norm::new(

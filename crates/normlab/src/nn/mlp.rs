@@ -44,6 +44,9 @@ pub struct Mlp {
     pub fc: Linear,
     /// `{name}.c_proj`: h -> d.
     pub proj: Linear,
+    /// SwiGLU's clamp limit (DeepSeek V4's form: the gate's output at most
+    /// it, the up projection's within +-it); None: unclamped.
+    pub clamp: Option<f32>,
 }
 
 /// Activations of one MLP in one shard (what its backward reads). GELU:
@@ -98,6 +101,7 @@ impl Mlp {
             act,
             fc,
             proj,
+            clamp: None,
         }
     }
 
@@ -116,6 +120,14 @@ impl Mlp {
     /// Floats of scratch per row: `(pre or post, dpost, dpre)` widths.
     pub fn scratch_widths(&self) -> (usize, usize, usize) {
         (self.fc.d_out.max(self.hidden), self.hidden, self.fc.d_out)
+    }
+
+    /// SwiGLU of the pre-activations `ab`, clamped if set.
+    fn swiglu(&self, ab: &[f32], y: &mut [f32]) {
+        match self.clamp {
+            None => act::swiglu_forward(ab, self.hidden, y),
+            Some(l) => act::swiglu_clamped_forward(ab, self.hidden, l, y),
+        }
     }
 
     /// `out = proj(act(fc(a)))`; `tmp` is scratch of at least `rows x`
@@ -139,7 +151,7 @@ impl Mlp {
             Activation::Swiglu => {
                 let post = &mut tmp[..rows * self.hidden];
                 self.fc.forward(params, a, rows, &mut c.pre);
-                act::swiglu_forward(&c.pre, self.hidden, post);
+                self.swiglu(&c.pre, post);
                 self.proj.forward(params, post, rows, out);
             }
         }
@@ -167,7 +179,7 @@ impl Mlp {
             Activation::Gelu => &c.post,
             Activation::Swiglu => {
                 let post = &mut tmp[..rows * self.hidden];
-                act::swiglu_forward(&c.pre, self.hidden, post);
+                self.swiglu(&c.pre, post);
                 post
             }
         };
@@ -175,7 +187,10 @@ impl Mlp {
             .backward(params, grads, post, dout, rows, Some(dpost), false);
         match self.act {
             Activation::Gelu => act::mul(dpre, dpost, &c.dact),
-            Activation::Swiglu => act::swiglu_backward(&c.pre, dpost, self.hidden, dpre),
+            Activation::Swiglu => match self.clamp {
+                None => act::swiglu_backward(&c.pre, dpost, self.hidden, dpre),
+                Some(l) => act::swiglu_clamped_backward(&c.pre, dpost, self.hidden, l, dpre),
+            },
         }
         self.fc
             .backward(params, grads, a, dpre, rows, Some(da), false);
