@@ -5,7 +5,7 @@ use normlab::gradcheck::check_model;
 use normlab::kernels::norm::NormKind;
 use normlab::kernels::rng::Rng;
 use normlab::model::{Model, ModelConfig, ModelKind};
-use normlab::nn::{Activation, Placement};
+use normlab::nn::{Activation, OutputGate, Placement};
 
 /// Every kind a model can use.
 fn kinds() -> impl Iterator<Item = NormKind> {
@@ -97,6 +97,13 @@ fn options_swiglu_tied_no_residual_branch_scale_no_final_norm() {
     // tests/swiglu_clamp.rs checks the clamped gradients against torch).
     c.swiglu_clamp = Some(0.45);
     run_check(&c, 3);
+    // The attention output gate, both forms, with and without QK-Norm.
+    for (i, gate) in OutputGate::ALL.into_iter().enumerate() {
+        let mut c = tiny(ModelKind::Gpt);
+        c.attn_gate = Some(gate);
+        c.qk_norm = i == 1;
+        run_check(&c, 7 + i as u64);
+    }
     let mut c = tiny(ModelKind::Gpt);
     c.residual = false;
     run_check(&c, 4);

@@ -100,6 +100,13 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "attnres": 1, "log_every": 1}),
         ),
+        // The attention output gate (headwise and elementwise).
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "attn_gate": "headwise", "log_every": 1}),
+        ),
+        cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "attn_gate": "elementwise", "qk_norm": true, "log_every": 1}),
+        ),
         // SwiGLU clamped (low enough to clamp at init).
         cfg(
             json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "act": "swiglu", "swiglu_clamp": 0.05, "log_every": 1}),
@@ -180,6 +187,12 @@ fn resume_is_bit_identical() {
             json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 8, "batch": 4, "eval_every": 4, "eval_sequences": 8, "log_every": 1, "act": "swiglu", "swiglu_clamp": 0.05}),
         ),
         "swiglu-clamp",
+    );
+    resume_matches_uninterrupted(
+        &cfg(
+            json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 8, "batch": 4, "eval_every": 4, "eval_sequences": 8, "log_every": 1, "attn_gate": "elementwise"}),
+        ),
+        "attn-gate",
     );
 }
 

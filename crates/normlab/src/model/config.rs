@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
-use crate::nn::{Activation, Placement};
+use crate::nn::{Activation, OutputGate, Placement};
 use crate::settings::Flag;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -151,6 +151,12 @@ crate::settings! {
         pub init_std: f32 => Flag::Num,
         /// QK-Norm in attention (gpt): an RMSNorm over head_dim on q and k.
         pub qk_norm: bool => Flag::On,
+        /// Attention output gate (gpt; Qiu et al. 2025's G1, as Qwen3-Next):
+        /// the merged heads times sigmoid(a W_g) before the output
+        /// projection, a the attention's normalised input; elementwise (one
+        /// gate per head dimension, W_g d x d) or headwise (one per head).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub attn_gate: Option<OutputGate> => Flag::Choice(|| OutputGate::ALL.iter().map(|g| g.name()).collect()),
         /// Final norm before the head (default: on for pre, sandwich, peri, olmo2).
         pub final_norm: Option<bool> => Flag::OnOff,
         /// Tie the head to the token embedding (gpt).
@@ -266,6 +272,7 @@ impl ModelConfig {
             out_proj_std: None,
             init_std: 0.02,
             qk_norm: false,
+            attn_gate: None,
             final_norm: None,
             tie_head: false,
             head_bias: false,
@@ -368,6 +375,12 @@ impl ModelConfig {
                 )
                 .into());
             }
+        }
+        if self.kind == ModelKind::Toy && self.attn_gate.is_some() {
+            return Err(
+                "--attn-gate gates attention's output (model gpt); the toy net has no attention"
+                    .into(),
+            );
         }
         if self.kind == ModelKind::Toy && self.qk_norm {
             return Err(

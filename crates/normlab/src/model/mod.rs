@@ -176,6 +176,7 @@ impl Model {
                             d,
                             cfg.heads,
                             cfg.qk_norm,
+                            cfg.attn_gate,
                             blk,
                             qkv_init,
                             proj_init.clone(),

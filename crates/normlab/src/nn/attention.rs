@@ -1,14 +1,23 @@
-//! Causal multi-head self-attention with optional QK-Norm.
+//! Causal multi-head self-attention with optional QK-Norm and output gate.
 //!
 //! ```text
 //! [q | k | v] = c_attn(a)                     (Linear d -> 3d)
 //! q, k <- RMSNorm_hd(q), RMSNorm_hd(k)        (QK-Norm, per head, optional)
 //! P = causal_softmax(q k^T / sqrt(hd))        (per sequence and head)
-//! out = c_proj(P v, heads merged)             (Linear d -> d)
+//! ctx = P v, heads merged
+//! ctx <- sigmoid(a W_g^T) * ctx               (output gate, optional)
+//! out = c_proj(ctx)                           (Linear d -> d)
 //! ```
 //!
+//! The output gate is Qiu et al. 2025's G1 (arXiv 2505.06708; Qwen3-Next):
+//! `{name}.gate`, no bias, d -> d (elementwise: one gate per head
+//! dimension) or d -> heads (headwise: one per head), from the sublayer's
+//! normalised input a, initialised as c_attn.
+//!
 //! Backward: dP = dctx v^T, dv = P^T dctx, dS = P (dP - rowsum(P dP)),
-//! dq = dS k / sqrt(hd), dk = dS^T q / sqrt(hd).
+//! dq = dS k / sqrt(hd), dk = dS^T q / sqrt(hd); with the gate,
+//! dctx = g dgated, dz = sum(dgated ctx) g (1 - g) (summed over the head's
+//! dimensions when headwise), da += dz W_g.
 
 use super::linear::Linear;
 use super::norm::{buf, Norm, NormCache};
@@ -17,6 +26,30 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul::{gemm, Mat};
 use crate::kernels::norm::NormKind;
 use crate::params::{Init, ParamLayout};
+use serde::{Deserialize, Serialize};
+
+/// The attention output gate's form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputGate {
+    /// One gate per head dimension (W_g d x d).
+    Elementwise,
+    /// One gate per head (W_g d x heads).
+    Headwise,
+}
+
+impl OutputGate {
+    /// Both forms.
+    pub const ALL: [OutputGate; 2] = [OutputGate::Elementwise, OutputGate::Headwise];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputGate::Elementwise => "elementwise",
+            OutputGate::Headwise => "headwise",
+        }
+    }
+}
 
 /// Attention parameters.
 #[derive(Clone, Debug)]
@@ -31,6 +64,8 @@ pub struct Attention {
     pub proj: Linear,
     /// QK-Norm on q and k (RMSNorm over head_dim, gain shared by heads).
     pub qk_norm: Option<(Norm, Norm)>,
+    /// The output gate: its form and `{name}.gate` (d -> d or heads).
+    pub gate: Option<(OutputGate, Linear)>,
 }
 
 /// Activations of one attention sublayer in one shard.
@@ -59,6 +94,10 @@ pub struct AttentionCache {
     dqkv: AlignedBuf,
     q_cache: Option<NormCache>,
     k_cache: Option<NormCache>,
+    /// With the output gate: the gates, the gated context, dL/dz.
+    g: AlignedBuf,
+    gated: AlignedBuf,
+    dz: AlignedBuf,
     /// Largest pre-softmax logit of the last forward.
     pub max_logit: f32,
 }
@@ -94,6 +133,7 @@ impl Attention {
         d: usize,
         heads: usize,
         qk_norm: bool,
+        gate: Option<OutputGate>,
         block: Option<usize>,
         qkv_init: Init,
         proj_init: Init,
@@ -106,7 +146,7 @@ impl Attention {
             3 * d,
             true,
             block,
-            qkv_init,
+            qkv_init.clone(),
         );
         let proj = Linear::new(
             layout,
@@ -126,13 +166,35 @@ impl Attention {
                 Norm::new(layout, &format!("{name}.k_norm"), kind, hd, eps, block),
             )
         });
+        let gate = gate.map(|g| {
+            let out = match g {
+                OutputGate::Elementwise => d,
+                OutputGate::Headwise => heads,
+            };
+            let w = Linear::new(
+                layout,
+                &format!("{name}.gate"),
+                d,
+                out,
+                false,
+                block,
+                qkv_init,
+            );
+            (g, w)
+        });
         Attention {
             d,
             heads,
             qkv,
             proj,
             qk_norm,
+            gate,
         }
+    }
+
+    /// Gates per row (0 without the gate).
+    fn gate_width(&self) -> usize {
+        self.gate.as_ref().map_or(0, |(_, w)| w.d_out)
     }
 
     fn hd(&self) -> usize {
@@ -163,6 +225,9 @@ impl Attention {
             dqkv: buf(rows * 3 * d),
             q_cache: self.qk_norm.as_ref().map(|(n, _)| n.cache(rows * h)),
             k_cache: self.qk_norm.as_ref().map(|(_, n)| n.cache(rows * h)),
+            g: buf(rows * self.gate_width()),
+            gated: buf(if self.gate.is_some() { rows * d } else { 0 }),
+            dz: buf(rows * self.gate_width()),
             max_logit: 0.0,
         }
     }
@@ -225,7 +290,46 @@ impl Attention {
             }
         }
         c.max_logit = max_logit;
-        self.proj.forward(params, &c.merged, rows, out);
+        match &self.gate {
+            None => self.proj.forward(params, &c.merged, rows, out),
+            Some((_, w)) => {
+                w.forward(params, a, rows, &mut c.g);
+                c.g.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
+                let (gw, per) = (w.d_out, d / w.d_out);
+                for ((o, x), g) in c
+                    .gated
+                    .chunks_exact_mut(d)
+                    .zip(c.merged.chunks_exact(d))
+                    .zip(c.g.chunks_exact(gw))
+                {
+                    for (j, (o, &x)) in o.iter_mut().zip(x).enumerate() {
+                        *o = g[j / per] * x;
+                    }
+                }
+                self.proj.forward(params, &c.gated, rows, out);
+            }
+        }
+    }
+
+    /// The gate's backward on the proj's input gradient `dmerged`: dL/dz
+    /// into `dz`, and `dmerged` times the gates (the context's gradient).
+    fn gate_backward(&self, c: &mut AttentionCache) {
+        let Some((_, w)) = &self.gate else {
+            return;
+        };
+        let (d, gw) = (self.d, w.d_out);
+        let per = d / gw;
+        let rows = c.merged.chunks_exact(d).zip(c.dmerged.chunks_exact_mut(d));
+        for ((x, dg), (g, dz)) in rows.zip(c.g.chunks_exact(gw).zip(c.dz.chunks_exact_mut(gw))) {
+            dz.fill(0.0);
+            for (j, (dv, &xv)) in dg.iter_mut().zip(x).enumerate() {
+                dz[j / per] += *dv * xv;
+                *dv *= g[j / per];
+            }
+            dz.iter_mut()
+                .zip(g)
+                .for_each(|(z, &gv)| *z *= gv * (1.0 - gv));
+        }
     }
 
     /// Write `da`, accumulate all gradients.
@@ -240,15 +344,21 @@ impl Attention {
     ) {
         let (d, h, hd, t, batch) = (self.d, self.heads, self.hd(), c.t, c.batch);
         let rows = batch * t;
+        let proj_in = if self.gate.is_some() {
+            &c.gated
+        } else {
+            &c.merged
+        };
         self.proj.backward(
             params,
             grads,
-            &c.merged,
+            proj_in,
             dout,
             rows,
             Some(&mut c.dmerged),
             false,
         );
+        self.gate_backward(c);
         let qk = self.qk_norm.is_some();
         let scale = 1.0 / (hd as f32).sqrt();
         let AttentionCache {
@@ -369,6 +479,9 @@ impl Attention {
         }
         self.qkv
             .backward(params, grads, a, &c.dqkv, rows, Some(da), false);
+        if let Some((_, w)) = &self.gate {
+            w.backward(params, grads, a, &c.dz, rows, Some(da), true);
+        }
     }
 }
 
