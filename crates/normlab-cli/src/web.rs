@@ -23,7 +23,7 @@
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
 //!   metrics sampled to at most N records (default 2000, at most 20000;
 //!   evaluations always kept), with `metrics_total`.
-//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms` —
+//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max` —
 //!   an SVG overlaying those runs.
 
 use axum::extract::{Path as AxPath, RawQuery, State};
@@ -485,15 +485,28 @@ async fn api_run(
     }
 }
 
+/// What `/api/plot` draws: the loss curves, the gradient norm, the stream
+/// by block, and the sink and outlier diagnostics over steps.
+const PLOT_METRICS: [&str; 7] = [
+    "loss",
+    "eval_loss",
+    "grad_norm",
+    "residual_rms",
+    "attn_sink",
+    "stream_max_ratio",
+    "ffn_max",
+];
+
 async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
     let q = match query(raw, &["ids", "metric"]) {
         Ok(q) => q,
         Err(r) => return *r,
     };
     let metric = q.get("metric").map(String::as_str).unwrap_or("loss");
-    if !["loss", "eval_loss", "grad_norm", "residual_rms"].contains(&metric) {
+    if !PLOT_METRICS.contains(&metric) {
         return bad(format!(
-            "metric must be loss, eval_loss, grad_norm or residual_rms (got '{metric}')"
+            "metric must be one of {} (got '{metric}')",
+            PLOT_METRICS.join(", ")
         ));
     }
     let ids: Vec<&str> = q
@@ -535,6 +548,25 @@ async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Respons
                 .iter()
                 .map(|m| (m.step as f64, m.grad_norm))
                 .collect(),
+            // The sink and outlier diagnostics of logged steps: the mean
+            // over blocks (position 0's share), the max (the others).
+            "attn_sink" | "stream_max_ratio" | "ffn_max" => r
+                .metrics
+                .iter()
+                .filter_map(|m| {
+                    let v = match metric {
+                        "attn_sink" => &m.attn_sink,
+                        "stream_max_ratio" => &m.stream_max_ratio,
+                        _ => &m.ffn_max,
+                    };
+                    let y = if metric == "attn_sink" {
+                        v.iter().sum::<f64>() / v.len().max(1) as f64
+                    } else {
+                        v.iter().copied().fold(f64::NAN, f64::max)
+                    };
+                    (!v.is_empty()).then_some((m.step as f64, y))
+                })
+                .collect(),
             _ => r
                 .metrics
                 .last()
@@ -568,7 +600,7 @@ async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Respons
             x_label: x_label.into(),
             y_label: metric.into(),
             series,
-            log_y: metric == "grad_norm" || metric == "residual_rms",
+            log_y: !["loss", "eval_loss", "attn_sink"].contains(&metric),
             log_x: false,
         })],
         cols: 1,

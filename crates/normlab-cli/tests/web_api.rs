@@ -241,9 +241,14 @@ fn api_answers_and_validates() {
     let (code, body) = get(&s, "/api/runs/a");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["summary"]["steps"], 5);
-    let (code, body) = get(&s, "/api/plot?ids=a&metric=grad_norm");
-    assert_eq!(code, 200);
-    assert!(body.contains("<svg"));
+    for metric in ["grad_norm", "stream_max_ratio", "ffn_max", "attn_sink"] {
+        let (code, body) = get(&s, &format!("/api/plot?ids=a&metric={metric}"));
+        assert_eq!(code, 200, "{metric}");
+        assert!(body.contains("<svg"));
+    }
+    let (code, body) = get(&s, "/api/plot?ids=a&metric=nonsense");
+    assert_eq!(code, 400);
+    assert!(body.contains("ffn_max"), "{body}");
     let long: String = (0..5000)
         .map(|i| (i % 7).to_string())
         .collect::<Vec<_>>()

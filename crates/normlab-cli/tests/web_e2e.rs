@@ -387,7 +387,7 @@ async fn web_lab_in_headless_chromium() {
     }
     click(&c, "#runs-plot").await;
     wait_for("overlay charts", || async {
-        (rows(&c, "#runs-charts svg").await == 4).then_some(())
+        (rows(&c, "#runs-charts svg").await == 7).then_some(())
     })
     .await;
     let svg = text(&c, "#runs-charts").await;

@@ -291,27 +291,57 @@ pub fn build(runs: &[FoundRun]) -> Report {
             log_x: false,
         }),
     ];
-    // n parallel streams (hyper-connections, mHC): the composite mixing's
-    // gain across depth, as the mHC paper plots it (1 throughout for
-    // Attention Residuals, whose mixing is the identity).
-    if shown
-        .iter()
-        .any(|r| r.metrics.iter().any(|m| m.streams.is_some()))
-    {
-        panels.push(Panel::Line(LineChart {
-            title: "streams: composite mixing gain (max over tokens)".into(),
-            x_label: "step".into(),
-            y_label: "largest absolute column sum".into(),
-            series: shown
-                .iter()
-                .map(|r| {
-                    let c = curve(r, &|m| m.streams.as_ref().map(|s| s.gain_fwd_max));
-                    Series::new(label(r), c)
-                })
-                .collect(),
-            log_y: true,
-            log_x: false,
-        }));
+    // Panels of a per-step diagnostic, shown when some run logged it: n
+    // parallel streams' composite mixing gain across depth, as the mHC
+    // paper plots it (1 throughout for Attention Residuals, whose mixing
+    // is the identity); the attention sink; massive activations; the
+    // feed-forward's largest activation.
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let max = |v: &[f64]| (!v.is_empty()).then(|| v.iter().copied().fold(f64::NAN, f64::max));
+    type Sel<'a> = &'a dyn Fn(&StepRecord) -> Option<f64>;
+    let diagnostics: [(&str, &str, bool, Sel); 4] = [
+        (
+            "streams: composite mixing gain (max over tokens)",
+            "largest absolute column sum",
+            true,
+            &|m| m.streams.as_ref().map(|s| s.gain_fwd_max),
+        ),
+        (
+            "attention on position 0 (mean over blocks, heads, queries t >= 1)",
+            "share",
+            false,
+            &|m| mean(&m.attn_sink),
+        ),
+        (
+            "largest |x| in the stream over its median (max over blocks)",
+            "ratio",
+            true,
+            &|m| max(&m.stream_max_ratio),
+        ),
+        (
+            "feed-forward's largest |activation| (max over blocks)",
+            "|gate x up| or |GELU|",
+            true,
+            &|m| max(&m.ffn_max),
+        ),
+    ];
+    for (title, y, log_y, sel) in diagnostics {
+        if shown
+            .iter()
+            .any(|r| r.metrics.iter().any(|m| sel(m).is_some()))
+        {
+            panels.push(Panel::Line(LineChart {
+                title: title.into(),
+                x_label: "step".into(),
+                y_label: y.into(),
+                series: shown
+                    .iter()
+                    .map(|r| Series::new(label(r), curve(r, sel)))
+                    .collect(),
+                log_y,
+                log_x: false,
+            }));
+        }
     }
     if runs.len() > 12 {
         for p in &mut panels {

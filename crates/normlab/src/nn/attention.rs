@@ -103,6 +103,22 @@ pub struct AttentionCache {
 }
 
 impl AttentionCache {
+    /// Share of attention on position 0 (the sink), averaged over every
+    /// sequence, head and query position t >= 1 (query 0 sees only itself)
+    /// of the last forward; uniform attention would give
+    /// [`uniform_sink_share`].
+    pub fn sink_share(&self) -> f64 {
+        let t = self.t;
+        let (mut total, mut n) = (0f64, 0usize);
+        for p in self.probs.chunks_exact(t * t) {
+            for i in 1..t {
+                total += f64::from(p[i * t]);
+                n += 1;
+            }
+        }
+        total / n.max(1) as f64
+    }
+
     /// Mean entropy (nats) of the attention rows of the last forward, over
     /// every sequence, head and query position.
     pub fn mean_entropy(&self) -> f64 {
@@ -117,6 +133,12 @@ impl AttentionCache {
         }
         total / n.max(1) as f64
     }
+}
+
+/// Position 0's share under uniform causal attention over queries
+/// t = 1..T-1: the mean of 1 / (t + 1).
+pub fn uniform_sink_share(t: usize) -> f64 {
+    (1..t).map(|i| 1.0 / (i + 1) as f64).sum::<f64>() / (t.max(2) - 1) as f64
 }
 
 /// Rows per causal block: a row block [i0, i1) only attends to columns

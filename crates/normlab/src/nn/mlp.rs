@@ -122,6 +122,20 @@ impl Mlp {
         (self.fc.d_out.max(self.hidden), self.hidden, self.fc.d_out)
     }
 
+    /// The largest |activation| of the last forward: SwiGLU's gate times
+    /// up (after the clamp, if set), or GELU's output.
+    pub fn largest_activation(&self, c: &MlpCache) -> f64 {
+        let top = |v: &[f32]| v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        match self.act {
+            Activation::Gelu => f64::from(top(&c.post)),
+            Activation::Swiglu => {
+                let mut y = vec![0.0; c.pre.len() / 2];
+                self.swiglu(&c.pre, &mut y);
+                f64::from(top(&y))
+            }
+        }
+    }
+
     /// SwiGLU of the pre-activations `ab`, clamped if set.
     fn swiglu(&self, ab: &[f32], y: &mut [f32]) {
         match self.clamp {

@@ -23,7 +23,7 @@ pub mod residual;
 pub mod scratch;
 pub mod sublayer;
 
-pub use attention::{Attention, AttentionCache, OutputGate};
+pub use attention::{uniform_sink_share, Attention, AttentionCache, OutputGate};
 pub use attnres::{DepthAttn, DepthCache, DepthHead, DepthSlots};
 pub use block::{Block, BlockCache, NormRole, NormSite};
 pub use embedding::Embedding;

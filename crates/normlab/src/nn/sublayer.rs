@@ -237,6 +237,14 @@ impl SublayerCache {
             _ => None,
         }
     }
+
+    /// The feed-forward's cache, if this is a feed-forward sublayer.
+    pub fn mlp(&self) -> Option<&MlpCache> {
+        match &self.op {
+            OpCache::Mlp(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 impl Sublayer {

@@ -5,6 +5,7 @@ pub mod data;
 pub mod folder;
 pub mod metrics_file;
 pub mod optim;
+mod outliers;
 pub mod run;
 pub mod status;
 pub mod toy_task;

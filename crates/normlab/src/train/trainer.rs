@@ -55,6 +55,40 @@ pub struct StepRecord {
         deserialize_with = "vec_or_nan"
     )]
     pub attn_entropy: Vec<f64>,
+    /// Share of attention on position 0 per block (gpt, logged steps):
+    /// the mean over sequences, heads and queries t >= 1 (uniform
+    /// attention: `nn::uniform_sink_share(seq)`).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
+    pub attn_sink: Vec<f64>,
+    /// Largest |x| in the stream after each block (logged steps).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
+    pub stream_max: Vec<f64>,
+    /// That value over the median |x| of the same stream (logged steps).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
+    pub stream_max_ratio: Vec<f64>,
+    /// The position in its sequence of the token holding it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream_max_position: Vec<usize>,
+    /// The feed-forward's largest |activation| per block: SwiGLU's gate
+    /// times up (after its clamp), or GELU's output (logged steps).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_or_nan"
+    )]
+    pub ffn_max: Vec<f64>,
     /// Alpha of each point-wise norm (dyt, derf) in model order, QK-Norm
     /// excluded (logged steps).
     #[serde(
@@ -406,6 +440,11 @@ impl Trainer {
             eval_loss: None,
             attn_max_logit: Vec::new(),
             attn_entropy: Vec::new(),
+            attn_sink: Vec::new(),
+            stream_max: Vec::new(),
+            stream_max_ratio: Vec::new(),
+            stream_max_position: Vec::new(),
+            ffn_max: Vec::new(),
             norm_alpha: Vec::new(),
             norm_saturation: Vec::new(),
             gate: Vec::new(),
@@ -437,6 +476,9 @@ impl Trainer {
                         / caches.len().max(1) as f64,
                 );
             }
+        }
+        if want_stats {
+            super::outliers::fill(&self.model, &self.shards, self.cfg.model.seq, &mut rec);
         }
         if !loss.is_finite() || !grad_norm.is_finite() {
             return (rec, true);

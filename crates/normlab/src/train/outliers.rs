@@ -1,0 +1,101 @@
+//! Sink and outlier diagnostics of a training step (logged steps): per
+//! block, the share of attention on position 0 (the attention sink, gpt),
+//! the largest |x| in the stream after the block with its ratio to the
+//! median |x| and its position in the sequence (massive activations: the
+//! usual rule is above 100 and above 1000x the median), and the
+//! feed-forward's largest |activation| (SwiGLU's gate times up, or GELU's
+//! output), over every shard of the step's batch. With n streams the
+//! stream is the whole n x d state.
+
+use super::trainer::StepRecord;
+use crate::model::{Model, ModelKind, Workspace};
+use crate::nn::Op;
+
+/// Fill `rec`'s sink and outlier fields from the step's forward.
+pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut StepRecord) {
+    let gpt = model.cfg.kind == ModelKind::Gpt;
+    for (b, block) in model.blocks.iter().enumerate() {
+        if gpt {
+            let sinks: Vec<f64> = shards
+                .iter()
+                .filter_map(|w| w.blocks[b].mix.attention())
+                .map(|c| c.sink_share())
+                .collect();
+            rec.attn_sink
+                .push(sinks.iter().sum::<f64>() / sinks.len().max(1) as f64);
+        }
+        if let Op::Mlp(m) = &block.mlp.op {
+            rec.ffn_max.push(
+                shards
+                    .iter()
+                    .filter_map(|w| w.blocks[b].mlp.mlp())
+                    .map(|c| m.largest_activation(c))
+                    .fold(0.0, f64::max),
+            );
+        }
+        let mut all: Vec<f32> = Vec::new();
+        let (mut top, mut at) = (0f32, 0usize);
+        for w in shards {
+            let x = w.blocks[b].output();
+            let per_token = x.len() / (w.tokens.len().max(1));
+            for (i, v) in x.iter().enumerate() {
+                if v.abs() > top || v.is_nan() {
+                    top = v.abs();
+                    at = (i / per_token.max(1)) % seq;
+                }
+            }
+            all.extend(x.iter().map(|v| v.abs()));
+        }
+        let median = if all.is_empty() {
+            f64::NAN
+        } else {
+            let mid = all.len() / 2;
+            f64::from(*all.select_nth_unstable_by(mid, f32::total_cmp).1)
+        };
+        rec.stream_max.push(f64::from(top));
+        rec.stream_max_ratio.push(f64::from(top) / median);
+        rec.stream_max_position.push(at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelConfig;
+    use crate::nn::uniform_sink_share;
+
+    /// With q = k = 0 every query attends uniformly: position 0's share is
+    /// the uniform baseline; every block gets one value of each measure.
+    #[test]
+    fn uniform_attention_gives_the_uniform_sink_share() {
+        let mut c = ModelConfig::gpt();
+        c.layers = 2;
+        c.d_model = 16;
+        c.heads = 2;
+        c.seq = 12;
+        c.hidden = 32;
+        let model = Model::new(&c).unwrap();
+        let mut params = model.init_params(3).to_vec();
+        for b in &model.blocks {
+            if let Op::Attention(a) = &b.mix.op {
+                a.qkv.w.get_mut(&mut params).fill(0.0);
+            }
+        }
+        let mut ws = model.workspace(2, c.seq);
+        for (i, t) in ws.tokens.iter_mut().enumerate() {
+            *t = (i * 13 % 256) as u32;
+        }
+        model.forward(&params, &mut ws);
+        let mut rec: StepRecord = serde_json::from_str(
+            r#"{"step":1,"loss":1.0,"lr":0.001,"grad_norm":1.0,"grad_norm_per_block":[],"residual_rms":[],"update_ratio":null,"update_ratio_per_block":[],"eval_loss":null}"#,
+        )
+        .unwrap();
+        fill(&model, std::slice::from_ref(&ws), c.seq, &mut rec);
+        for s in &rec.attn_sink {
+            assert!((s - uniform_sink_share(c.seq)).abs() < 1e-6, "{s}");
+        }
+        assert_eq!(rec.ffn_max.len(), 2);
+        assert_eq!(rec.stream_max_position.len(), 2);
+        assert!(rec.stream_max_ratio.iter().all(|r| *r > 1.0));
+    }
+}
