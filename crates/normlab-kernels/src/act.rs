@@ -137,7 +137,8 @@ crate::multiversion! {
         for (row, yr) in ab.chunks_exact(2 * h).zip(y.chunks_exact_mut(h)) {
             let (a, b) = row.split_at(h);
             for ((yv, &av), &bv) in yr.iter_mut().zip(a).zip(b) {
-                let av = av.min(limit);
+                // NaN stays NaN (f32::min would give the limit), as torch's clamp.
+                let av = if av > limit { limit } else { av };
                 let s = 1.0 / (1.0 + exp(-av));
                 *yv = av * s * bv.clamp(-limit, limit);
             }
@@ -154,7 +155,7 @@ crate::multiversion! {
             let (a, b) = row.split_at(h);
             let (da, db) = drow.split_at_mut(h);
             for j in 0..h {
-                let av = a[j].min(limit);
+                let av = if a[j] > limit { limit } else { a[j] };
                 let bv = b[j].clamp(-limit, limit);
                 let s = 1.0 / (1.0 + exp(-av));
                 let silu = av * s;

@@ -297,7 +297,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
     // is the identity); the attention sink; massive activations; the
     // feed-forward's largest activation.
     let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    let max = |v: &[f64]| (!v.is_empty()).then(|| v.iter().copied().fold(f64::NAN, f64::max));
+    let max = |v: &[f64]| (!v.is_empty()).then(|| normlab::train::nan_max(v.iter().copied()));
     type Sel<'a> = &'a dyn Fn(&StepRecord) -> Option<f64>;
     let diagnostics: [(&str, &str, bool, Sel); 4] = [
         (

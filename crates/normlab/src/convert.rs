@@ -460,7 +460,12 @@ pub fn calibrate_with(
 /// The residual options whose effect on the conversion is not derived here
 /// (each option's declaration says why, in `model::residual`): refused.
 fn refuse_residual_options(cfg: &ModelConfig) -> Result<()> {
-    let on = crate::model::residual::refused_by_convert(cfg);
+    let mut on = crate::model::residual::refused_by_convert(cfg);
+    // The output gate reads the attention's normalised input without a
+    // bias to fold LayerNorm's beta into.
+    if cfg.attn_gate.is_some() {
+        on.push("--attn-gate".into());
+    }
     if on.is_empty() {
         Ok(())
     } else {

@@ -187,7 +187,7 @@ pub(super) fn measure_on(c: &TrainConfig, params: &[f32], n: usize) -> Result<Bl
     // Skipping block l: the same parameters, a model without that block
     // (`Model::without_block`: with AttnRes it is no source).
     for l in 0..model.blocks.len() {
-        let m = model.without_block(l);
+        let m = model.without_block(l)?;
         let mut w = m.workspace(n, t);
         w.tokens.copy_from_slice(&ws.tokens);
         w.targets.copy_from_slice(&ws.targets);

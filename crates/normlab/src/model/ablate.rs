@@ -7,11 +7,23 @@
 //! of that read's softmax, rather than read as an empty slot with score 0.
 
 use super::Model;
+use crate::error::Result;
 use crate::nn::{Residual, StreamHead};
 
 impl Model {
-    /// This model without block `l` (panics when `l` is out of range).
-    pub fn without_block(&self, l: usize) -> Model {
+    /// This model without block `l` (panics when `l` is out of range); an
+    /// error for an AttnRes bank of more than 128 slots, whose sources the
+    /// mask cannot name.
+    pub fn without_block(&self, l: usize) -> Result<Model> {
+        if let Some(StreamHead::Depth(h)) = &self.stream_head {
+            if h.at.slots > 128 {
+                return Err(format!(
+                    "skipping a block of AttnRes with {} slots is not supported (at most 128: use larger --attnres blocks)",
+                    h.at.slots
+                )
+                .into());
+            }
+        }
         let mut m = self.clone();
         m.blocks.remove(l);
         // Slots written so far, bottom to top (slot 0, the embedding,
@@ -35,7 +47,7 @@ impl Model {
         if let Some(StreamHead::Depth(h)) = &mut m.stream_head {
             h.at.absent = absent_below(h.at.reads, written);
         }
-        m
+        Ok(m)
     }
 }
 
@@ -65,7 +77,7 @@ mod tests {
         // Without block 1 (sublayers 2 and 3): slot 1 keeps sublayers 0-1,
         // slot 2 loses its first two sublayers, so sublayer 4 (now the
         // third of the model) reads slot 2 before anything is in it.
-        let w = m.without_block(1);
+        let w = m.without_block(1).unwrap();
         let reads = depth_reads(&w);
         assert_eq!(reads.len(), 6);
         // Sublayer 4 reads slots 0..3; slot 2 is empty there.
@@ -78,7 +90,7 @@ mod tests {
         assert_eq!(h.at.absent, 0);
         // Without blocks 2 and 3 (sublayers 4-7), slot 3 is never written:
         // the head leaves it out.
-        let w = m.without_block(3).without_block(2);
+        let w = m.without_block(3).unwrap().without_block(2).unwrap();
         let Some(StreamHead::Depth(h)) = &w.stream_head else {
             panic!("AttnRes head");
         };
@@ -91,7 +103,7 @@ mod tests {
         let mut c = ModelConfig::gpt();
         c.layers = 3;
         let m = Model::new(&c).unwrap();
-        assert_eq!(m.without_block(1).blocks.len(), 2);
+        assert_eq!(m.without_block(1).unwrap().blocks.len(), 2);
         // AttnRes with one slot per block: the loss without block 1 differs
         // from the same model reading block 1's empty slot with score 0.
         c.attnres = Some(2);
@@ -116,7 +128,7 @@ mod tests {
             }
             m.forward(&params, &mut ws)
         };
-        let masked = m.without_block(1);
+        let masked = m.without_block(1).unwrap();
         let mut unmasked = m.clone();
         unmasked.blocks.remove(1);
         let (a, b) = (loss(&masked), loss(&unmasked));

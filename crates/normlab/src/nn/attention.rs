@@ -193,15 +193,13 @@ impl Attention {
                 OutputGate::Elementwise => d,
                 OutputGate::Headwise => heads,
             };
-            let w = Linear::new(
-                layout,
-                &format!("{name}.gate"),
-                d,
-                out,
-                false,
-                block,
-                qkv_init,
-            );
+            // c_attn's init; Xavier with the queries' gain where c_attn's
+            // is per block of q | k | v (DeepNorm).
+            let init = match qkv_init {
+                Init::XavierBlocks(g) => Init::XavierNormal(g[0]),
+                i => i,
+            };
+            let w = Linear::new(layout, &format!("{name}.gate"), d, out, false, block, init);
             (g, w)
         });
         Attention {

@@ -125,7 +125,15 @@ impl Mlp {
     /// The largest |activation| of the last forward: SwiGLU's gate times
     /// up (after the clamp, if set), or GELU's output.
     pub fn largest_activation(&self, c: &MlpCache) -> f64 {
-        let top = |v: &[f32]| v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let top = |v: &[f32]| {
+            v.iter().fold(0f32, |m, x| {
+                if m.is_nan() || x.is_nan() {
+                    f32::NAN
+                } else {
+                    m.max(x.abs())
+                }
+            })
+        };
         match self.act {
             Activation::Gelu => f64::from(top(&c.post)),
             Activation::Swiglu => {

@@ -79,7 +79,11 @@ impl Op {
     /// Every Linear of S.
     pub fn linears(&self) -> Vec<&Linear> {
         match self {
-            Op::Attention(a) => vec![&a.qkv, &a.proj],
+            Op::Attention(a) => {
+                let mut v = vec![&a.qkv, &a.proj];
+                v.extend(a.gate.as_ref().map(|(_, w)| w));
+                v
+            }
             Op::Mlp(m) => vec![&m.fc, &m.proj],
             Op::Mixer(m) => vec![&m.proj],
         }

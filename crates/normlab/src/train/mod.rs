@@ -13,5 +13,6 @@ pub mod trainer;
 
 pub use config::TrainConfig;
 pub use folder::{RunLock, Spike, Status, Summary};
+pub use outliers::nan_max;
 pub use run::{run, RunOptions, RunOutcome};
 pub use trainer::{StepRecord, Trainer};

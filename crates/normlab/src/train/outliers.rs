@@ -5,11 +5,39 @@
 //! usual rule is above 100 and above 1000x the median), and the
 //! feed-forward's largest |activation| (SwiGLU's gate times up, or GELU's
 //! output), over every shard of the step's batch. With n streams the
-//! stream is the whole n x d state.
+//! stream is the whole n x d state; with Attention Residuals the sum of
+//! each row's slots. A NaN anywhere makes the maximum NaN.
 
 use super::trainer::StepRecord;
 use crate::model::{Model, ModelKind, Workspace};
-use crate::nn::Op;
+use crate::nn::{Op, Residual};
+use std::borrow::Cow;
+
+/// The stream after `block` from its output: with Attention Residuals the
+/// sum of each row's slots (what one plain stream would hold; the bank's
+/// unwritten slots are zero), otherwise the output itself (n streams: the
+/// whole n x d state).
+fn stream<'a>(block: &crate::nn::Block, out: &'a [f32], d: usize) -> Cow<'a, [f32]> {
+    match &block.mlp.res {
+        Residual::Depth(a) => Cow::Owned(
+            out.chunks_exact(a.at.slots * d)
+                .flat_map(|row| (0..d).map(move |j| row.chunks_exact(d).map(|s| s[j]).sum::<f32>()))
+                .collect(),
+        ),
+        _ => Cow::Borrowed(out),
+    }
+}
+
+/// The largest of `v`, NaN if any is NaN (0 when empty).
+pub fn nan_max(v: impl IntoIterator<Item = f64>) -> f64 {
+    v.into_iter().fold(0.0, |m: f64, x| {
+        if m.is_nan() || x.is_nan() {
+            f64::NAN
+        } else {
+            m.max(x)
+        }
+    })
+}
 
 /// Fill `rec`'s sink and outlier fields from the step's forward.
 pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut StepRecord) {
@@ -25,18 +53,17 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
                 .push(sinks.iter().sum::<f64>() / sinks.len().max(1) as f64);
         }
         if let Op::Mlp(m) = &block.mlp.op {
-            rec.ffn_max.push(
+            rec.ffn_max.push(nan_max(
                 shards
                     .iter()
                     .filter_map(|w| w.blocks[b].mlp.mlp())
-                    .map(|c| m.largest_activation(c))
-                    .fold(0.0, f64::max),
-            );
+                    .map(|c| m.largest_activation(c)),
+            ));
         }
         let mut all: Vec<f32> = Vec::new();
         let (mut top, mut at) = (0f32, 0usize);
         for w in shards {
-            let x = w.blocks[b].output();
+            let x = stream(block, w.blocks[b].output(), model.cfg.d_model);
             let per_token = x.len() / (w.tokens.len().max(1));
             for (i, v) in x.iter().enumerate() {
                 if v.abs() > top || v.is_nan() {
@@ -65,10 +92,19 @@ mod tests {
     use crate::nn::uniform_sink_share;
 
     /// With q = k = 0 every query attends uniformly: position 0's share is
-    /// the uniform baseline; every block gets one value of each measure.
+    /// the uniform baseline; every block gets one value of each measure,
+    /// with Attention Residuals too (their bank's empty slots are not the
+    /// stream: its median stays positive).
     #[test]
     fn uniform_attention_gives_the_uniform_sink_share() {
+        for attnres in [None, Some(1)] {
+            check_uniform(attnres);
+        }
+    }
+
+    fn check_uniform(attnres: Option<usize>) {
         let mut c = ModelConfig::gpt();
+        c.attnres = attnres;
         c.layers = 2;
         c.d_model = 16;
         c.heads = 2;
@@ -96,6 +132,12 @@ mod tests {
         }
         assert_eq!(rec.ffn_max.len(), 2);
         assert_eq!(rec.stream_max_position.len(), 2);
-        assert!(rec.stream_max_ratio.iter().all(|r| *r > 1.0));
+        assert!(
+            rec.stream_max_ratio
+                .iter()
+                .all(|r| r.is_finite() && *r > 1.0),
+            "{:?}",
+            rec.stream_max_ratio
+        );
     }
 }

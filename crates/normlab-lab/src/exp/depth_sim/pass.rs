@@ -7,15 +7,18 @@
 //! head's collapse of the streams, `sum_k w_k X_k`.
 //!
 //! - Hyper-connections at the paper's init: pre = e_(l mod n), post = 1,
-//!   comb = I, head w = 1 (the streams stay equal: a plain residual).
+//!   comb = I, head w = 1 (the streams stay equal copies of a plain
+//!   residual's, which the head sums).
 //! - mHC at transformers' init: per row, z = W u with u the RMS-normalised
 //!   flattened streams and W ~ N(0, 0.02^2) (the models' init std),
 //!   pre = sigmoid + 1e-6, post = 2 sigmoid, comb = Sinkhorn(row softmax +
 //!   1e-6) with 20 iterations, head w = sigmoid + 1e-6 from its own W.
 //!
 //! The stream RMS is over the whole n x d state; the gradient at each depth
-//! is that of a change made to every stream alike (so both are the plain
-//! residual's for hyper-connections at init, whose streams stay equal).
+//! is that of a change made to every stream alike. For hyper-connections
+//! at init, whose streams stay equal, the RMS is the plain residual's, and
+//! every gradient is n times the plain one (the head sums n copies), so
+//! the bottom/top ratio is the plain residual's.
 //! The backward holds the read, write, mixing and head weights at their
 //! forward values: their own path (mHC's weights depend on the streams) is
 //! left out, so the gradient is the one through the streams and the

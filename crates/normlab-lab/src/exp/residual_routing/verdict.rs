@@ -134,6 +134,23 @@ pub(super) fn check_c27(cells: &[Cell], uses: &[Use], s: &Settings) -> ClaimChec
         .filter(|(_, v)| all(v, 0) && all(v, 1))
         .map(|(c, _)| format!("{} {}", c.model, c.design))
         .collect();
+    // Its deep blocks at least as much in use as Pre-LN's (the last third's
+    // skip cost, C22's measure).
+    let skip_last = |m: &str, d: &str| {
+        uses.iter()
+            .find(|u| u.model == m && u.design == d)
+            .map(|u| u.skip_last)
+    };
+    let deep_in_use =
+        |c: &Cell| match (skip_last(&c.model, c.design), skip_last(&c.model, "pre-ln")) {
+            (Some(x), Some(p)) => x >= p,
+            _ => false,
+        };
+    let holds: Vec<&str> = vs
+        .iter()
+        .filter(|(c, v)| all(v, 0) && all(v, 1) && deep_in_use(c))
+        .map(|(c, _)| c.design)
+        .collect();
     let any_better = vs.iter().any(|(_, v)| v.iter().any(|p| p.0 == Cmp::Better));
     let undecided = vs
         .iter()
@@ -144,7 +161,7 @@ pub(super) fn check_c27(cells: &[Cell], uses: &[Use], s: &Settings) -> ClaimChec
         .collect();
     let verdict = if undecided {
         Verdict::Inconclusive
-    } else if !time.is_empty() {
+    } else if !holds.is_empty() {
         Verdict::Holds
     } else if !steps.is_empty() || any_better {
         Verdict::Partly
@@ -160,7 +177,7 @@ pub(super) fn check_c27(cells: &[Cell], uses: &[Use], s: &Settings) -> ClaimChec
         "C27",
         verdict,
         format!(
-            "Against plain Pre-LN at lr {} (final held-out loss, beyond twice the larger seed std): {}. Better at every rate at equal steps: {}; and at equal wall time too: {}. Deep blocks in use (loss rise when one of the last third is skipped, lr {}): {}.",
+            "Against plain Pre-LN at lr {} (final held-out loss, beyond twice the larger seed std): {}. Better at every rate at equal steps: {}; and at equal wall time too: {}. Deep blocks in use (loss rise when one of the last third is skipped, lr {}; holds needs a design better at equal steps and time whose deep blocks are at least as used as Pre-LN's): {}.",
             s.lrs.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(" / "),
             cmp.join("; "),
             if steps.is_empty() { "none".into() } else { steps.join(", ") },
@@ -235,5 +252,43 @@ mod tests {
             compare(&one_seed, &cell("hc", 1.9, 0.0, Status::Converged), false),
             Cmp::Undecided
         );
+    }
+
+    fn use_of(design: &'static str, skip_last: f64) -> Use {
+        Use {
+            model: "gpt".into(),
+            design,
+            skip_first: 0.1,
+            skip_last,
+            idle: 0,
+            blocks: 12,
+            skip_loss_rise: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn c27_holds_only_for_a_design_better_everywhere_whose_deep_blocks_stay_in_use() {
+        let s = Settings {
+            models: vec![ModelKind::Gpt],
+            lrs: vec![1e-3, 1e-2],
+        };
+        let at = |mut c: Cell, lr: f32| {
+            c.lr = num(lr);
+            c
+        };
+        let cells = |hc: f64, std: f64| {
+            let mut v = Vec::new();
+            for lr in [1e-3, 1e-2] {
+                v.push(at(cell("pre-ln", 2.0, std, Status::Converged), lr));
+                v.push(at(cell("hc", hc, std, Status::Converged), lr));
+            }
+            v
+        };
+        let uses = |hc: f64| vec![use_of("pre-ln", 0.05), use_of("hc", hc)];
+        let v = |c: &[Cell], u: &[Use]| check_c27(c, u, &s).verdict;
+        assert_eq!(v(&cells(1.8, 0.01), &uses(0.06)), Verdict::Holds);
+        assert_eq!(v(&cells(1.8, 0.01), &uses(0.01)), Verdict::Partly);
+        assert_eq!(v(&cells(1.995, 0.01), &uses(0.06)), Verdict::DoesNotHold);
+        assert_eq!(v(&cells(1.8, 0.0), &uses(0.06)), Verdict::Inconclusive);
     }
 }

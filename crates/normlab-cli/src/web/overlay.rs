@@ -1,0 +1,131 @@
+//! The web lab's `GET /api/plot`: an SVG overlaying runs of the runs
+//! folder, one metric: the loss curves, the gradient norm, the stream by
+//! block, and the sink and outlier diagnostics over steps.
+
+use super::*;
+
+/// What `/api/plot` draws: the loss curves, the gradient norm, the stream
+/// by block, and the sink and outlier diagnostics over steps.
+const PLOT_METRICS: [&str; 7] = [
+    "loss",
+    "eval_loss",
+    "grad_norm",
+    "residual_rms",
+    "attn_sink",
+    "stream_max_ratio",
+    "ffn_max",
+];
+
+pub(super) async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    let q = match query(raw, &["ids", "metric"]) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let metric = q.get("metric").map(String::as_str).unwrap_or("loss");
+    if !PLOT_METRICS.contains(&metric) {
+        return bad(format!(
+            "metric must be one of {} (got '{metric}')",
+            PLOT_METRICS.join(", ")
+        ));
+    }
+    let ids: Vec<&str> = q
+        .get("ids")
+        .map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
+        .unwrap_or_default();
+    if ids.is_empty() || ids.len() > MAX_PLOT_RUNS {
+        return bad(format!("ids must name 1..={MAX_PLOT_RUNS} runs"));
+    }
+    let runs = match scan(&lab) {
+        Ok(r) => r,
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let Ok(_permit) = lab.heavy.acquire().await else {
+        return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    };
+    let mut series = Vec::new();
+    for id in &ids {
+        let Some(found) = runs.iter().find(|r| r.name == *id) else {
+            return err(
+                StatusCode::NOT_FOUND,
+                format!("no run '{id}' under the runs folder"),
+            );
+        };
+        let (metrics, _) = normlab::train::run::read_metrics_sampled(&found.dir, METRIC_POINTS.0);
+        let r = report::FoundRun {
+            metrics,
+            ..found.clone()
+        };
+        let pts: Vec<(f64, f64)> = match metric {
+            "loss" => r.metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
+            "eval_loss" => r
+                .metrics
+                .iter()
+                .filter_map(|m| m.eval_loss.map(|e| (m.step as f64, e)))
+                .collect(),
+            "grad_norm" => r
+                .metrics
+                .iter()
+                .map(|m| (m.step as f64, m.grad_norm))
+                .collect(),
+            // The sink and outlier diagnostics of logged steps: the mean
+            // over blocks (position 0's share), the max (the others).
+            "attn_sink" | "stream_max_ratio" | "ffn_max" => r
+                .metrics
+                .iter()
+                .filter_map(|m| {
+                    let v = match metric {
+                        "attn_sink" => &m.attn_sink,
+                        "stream_max_ratio" => &m.stream_max_ratio,
+                        _ => &m.ffn_max,
+                    };
+                    let y = if metric == "attn_sink" {
+                        v.iter().sum::<f64>() / v.len().max(1) as f64
+                    } else {
+                        normlab::train::nan_max(v.iter().copied())
+                    };
+                    (!v.is_empty()).then_some((m.step as f64, y))
+                })
+                .collect(),
+            _ => r
+                .metrics
+                .last()
+                .map(|m| {
+                    m.residual_rms
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| (i as f64, *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        series.push(Series {
+            name: id.to_string(),
+            markers: metric == "residual_rms",
+            points: pts,
+        });
+    }
+    let (x_label, title) = if metric == "residual_rms" {
+        (
+            "block",
+            "residual-stream RMS after each block (last logged step)",
+        )
+    } else {
+        ("step", metric)
+    };
+    let fig = Figure {
+        stem: "plot".into(),
+        panels: vec![Panel::Line(LineChart {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: metric.into(),
+            series,
+            log_y: !["loss", "eval_loss", "attn_sink"].contains(&metric),
+            log_x: false,
+        })],
+        cols: 1,
+    };
+    match plot::svg_string(&fig) {
+        Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
