@@ -25,7 +25,7 @@
 //! branches. For hyper-connections, whose weights are constants, it is the
 //! exact gradient.
 
-use super::{finite, SimConfig, SimResult, DYT_ALPHA};
+use super::config::{finite, SimConfig, SimResult, DYT_ALPHA};
 use normlab::kernels::rng::Rng;
 use normlab::model::residual::{self, StreamSim};
 

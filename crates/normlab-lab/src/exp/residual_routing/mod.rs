@@ -11,7 +11,6 @@
 //! source). C25's arithmetic (`stream_sum.rs`) runs beside it.
 
 use super::args::{ExpArgs, ExpFlag};
-use super::claims::{ClaimCheck, Verdict};
 use super::depth_use::{self, avg, thirds};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, final_params, full_gpt, grid_settings, lrs_json, tiny_gpt};
@@ -20,12 +19,13 @@ use crate::bench::compare;
 use crate::present::{f, opt, Figure, Series, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
-use normlab::model::{Model, ModelConfig, ModelKind};
+use normlab::model::{Model, ModelKind};
 use normlab::train::{Status, TrainConfig};
-use serde::Serialize;
 use serde_json::json;
 
+mod cells;
 mod verdict;
+use cells::{Cell, Design, Settings, Use, DESIGNS, STREAMS};
 use verdict::{check_c27, conclusion};
 
 /// The experiment's registry row.
@@ -44,74 +44,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     grid: Some(grid),
     quick_decides: false,
 };
-
-/// The residual designs compared; the first is the baseline.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Design {
-    Plain,
-    Hc,
-    HcDynamic,
-    Mhc,
-    AttnRes,
-}
-
-const DESIGNS: [Design; 5] = [
-    Design::Plain,
-    Design::Hc,
-    Design::HcDynamic,
-    Design::Mhc,
-    Design::AttnRes,
-];
-
-/// Streams of the n-stream designs (the papers' and the lesson's 4).
-const STREAMS: usize = 4;
-
-/// Block AttnRes's block size for `layers` blocks: about 8 AttnRes blocks
-/// over the 2L sublayers, as the paper's models use.
-fn attnres_size(layers: usize) -> usize {
-    ((2 * layers) as f64 / 8.0).round().max(1.0) as usize
-}
-
-impl Design {
-    fn name(self) -> &'static str {
-        match self {
-            Design::Plain => "pre-ln",
-            Design::Hc => "hc",
-            Design::HcDynamic => "hc-dynamic",
-            Design::Mhc => "mhc",
-            Design::AttnRes => "attnres",
-        }
-    }
-
-    fn apply(self, m: &mut ModelConfig) {
-        match self {
-            Design::Plain => {}
-            Design::Hc => m.hc = Some(STREAMS),
-            Design::HcDynamic => {
-                m.hc = Some(STREAMS);
-                m.hc_dynamic = true;
-            }
-            Design::Mhc => m.mhc = Some(STREAMS),
-            Design::AttnRes => m.attnres = Some(attnres_size(m.layers)),
-        }
-    }
-
-    fn of(m: &ModelConfig) -> Design {
-        match (m.hc, m.hc_dynamic, m.mhc, m.attnres) {
-            (Some(_), true, _, _) => Design::HcDynamic,
-            (Some(_), false, _, _) => Design::Hc,
-            (_, _, Some(_), _) => Design::Mhc,
-            (_, _, _, Some(_)) => Design::AttnRes,
-            _ => Design::Plain,
-        }
-    }
-}
-
-/// The grid's axes.
-struct Settings {
-    models: Vec<ModelKind>,
-    lrs: Vec<f32>,
-}
 
 fn settings(a: &ExpArgs) -> Settings {
     Settings {
@@ -195,46 +127,6 @@ fn mean_std(v: &[f64]) -> Option<(f64, f64)> {
     let m = avg(v);
     let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64;
     Some((m, var.sqrt()))
-}
-
-/// One (model, design, lr) cell.
-#[derive(Clone, Debug, Serialize)]
-struct Cell {
-    model: String,
-    design: &'static str,
-    lr: serde_json::Value,
-    params: usize,
-    /// Median seconds per training step (one thread), and its ratio to
-    /// plain Pre-LN's with the per-round quartiles.
-    step_seconds: f64,
-    step_ratio: f64,
-    step_ratio_q1_q3: (f64, f64),
-    status: &'static str,
-    /// Final held-out loss: mean, std over seeds.
-    loss: Option<f64>,
-    loss_std: Option<f64>,
-    /// At the wall time plain Pre-LN needs for all its steps: the step
-    /// this design reaches there, and its held-out loss (mean, std).
-    equal_time_step: f64,
-    loss_equal_time: Option<f64>,
-    loss_equal_time_std: Option<f64>,
-    /// RMS of the stream after the last block over after the first (end).
-    stream_growth: Option<f64>,
-    /// The composite mixing's forward gain, largest over tokens (end; n
-    /// streams only).
-    mixing_gain: Option<f64>,
-}
-
-/// Depth use of one (model, design) at the first learning rate.
-#[derive(Clone, Debug, Serialize)]
-struct Use {
-    model: String,
-    design: &'static str,
-    skip_first: f64,
-    skip_last: f64,
-    idle: usize,
-    blocks: usize,
-    skip_loss_rise: Vec<f64>,
 }
 
 /// Held-out sequences the depth-use measures run on.

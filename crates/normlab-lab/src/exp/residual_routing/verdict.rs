@@ -3,7 +3,11 @@
 //! seed std, at equal steps and at equal wall time), the conclusion, and
 //! C27's verdict.
 
-use super::*;
+use super::cells::{Cell, Settings, Use, DESIGNS};
+use crate::exp::claims::{ClaimCheck, Verdict};
+use crate::exp::framework::num;
+use crate::present::f;
+use normlab::train::Status;
 
 /// How a design compares with plain Pre-LN in one model at one rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -190,7 +194,9 @@ pub(super) fn check_c27(cells: &[Cell], uses: &[Use], s: &Settings) -> ClaimChec
 
 #[cfg(test)]
 mod tests {
+    use super::super::cells::{attnres_size, Design};
     use super::*;
+    use normlab::model::{ModelConfig, ModelKind};
 
     #[test]
     fn attnres_blocks_number_about_eight() {
