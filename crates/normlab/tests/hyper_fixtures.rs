@@ -5,30 +5,14 @@
 //! against transformers' DeepSeek V4 modules themselves; and Attention
 //! Residuals (nn/attnres.rs) against a reference written from its paper.
 
+mod common;
+
+use common::fixtures::{close, floats};
 use normlab::kernels::norm::NormKind;
 use normlab::nn::{Coefficients, DepthAttn, DepthHead, DepthSlots, Hyper, StreamHead};
 use normlab::params::ParamLayout;
 use normlab::precision::Dtype;
 use serde_json::Value;
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn close(name: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{name}: length");
-    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * scale,
-            "{name}[{i}]: normlab {g}, torch {w}"
-        );
-    }
-}
 
 #[test]
 fn hyper_connections_match_pytorch() {

@@ -5,29 +5,13 @@
 //! none is. Then the kernel's edges: a limit above every value changes
 //! nothing, and the gradient passes at the limit itself but not beyond.
 
+mod common;
+
+use common::fixtures::{close, floats};
 use normlab::kernels::act;
 use normlab::nn::{Activation, Mlp};
 use normlab::params::{Init, ParamLayout};
 use serde_json::Value;
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn close(name: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{name}: length");
-    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * scale,
-            "{name}[{i}]: normlab {g}, torch {w}"
-        );
-    }
-}
 
 #[test]
 fn clamped_swiglu_matches_transformers_deepseek_v4_mlp() {

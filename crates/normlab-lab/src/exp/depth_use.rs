@@ -206,7 +206,7 @@ pub(super) fn mean_of(vs: &[&Vec<f64>]) -> Vec<f64> {
 }
 
 /// Mean of a slice (0 when empty).
-pub(super) fn avg(v: &[f64]) -> f64 {
+fn avg(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 

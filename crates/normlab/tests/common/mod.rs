@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests (each test file uses a part).
 #![allow(dead_code)]
 
+pub mod fixtures;
 pub mod fuzz;
 pub mod tiny_gguf;

@@ -11,13 +11,13 @@
 //! source). C25's arithmetic (`stream_sum.rs`) runs beside it.
 
 use super::args::{ExpArgs, ExpFlag};
-use super::depth_use::{self, avg, thirds};
+use super::depth_use::{self, thirds};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::runs::{self, final_params, full_gpt, grid_settings, lrs_json, tiny_gpt};
 use super::stream_sum;
 use crate::bench::compare;
 use crate::present::{f, opt, Figure, Series, Table};
-use crate::sweep::{RunResult, RunSpec, SeedGroup};
+use crate::sweep::{mean_std, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::model::{Model, ModelKind};
 use normlab::train::{Status, TrainConfig};
@@ -119,16 +119,6 @@ fn loss_at(r: &RunResult, s: f64) -> Option<f64> {
     })
 }
 
-/// Mean and population std.
-fn mean_std(v: &[f64]) -> Option<(f64, f64)> {
-    if v.is_empty() {
-        return None;
-    }
-    let m = avg(v);
-    let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64;
-    Some((m, var.sqrt()))
-}
-
 /// Held-out sequences the depth-use measures run on.
 fn use_sequences(m: ModelKind, quick: bool) -> usize {
     match (m, quick) {
@@ -190,7 +180,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     .iter()
                     .filter_map(|x| x.streams.as_ref().map(|st| st.gain_fwd_max))
                     .collect();
-                let (eqm, eqs) = mean_std(&at_eq).unzip();
+                let (eqm, eqs) = mean_std(&at_eq);
                 cells.push(Cell {
                     model: m.to_string(),
                     design: d.name(),
@@ -205,8 +195,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     equal_time_step: eq.min(b.steps as f64),
                     loss_equal_time: eqm,
                     loss_equal_time_std: eqs,
-                    stream_growth: mean_std(&growth).map(|x| x.0),
-                    mixing_gain: mean_std(&gain).map(|x| x.0),
+                    stream_growth: mean_std(&growth).0,
+                    mixing_gain: mean_std(&gain).0,
                 });
                 if lr == s.lrs[0] {
                     series.push(Series::new(

@@ -32,23 +32,38 @@ pub const HC: ResidualOption = ResidualOption {
             dynamic: c.hc_dynamic,
         })
     },
-    sim: Some(SimKnob {
-        help: "hyper-connections with n streams at the paper's init (sublayer l reads stream l mod n, writes all, no mixing)",
+    sim: Some(stream_knob(
+        "hyper-connections with n streams at the paper's init (sublayer l reads stream l mod n, writes all, no mixing)",
+        |v| format!("hyper-connections n={v}"),
+        StreamSim::Hyper,
+    )),
+    example: |c| c.hc = Some(4),
+    convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
+};
+
+/// The depth simulator's knob of an n-stream design: its setting is n
+/// (a value, 4 in the comparison), routed as `kind`; no effect at init
+/// beyond the routing.
+pub(super) const fn stream_knob(
+    help: &'static str,
+    label: fn(f64) -> String,
+    kind: StreamSim,
+) -> SimKnob {
+    SimKnob {
+        help,
         switch: None,
         example: 4.0,
         gate: false,
         needs_pre_norm: false,
-        label: |v| format!("hyper-connections n={v}"),
+        label,
         check: sim_streams,
         at_init: |_, _, _| InitEffect {
             read: 1.0,
             write: 1.0,
         },
-        streams: Some(StreamSim::Hyper),
-    }),
-    example: |c| c.hc = Some(4),
-    convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
-};
+        streams: Some(kind),
+    }
+}
 
 /// The most streams the depth simulator takes (its work grows as n^2).
 pub const MAX_SIM_STREAMS: usize = 8;

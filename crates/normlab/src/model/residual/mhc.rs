@@ -4,8 +4,8 @@
 //! the mixing projected towards a doubly stochastic matrix (Sinkhorn), and
 //! a learned head collapsing the streams. The arithmetic is `nn/mhc.rs`.
 
-use super::hc::{check_streams, sim_streams};
-use super::{InitEffect, ResidualOption, SimKnob, StreamSim, StreamsPlan, SublayerPlan};
+use super::hc::{check_streams, stream_knob};
+use super::{ResidualOption, StreamSim, StreamsPlan, SublayerPlan};
 use crate::model::ModelConfig;
 use crate::nn::mhc::SINKHORN_ITERS;
 
@@ -42,20 +42,11 @@ pub const MHC: ResidualOption = ResidualOption {
             iters: c.mhc_sinkhorn.unwrap_or(SINKHORN_ITERS),
         })
     },
-    sim: Some(SimKnob {
-        help: "mHC with n streams at transformers' init (per-token weights from a small random map; Sinkhorn mixing near uniform 1/n)",
-        switch: None,
-        example: 4.0,
-        gate: false,
-        needs_pre_norm: false,
-        label: |v| format!("mHC n={v}"),
-        check: sim_streams,
-        at_init: |_, _, _| InitEffect {
-            read: 1.0,
-            write: 1.0,
-        },
-        streams: Some(StreamSim::Manifold),
-    }),
+    sim: Some(stream_knob(
+        "mHC with n streams at transformers' init (per-token weights from a small random map; Sinkhorn mixing near uniform 1/n)",
+        |v| format!("mHC n={v}"),
+        StreamSim::Manifold,
+    )),
     example: |c| c.mhc = Some(4),
     convert_refusal: Some("n parallel streams have no single-stream LayerNorm/RMSNorm equivalent"),
 };
