@@ -22,14 +22,15 @@
 //! identity). The head ([`HyperHead`]) collapses the streams by the same
 //! kind of map (sigmoid + eps weights) before the final norm.
 //!
-//! Backward is explicit and runs through the unrolled Sinkhorn iterations,
-//! recomputed per token from the stored softmax (n x n per step, no
-//! storage across the batch). Parameter gradients of the biases and
+//! Backward is explicit and runs through the unrolled Sinkhorn iterations
+//! (`nn/sinkhorn.rs`), recomputed per group of tokens from the softmax the
+//! forward stored (n x n per step, no storage across the batch). Parameter gradients of the biases and
 //! scales are summed in row order (f64); the projections' go through the
 //! same GEMM as every linear layer.
 
 use super::norm::buf;
 use crate::kernels::buf::AlignedBuf;
+use super::sinkhorn::{sinkhorn, sinkhorn_backward, sinkhorn_traced, LANES};
 use crate::kernels::matmul;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
 
@@ -44,122 +45,32 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// Each row of `x` (width `w`) divided by its RMS into `u`; `rinv` gets
-/// each row's 1 / sqrt(mean(x^2) + eps).
-fn rms_rows(x: &[f32], w: usize, u: &mut [f32], rinv: &mut [f32]) {
-    for ((xr, ur), ri) in x.chunks_exact(w).zip(u.chunks_exact_mut(w)).zip(rinv) {
-        let ms = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / w as f64;
-        let r = (1.0 / (ms + f64::from(RMS_EPS)).sqrt()) as f32;
-        *ri = r;
-        ur.iter_mut().zip(xr).for_each(|(u, &x)| *u = x * r);
-    }
-}
-
-/// The backward of [`rms_rows`]: adds `rinv (du - u mean(du u))` to `dx`.
-fn rms_rows_backward(u: &[f32], rinv: &[f32], du: &[f32], w: usize, dx: &mut [f32]) {
-    let rows = u.chunks_exact(w).zip(du.chunks_exact(w));
-    for (((ur, dur), dxr), &r) in rows.zip(dx.chunks_exact_mut(w)).zip(rinv) {
-        let dot: f64 = ur
-            .iter()
-            .zip(dur)
-            .map(|(&a, &b)| f64::from(a) * f64::from(b))
-            .sum();
-        let m = (dot / w as f64) as f32;
-        for (dx, (&u, &du)) in dxr.iter_mut().zip(ur.iter().zip(dur)) {
-            *dx += r * (du - u * m);
+crate::kernels::multiversion! {
+    /// Each row of `x` (width `w`) divided by its RMS into `u`; `rinv` gets
+    /// each row's 1 / sqrt(mean(x^2) + eps).
+    fn rms_rows(x: &[f32], w: usize, u: &mut [f32], rinv: &mut [f32]) {
+        for ((xr, ur), ri) in x.chunks_exact(w).zip(u.chunks_exact_mut(w)).zip(rinv) {
+            let ms = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / w as f64;
+            let r = (1.0 / (ms + f64::from(RMS_EPS)).sqrt()) as f32;
+            *ri = r;
+            ur.iter_mut().zip(xr).for_each(|(u, &x)| *u = x * r);
         }
     }
 }
 
-/// Tokens whose n x n matrices go through Sinkhorn together: element e of
-/// the matrix of token t is `c[e][t]`, so every step is a vector operation
-/// across tokens (each token's arithmetic, and so its bits, as alone).
-const LANES: usize = 8;
-type Lane = [f32; LANES];
-
-fn lane_add(a: &mut Lane, b: &Lane) {
-    a.iter_mut().zip(b).for_each(|(a, &b)| *a += b);
-}
-
-/// 1 / (s + eps), lane by lane.
-fn lane_inv(s: &Lane) -> Lane {
-    s.map(|v| 1.0 / (v + HC_EPS))
-}
-
-/// Step `i` of the Sinkhorn sequence normalises columns when even.
-fn step_is_cols(i: usize) -> bool {
-    i.is_multiple_of(2)
-}
-
-/// Element (a, b) of the line `a` of a step: row a's b-th element, or
-/// (columns) column a's b-th.
-fn at(n: usize, cols: bool, a: usize, b: usize) -> usize {
-    if cols {
-        b * n + a
-    } else {
-        a * n + b
-    }
-}
-
-/// One Sinkhorn step on the n x n matrices `c`: each row (`cols ==
-/// false`) or column divided by its sum + eps, summed in order.
-fn normalise(c: &mut [Lane], n: usize, cols: bool) {
-    for a in 0..n {
-        let mut s = [0f32; LANES];
-        (0..n).for_each(|b| lane_add(&mut s, &c[at(n, cols, a, b)]));
-        let inv = lane_inv(&s);
-        for b in 0..n {
-            c[at(n, cols, a, b)]
-                .iter_mut()
-                .zip(&inv)
-                .for_each(|(v, &i)| *v *= i);
-        }
-    }
-}
-
-/// The Sinkhorn projection of `c` in place (2 iters - 1 steps); with
-/// `trace`, each step's input and the result, in order.
-fn sinkhorn(c: &mut [Lane], n: usize, iters: usize, mut trace: Option<&mut Vec<Lane>>) {
-    if let Some(t) = trace.as_deref_mut() {
-        t.clear();
-    }
-    for i in 0..2 * iters - 1 {
-        if let Some(t) = trace.as_deref_mut() {
-            t.extend_from_slice(c);
-        }
-        normalise(c, n, step_is_cols(i));
-    }
-    if let Some(t) = trace {
-        t.extend_from_slice(c);
-    }
-}
-
-/// The Sinkhorn projection's backward: `dc` holds dL/d(output) and gets
-/// dL/d(input); `trace` is [`sinkhorn`]'s. A step `y = s / (S + eps)`
-/// (S: the row's or column's sum) sends back `(dy - sum(dy y)) / (S + eps)`.
-fn sinkhorn_backward(dc: &mut [Lane], n: usize, iters: usize, trace: &[Lane]) {
-    let nn = n * n;
-    for i in (0..2 * iters - 1).rev() {
-        let (s, y) = (
-            &trace[i * nn..(i + 1) * nn],
-            &trace[(i + 1) * nn..(i + 2) * nn],
-        );
-        let cols = step_is_cols(i);
-        for a in 0..n {
-            let (mut sum, mut dot) = ([0f32; LANES], [0f32; LANES]);
-            for b in 0..n {
-                let e = at(n, cols, a, b);
-                lane_add(&mut sum, &s[e]);
-                for t in 0..LANES {
-                    dot[t] += dc[e][t] * y[e][t];
-                }
-            }
-            let inv = lane_inv(&sum);
-            for b in 0..n {
-                let e = at(n, cols, a, b);
-                for t in 0..LANES {
-                    dc[e][t] = (dc[e][t] - dot[t]) * inv[t];
-                }
+crate::kernels::multiversion! {
+    /// The backward of [`rms_rows`]: adds `rinv (du - u mean(du u))` to `dx`.
+    fn rms_rows_backward(u: &[f32], rinv: &[f32], du: &[f32], w: usize, dx: &mut [f32]) {
+        let rows = u.chunks_exact(w).zip(du.chunks_exact(w));
+        for (((ur, dur), dxr), &r) in rows.zip(dx.chunks_exact_mut(w)).zip(rinv) {
+            let dot: f64 = ur
+                .iter()
+                .zip(dur)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let m = (dot / w as f64) as f32;
+            for (dx, (&u, &du)) in dxr.iter_mut().zip(ur.iter().zip(dur)) {
+                *dx += r * (du - u * m);
             }
         }
     }
@@ -203,6 +114,9 @@ pub struct Manifold {
 #[derive(Clone, Debug)]
 pub struct ManifoldCache {
     u: AlignedBuf,
+    /// Per row: sigmoid of the pre and post logits, then the softmax of
+    /// the comb logits (what the backward reads instead of recomputing).
+    act: AlignedBuf,
     rinv: AlignedBuf,
     z: AlignedBuf,
     dz: AlignedBuf,
@@ -243,6 +157,7 @@ impl Manifold {
         let (nd, m) = (self.n * self.d, self.width());
         ManifoldCache {
             u: buf(rows * nd),
+            act: buf(rows * m),
             rinv: buf(rows),
             z: buf(rows * m),
             dz: buf(rows * m),
@@ -265,22 +180,25 @@ impl Manifold {
         rms_rows(x, nd, &mut c.u, &mut c.rinv);
         matmul::linear_forward(&c.u, self.proj.get(params), None, rows, nd, m, &mut c.z);
         let (b, s) = (self.base.get(params), self.scale.get(params));
-        let mut p = vec![0f32; n * n];
         let mut comb = vec![[0f32; LANES]; n * n];
         for r0 in (0..rows).step_by(LANES) {
             let group = r0..(r0 + LANES).min(rows);
             for (t, r) in group.clone().enumerate() {
-                let (z, a) = (&c.z[r * m..(r + 1) * m], &mut alpha[r * n * (n + 1)..]);
+                let z = &c.z[r * m..(r + 1) * m];
+                let (act, a) = (&mut c.act[r * m..(r + 1) * m], &mut alpha[r * n * (n + 1)..]);
                 for k in 0..n {
-                    a[k * (n + 1)] = sigmoid(z[k] * s[0] + b[k]) + HC_EPS;
-                    beta[r * n + k] = 2.0 * sigmoid(z[n + k] * s[1] + b[n + k]);
+                    act[k] = sigmoid(z[k] * s[0] + b[k]);
+                    a[k * (n + 1)] = act[k] + HC_EPS;
+                    act[n + k] = sigmoid(z[n + k] * s[1] + b[n + k]);
+                    beta[r * n + k] = 2.0 * act[n + k];
                 }
-                softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, &mut p);
+                let p = &mut act[2 * n..];
+                softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, p);
                 comb.iter_mut()
-                    .zip(&p)
+                    .zip(p.iter())
                     .for_each(|(c, &p)| c[t] = p + HC_EPS);
             }
-            sinkhorn(&mut comb, n, self.iters, None);
+            sinkhorn(&mut comb, n, self.iters);
             for (t, r) in group.enumerate() {
                 let a = &mut alpha[r * n * (n + 1)..(r + 1) * n * (n + 1)];
                 for (e, ce) in comb.iter().enumerate() {
@@ -303,44 +221,41 @@ impl Manifold {
     ) {
         let (n, nd, m) = (self.n, self.n * self.d, self.width());
         let rows = c.rinv.len();
-        let (b, s) = (self.base.get(params), self.scale.get(params));
+        let s = self.scale.get(params);
         let mut gs = [0f64; 3];
         let mut gb = vec![0f64; m];
-        let mut p = vec![0f32; LANES * n * n];
         let (mut c0, mut dc) = (vec![[0f32; LANES]; n * n], vec![[0f32; LANES]; n * n]);
         let mut trace = Vec::new();
         for r0 in (0..rows).step_by(LANES) {
             let group = r0..(r0 + LANES).min(rows);
             for (t, r) in group.clone().enumerate() {
-                let z = &c.z[r * m..(r + 1) * m];
+                let (z, act) = (&c.z[r * m..(r + 1) * m], &c.act[r * m..(r + 1) * m]);
                 let da = &dalpha[r * n * (n + 1)..(r + 1) * n * (n + 1)];
                 let db = &dbeta[r * n..(r + 1) * n];
                 let dz = &mut c.dz[r * m..(r + 1) * m];
                 for k in 0..n {
-                    let sg = sigmoid(z[k] * s[0] + b[k]);
+                    let sg = act[k];
                     let dv = da[k * (n + 1)] * sg * (1.0 - sg);
                     dz[k] = dv * s[0];
                     gs[0] += f64::from(dv * z[k]);
                     gb[k] += f64::from(dv);
-                    let sg = sigmoid(z[n + k] * s[1] + b[n + k]);
+                    let sg = act[n + k];
                     let dv = db[k] * 2.0 * sg * (1.0 - sg);
                     dz[n + k] = dv * s[1];
                     gs[1] += f64::from(dv * z[n + k]);
                     gb[n + k] += f64::from(dv);
                 }
-                let pt = &mut p[t * n * n..(t + 1) * n * n];
-                softmax_rows(&z[2 * n..], &b[2 * n..], s[2], n, pt);
-                for (e, &pe) in pt.iter().enumerate() {
+                for (e, &pe) in act[2 * n..].iter().enumerate() {
                     c0[e][t] = pe + HC_EPS;
                     dc[e][t] = da[(e / n) * (n + 1) + 1 + e % n];
                 }
             }
-            sinkhorn(&mut c0, n, self.iters, Some(&mut trace));
+            sinkhorn_traced(&mut c0, n, self.iters, &mut trace);
             sinkhorn_backward(&mut dc, n, self.iters, &trace);
             // Through the softmax of each row i: p (dc - sum_j p dc).
             for (t, r) in group.enumerate() {
                 let z = &c.z[r * m..(r + 1) * m];
-                let pt = &p[t * n * n..(t + 1) * n * n];
+                let pt = &c.act[r * m + 2 * n..(r + 1) * m];
                 for i in 0..n {
                     let dot: f32 = (0..n).map(|j| pt[i * n + j] * dc[i * n + j][t]).sum();
                     for j in 0..n {

@@ -21,6 +21,7 @@ pub mod norm;
 pub mod placement;
 pub mod residual;
 pub mod scratch;
+pub mod sinkhorn;
 pub mod sublayer;
 
 pub use attention::{uniform_sink_share, Attention, AttentionCache, OutputGate};
