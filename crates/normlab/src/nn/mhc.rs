@@ -32,6 +32,7 @@ use super::norm::buf;
 use crate::kernels::buf::AlignedBuf;
 use super::sinkhorn::{sinkhorn, sinkhorn_backward, sinkhorn_traced, LANES};
 use crate::kernels::matmul;
+use crate::kernels::simd;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
 
 /// transformers' `hc_eps`.
@@ -47,10 +48,11 @@ fn sigmoid(x: f32) -> f32 {
 
 crate::kernels::multiversion! {
     /// Each row of `x` (width `w`) divided by its RMS into `u`; `rinv` gets
-    /// each row's 1 / sqrt(mean(x^2) + eps).
+    /// each row's 1 / sqrt(mean(x^2) + eps) (the squares summed in f64
+    /// lanes, as the norm kernels sum theirs).
     fn rms_rows(x: &[f32], w: usize, u: &mut [f32], rinv: &mut [f32]) {
         for ((xr, ur), ri) in x.chunks_exact(w).zip(u.chunks_exact_mut(w)).zip(rinv) {
-            let ms = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / w as f64;
+            let ms = simd::sum_squares(xr, &[]) / w as f64;
             let r = (1.0 / (ms + f64::from(RMS_EPS)).sqrt()) as f32;
             *ri = r;
             ur.iter_mut().zip(xr).for_each(|(u, &x)| *u = x * r);
@@ -63,12 +65,7 @@ crate::kernels::multiversion! {
     fn rms_rows_backward(u: &[f32], rinv: &[f32], du: &[f32], w: usize, dx: &mut [f32]) {
         let rows = u.chunks_exact(w).zip(du.chunks_exact(w));
         for (((ur, dur), dxr), &r) in rows.zip(dx.chunks_exact_mut(w)).zip(rinv) {
-            let dot: f64 = ur
-                .iter()
-                .zip(dur)
-                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                .sum();
-            let m = (dot / w as f64) as f32;
+            let m = (simd::dot(ur, dur, &[], &[]) / w as f64) as f32;
             for (dx, (&u, &du)) in dxr.iter_mut().zip(ur.iter().zip(dur)) {
                 *dx += r * (du - u * m);
             }
