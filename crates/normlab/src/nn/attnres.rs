@@ -134,16 +134,31 @@ pub fn mix_forward(
     h: &mut [f32],
     c: &mut MixCache,
 ) {
+    mix_rows(q, x, at, d, h, &mut c.alpha, &mut c.s, &mut c.rinv);
+}
+
+crate::kernels::multiversion! {
+    /// [`mix_forward`] on the cache's buffers (multiversioned).
+    fn mix_rows(
+        q: &[f32],
+        x: &[f32],
+        at: DepthSlots,
+        d: usize,
+        h: &mut [f32],
+        alpha: &mut [f32],
+        scores: &mut [f32],
+        rinvs: &mut [f32],
+    ) {
     let (n, k) = (at.slots, at.reads);
     let rows = x.chunks_exact(n * d).zip(h.chunks_exact_mut(d));
     for (r, (xr, hr)) in rows.enumerate() {
         let (a, s, ri) = (
-            &mut c.alpha[r * n..(r + 1) * n],
-            &mut c.s[r * n..(r + 1) * n],
-            &mut c.rinv[r * n..(r + 1) * n],
+            &mut alpha[r * n..(r + 1) * n],
+            &mut scores[r * n..(r + 1) * n],
+            &mut rinvs[r * n..(r + 1) * n],
         );
         for (i, xi) in xr.chunks_exact(d).take(k).enumerate() {
-            let ms = xi.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / d as f64;
+            let ms = crate::kernels::simd::sum_squares(xi, &[]) / d as f64;
             ri[i] = (1.0 / (ms + KEY_EPS).sqrt()) as f32;
             s[i] = if at.is_absent(i) {
                 f32::NEG_INFINITY
@@ -168,6 +183,7 @@ pub fn mix_forward(
             hr.iter_mut().zip(xi).for_each(|(h, &x)| *h += ai * x);
         }
     }
+    }
 }
 
 /// The mix's backward: adds dL/dx to `dx` (rows x slots x d) from
@@ -183,14 +199,31 @@ pub fn mix_backward(
     dq: &mut [f64],
     c: &MixCache,
 ) {
+    mix_back_rows(q, x, g, at, d, dx, dq, &c.alpha, &c.s, &c.rinv);
+}
+
+crate::kernels::multiversion! {
+    /// [`mix_backward`] on the cache's buffers (multiversioned).
+    fn mix_back_rows(
+        q: &[f32],
+        x: &[f32],
+        g: &[f32],
+        at: DepthSlots,
+        d: usize,
+        dx: &mut [f32],
+        dq: &mut [f64],
+        alpha: &[f32],
+        scores: &[f32],
+        rinvs: &[f32],
+    ) {
     let (n, k) = (at.slots, at.reads);
     let mut da = vec![0f32; k];
     let rows = x.chunks_exact(n * d).zip(g.chunks_exact(d));
     for (r, ((xr, gr), dxr)) in rows.zip(dx.chunks_exact_mut(n * d)).enumerate() {
         let (a, s, ri) = (
-            &c.alpha[r * n..(r + 1) * n],
-            &c.s[r * n..(r + 1) * n],
-            &c.rinv[r * n..(r + 1) * n],
+            &alpha[r * n..(r + 1) * n],
+            &scores[r * n..(r + 1) * n],
+            &rinvs[r * n..(r + 1) * n],
         );
         for (i, xi) in xr.chunks_exact(d).take(k).enumerate() {
             da[i] = dot(xi, gr);
@@ -215,6 +248,7 @@ pub fn mix_backward(
                 .zip(xi)
                 .for_each(|(s, &xv)| *s += f64::from(w * xv));
         }
+    }
     }
 }
 

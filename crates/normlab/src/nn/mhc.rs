@@ -29,8 +29,8 @@
 //! same GEMM as every linear layer.
 
 use super::norm::buf;
-use crate::kernels::buf::AlignedBuf;
 use super::sinkhorn::{sinkhorn, sinkhorn_backward, sinkhorn_traced, LANES};
+use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::kernels::simd;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
@@ -182,7 +182,10 @@ impl Manifold {
             let group = r0..(r0 + LANES).min(rows);
             for (t, r) in group.clone().enumerate() {
                 let z = &c.z[r * m..(r + 1) * m];
-                let (act, a) = (&mut c.act[r * m..(r + 1) * m], &mut alpha[r * n * (n + 1)..]);
+                let (act, a) = (
+                    &mut c.act[r * m..(r + 1) * m],
+                    &mut alpha[r * n * (n + 1)..],
+                );
                 for k in 0..n {
                     act[k] = sigmoid(z[k] * s[0] + b[k]);
                     a[k * (n + 1)] = act[k] + HC_EPS;
