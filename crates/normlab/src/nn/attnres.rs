@@ -27,7 +27,7 @@
 //! khat_i = r_i X_i, s_i = w . khat_i); `dw += sum_i ds_i khat_i`, summed in
 //! row order (f64), so it does not depend on the thread count.
 
-use super::hyper::dot;
+use super::hyper_rows::dot;
 use super::norm::buf;
 use crate::kernels::buf::AlignedBuf;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};

@@ -360,8 +360,8 @@ impl StreamHead {
                     yr[d..].fill(0.0);
                 }
             }
-            StreamHead::Sum { n, d } => super::hyper::expand(x0, *n, *d, xs),
-            StreamHead::Learned(h) => super::hyper::expand(x0, h.n, h.d, xs),
+            StreamHead::Sum { n, d } => super::hyper_rows::expand(x0, *n, *d, xs),
+            StreamHead::Learned(h) => super::hyper_rows::expand(x0, h.n, h.d, xs),
         }
     }
 
@@ -375,8 +375,8 @@ impl StreamHead {
                     xr.copy_from_slice(&yr[..d]);
                 }
             }
-            StreamHead::Sum { n, d } => super::hyper::collapse(dxs, *n, *d, dx0),
-            StreamHead::Learned(h) => super::hyper::collapse(dxs, h.n, h.d, dx0),
+            StreamHead::Sum { n, d } => super::hyper_rows::collapse(dxs, *n, *d, dx0),
+            StreamHead::Learned(h) => super::hyper_rows::collapse(dxs, h.n, h.d, dx0),
         }
     }
 
@@ -426,7 +426,7 @@ impl StreamHead {
     pub fn forward<'a>(&self, params: &[f32], x: &[f32], c: &'a mut HeadCache) -> &'a mut [f32] {
         let h = match self {
             StreamHead::Sum { n, d } => {
-                super::hyper::collapse(x, *n, *d, &mut c.out);
+                super::hyper_rows::collapse(x, *n, *d, &mut c.out);
                 return &mut c.out;
             }
             StreamHead::Depth(h) => {
@@ -466,7 +466,7 @@ impl StreamHead {
         c: &mut HeadCache,
     ) {
         let h = match self {
-            StreamHead::Sum { n, d } => return super::hyper::expand(dout, *n, *d, dx),
+            StreamHead::Sum { n, d } => return super::hyper_rows::expand(dout, *n, *d, dx),
             StreamHead::Depth(h) => {
                 return h.backward(params, grads, x, dout, dx, c.mix.as_ref().unwrap())
             }
@@ -484,7 +484,7 @@ impl StreamHead {
                 let sg = sigmoid(z[k] * s + b[k]);
                 let pre = sg + HC_EPS;
                 dxk.iter_mut().zip(g).for_each(|(dx, &g)| *dx = pre * g);
-                let dpre = super::hyper::dot(xk, g);
+                let dpre = super::hyper_rows::dot(xk, g);
                 let dv = dpre * sg * (1.0 - sg);
                 c.dz[r * n + k] = dv * s;
                 gs += f64::from(dv * z[k]);

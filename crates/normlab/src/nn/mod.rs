@@ -13,6 +13,7 @@ pub mod block;
 pub mod embedding;
 pub mod gate;
 pub mod hyper;
+pub mod hyper_rows;
 pub mod linear;
 pub mod mhc;
 pub mod mixer;
