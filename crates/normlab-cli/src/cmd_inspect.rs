@@ -30,6 +30,9 @@ pub struct InspectCmd {
     /// Run folders: held-out sequences to run (from the run's own data).
     #[arg(long, default_value_t = 8)]
     sequences: usize,
+    /// GGUF models: clamp every feed-forward's gate projection to at most LIMIT and its up projection to [-LIMIT, LIMIT] before the activation (DeepSeek V4's SwiGLU clamp; GeGLU alike), without retraining: the held-out loss then shows what clamping costs the model.
+    #[arg(long, value_name = "LIMIT")]
+    ffn_clamp: Option<f32>,
     /// Print the rows as JSON.
     #[arg(long)]
     json: bool,
@@ -45,8 +48,8 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     {
         return run_llama(&c);
     }
-    if c.out.is_some() {
-        return bad("--out is for .gguf models");
+    if c.out.is_some() || c.ffn_clamp.is_some() {
+        return bad("--out and --ffn-clamp are for .gguf models");
     }
     let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
@@ -114,6 +117,12 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
 fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     use normlab::model::llama::{self, Llama};
     let mut m = Llama::load(&c.model)?;
+    if let Some(lim) = c.ffn_clamp {
+        if !(lim.is_finite() && lim > 0.0) {
+            return bad(format!("--ffn-clamp must be a positive number (got {lim})"));
+        }
+        m.ffn_clamp = Some(lim);
+    }
     let texts = if c.text.is_empty() {
         normlab::io::sample_sentences(16, 0, 53)
     } else {
@@ -158,6 +167,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
                 "eps": m.cfg.eps, "rope_base": m.cfg.rope_base(), "config": m.cfg, "texts": texts.len(),
                 "blocks": rows, "final_norm": fin, "claims": claims, "gains": insp.gains,
                 "logit_lens": insp.lens, "sublayer_check": insp.sublayer_check,
+                "position0": insp.position0, "ffn_clamp": c.ffn_clamp,
             }))?
         );
         return Ok(());
@@ -178,10 +188,13 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
         "mlp write",
         "max logit",
         "entropy",
+        "sink (uniform)",
+        "max/median",
+        "ffn max",
         "attn gain mean",
         "mlp gain mean",
     ])
-    .right(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    .right(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
     for r in rows {
         t.row(vec![
             r.layer.to_string(),
@@ -193,11 +206,21 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
             format!("{:.3}", r.mlp_write),
             format!("{:.2}", r.attn_max_logit),
             format!("{:.3}", r.attn_entropy),
+            format!("{:.3} ({:.3})", r.attn_sink, r.attn_sink_uniform),
+            format!("{:.0}", r.max_over_median),
+            format!("{:.1}", r.ffn_max),
             format!("{:.3}", r.attn_gain[0]),
             format!("{:.3}", r.mlp_gain[0]),
         ]);
     }
     print!("{t}");
+    let mut seats = insp.position0.clone();
+    seats.dedup();
+    println!(
+        "position 0 (the sink's seat) holds {} (the sink: position 0's share of attention over heads and the queries past it; uniform attention would give the value in brackets){}",
+        seats.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "),
+        c.ffn_clamp.map_or(String::new(), |l| format!("; every feed-forward clamped at {l}"))
+    );
     println!(
         "final RMSNorm (gain mean {:.3}, min {:.3}, max {:.3}): held-out loss {:.4} nats/token with it, {:.4} without ({} tokens); removing it changes the logits by {:.1}% (RMS)",
         fin.gain[0], fin.gain[2], fin.gain[3], fin.loss_with, fin.loss_without, fin.tokens, 100.0 * fin.logit_change

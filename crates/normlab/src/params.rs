@@ -251,6 +251,17 @@ pub fn sum_squares(v: &[f32]) -> f64 {
     crate::kernels::act::sum_squares(v)
 }
 
+/// The largest of `v`, NaN if any is NaN (0 when empty).
+pub fn nan_max(v: impl IntoIterator<Item = f64>) -> f64 {
+    v.into_iter().fold(0.0, |m: f64, x| {
+        if m.is_nan() || x.is_nan() {
+            f64::NAN
+        } else {
+            m.max(x)
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

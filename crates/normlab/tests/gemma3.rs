@@ -122,6 +122,55 @@ fn tiny_gemma3_trace_is_exact_per_sublayer() {
 }
 
 #[test]
+fn tiny_gemma3_sink_and_ffn_clamp() {
+    // The sink share is a share (in [0, 1]); its uniform baseline is the
+    // mean of 1/(t+1) over the queries past position 0, counting 0 where a
+    // window of 8 has left position 0 behind (layers 0, 1, 3).
+    let m = Decoder::load_hf(&dir()).unwrap();
+    let (ids, _) = fixture();
+    let t = ids.len();
+    let mut tr = DecoderTrace::default();
+    m.hidden(&ids, Some(&mut tr)).unwrap();
+    let full: f64 = (1..t).map(|p| 1.0 / (p + 1) as f64).sum::<f64>() / (t - 1) as f64;
+    let windowed: f64 = (1..8).map(|p| 1.0 / (p + 1) as f64).sum::<f64>() / (t - 1) as f64;
+    for (l, a) in m.cfg.attn.iter().enumerate() {
+        let want = if a.window.is_some() { windowed } else { full };
+        assert!((tr.attn_sink_uniform[l] - want).abs() < 1e-12, "layer {l}");
+        assert!(
+            (0.0..=1.0).contains(&tr.attn_sink[l]),
+            "{}",
+            tr.attn_sink[l]
+        );
+        assert!(tr.median_abs[l] > 0.0 && tr.median_abs[l] <= tr.max_abs[l]);
+    }
+    // Clamping the GeGLU's gate and up at LIMIT bounds |gelu(g) u| by
+    // gelu(LIMIT) LIMIT, lowers the largest value and changes the output.
+    let lim = 0.5
+        * tr.ffn_max
+            .iter()
+            .fold(f64::INFINITY, |m, &v| m.min(v))
+            .sqrt() as f32;
+    let mut c = Decoder::load_hf(&dir()).unwrap();
+    c.ffn_clamp = Some(lim);
+    let mut tc = DecoderTrace::default();
+    let hc = c.hidden(&ids, Some(&mut tc)).unwrap();
+    let gelu = |x: f64| {
+        0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+    };
+    // (GELU is at least -0.17 below the gate.)
+    let bound = gelu(f64::from(lim)).max(0.17) * f64::from(lim) * (1.0 + 1e-5);
+    for l in 0..m.cfg.layers {
+        assert!(
+            tc.ffn_max[l] <= bound,
+            "layer {l}: {} > {bound}",
+            tc.ffn_max[l]
+        );
+        assert!(tc.ffn_max[l] < tr.ffn_max[l], "layer {l}");
+    }
+    assert_ne!(hc, m.hidden(&ids, None).unwrap());
+}
+
+#[test]
 fn bad_folders_are_one_line_errors() {
     let tmp = std::env::temp_dir().join(format!("normlab-gemma3-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();

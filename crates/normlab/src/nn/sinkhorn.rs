@@ -153,11 +153,12 @@ mod tests {
             }
         }
         // Doubly stochastic to float precision.
-        for t in 0..LANES {
-            for a in 0..n {
-                let row: f32 = (0..n).map(|b| c[a * n + b][t]).sum();
-                assert!((row - 1.0).abs() < 1e-4, "{row}");
-            }
+        for a in 0..n {
+            let row = (0..n).fold([0f32; LANES], |mut s, b| {
+                lane_add(&mut s, &c[a * n + b]);
+                s
+            });
+            assert!(row.iter().all(|r| (r - 1.0).abs() < 1e-4), "{row:?}");
         }
     }
 }

@@ -11,8 +11,8 @@ pub mod status;
 pub mod toy_task;
 pub mod trainer;
 
+pub use crate::params::nan_max;
 pub use config::TrainConfig;
 pub use folder::{RunLock, Spike, Status, Summary};
-pub use outliers::nan_max;
 pub use run::{run, RunOptions, RunOutcome};
 pub use trainer::{StepRecord, Trainer};

@@ -11,6 +11,7 @@
 use super::trainer::StepRecord;
 use crate::model::{Model, ModelKind, Workspace};
 use crate::nn::{Op, Residual};
+use crate::params::nan_max;
 use std::borrow::Cow;
 
 /// The stream after `block` from its output: with Attention Residuals the
@@ -26,17 +27,6 @@ fn stream<'a>(block: &crate::nn::Block, out: &'a [f32], d: usize) -> Cow<'a, [f3
         ),
         _ => Cow::Borrowed(out),
     }
-}
-
-/// The largest of `v`, NaN if any is NaN (0 when empty).
-pub fn nan_max(v: impl IntoIterator<Item = f64>) -> f64 {
-    v.into_iter().fold(0.0, |m: f64, x| {
-        if m.is_nan() || x.is_nan() {
-            f64::NAN
-        } else {
-            m.max(x)
-        }
-    })
 }
 
 /// Fill `rec`'s sink and outlier fields from the step's forward.

@@ -49,6 +49,40 @@ impl KvCache {
 }
 
 /// Median L2 norm of the rows of a `[rows, d]` matrix.
+/// Over the queries of a pass (positions `past..past + t`) that are past
+/// position 0: how many there are (as f64; NaN when none, so that a share
+/// over them is NaN) and the sum of what a uniform attention gives position
+/// 0 (1/(t+1) for the query at t, 0 once its window has left position 0).
+fn sink_baseline(past: usize, t: usize, window: Option<usize>) -> (f64, f64) {
+    let (mut n, mut u) = (0usize, 0f64);
+    for pos in (past..past + t).filter(|&p| p >= 1) {
+        n += 1;
+        if window.is_none_or(|w| pos < w) {
+            u += 1.0 / (pos + 1) as f64;
+        }
+    }
+    (if n == 0 { f64::NAN } else { n as f64 }, u)
+}
+
+/// The median of |x| (NaN when empty).
+fn median_abs(x: &[f32]) -> f64 {
+    if x.is_empty() {
+        return f64::NAN;
+    }
+    let mut a: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+    let m = a.len() / 2;
+    let (_, v, _) = a.select_nth_unstable_by(m, f32::total_cmp);
+    f64::from(*v)
+}
+
+/// DeepSeek V4's clamp (transformers' `DeepseekV4MLP`) on a gated
+/// feed-forward's projections: the gate to at most `lim`, the up to
+/// [-lim, lim]; a NaN stays NaN.
+pub fn clamp_gate_up(gate: &mut [f32], up: &mut [f32], lim: f32) {
+    gate.iter_mut().filter(|g| **g > lim).for_each(|g| *g = lim);
+    up.iter_mut().for_each(|u| *u = u.clamp(-lim, lim));
+}
+
 fn median_row_norm(x: &[f32], d: usize) -> f64 {
     let mut n: Vec<f64> = x
         .chunks_exact(d)
@@ -214,7 +248,7 @@ impl Decoder {
             let (kc, vc) = (&cache.k[l], &cache.v[l]);
             // Each head on its own (in parallel): its output [t, hd], its
             // largest logit and its summed entropy; then scattered into att.
-            let heads: Vec<(Vec<f32>, f64, f64)> = (0..c.heads)
+            let heads: Vec<(Vec<f32>, f64, f64, f64)> = (0..c.heads)
                 .into_par_iter()
                 .map(|head| {
                     let kh = head / group;
@@ -230,7 +264,7 @@ impl Decoder {
                         &mut p,
                         total,
                     );
-                    let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
+                    let (mut max_logit, mut entropy, mut sink) = (f64::NEG_INFINITY, 0f64, 0f64);
                     for i in 0..t {
                         let row = &mut p[i * total..(i + 1) * total];
                         let seen = past + i + 1;
@@ -252,6 +286,10 @@ impl Decoder {
                             for &pj in row[from..seen].iter().filter(|&&pj| pj > 0.0) {
                                 entropy -= f64::from(pj) * f64::from(pj).ln();
                             }
+                            // Position 0's share, for queries past it.
+                            if seen > 1 && from == 0 {
+                                sink += f64::from(row[0]);
+                            }
                         }
                         row[..from].fill(0.0);
                         row[seen..].fill(0.0);
@@ -265,11 +303,12 @@ impl Decoder {
                         &mut out,
                         hd,
                     );
-                    (out, max_logit, entropy)
+                    (out, max_logit, entropy, sink)
                 })
                 .collect();
-            let (mut max_logit, mut entropy) = (f64::NEG_INFINITY, 0f64);
-            for (head, (out, m, e)) in heads.iter().enumerate() {
+            let (mut max_logit, mut entropy, mut sink) = (f64::NEG_INFINITY, 0f64, 0f64);
+            for (head, (out, m, e, s)) in heads.iter().enumerate() {
+                sink += s;
                 for i in 0..t {
                     att[i * qw + head * hd..i * qw + (head + 1) * hd]
                         .copy_from_slice(&out[i * hd..(i + 1) * hd]);
@@ -299,6 +338,9 @@ impl Decoder {
             self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
             layer.gate.apply(&a, t, &mut gb);
             layer.up.apply(&a, t, &mut ub);
+            if let Some(lim) = self.ffn_clamp {
+                clamp_gate_up(&mut gb, &mut ub, lim);
+            }
             match c.act {
                 GatedAct::Silu => {
                     for (g, u) in gb.iter_mut().zip(&ub) {
@@ -313,6 +355,11 @@ impl Decoder {
                     }
                 }
             }
+            let ffn_max = if tracing {
+                crate::params::nan_max(gb.iter().map(|v| f64::from(v.abs())))
+            } else {
+                0.0
+            };
             layer.down.apply(&gb, t, &mut o);
             if layer.ffn_out_norm.is_some() {
                 ms_block = ms_block.min(ms_of(&o, d));
@@ -350,6 +397,11 @@ impl Decoder {
                 tr.attn_max_logit.push(max_logit);
                 tr.attn_max_logit_raw.push(raw_max_logit);
                 tr.attn_entropy.push(entropy / (c.heads * t) as f64);
+                let (share, uniform) = sink_baseline(past, t, la.window);
+                tr.attn_sink.push(sink / (c.heads as f64 * share));
+                tr.attn_sink_uniform.push(uniform / share);
+                tr.median_abs.push(median_abs(&h));
+                tr.ffn_max.push(ffn_max);
                 // The last block's includes the final norm's rows.
                 if l + 1 == self.layers.len() {
                     ms_block = ms_block.min(ms_of(&h, d));

@@ -43,6 +43,16 @@ pub struct LlamaLayerRow {
     pub attn_max_logit_raw: f64,
     /// Mean attention entropy (nats).
     pub attn_entropy: f64,
+    /// The attention sink: position 0's share of attention over heads and
+    /// the queries past it (mean over texts).
+    pub attn_sink: f64,
+    /// What uniform attention would give position 0 over the same queries.
+    pub attn_sink_uniform: f64,
+    /// The largest |x| after the block over the median |x| (the largest
+    /// over texts; the massive-activation rule: above 1000 and |x| > 100).
+    pub max_over_median: f64,
+    /// The feed-forward's largest |act(gate) x up| (over texts).
+    pub ffn_max: f64,
     /// Attention RMSNorm gain: mean, std, min, max.
     pub attn_gain: [f64; 4],
     /// MLP RMSNorm gain: mean, std, min, max.
@@ -170,6 +180,9 @@ pub struct Inspection {
     /// The largest |after - (before + write)| / max |after| over every
     /// sublayer and text: the write as added accounts for the change.
     pub sublayer_check: f64,
+    /// The token at position 0 of each text (the attention sink's seat:
+    /// BOS when the tokenizer adds one, else the text's first token).
+    pub position0: Vec<String>,
 }
 
 impl Inspection {
@@ -224,6 +237,9 @@ pub fn inspect(
     let (mut row_in, mut row_out, mut row_med) = (vec![0f64; l], vec![0f64; l], vec![0f64; l]);
     let mut max_at = vec![(0usize, 0usize, 0usize); l];
     let mut ids_of = Vec::new();
+    // Per block: sink share, its uniform baseline (sums over texts), the
+    // largest max/median ratio and FFN value (over texts).
+    let mut extra = vec![[0f64; 4]; l];
     for (ti, text) in texts.iter().enumerate() {
         let ids = m.encode(text)?;
         ids_of.push(ids.clone());
@@ -232,6 +248,12 @@ pub fn inspect(
         }
         let mut tr = LlamaTrace::default();
         m.hidden(&ids, Some(&mut tr))?;
+        for (i, e) in extra.iter_mut().enumerate() {
+            e[0] += tr.attn_sink[i];
+            e[1] += tr.attn_sink_uniform[i];
+            e[2] = e[2].max(tr.max_abs[i] / tr.median_abs[i]);
+            e[3] = crate::params::nan_max([e[3], tr.ffn_max[i]]);
+        }
         for (i, s) in sum.iter_mut().enumerate() {
             s[0] += tr.rms_in[i];
             s[1] += tr.rms_attn[i];
@@ -279,6 +301,10 @@ pub fn inspect(
             attn_max_logit: s[6],
             attn_max_logit_raw: s[10],
             attn_entropy: s[7] / c,
+            attn_sink: extra[i][0] / c,
+            attn_sink_uniform: extra[i][1] / c,
+            max_over_median: extra[i][2],
+            ffn_max: extra[i][3],
             attn_gain: gain_stats(&m.layers[i].attn_norm),
             mlp_gain: gain_stats(&m.layers[i].ffn_norm),
             ms_min: s[8],
@@ -370,7 +396,13 @@ pub fn inspect(
             loss?
         },
     };
+    let position0 = ids_of
+        .iter()
+        .filter(|ids| !ids.is_empty())
+        .map(|ids| m.decode(&ids[..1]))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Inspection {
+        position0,
         blocks: rows,
         final_norm: FinalNormEffect {
             gain: gain_stats(&m.final_norm),

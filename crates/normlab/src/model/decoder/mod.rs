@@ -109,6 +109,11 @@ pub struct Decoder {
     /// Beginning-of-sequence token that [`Decoder::encode`] prepends (None:
     /// the file adds none, as SmolLM2's).
     pub bos: Option<u32>,
+    /// Clamp the feed-forward's gate and up projections at this limit
+    /// before the activation, as DeepSeek V4's SwiGLU does (the gate to at
+    /// most it, the up to [-limit, limit]; GeGLU alike): what clamping
+    /// costs a model that was not trained with it. None: the model's own.
+    pub ffn_clamp: Option<f32>,
     pub(crate) tokenizer: Option<tokenizers::Tokenizer>,
 }
 
@@ -145,6 +150,18 @@ pub struct DecoderTrace {
     pub attn_max_logit_raw: Vec<f64>,
     /// Mean attention entropy (nats) over heads and positions, per block.
     pub attn_entropy: Vec<f64>,
+    /// The attention sink: position 0's share of attention, averaged over
+    /// heads and over the queries at positions 1 and on, per block (NaN
+    /// when no query is past position 0).
+    pub attn_sink: Vec<f64>,
+    /// What a uniform attention would give it: the mean of 1/(t+1) over the
+    /// same queries (0 for a query whose window has left position 0).
+    pub attn_sink_uniform: Vec<f64>,
+    /// The median |value| of the stream after each block.
+    pub median_abs: Vec<f64>,
+    /// The feed-forward's largest |act(gate) x up| (after any clamp), per
+    /// block.
+    pub ffn_max: Vec<f64>,
     /// Smallest mean square of a row entering any of the block's norms
     /// (input norms, QK-Norm's per-head rows, sandwich output norms; the
     /// last block's also the final norm's).

@@ -275,6 +275,7 @@ impl Decoder {
             head,
             eos,
             bos: None,
+            ffn_clamp: None,
             tokenizer,
         })
     }
