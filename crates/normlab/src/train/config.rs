@@ -22,6 +22,11 @@ crate::settings! {
         pub model: ModelConfig => Flag::Hidden,
         /// Text file to train a gpt on (default: the bundled Shakespeare).
         pub data: Option<String> => Flag::Text,
+        /// gpt: begin every sequence with this byte (0-255), a fixed
+        /// BOS-like first token, so that position 0 always holds the same
+        /// token (default: windows start mid-text).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub bos_byte: Option<u32> => Flag::Num,
         /// Toy task label noise: the probability that a target is replaced by a uniform token.
         pub toy_noise: f32 => Flag::Num,
         /// Label noise of the toy task's held-out targets (default: toy_noise;
@@ -91,6 +96,7 @@ impl TrainConfig {
             data: None,
             toy_noise: 0.1,
             toy_eval_noise: None,
+            bos_byte: None,
             optimizer: if toy {
                 OptimizerKind::Adam
             } else {
@@ -304,6 +310,14 @@ impl TrainConfig {
         }
         if self.model.kind == ModelKind::Gpt && self.model.vocab != 256 {
             return Err("gpt models are byte-level: vocab must be 256".into());
+        }
+        if let Some(b) = self.bos_byte {
+            if b > 255 {
+                return Err(format!("bos_byte must be a byte, 0 to 255 (got {b})").into());
+            }
+            if self.model.kind == ModelKind::Toy {
+                return Err("bos_byte applies to gpt models (the toy task has no text)".into());
+            }
         }
         if self.model.kind == ModelKind::Toy && self.data.is_some() {
             return Err("--data applies to gpt models (the toy task is generated)".into());

@@ -71,11 +71,14 @@ impl Data {
         match self {
             Data::Toy(d) => d.describe(),
             Data::Text(d) => format!(
-                "text {} ({} bytes: {} train, {} held out)",
+                "text {} ({} bytes: {} train, {} held out){}",
                 d.name,
                 d.bytes.len(),
                 d.train_end,
-                d.bytes.len() - d.train_end
+                d.bytes.len() - d.train_end,
+                d.bos.map_or(String::new(), |b| format!(
+                    "; every sequence starts with byte {b}"
+                ))
             ),
         }
     }
@@ -94,6 +97,10 @@ pub struct TextData {
     pub seed: u64,
     /// Entropy of the training bytes' unigram distribution (nats).
     pub unigram_entropy: f64,
+    /// A fixed first byte of every sequence (`bos_byte`), if any: it takes
+    /// the place of the window's first byte, whose target (the next byte)
+    /// is kept, so every target is the same as without it.
+    pub bos: Option<u8>,
 }
 
 impl TextData {
@@ -140,13 +147,27 @@ impl TextData {
             train_end,
             seed,
             unigram_entropy,
+            bos: None,
         })
     }
 
     fn window(&self, start: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
-        for i in 0..t {
-            tokens[i] = self.bytes[start + i] as u32;
-            targets[i] = self.bytes[start + i + 1] as u32;
+        match self.bos {
+            None => {
+                for i in 0..t {
+                    tokens[i] = self.bytes[start + i] as u32;
+                    targets[i] = self.bytes[start + i + 1] as u32;
+                }
+            }
+            Some(b) => {
+                tokens[0] = u32::from(b);
+                for i in 0..t {
+                    if i > 0 {
+                        tokens[i] = self.bytes[start + i] as u32;
+                    }
+                    targets[i] = self.bytes[start + i + 1] as u32;
+                }
+            }
         }
     }
 
@@ -173,5 +194,30 @@ impl TextData {
         let span = self.bytes.len() - self.train_end - t - 1;
         let start = self.train_end + (index * 7919 * t) % span.max(1);
         self.window(start, t, tokens, targets);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bos_byte_takes_the_first_place_and_keeps_every_target() {
+        let bytes: Vec<u8> = (0..4000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let plain = TextData::from_bytes("t".into(), bytes, 3, 16).unwrap();
+        let bos = TextData {
+            bos: Some(1),
+            ..plain.clone()
+        };
+        let (mut a, mut ta, mut b, mut tb) = ([0u32; 16], [0u32; 16], [0u32; 16], [0u32; 16]);
+        for step in 0..5 {
+            plain.train_sequence(step, 2, 16, &mut a, &mut ta);
+            bos.train_sequence(step, 2, 16, &mut b, &mut tb);
+            assert_eq!((b[0], &b[1..], ta), (1, &a[1..], tb));
+            assert_ne!(a[0], 1);
+        }
+        plain.eval_sequence(3, 16, &mut a, &mut ta);
+        bos.eval_sequence(3, 16, &mut b, &mut tb);
+        assert_eq!((b[0], &b[1..], ta), (1, &a[1..], tb));
     }
 }

@@ -245,19 +245,21 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
             cfg.toy_noise,
             cfg.toy_eval_noise.unwrap_or(cfg.toy_noise),
         ))),
-        ModelKind::Gpt => match &cfg.data {
-            Some(p) => Ok(Data::Text(TextData::load(
-                Path::new(p),
-                cfg.seed,
-                cfg.model.seq,
-            )?)),
-            None => Ok(Data::Text(TextData::from_bytes(
-                "shakespeare.txt (bundled)".into(),
-                crate::io::BUNDLED_TEXT.to_vec(),
-                cfg.seed,
-                cfg.model.seq,
-            )?)),
-        },
+        ModelKind::Gpt => {
+            let text = match &cfg.data {
+                Some(p) => TextData::load(Path::new(p), cfg.seed, cfg.model.seq)?,
+                None => TextData::from_bytes(
+                    "shakespeare.txt (bundled)".into(),
+                    crate::io::BUNDLED_TEXT.to_vec(),
+                    cfg.seed,
+                    cfg.model.seq,
+                )?,
+            };
+            Ok(Data::Text(TextData {
+                bos: cfg.bos_byte.map(|b| b as u8),
+                ..text
+            }))
+        }
     }
 }
 
