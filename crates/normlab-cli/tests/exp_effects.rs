@@ -282,6 +282,26 @@ fn training_experiments_show_the_known_effects() {
     let sum = &r["stream_sum"];
     assert!((num(&sum["measured_std"]) / num(&sum["expected_std"]) - 1.0).abs() < 0.01);
     assert_eq!(r["depth_use"].as_array().unwrap().len(), 5);
+    // attention-sink: every design reports a share in [0, 1] beside the
+    // uniform baseline of its sequence length (the mean of 1/(t+1) over
+    // t = 1..63); the pretrained models, where present, park far more than
+    // uniform attention would on position 0 (the known sink).
+    let r = run_exp("attention-sink", &[], &dir);
+    let uniform: f64 = (1..64).map(|t| 1.0 / (t + 1) as f64).sum::<f64>() / 63.0;
+    assert!((num(&r["uniform"]) - uniform).abs() < 1e-12);
+    let cfgs = r["configs"].as_array().unwrap();
+    assert_eq!(cfgs.len(), 9);
+    for c in cfgs {
+        let s = num(&c["sink"]);
+        assert!((0.0..=1.0).contains(&s), "{c}");
+    }
+    let reals = r["real_models"].as_array().unwrap();
+    if std::env::var_os("NORMLAB_REQUIRE_MODEL").is_some() {
+        assert_eq!(reals.len(), 2, "SmolLM2 and Gemma 3 are required");
+    }
+    for m in reals {
+        assert!(num(&m["sink"]) > 2.0 * num(&m["uniform"]), "{m}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -353,6 +353,14 @@ pub static DEPARTURES: &[Departure] = &[
         depends: "yes: small models and short runs (the papers' gains are at billions of parameters); the GPT's equal-time losses are read before its cosine schedule has decayed, which favours Pre-LN",
     },
     Departure {
+        chapter: "attention-sink",
+        claims: "C26",
+        lesson: "Qwen's 15B MoE model (46.7% of attention on the first token, 4.8% with the gate), trained on 3.5T tokens",
+        normlab: "byte-level GPT 12 blocks, d 128, 1000 steps, lr 1e-3, 2 seeds; nine designs, each one change from Pre-LN with a fixed first byte: the headwise and elementwise gates, QK-Norm, sandwich and mid-text windows, each with and without the elementwise gate; SmolLM2 and Gemma 3 measured beside them (not retrained)",
+        why: "a sink needs a model trained long enough to form one; normlab trains its own GPT and reads the pretrained models' sinks without a gate to compare",
+        depends: "yes: a small model after 1000 steps may not form a sink at all (the verdict says so rather than guessing), and the share is judged by direction and size beyond the seed spread, not against 46.7%",
+    },
+    Departure {
         chapter: "speed",
         claims: "C9",
         lesson: "d 4096, 32 layers, 2 norms per layer; the reference model's size not given",

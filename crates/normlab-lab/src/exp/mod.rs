@@ -7,6 +7,7 @@
 //! and re-exports the public API. `--quick` runs a reduced setting.
 
 pub mod args;
+pub mod attention_sink;
 pub mod batch_dependence;
 pub mod book;
 pub mod claims;
