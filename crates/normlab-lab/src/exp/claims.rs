@@ -249,7 +249,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C24",
         title: "unbounded SwiGLU and clamping",
         statement: "SwiGLU's output has no upper bound (SiLU(10) x 10 = 99.995) and can overflow in low precision; recent models clamp it (gpt-oss at 7, DeepSeek V4 at 10). How large do SwiGLU activations get in trained models, and what does clamping cost?",
-        coverage: Coverage::Uncheckable("the SwiGLU-clamp experiment is not built yet"),
+        coverage: Coverage::Experiments(&["swiglu-clamp"]),
     },
     Claim {
         id: "C25",

@@ -353,6 +353,14 @@ pub static DEPARTURES: &[Departure] = &[
         depends: "yes: small models and short runs (the papers' gains are at billions of parameters); the GPT's equal-time losses are read before its cosine schedule has decayed, which favours Pre-LN",
     },
     Departure {
+        chapter: "swiglu-clamp",
+        claims: "C24",
+        lesson: "SiLU(10) x 10 = 99.995; gpt-oss clamps at 7, DeepSeek V4 at 10; no training setting",
+        normlab: "byte-level GPT with SwiGLU (the GPT chapters' size and 1000 steps), lr 3e-3 and 1e-2, activations stored in f32, bf16 and f16, clamp off / 10 / 7 in DeepSeek V4's form (gpt-oss's 7 without its sigmoid(1.702 g) and up + 1), 1 seed; values beyond f16's range counted on logged steps; SmolLM2 (SwiGLU) and Gemma 3 (GeGLU, clamped alike) clamped without retraining on 512 held-out tokens",
+        why: "the lesson gives no training setting; one seed keeps the 18-run grid inside the book's budget (the verdict rests on bounds and sizes, not on small loss gaps)",
+        depends: "yes: a small model trained briefly may never reach the clamps, so the cost of training with them can only show where they bite",
+    },
+    Departure {
         chapter: "attention-sink",
         claims: "C26",
         lesson: "Qwen's 15B MoE model (46.7% of attention on the first token, 4.8% with the gate), trained on 3.5T tokens",

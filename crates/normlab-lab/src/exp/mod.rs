@@ -43,6 +43,7 @@ pub mod residual_routing;
 pub mod runs;
 pub mod speed;
 mod stream_sum;
+pub mod swiglu_clamp;
 pub mod warmup;
 
 pub use args::{ExpArgs, ExpFlag};

@@ -10,7 +10,7 @@ use super::{
     attention_sink, batch_dependence, collapse, convert, cross_check, cure_all, depth_sim,
     depth_use, drift, dyt_recipe, gain_decay, identity_path, llm, lr_sensitivity, no_norm,
     norm_kind, norm_stats, placements, precision, precision_train, qk_norm, residual_growth,
-    residual_routing, speed, warmup,
+    residual_routing, speed, swiglu_clamp, warmup,
 };
 use crate::sweep::RunSpec;
 use normlab::error::{Error, Result};
@@ -37,6 +37,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &depth_use::EXPERIMENT,
     &residual_routing::EXPERIMENT,
     &attention_sink::EXPERIMENT,
+    &swiglu_clamp::EXPERIMENT,
     &dyt_recipe::EXPERIMENT,
     &precision::EXPERIMENT,
     &precision_train::EXPERIMENT,

@@ -122,24 +122,28 @@ impl Mlp {
         (self.fc.d_out.max(self.hidden), self.hidden, self.fc.d_out)
     }
 
-    /// The largest |activation| of the last forward: SwiGLU's gate times
-    /// up (after the clamp, if set), or GELU's output.
-    pub fn largest_activation(&self, c: &MlpCache) -> f64 {
-        let top = |v: &[f32]| {
-            v.iter().fold(0f32, |m, x| {
+    /// The activation of the last forward (SwiGLU's gate times up after
+    /// its clamp, or GELU's output): its largest |value| (NaN if one is NaN)
+    /// and how many values f16 could not store (|v| > 65504, or not finite).
+    pub fn activation_extremes(&self, c: &MlpCache) -> (f64, u64) {
+        let stats = |v: &[f32]| {
+            let top = v.iter().fold(0f32, |m, x| {
                 if m.is_nan() || x.is_nan() {
                     f32::NAN
                 } else {
                     m.max(x.abs())
                 }
-            })
+            });
+            let lim = crate::precision::Dtype::F16.max() as f32;
+            let over = v.iter().filter(|x| !(x.abs() <= lim)).count() as u64;
+            (f64::from(top), over)
         };
         match self.act {
-            Activation::Gelu => f64::from(top(&c.post)),
+            Activation::Gelu => stats(&c.post),
             Activation::Swiglu => {
                 let mut y = vec![0.0; c.pre.len() / 2];
                 self.swiglu(&c.pre, &mut y);
-                f64::from(top(&y))
+                stats(&y)
             }
         }
     }

@@ -42,14 +42,17 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
             rec.attn_sink
                 .push(sinks.iter().sum::<f64>() / sinks.len().max(1) as f64);
         }
+        let mut over = 0u64;
         if let Op::Mlp(m) = &block.mlp.op {
-            rec.ffn_max.push(nan_max(
-                shards
-                    .iter()
-                    .filter_map(|w| w.blocks[b].mlp.mlp())
-                    .map(|c| m.largest_activation(c)),
-            ));
+            let ext: Vec<(f64, u64)> = shards
+                .iter()
+                .filter_map(|w| w.blocks[b].mlp.mlp())
+                .map(|c| m.activation_extremes(c))
+                .collect();
+            rec.ffn_max.push(nan_max(ext.iter().map(|e| e.0)));
+            over += ext.iter().map(|e| e.1).sum::<u64>();
         }
+        let f16_max = crate::precision::Dtype::F16.max() as f32;
         let mut all: Vec<f32> = Vec::new();
         let (mut top, mut at) = (0f32, 0usize);
         for w in shards {
@@ -62,7 +65,9 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
                 }
             }
             all.extend(x.iter().map(|v| v.abs()));
+            over += x.iter().filter(|v| !(v.abs() <= f16_max)).count() as u64;
         }
+        rec.f16_overflow.push(over);
         let median = if all.is_empty() {
             f64::NAN
         } else {
@@ -121,6 +126,7 @@ mod tests {
             assert!((s - uniform_sink_share(c.seq)).abs() < 1e-6, "{s}");
         }
         assert_eq!(rec.ffn_max.len(), 2);
+        assert_eq!(rec.f16_overflow, [0, 0]);
         assert_eq!(rec.stream_max_position.len(), 2);
         assert!(
             rec.stream_max_ratio

@@ -89,6 +89,11 @@ pub struct StepRecord {
         deserialize_with = "vec_or_nan"
     )]
     pub ffn_max: Vec<f64>,
+    /// Per block, how many values of the feed-forward's activation and of
+    /// the stream after the block f16 could not store (|v| > 65504 or not
+    /// finite), whatever the storage type (logged steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub f16_overflow: Vec<u64>,
     /// Alpha of each point-wise norm (dyt, derf) in model order, QK-Norm
     /// excluded (logged steps).
     #[serde(
@@ -447,6 +452,7 @@ impl Trainer {
             stream_max_ratio: Vec::new(),
             stream_max_position: Vec::new(),
             ffn_max: Vec::new(),
+            f16_overflow: Vec::new(),
             norm_alpha: Vec::new(),
             norm_saturation: Vec::new(),
             gate: Vec::new(),
