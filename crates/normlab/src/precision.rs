@@ -83,6 +83,13 @@ impl Dtype {
     }
 }
 
+/// How many of `v` f16 could not store: beyond its largest finite value
+/// (65504) in size, or not finite.
+pub fn beyond_f16(v: &[f32]) -> u64 {
+    let max = half::f16::MAX.to_f32();
+    v.iter().filter(|x| !x.is_finite() || x.abs() > max).count() as u64
+}
+
 impl std::str::FromStr for Dtype {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -134,8 +134,7 @@ impl Mlp {
                     m.max(x.abs())
                 }
             });
-            let lim = crate::precision::Dtype::F16.max() as f32;
-            let over = v.iter().filter(|x| !(x.abs() <= lim)).count() as u64;
+            let over = crate::precision::beyond_f16(v);
             (f64::from(top), over)
         };
         match self.act {

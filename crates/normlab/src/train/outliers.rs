@@ -52,7 +52,6 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
             rec.ffn_max.push(nan_max(ext.iter().map(|e| e.0)));
             over += ext.iter().map(|e| e.1).sum::<u64>();
         }
-        let f16_max = crate::precision::Dtype::F16.max() as f32;
         let mut all: Vec<f32> = Vec::new();
         let (mut top, mut at) = (0f32, 0usize);
         for w in shards {
@@ -65,7 +64,7 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
                 }
             }
             all.extend(x.iter().map(|v| v.abs()));
-            over += x.iter().filter(|v| !(v.abs() <= f16_max)).count() as u64;
+            over += crate::precision::beyond_f16(&x);
         }
         rec.f16_overflow.push(over);
         let median = if all.is_empty() {
