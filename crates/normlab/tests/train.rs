@@ -509,6 +509,7 @@ fn metric_lines_with_non_finite_values_are_read_back() {
         stream_max_ratio: vec![f64::NAN],
         stream_max_position: vec![3],
         ffn_max: vec![f64::NAN],
+        f16_overflow: vec![3],
         norm_alpha: vec![],
         norm_saturation: vec![],
         gate: vec![],

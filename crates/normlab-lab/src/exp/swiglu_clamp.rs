@@ -311,7 +311,7 @@ fn c24(cells: &[Cell], reals: &[RealClamp]) -> (Verdict, String) {
             c.clamp
                 .map(|l| (c, silu_times(f64::from(l)) * (1.0 + 1e-5)))
         })
-        .all(|(c, bound)| !(c.ffn_peak > bound));
+        .all(|(c, bound)| c.ffn_peak.is_nan() || c.ffn_peak <= bound);
     let peak_trained = cells
         .iter()
         .filter(|c| c.clamp.is_none())
