@@ -328,9 +328,9 @@ fn print_more(m: &normlab::model::llama::Llama, insp: &normlab::model::llama::In
 
 /// `normlab inspect RUN_DIR`: a model trained by normlab, any placement.
 fn run_trained(c: &InspectCmd) -> anyhow::Result<()> {
-    if c.out.is_some() || !c.text.is_empty() {
+    if c.out.is_some() || !c.text.is_empty() || c.ffn_clamp.is_some() {
         return bad(
-            "--out and --text are for pretrained models; a run folder reads its own held-out data",
+            "--out, --text and --ffn-clamp are for pretrained models; a run folder reads its own held-out data",
         );
     }
     normlab::limits::check_count("--sequences", c.sequences, 1, 256)?;

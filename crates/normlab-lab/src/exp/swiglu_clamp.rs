@@ -108,8 +108,11 @@ struct Cell {
     lr: serde_json::Value,
     dtype: String,
     clamp: Option<f32>,
-    /// The largest gate x up of any block at any logged step (largest seed).
+    /// The largest finite gate x up of any block at any logged step (any
+    /// seed; NaN when none was logged).
     ffn_peak: f64,
+    /// Whether some logged gate x up was not finite.
+    ffn_nonfinite: bool,
     /// Values f16 could not store, summed over logged steps, blocks and seeds.
     f16_overflow: u64,
     /// Steps the loss scaler skipped (f16; summed over seeds).
@@ -129,7 +132,11 @@ fn cell(lr: f32, dtype: Dtype, clamp: Option<f32>, g: &[&RunResult]) -> Cell {
         lr: num(lr),
         dtype: dtype.name().to_string(),
         clamp,
-        ffn_peak: normlab::train::nan_max(ms().flat_map(|m| m.ffn_max.iter().copied())),
+        ffn_peak: ms()
+            .flat_map(|m| m.ffn_max.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::max),
+        ffn_nonfinite: ms().flat_map(|m| m.ffn_max.iter()).any(|v| !v.is_finite()),
         f16_overflow: ms().flat_map(|m| m.f16_overflow.iter()).sum(),
         skipped_steps: (!skipped.is_empty()).then(|| skipped.iter().sum()),
         final_eval_loss: sg.mean,
@@ -305,17 +312,22 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 /// partly when the clamp bounds them but nothing gets that large (the
 /// clamp is then free but unneeded at this setting).
 fn c24(cells: &[Cell], reals: &[RealClamp]) -> (Verdict, String) {
-    let bounded = cells
+    // The bound is checked on every clamped cell that logged a value; a
+    // verdict needs at least one.
+    let clamped: Vec<(&Cell, f64)> = cells
         .iter()
         .filter_map(|c| {
             c.clamp
                 .map(|l| (c, silu_times(f64::from(l)) * (1.0 + 1e-5)))
         })
-        .all(|(c, bound)| c.ffn_peak.is_nan() || c.ffn_peak <= bound);
+        .filter(|(c, _)| c.ffn_peak.is_finite())
+        .collect();
+    let bounded = clamped.iter().all(|(c, bound)| c.ffn_peak <= *bound);
     let peak_trained = cells
         .iter()
         .filter(|c| c.clamp.is_none())
         .map(|c| c.ffn_peak)
+        .filter(|v| v.is_finite())
         .fold(0f64, f64::max);
     let beyond_f16: u64 = cells
         .iter()
@@ -342,10 +354,11 @@ fn c24(cells: &[Cell], reals: &[RealClamp]) -> (Verdict, String) {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let v = match (bounded, large) {
-        (true, true) => Verdict::Holds,
-        (true, false) => Verdict::Partly,
-        (false, _) => Verdict::DoesNotHold,
+    let v = match (clamped.is_empty(), bounded, large) {
+        (true, _, _) => Verdict::Inconclusive,
+        (false, true, true) => Verdict::Holds,
+        (false, true, false) => Verdict::Partly,
+        (false, false, _) => Verdict::DoesNotHold,
     };
     let unclamped_cost = cells
         .iter()
@@ -367,12 +380,17 @@ fn c24(cells: &[Cell], reals: &[RealClamp]) -> (Verdict, String) {
     (
         v,
         format!(
-            "SiLU(10) x 10 = {}. Unclamped, the trained GPT's largest gate x up is {} and {} of its activation and stream values went beyond f16's range on logged steps; the pretrained models' reach {}. The clamps {} gate x up by SiLU(L) x L in every run. Held-out loss unclamped -> clamped at 7 (trained with it): {}.{}",
+            "SiLU(10) x 10 = {}. Unclamped, the trained GPT's largest finite gate x up is {} and {} of its activation and stream values went beyond f16's range on logged steps{}; the pretrained models' reach {}. The clamps {} gate x up by SiLU(L) x L in the {} clamped cell(s) that logged one. Held-out loss unclamped -> clamped at 7 (trained with it): {}.{}",
             f(silu_times(10.0), 3),
             f(peak_trained, 2),
             beyond_f16,
+            match cells.iter().filter(|c| c.ffn_nonfinite).count() {
+                0 => String::new(),
+                k => format!(" ({k} cell(s) logged a non-finite gate x up)"),
+            },
             if reals.is_empty() { "-".to_string() } else { f(peak_real, 1) },
             if bounded { "bound" } else { "do not bound" },
+            clamped.len(),
             unclamped_cost,
             if reals.is_empty() {
                 String::new()

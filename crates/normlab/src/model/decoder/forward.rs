@@ -48,7 +48,6 @@ impl KvCache {
     }
 }
 
-/// Median L2 norm of the rows of a `[rows, d]` matrix.
 /// Over the queries of a pass (positions `past..past + t`) that are past
 /// position 0: how many there are (as f64; NaN when none, so that a share
 /// over them is NaN) and the sum of what a uniform attention gives position
@@ -83,6 +82,7 @@ pub fn clamp_gate_up(gate: &mut [f32], up: &mut [f32], lim: f32) {
     up.iter_mut().for_each(|u| *u = u.clamp(-lim, lim));
 }
 
+/// Median L2 norm of the rows of a `[rows, d]` matrix.
 fn median_row_norm(x: &[f32], d: usize) -> f64 {
     let mut n: Vec<f64> = x
         .chunks_exact(d)

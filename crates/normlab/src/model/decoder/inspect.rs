@@ -240,6 +240,7 @@ pub fn inspect(
     // Per block: sink share, its uniform baseline (sums over texts), the
     // largest max/median ratio and FFN value (over texts).
     let mut extra = vec![[0f64; 4]; l];
+    let mut sink_texts = vec![0usize; l];
     for (ti, text) in texts.iter().enumerate() {
         let ids = m.encode(text)?;
         ids_of.push(ids.clone());
@@ -249,8 +250,12 @@ pub fn inspect(
         let mut tr = LlamaTrace::default();
         m.hidden(&ids, Some(&mut tr))?;
         for (i, e) in extra.iter_mut().enumerate() {
-            e[0] += tr.attn_sink[i];
-            e[1] += tr.attn_sink_uniform[i];
+            // A text with no query past position 0 has no sink share.
+            if tr.attn_sink[i].is_finite() {
+                e[0] += tr.attn_sink[i];
+                e[1] += tr.attn_sink_uniform[i];
+                sink_texts[i] += 1;
+            }
             e[2] = e[2].max(tr.max_abs[i] / tr.median_abs[i]);
             e[3] = crate::params::nan_max([e[3], tr.ffn_max[i]]);
         }
@@ -301,8 +306,8 @@ pub fn inspect(
             attn_max_logit: s[6],
             attn_max_logit_raw: s[10],
             attn_entropy: s[7] / c,
-            attn_sink: extra[i][0] / c,
-            attn_sink_uniform: extra[i][1] / c,
+            attn_sink: extra[i][0] / sink_texts[i] as f64,
+            attn_sink_uniform: extra[i][1] / sink_texts[i] as f64,
             max_over_median: extra[i][2],
             ffn_max: extra[i][3],
             attn_gain: gain_stats(&m.layers[i].attn_norm),
