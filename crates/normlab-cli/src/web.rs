@@ -23,7 +23,7 @@
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
 //!   metrics sampled to at most N records (default 2000, at most 20000;
 //!   evaluations always kept), with `metrics_total`.
-//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max` —
+//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max|f16_overflow` —
 //!   an SVG overlaying those runs.
 
 use axum::extract::{Path as AxPath, RawQuery, State};

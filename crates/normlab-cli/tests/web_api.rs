@@ -241,7 +241,13 @@ fn api_answers_and_validates() {
     let (code, body) = get(&s, "/api/runs/a");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["summary"]["steps"], 5);
-    for metric in ["grad_norm", "stream_max_ratio", "ffn_max", "attn_sink"] {
+    for metric in [
+        "grad_norm",
+        "stream_max_ratio",
+        "ffn_max",
+        "attn_sink",
+        "f16_overflow",
+    ] {
         let (code, body) = get(&s, &format!("/api/plot?ids=a&metric={metric}"));
         assert_eq!(code, 200, "{metric}");
         assert!(body.contains("<svg"));

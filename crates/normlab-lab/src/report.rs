@@ -299,37 +299,51 @@ pub fn build(runs: &[FoundRun]) -> Report {
     let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     let max = |v: &[f64]| (!v.is_empty()).then(|| normlab::train::nan_max(v.iter().copied()));
     type Sel<'a> = &'a dyn Fn(&StepRecord) -> Option<f64>;
-    let diagnostics: [(&str, &str, bool, Sel); 4] = [
+    let sum = |v: &[u64]| (!v.is_empty()).then(|| v.iter().sum::<u64>() as f64);
+    // (title, y label, log y, selector, shown only when some value is not 0)
+    let diagnostics: [(&str, &str, bool, Sel, bool); 5] = [
         (
             "streams: composite mixing gain (max over tokens)",
             "largest absolute column sum",
             true,
             &|m| m.streams.as_ref().map(|s| s.gain_fwd_max),
+            false,
         ),
         (
             "attention on position 0 (mean over blocks, heads, queries t >= 1)",
             "share",
             false,
             &|m| mean(&m.attn_sink),
+            false,
         ),
         (
             "largest |x| in the stream over its median (max over blocks)",
             "ratio",
             true,
             &|m| max(&m.stream_max_ratio),
+            false,
         ),
         (
             "feed-forward's largest |activation| (max over blocks)",
             "|gate x up| or |GELU|",
             true,
             &|m| max(&m.ffn_max),
+            false,
+        ),
+        (
+            "values f16 cannot store: |v| > 65504 or not finite (sum over blocks)",
+            "count",
+            false,
+            &|m| sum(&m.f16_overflow),
+            true,
         ),
     ];
-    for (title, y, log_y, sel) in diagnostics {
-        if shown
-            .iter()
-            .any(|r| r.metrics.iter().any(|m| sel(m).is_some()))
-        {
+    for (title, y, log_y, sel, nonzero) in diagnostics {
+        if shown.iter().any(|r| {
+            r.metrics
+                .iter()
+                .any(|m| sel(m).is_some_and(|v| !nonzero || v != 0.0))
+        }) {
             panels.push(Panel::Line(LineChart {
                 title: title.into(),
                 x_label: "step".into(),

@@ -6,7 +6,7 @@ use super::*;
 
 /// What `/api/plot` draws: the loss curves, the gradient norm, the stream
 /// by block, and the sink and outlier diagnostics over steps.
-const PLOT_METRICS: [&str; 7] = [
+const PLOT_METRICS: [&str; 8] = [
     "loss",
     "eval_loss",
     "grad_norm",
@@ -14,6 +14,7 @@ const PLOT_METRICS: [&str; 7] = [
     "attn_sink",
     "stream_max_ratio",
     "ffn_max",
+    "f16_overflow",
 ];
 
 pub(super) async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
@@ -85,6 +86,13 @@ pub(super) async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery)
                     };
                     (!v.is_empty()).then_some((m.step as f64, y))
                 })
+                .collect(),
+            // Values f16 cannot store, summed over blocks.
+            "f16_overflow" => r
+                .metrics
+                .iter()
+                .filter(|m| !m.f16_overflow.is_empty())
+                .map(|m| (m.step as f64, m.f16_overflow.iter().sum::<u64>() as f64))
                 .collect(),
             _ => r
                 .metrics
