@@ -16,7 +16,7 @@ use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
 use super::llm_models::{find, MODELS};
-use super::runs::{self, full_gpt, grid_settings, mean_curve, tiny_gpt};
+use super::runs::{self, block_curve, full_gpt, grid_settings, mean_curve, tiny_gpt};
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::{mean_std, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
@@ -157,18 +157,6 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
         }
     }
     Ok(runs::specs(cfgs))
-}
-
-/// The mean over blocks of a per-block metric at each logged step that has it.
-fn curve(r: &RunResult, get: fn(&normlab::train::StepRecord) -> &Vec<f64>) -> Vec<(f64, f64)> {
-    r.metrics
-        .iter()
-        .filter(|m| !get(m).is_empty())
-        .map(|m| {
-            let v = get(m);
-            (m.step as f64, v.iter().sum::<f64>() / v.len() as f64)
-        })
-        .collect()
 }
 
 /// The last logged per-block values of a metric.
@@ -343,7 +331,9 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         }
         series.push(Series::new(
             d.name,
-            mean_curve(&g, &|r| curve(r, |m| &m.attn_sink)),
+            mean_curve(&g, &|r| {
+                block_curve(r, |m| &m.attn_sink, |v| mean(v.iter().copied()))
+            }),
         ));
         cells.push(cell(d, &g));
     }

@@ -186,3 +186,18 @@ pub fn block_row_norms(cfg: &TrainConfig, params: &[f32]) -> Result<Vec<f64>> {
     out.extend(ws.blocks.iter().map(|b| mean_row_norm(b.output(), d)));
     Ok(out)
 }
+
+/// A per-block diagnostic over training: at each logged step that has it,
+/// the per-block values `get` picks, reduced to one number by `reduce`
+/// (e.g. their mean, or [`nan_max`](normlab::train::nan_max)).
+pub fn block_curve(
+    r: &RunResult,
+    get: fn(&normlab::train::StepRecord) -> &Vec<f64>,
+    reduce: fn(&[f64]) -> f64,
+) -> Vec<(f64, f64)> {
+    r.metrics
+        .iter()
+        .filter(|m| !get(m).is_empty())
+        .map(|m| (m.step as f64, reduce(get(m))))
+        .collect()
+}

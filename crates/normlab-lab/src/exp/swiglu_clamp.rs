@@ -14,7 +14,7 @@ use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::llm_models::{find, MODELS};
-use super::runs::{self, full_gpt, grid_settings, lrs_json, mean_curve, tiny_gpt};
+use super::runs::{self, block_curve, full_gpt, grid_settings, lrs_json, mean_curve, tiny_gpt};
 use crate::present::{f, opt, Figure, LineChart, Series, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
@@ -191,20 +191,6 @@ fn real_models(quick: bool) -> Result<Vec<RealClamp>> {
     Ok(out)
 }
 
-/// The largest gate x up over blocks, per logged step.
-fn ffn_curve(r: &RunResult) -> Vec<(f64, f64)> {
-    r.metrics
-        .iter()
-        .filter(|m| !m.ffn_max.is_empty())
-        .map(|m| {
-            (
-                m.step as f64,
-                normlab::train::nan_max(m.ffn_max.iter().copied()),
-            )
-        })
-        .collect()
-}
-
 fn clamp_name(c: Option<f32>) -> String {
     c.map_or("off".into(), |l| format!("{l}"))
 }
@@ -227,7 +213,13 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     cells.push(cell(lr, dtype, clamp, &g));
                     series.push(Series::new(
                         format!("lr {lr} {} clamp {}", dtype.name(), clamp_name(clamp)),
-                        mean_curve(&g, &ffn_curve),
+                        mean_curve(&g, &|r| {
+                            block_curve(
+                                r,
+                                |m| &m.ffn_max,
+                                |v| normlab::train::nan_max(v.iter().copied()),
+                            )
+                        }),
                     ));
                 }
             }
