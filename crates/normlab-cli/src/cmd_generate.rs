@@ -27,6 +27,51 @@ pub struct GenerateCmd {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// How the weights are held and applied: `f32` dequantises every
+    /// weight at load (the numbers `inspect`, the book and the transformers
+    /// fixtures use); `blocks` keeps the file's quantised blocks and
+    /// dequantises each row as it is used (exactly the f32 numbers, in a
+    /// fifth of the memory, but slower); `q8` keeps the blocks and computes
+    /// each generated token's products on them with 8-bit activations
+    /// (llama.cpp's way: the fastest and smallest, with logits within about
+    /// 3% of the f32 ones' range, so a near-tie can go the other way).
+    #[arg(long, value_enum, default_value_t = Weights::F32)]
+    weights: Weights,
+}
+
+/// How a GGUF decoder holds and applies its weights (`generate`, `bench
+/// llama`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// Dequantised to f32 at load.
+    F32,
+    /// The file's blocks, f32 activations (the f32 numbers).
+    Blocks,
+    /// The file's blocks, 8-bit activations in one-row steps.
+    Q8,
+}
+
+impl Weights {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weights::F32 => "f32",
+            Weights::Blocks => "blocks",
+            Weights::Q8 => "q8",
+        }
+    }
+
+    /// Load `path` this way.
+    pub fn load(self, path: &std::path::Path) -> normlab::Result<Llama> {
+        use normlab::model::decoder::WeightStorage;
+        let storage = match self {
+            Weights::F32 => WeightStorage::F32,
+            Weights::Blocks | Weights::Q8 => WeightStorage::Quantised,
+        };
+        let mut m = Llama::load_as(path, storage)?;
+        m.quantised_activations = self == Weights::Q8;
+        Ok(m)
+    }
 }
 
 pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
@@ -48,7 +93,7 @@ pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
     }
     let threads = c.threads.unwrap_or_else(crate::cmd_train::default_threads);
     normlab::limits::check_threads("--threads", threads)?;
-    let m = Llama::load(&c.model)?;
+    let m = c.weights.load(&c.model)?;
     let ids = m.encode(&c.prompt)?;
     if ids.is_empty() {
         return bad("--prompt gives no tokens");
@@ -116,6 +161,9 @@ pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
     if ended {
         line += ", the last the end-of-sequence token (not printed)";
     }
-    eprintln!("{line}; {threads} thread(s)]");
+    eprintln!(
+        "{line}; {threads} thread(s), --weights {}]",
+        c.weights.name()
+    );
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The readers of files a user may be handed, fuzzed (see common/fuzz.rs):
-//! GGUF (the reader, every tensor's dequantisation, and the Llama checks),
+//! GGUF (the reader, every tensor's dequantisation, and the Llama checks,
+//! with the weights dequantised and kept in their blocks),
 //! a Hugging Face decoder folder (Gemma 3's config.json and safetensors,
 //! loaded and run on three tokens), a run folder's checkpoint
 //! (safetensors) and config.json, and a TOML
@@ -11,6 +12,7 @@ mod common;
 use common::fuzz::{fuzz, Counting};
 use common::tiny_gguf::tiny_llama;
 use normlab::gguf::Gguf;
+use normlab::model::decoder::WeightStorage;
 use normlab::model::llama::Llama;
 use normlab::train::{folder, RunOptions, TrainConfig};
 
@@ -45,6 +47,7 @@ fn readers_survive_mutated_files() {
         }
         std::fs::write(&file, b).unwrap();
         let _ = Llama::load(&file);
+        let _ = Llama::load_as(&file, WeightStorage::Quantised);
     });
 
     // A run folder: a real checkpoint and config.json, mutated.

@@ -18,8 +18,9 @@ use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
 
+pub mod qdot;
 mod quant;
-pub use quant::{dequantize, GgmlType};
+pub use quant::{dequantize, dequantize_into, GgmlType};
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -318,9 +319,16 @@ impl Gguf {
     /// A tensor dequantised to f32, in storage order (row-major with the
     /// innermost dimension first in `dims`).
     pub fn tensor(&self, name: &str) -> Result<Vec<f32>> {
+        let (t, b) = self.raw(name)?;
+        Ok(dequantize(t.ty, b))
+    }
+
+    /// A tensor's description and stored bytes (its blocks, as the file
+    /// has them).
+    pub fn raw(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
         let t = self.info(name)?;
         let start = self.data_start + t.offset;
-        Ok(dequantize(t.ty, &self.data[start..start + t.nbytes()]))
+        Ok((t, &self.data[start..start + t.nbytes()]))
     }
 }
 

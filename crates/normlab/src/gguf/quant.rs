@@ -20,7 +20,7 @@
 //!   high bits 0-1, 2-3, 4-5, 6-7 of qh\[l\]; `x = d * scale * (q - 32)`
 //!   with one scale per 16 values.
 
-use half::{bf16, f16};
+use half::bf16;
 
 /// The tensor types this reader dequantises (ggml type ids).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl GgmlType {
         })
     }
     /// (values per block, bytes per block).
-    pub(super) fn block(self) -> (usize, usize) {
+    pub fn block(self) -> (usize, usize) {
         match self {
             GgmlType::F32 => (1, 4),
             GgmlType::F16 | GgmlType::Bf16 => (1, 2),
@@ -92,21 +92,47 @@ impl GgmlType {
     }
 }
 
-fn h(b: &[u8]) -> f32 {
-    f16::from_le_bytes([b[0], b[1]]).to_f32()
+/// The f16 at the start of `b`, as f32 (exact; see [`f16_bits_to_f32`]).
+#[inline(always)]
+pub(super) fn h(b: &[u8]) -> f32 {
+    f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]))
+}
+
+/// An f16's bits as f32, exactly, in a few integer operations: `half`'s
+/// conversion checks the CPU on every call outside code compiled for F16C,
+/// which made it most of the time a quantised dot product took.
+#[inline(always)]
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    match exp {
+        // Zero and subnormals: man * 2^-24, exact in f32.
+        0 => {
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            f32::from_bits(v.to_bits() | sign)
+        }
+        31 => f32::from_bits(sign | 0x7f80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
 }
 
 /// Q4_K's 6-bit (scale, min) pair j of 8 from its 12 packed bytes.
 fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
-    let (sc, m) = if j < 4 {
+    let (sc, m) = scale_min_k4_bits(j, q);
+    (sc as f32, m as f32)
+}
+
+/// [`scale_min_k4`]'s integers.
+pub(super) fn scale_min_k4_bits(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
         (
             (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
             (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
         )
-    };
-    (sc as f32, m as f32)
+    }
 }
 
 /// Dequantise `bytes` of type `ty` to f32 (whole blocks; a trailing partial
@@ -115,6 +141,22 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
 pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
     let (per, bs) = ty.block();
     let mut out = vec![0f32; bytes.len() / bs * per];
+    dequantize_into(ty, bytes, &mut out);
+    out
+}
+
+crate::kernels::multiversion! {
+/// [`dequantize`] into `out` (`bytes.len() / block bytes * block values`
+/// long): one row of a quantised matrix at a time, without allocating.
+/// Compiled for each SIMD level (the f32 values are exact conversions and
+/// products of two f32s, the same at every level).
+pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    let (per, bs) = ty.block();
+    assert_eq!(
+        out.len(),
+        bytes.len() / bs * per,
+        "dequantize_into: output length"
+    );
     let blocks = bytes.chunks_exact(bs).zip(out.chunks_exact_mut(per));
     match ty {
         GgmlType::F32 => {
@@ -209,12 +251,25 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
             }
         }
     }
-    out
+}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
+
+    /// The fast conversion is `half`'s, bit for bit, on every f16.
+    #[test]
+    fn f16_conversion_is_exact() {
+        for b in 0..=u16::MAX {
+            let (a, w) = (f16_bits_to_f32(b), f16::from_bits(b).to_f32());
+            assert!(
+                a.to_bits() == w.to_bits() || (a.is_nan() && w.is_nan()),
+                "{b:#x}"
+            );
+        }
+    }
 
     #[test]
     fn q8_0_is_scale_times_signed_byte() {

@@ -12,9 +12,8 @@
 use super::{Decoder, DecoderTrace, GatedAct, RopePairs};
 use crate::error::Result;
 use crate::kernels::act;
-use crate::kernels::matmul::{gemm, linear_forward, Mat};
+use crate::kernels::matmul::{gemm, Mat};
 use crate::kernels::norm::{self, NormKind};
-use crate::kernels::simd;
 use crate::model::SublayerTrace;
 use crate::nn::norm::{mean_row_norm, rms};
 use rayon::prelude::*;
@@ -146,7 +145,7 @@ impl Decoder {
                     format!("token id {id} is outside the vocabulary ({})", c.vocab).into(),
                 );
             }
-            h[r * d..(r + 1) * d].copy_from_slice(&self.emb[id * d..(id + 1) * d]);
+            self.emb.row_into(id, &mut h[r * d..(r + 1) * d]);
         }
         if c.emb_scale != 1.0 {
             h.iter_mut().for_each(|v| *v *= c.emb_scale);
@@ -219,9 +218,9 @@ impl Decoder {
             let mut ms_block = ms_min_attn;
             let row_norm_in = if tracing { mean_row_norm(&h, d) } else { 0.0 };
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
-            layer.wq.apply(&a, t, &mut q);
-            layer.wk.apply(&a, t, &mut k);
-            layer.wv.apply(&a, t, &mut v);
+            self.apply(&layer.wq, &a, t, &mut q);
+            self.apply(&layer.wk, &a, t, &mut k);
+            self.apply(&layer.wv, &a, t, &mut v);
             // QK-Norm's effect (traced): the same queries and keys without
             // it, rotated alike, give the largest logit it would have been.
             let mut raw = (tracing && layer.qk_norm.is_some()).then(|| (q.clone(), k.clone()));
@@ -316,7 +315,7 @@ impl Decoder {
                 max_logit = max_logit.max(*m);
                 entropy += e;
             }
-            layer.wo.apply(&att, t, &mut o);
+            self.apply(&layer.wo, &att, t, &mut o);
             if layer.attn_out_norm.is_some() {
                 ms_block = ms_block.min(ms_of(&o, d));
             }
@@ -336,8 +335,8 @@ impl Decoder {
             let (rms_attn, ms_min_mlp, _) = probe(&h);
             ms_block = ms_block.min(ms_min_mlp);
             self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
-            layer.gate.apply(&a, t, &mut gb);
-            layer.up.apply(&a, t, &mut ub);
+            self.apply(&layer.gate, &a, t, &mut gb);
+            self.apply(&layer.up, &a, t, &mut ub);
             if let Some(lim) = self.ffn_clamp {
                 clamp_gate_up(&mut gb, &mut ub, lim);
             }
@@ -360,7 +359,7 @@ impl Decoder {
             } else {
                 0.0
             };
-            layer.down.apply(&gb, t, &mut o);
+            self.apply(&layer.down, &gb, t, &mut o);
             if layer.ffn_out_norm.is_some() {
                 ms_block = ms_block.min(ms_of(&o, d));
             }
@@ -446,43 +445,6 @@ impl Decoder {
             *hh += ww;
         }
         w
-    }
-}
-
-/// Rows per parallel task of [`linear`]: fixed, so results do not depend on
-/// the thread count.
-const ROWS_PER_TASK: usize = 128;
-
-/// Outputs per parallel task of the one-row case (fixed for the same reason).
-const OUTS_PER_TASK: usize = 64;
-
-/// `y = x W^T` in row blocks over rayon's current pool. One row (a
-/// generation step) is a matrix-vector product: each output is one dot
-/// product with a row of W, read once and straight from memory, where the
-/// matmul kernel would first copy (pack) all of W.
-pub(super) fn linear(x: &[f32], w: &[f32], rows: usize, d_in: usize, d_out: usize, y: &mut [f32]) {
-    debug_assert_eq!(x.len(), rows * d_in);
-    if rows == 1 {
-        y.par_chunks_mut(OUTS_PER_TASK)
-            .zip(w.par_chunks(OUTS_PER_TASK * d_in))
-            .for_each(|(yc, wc)| dot_rows(x, wc, yc));
-        return;
-    }
-    y.par_chunks_mut(ROWS_PER_TASK * d_out)
-        .zip(x.par_chunks(ROWS_PER_TASK * d_in))
-        .for_each(|(yc, xc)| linear_forward(xc, w, None, xc.len() / d_in, d_in, d_out, yc));
-}
-
-crate::kernels::multiversion! {
-    /// `y[j] = x . w[j]` for the rows of `w` (accumulated in f64), the
-    /// next row prefetched while one is summed.
-    fn dot_rows(x: &[f32], w: &[f32], y: &mut [f32]) {
-        let d = x.len();
-        for (j, yj) in y.iter_mut().enumerate() {
-            let row = &w[j * d..(j + 1) * d];
-            let next = w.get((j + 1) * d..(j + 2) * d).unwrap_or(&[]);
-            *yj = simd::dot(x, row, &[], next) as f32;
-        }
     }
 }
 

@@ -13,11 +13,13 @@
 //!   (the tied head uses the unscaled matrix), Q/K rows not permuted (RoPE
 //!   on (i, i + hd/2)), the SentencePiece tokenizer with BOS.
 //!
-//! Weights are dequantised to f32 once at load.
+//! Weights are dequantised to f32 once at load, or kept as the file's
+//! blocks ([`WeightStorage`]).
 
 use super::tokenizer::{sentencepiece_from_gguf, tokenizer_from_gguf};
 use super::{
-    names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, MAX_BLOCKS,
+    names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, WeightStorage,
+    MAX_BLOCKS,
 };
 use crate::error::Result;
 use crate::gguf::Gguf;
@@ -169,8 +171,14 @@ fn gemma3_config(g: &Gguf) -> Result<DecoderConfig> {
 }
 
 impl Decoder {
-    /// Load a GGUF file of architecture `llama` or `gemma3`.
+    /// Load a GGUF file of architecture `llama` or `gemma3`, its weights
+    /// dequantised to f32.
     pub fn load(path: &Path) -> Result<Decoder> {
+        Decoder::load_as(path, WeightStorage::F32)
+    }
+
+    /// [`Decoder::load`] keeping the weights as `storage` says.
+    pub fn load_as(path: &Path, storage: WeightStorage) -> Result<Decoder> {
         let g = Gguf::open(path)?;
         let at = |e: crate::error::Error| -> crate::error::Error {
             format!("{}: {e}", path.display()).into()
@@ -203,7 +211,8 @@ impl Decoder {
         };
         // The weights first: a file that lies about its sizes is refused
         // before its vocabulary is read.
-        let mut m = Decoder::from_tensors(cfg, &names::GGUF, &g, None, eos).map_err(at)?;
+        let mut m =
+            Decoder::from_tensors_as(cfg, &names::GGUF, &g, None, eos, storage).map_err(at)?;
         m.tokenizer = Some(match arch {
             "gemma3" => sentencepiece_from_gguf(&g)?,
             _ => tokenizer_from_gguf(&g)?,

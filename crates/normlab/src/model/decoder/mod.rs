@@ -12,12 +12,14 @@
 //! (Llama, GGUF) and Gemma 3 (GGUF, or a Hugging Face folder; [`hf`]).
 //!
 //! It runs in inference mode only (no gradient buffers), over a key/value
-//! cache (`forward.rs`). Its matrices are [`Matrix`] values: dense f32
-//! today; a quantised storage goes behind the same type.
+//! cache (`forward.rs`). Its matrices are [`Matrix`] values, dense f32 or
+//! the file's quantised blocks (`matrix.rs`).
 //!
 //! Files: this one (weights, logits, generation, loss), `config.rs` (the
 //! configuration), `forward.rs` (the blocks over a key/value cache, and the
-//! trace), `names.rs` (weight-name maps and tensor sources), `gguf.rs`
+//! trace), `matrix.rs` (weight matrices and their products), `compare.rs`
+//! (how far two ways of holding the weights are apart), `names.rs`
+//! (weight-name maps and tensor sources), `gguf.rs`
 //! (GGUF files), `hf.rs` (Hugging Face folders), `tokenizer.rs` (a GGUF
 //! file's tokenizers), `inspect.rs` (what `normlab inspect` and `exp llm`
 //! report).
@@ -25,11 +27,13 @@
 use crate::error::Result;
 use crate::kernels::norm::{self, NormKind};
 
+pub mod compare;
 mod config;
 mod forward;
 mod gguf;
 pub mod hf;
 mod inspect;
+mod matrix;
 pub mod names;
 pub(crate) mod tokenizer;
 
@@ -40,27 +44,8 @@ pub use inspect::{
     held_out_text, inspect, stream_growth, FinalNormEffect, GainRow, Inspection, LensRow,
     LlamaLayerRow, MassiveActivation, ModelClaims, LENS_TOKENS,
 };
-pub use names::{Tensor, TensorNames, TensorSource};
-
-/// A `[rows, cols]` row-major weight matrix (PyTorch's Linear layout,
-/// `[out, in]`), applied as `y = x W^T`. Dense f32; a quantised storage
-/// goes behind the same type.
-#[derive(Clone, Debug)]
-pub struct Matrix {
-    /// The values.
-    pub data: Vec<f32>,
-    /// Output features.
-    pub rows: usize,
-    /// Input features.
-    pub cols: usize,
-}
-
-impl Matrix {
-    /// `y[n, rows] = x[n, cols] W^T`.
-    pub fn apply(&self, x: &[f32], n: usize, y: &mut [f32]) {
-        forward::linear(x, &self.data, n, self.cols, self.rows, y);
-    }
-}
+pub use matrix::Matrix;
+pub use names::{Tensor, TensorNames, TensorSource, WeightStorage};
 
 /// One block's weights. Gains are the gains the model multiplies by (a
 /// file's 1 + w already added).
@@ -97,13 +82,13 @@ pub struct Decoder {
     /// Hyper-parameters.
     pub cfg: DecoderConfig,
     /// Token embeddings `[vocab, d]`.
-    pub emb: Vec<f32>,
+    pub emb: Matrix,
     /// Blocks.
     pub layers: Vec<DecoderLayer>,
     /// Final norm gain.
     pub final_norm: Vec<f32>,
     /// Output head `[vocab, d]` when not tied to the embeddings.
-    pub head: Option<Vec<f32>>,
+    pub head: Option<Matrix>,
     /// End-of-sequence token.
     pub eos: Option<u32>,
     /// Beginning-of-sequence token that [`Decoder::encode`] prepends (None:
@@ -114,6 +99,11 @@ pub struct Decoder {
     /// most it, the up to [-limit, limit]; GeGLU alike): what clamping
     /// costs a model that was not trained with it. None: the model's own.
     pub ffn_clamp: Option<f32>,
+    /// One-row steps (generation) of quantised matrices quantise their
+    /// activations to 8 bits per block and use integer dot products
+    /// (llama.cpp's way: fast, and slightly different from the f32
+    /// numbers). False: f32 activations, the same bits as a dense load.
+    pub quantised_activations: bool,
     pub(crate) tokenizer: Option<tokenizers::Tokenizer>,
 }
 
@@ -186,6 +176,41 @@ pub struct DecoderTrace {
 pub type LlamaTrace = DecoderTrace;
 
 impl Decoder {
+    /// `y = x W^T` for `n` rows of `x`: with 8-bit activations for one
+    /// row when [`Decoder::quantised_activations`] is set, else f32.
+    pub(crate) fn apply(&self, w: &Matrix, x: &[f32], n: usize, y: &mut [f32]) {
+        if n == 1 && self.quantised_activations {
+            w.apply_q8(x, y)
+        } else {
+            w.apply(x, n, y)
+        }
+    }
+
+    /// Bytes the weights take in memory (matrices, embeddings, gains).
+    pub fn weight_bytes(&self) -> usize {
+        let gains = |v: &[f32]| v.len() * 4;
+        let opt = |v: &Option<Vec<f32>>| v.as_deref().map_or(0, gains);
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.resident_bytes())
+                    .sum::<usize>()
+                    + gains(&l.attn_norm)
+                    + gains(&l.ffn_norm)
+                    + opt(&l.attn_out_norm)
+                    + opt(&l.ffn_out_norm)
+                    + l.qk_norm.as_ref().map_or(0, |(q, k)| gains(q) + gains(k))
+            })
+            .sum();
+        layers
+            + self.emb.resident_bytes()
+            + self.head.as_ref().map_or(0, Matrix::resident_bytes)
+            + gains(&self.final_norm)
+    }
+
     /// Token ids of `text`, after [`Decoder::bos`] when the file adds one
     /// (Gemma's does; SmolLM2's sets add_bos_token false).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
@@ -261,8 +286,7 @@ impl Decoder {
             None => h.to_vec(),
         };
         let mut logits = vec![0f32; t * v];
-        let w = self.head.as_deref().unwrap_or(&self.emb);
-        forward::linear(&x, w, t, d, v, &mut logits);
+        self.apply(self.head.as_ref().unwrap_or(&self.emb), &x, t, &mut logits);
         if let Some(cap) = self.cfg.final_softcap {
             logits.iter_mut().for_each(|l| *l = (*l / cap).tanh() * cap);
         }

@@ -3,12 +3,12 @@
 //! GGUF, `model.layers.3.self_attn.q_proj.weight` in a Hugging Face
 //! folder). A [`TensorNames`] maps the decoder's roles to those names; a
 //! [`TensorSource`] (a GGUF file, a safetensors file) hands out tensors as
-//! f32; [`Decoder::from_tensors`] builds the weights from the two and the
+//! f32 (a GGUF file also as its blocks); [`Decoder::from_tensors`] builds the weights from the two and the
 //! configuration, checking every size and value.
 
 use super::{Decoder, DecoderConfig, DecoderLayer, GainStore, Matrix};
 use crate::error::Result;
-use crate::gguf::Gguf;
+use crate::gguf::{qdot, GgmlType, Gguf};
 use crate::nn::Placement;
 
 /// A tensor of the decoder, by role.
@@ -117,6 +117,21 @@ pub trait TensorSource {
     fn numel(&self, name: &str) -> Option<usize>;
     /// `name`'s values as f32.
     fn read(&self, name: &str) -> Result<Vec<f32>>;
+    /// `name`'s stored blocks, when the source keeps a quantised type
+    /// (None: no such tensor, or only f32 values to give).
+    fn raw(&self, _name: &str) -> Option<(GgmlType, &[u8])> {
+        None
+    }
+}
+
+/// How [`Decoder::from_tensors`] keeps the weight matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightStorage {
+    /// Dequantised to f32 once at load.
+    F32,
+    /// As the source stores them (GGUF blocks), dequantised on the fly:
+    /// a loaded model's memory is close to its file's size.
+    Quantised,
 }
 
 impl TensorSource for Gguf {
@@ -125,6 +140,10 @@ impl TensorSource for Gguf {
     }
     fn read(&self, name: &str) -> Result<Vec<f32>> {
         self.tensor(name)
+    }
+    fn raw(&self, name: &str) -> Option<(GgmlType, &[u8])> {
+        let (t, b) = self.raw(name).ok()?;
+        Some((t.ty, b))
     }
 }
 
@@ -173,6 +192,20 @@ impl Decoder {
         tokenizer: Option<tokenizers::Tokenizer>,
         eos: Option<u32>,
     ) -> Result<Decoder> {
+        Decoder::from_tensors_as(cfg, names, src, tokenizer, eos, WeightStorage::F32)
+    }
+
+    /// [`Decoder::from_tensors`] keeping the matrices (embeddings and head
+    /// included) as `storage` says. Quantised matrices are checked for
+    /// finite values one row at a time, as f32 ones are whole.
+    pub fn from_tensors_as(
+        cfg: DecoderConfig,
+        names: &TensorNames,
+        src: &dyn TensorSource,
+        tokenizer: Option<tokenizers::Tokenizer>,
+        eos: Option<u32>,
+        storage: WeightStorage,
+    ) -> Result<Decoder> {
         cfg.check()?;
         let name = |t: Tensor, i: usize| -> Result<String> {
             names
@@ -215,15 +248,24 @@ impl Decoder {
             }
             Ok(g)
         };
-        let matrix = |t: Tensor, i: usize, rows: usize, cols: usize| -> Result<Matrix> {
+        let matrix_named = |n: &str, rows: usize, cols: usize| -> Result<Matrix> {
             let len = rows
                 .checked_mul(cols)
                 .ok_or("a weight matrix's size overflows")?;
-            Ok(Matrix {
-                data: get(t, i, len)?,
-                rows,
-                cols,
-            })
+            if storage == WeightStorage::Quantised && src.numel(n) == Some(len) {
+                if let Some(m) = src
+                    .raw(n)
+                    .filter(|(ty, _)| qdot::acts_block(*ty).is_some())
+                    .and_then(|(ty, b)| Matrix::quantised(ty, b.to_vec(), rows, cols))
+                {
+                    check_finite(n, &m)?;
+                    return Ok(m);
+                }
+            }
+            Ok(Matrix::dense(get_named(n, len)?, rows, cols))
+        };
+        let matrix = |t: Tensor, i: usize, rows: usize, cols: usize| -> Result<Matrix> {
+            matrix_named(&name(t, i)?, rows, cols)
         };
         let (d, hd, qw, kvw, f) = (cfg.d, cfg.head_dim, cfg.q_width(), cfg.kv_width(), cfg.ffn);
         let sandwich = cfg.placement == Placement::Sandwich;
@@ -256,14 +298,10 @@ impl Decoder {
                 down: matrix(Tensor::Down, i, d, f)?,
             });
         }
-        let vd = cfg
-            .vocab
-            .checked_mul(d)
-            .ok_or("the embedding's size overflows")?;
-        let emb = get(Tensor::Embedding, 0, vd)?;
+        let emb = matrix(Tensor::Embedding, 0, cfg.vocab, d)?;
         let head_name = name(Tensor::Head, 0)?;
         let head = match src.numel(&head_name) {
-            Some(_) => Some(get_named(&head_name, vd)?),
+            Some(_) => Some(matrix_named(&head_name, cfg.vocab, d)?),
             None => None,
         };
         let final_norm = gain(Tensor::FinalNorm, 0, d)?;
@@ -276,7 +314,26 @@ impl Decoder {
             eos,
             bos: None,
             ffn_clamp: None,
+            quantised_activations: false,
             tokenizer,
         })
     }
+}
+
+/// Refuse a quantised matrix with a non-finite value (as the f32 load
+/// refuses one), looking at one dequantised row at a time.
+fn check_finite(name: &str, m: &Matrix) -> Result<()> {
+    let mut row = vec![0f32; m.cols];
+    for r in 0..m.rows {
+        m.row_into(r, &mut row);
+        if let Some(i) = row.iter().position(|x| !x.is_finite()) {
+            return Err(format!(
+                "{name} holds a non-finite value ({}) at {}",
+                row[i],
+                r * m.cols + i
+            )
+            .into());
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,716 @@
+//! Dot products computed on quantised GGUF rows, for generation's one-row
+//! steps. llama.cpp does the same: the activation row is quantised to 8 bits
+//! per block ([`QuantActs`]), and each weight block's integer dot product
+//! with it is then scaled by the two blocks' scales. Every format takes
+//! activation blocks of 32 (like ggml's `Q8_0`), each with its own scale
+//! `max |x| / 127` and values `round(x / scale)`. llama.cpp gives Q4_K and
+//! Q6_K super-blocks of 256 (`Q8_K`) instead. Here one outlier (Gemma 3's
+//! massive activations) coarsens only 32 values: with 256, Gemma 3's
+//! logits moved by 3.6% of their range, beyond issue 39's 2%.
+//!
+//! One algorithm, the same bits at every SIMD level and thread count:
+//! - a row is unpacked to 8-bit values ([`unpack`]: the 4-, 5- and 6-bit
+//!   formats without their offsets, so that they are unsigned);
+//! - [`lane_dots`] sums each 4 consecutive products in i32 (AVX-512 VNNI's
+//!   `vpdpbusd` lanes; AVX2's `vpmaddubsw` + `vpmaddwd` and the portable
+//!   loop give the same exact integers);
+//! - [`row_dot`] applies the offsets and the sub-block scales in integers,
+//!   then accumulates 8 f32 lanes (each lane one multiply and one add per
+//!   block, never fused) and sums them in one fixed tree.
+//!
+//! Rows are independent, so splitting them over threads cannot change a
+//! bit either.
+//!
+//! The f32-activation path ([`super::dequantize_into`] then an f32 dot
+//! product) gives today's numbers exactly. This one differs by the
+//! activations' rounding; `bench/gguf_generate.py` measures that on real
+//! models.
+
+use super::quant::{h, scale_min_k4_bits, GgmlType};
+
+/// An activation row quantised for one weight type's dot products.
+#[derive(Clone, Debug)]
+pub struct QuantActs {
+    /// Values per scale (32).
+    block: usize,
+    /// One scale per block.
+    d: Vec<f32>,
+    /// The 8-bit values.
+    q: Vec<i8>,
+    /// The sum of each 4 consecutive values of `q` (for the offsets).
+    xs4: Vec<i32>,
+    /// Per block: its scale times the sum of its values (for the minima
+    /// of Q4_1 and Q4_K).
+    ds: Vec<f32>,
+}
+
+/// The activation block that `ty`'s integer dot products need (None: the
+/// type has no quantised dot product: F32, F16, BF16).
+pub fn acts_block(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q8_0
+        | GgmlType::Q4K
+        | GgmlType::Q6K => Some(32),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => None,
+    }
+}
+
+impl QuantActs {
+    /// Quantise `x` for dot products with rows of type `ty` (None: `ty`
+    /// has none, or `x` is not whole blocks). A non-finite value makes its
+    /// block's scale non-finite, so the products come out NaN, as the f32
+    /// path's would.
+    pub fn new(ty: GgmlType, x: &[f32]) -> Option<QuantActs> {
+        let block = acts_block(ty)?;
+        if !x.len().is_multiple_of(block) {
+            return None;
+        }
+        let mut q = vec![0i8; x.len()];
+        let mut d = vec![0f32; x.len() / block];
+        for ((xs, qs), d) in x
+            .chunks_exact(block)
+            .zip(q.chunks_exact_mut(block))
+            .zip(&mut d)
+        {
+            *d = quantize_block(xs, qs);
+        }
+        let xs4: Vec<i32> = q
+            .chunks_exact(4)
+            .map(|c| c.iter().map(|&v| i32::from(v)).sum())
+            .collect();
+        let ds = xs4
+            .chunks_exact(8)
+            .zip(&d)
+            .map(|(s, &d)| d * s.iter().sum::<i32>() as f32)
+            .collect();
+        Some(QuantActs {
+            block,
+            d,
+            q,
+            xs4,
+            ds,
+        })
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+}
+
+crate::kernels::multiversion! {
+    /// `q = round(x / s)` with `s = max |x| / 127`; returns `s`.
+    fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // NaN: max ignores it; make the scale NaN so that it propagates.
+        let amax = if x.iter().any(|v| v.is_nan()) { f32::NAN } else { amax };
+        let d = amax / 127.0;
+        let id = if d > 0.0 && d.is_finite() { 1.0 / d } else { 0.0 };
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+        }
+        d
+    }
+}
+
+/// What each format subtracts from its unpacked value (Q4_0: q - 8, Q5_0:
+/// q - 16, Q6_K: q - 32); Q4_1 and Q4_K subtract a scaled minimum instead.
+fn offset(ty: GgmlType) -> i32 {
+    match ty {
+        GgmlType::Q4_0 => 8,
+        GgmlType::Q5_0 => 16,
+        GgmlType::Q6K => 32,
+        _ => 0,
+    }
+}
+
+crate::kernels::multiversion! {
+    /// One row of `ty` blocks as 8-bit values in their natural order:
+    /// unsigned and below 64 for the 4-, 5- and 6-bit formats (their
+    /// offsets left to [`row_dot`]), the signed bytes of Q8_0.
+    pub fn unpack(ty: GgmlType, w: &[u8], out: &mut [u8]) {
+        let (per, bs) = ty.block();
+        let blocks = w.chunks_exact(bs).zip(out.chunks_exact_mut(per));
+        match ty {
+            GgmlType::Q8_0 => {
+                for (b, o) in blocks {
+                    o.copy_from_slice(&b[2..34]);
+                }
+            }
+            GgmlType::Q4_0 | GgmlType::Q4_1 => {
+                let start = if ty == GgmlType::Q4_0 { 2 } else { 4 };
+                for (b, o) in blocks {
+                    let qs = &b[start..start + 16];
+                    for j in 0..16 {
+                        o[j] = qs[j] & 0x0f;
+                        o[j + 16] = qs[j] >> 4;
+                    }
+                }
+            }
+            GgmlType::Q5_0 => {
+                for (b, o) in blocks {
+                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                    let qs = &b[6..22];
+                    for j in 0..16 {
+                        o[j] = (qs[j] & 0x0f) | ((((qh >> j) & 1) << 4) as u8);
+                        o[j + 16] = (qs[j] >> 4) | ((((qh >> (j + 16)) & 1) << 4) as u8);
+                    }
+                }
+            }
+            GgmlType::Q4K => {
+                for (b, o) in blocks {
+                    for (q, o) in b[16..144].chunks_exact(32).zip(o.chunks_exact_mut(64)) {
+                        for l in 0..32 {
+                            o[l] = q[l] & 0x0f;
+                            o[l + 32] = q[l] >> 4;
+                        }
+                    }
+                }
+            }
+            GgmlType::Q6K => {
+                for (b, o) in blocks {
+                    for half in 0..2 {
+                        let ql = &b[64 * half..64 * half + 64];
+                        let qh = &b[128 + 32 * half..160 + 32 * half];
+                        let o = &mut o[128 * half..128 * half + 128];
+                        for l in 0..32 {
+                            o[l] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
+                            o[l + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                            o[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                            o[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                        }
+                    }
+                }
+            }
+            GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => {
+                unreachable!("unpack: {} has no 8-bit form", ty.name())
+            }
+        }
+    }
+}
+
+/// Which instructions [`lane_dots`] uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneKernel {
+    /// Plain Rust.
+    Portable,
+    /// AVX2's `vpmaddubsw` then `vpmaddwd`.
+    Avx2,
+    /// AVX-512 VNNI's `vpdpbusd` (on 256-bit registers).
+    Vnni,
+}
+
+impl LaneKernel {
+    /// The best this CPU has at normlab's SIMD level (`NORMLAB_SIMD`
+    /// lowers it).
+    pub fn best() -> LaneKernel {
+        use crate::kernels::simd::{level, Level};
+        #[cfg(target_arch = "x86_64")]
+        {
+            static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            let vnni = *VNNI.get_or_init(|| {
+                std::arch::is_x86_feature_detected!("avx512vnni")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+            });
+            if level() >= Level::Avx512 && vnni {
+                return LaneKernel::Vnni;
+            }
+            if level() >= Level::Avx2 {
+                return LaneKernel::Avx2;
+            }
+        }
+        LaneKernel::Portable
+    }
+}
+
+/// `out[m] = sum over k < 4 of w[4m + k] x[4m + k]`, exact in i32. `w` is
+/// unsigned below 128 (`signed == false`), or signed bytes (`signed ==
+/// true`: Q8_0). Lengths: `w` and `x` equal and whole 32s, `out` a quarter.
+pub fn lane_dots(kernel: LaneKernel, w: &[u8], x: &[i8], signed: bool, out: &mut [i32]) {
+    assert!(w.len() == x.len() && w.len().is_multiple_of(32) && out.len() * 4 == w.len());
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        LaneKernel::Avx2 | LaneKernel::Vnni => {
+            assert!(
+                std::arch::is_x86_feature_detected!("avx2")
+                    && (kernel == LaneKernel::Avx2
+                        || (std::arch::is_x86_feature_detected!("avx512vnni")
+                            && std::arch::is_x86_feature_detected!("avx512vl"))),
+                "lane_dots: the CPU lacks {kernel:?}"
+            );
+            // SAFETY: the features were just checked, the lengths above.
+            unsafe {
+                if kernel == LaneKernel::Vnni {
+                    x86::lane_dots_vnni(w, x, signed, out)
+                } else {
+                    x86::lane_dots_avx2(w, x, signed, out)
+                }
+            }
+        }
+        _ => {
+            for ((o, w), x) in out.iter_mut().zip(w.chunks_exact(4)).zip(x.chunks_exact(4)) {
+                *o = (0..4)
+                    .map(|k| {
+                        let w = if signed {
+                            i32::from(w[k] as i8)
+                        } else {
+                            i32::from(w[k])
+                        };
+                        w * i32::from(x[k])
+                    })
+                    .sum();
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `(|w|, sign(x, w))` for signed `w` (their products are `w x`, and
+    /// `|w|` is a valid unsigned operand), else `(w, x)`.
+    #[inline(always)]
+    unsafe fn operands(w: __m256i, x: __m256i, signed: bool) -> (__m256i, __m256i) {
+        if signed {
+            (_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        } else {
+            (w, x)
+        }
+    }
+
+    /// [`super::lane_dots`] with AVX2: pairs in i16 (`vpmaddubsw`; no
+    /// saturation: 2 x 128 x 127 < 2^15), then pairs of those in i32.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn lane_dots_avx2(w: &[u8], x: &[i8], signed: bool, out: &mut [i32]) {
+        let ones = _mm256_set1_epi16(1);
+        for c in 0..w.len() / 32 {
+            let wv = _mm256_loadu_si256(w.as_ptr().add(32 * c) as *const __m256i);
+            let xv = _mm256_loadu_si256(x.as_ptr().add(32 * c) as *const __m256i);
+            let (a, b) = operands(wv, xv, signed);
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones);
+            _mm256_storeu_si256(out.as_mut_ptr().add(8 * c) as *mut __m256i, p);
+        }
+    }
+
+    /// [`super::scaled_lanes`] on 256-bit registers.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn scaled_lanes_avx2(lanes: &[i32], scales: &[f32]) -> [f32; 8] {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let term = |b: usize| {
+            let p = _mm256_loadu_si256(lanes.as_ptr().add(8 * b) as *const __m256i);
+            _mm256_mul_ps(_mm256_set1_ps(scales[b]), _mm256_cvtepi32_ps(p))
+        };
+        let full = scales.len() / 4 * 4;
+        for b in (0..full).step_by(4) {
+            for (k, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_add_ps(*acc, term(b + k));
+            }
+        }
+        for b in full..scales.len() {
+            acc[b % 4] = _mm256_add_ps(acc[b % 4], term(b));
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), sum);
+        out
+    }
+
+    /// [`super::lane_dots`] with AVX-512 VNNI's `vpdpbusd`.
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+    pub unsafe fn lane_dots_vnni(w: &[u8], x: &[i8], signed: bool, out: &mut [i32]) {
+        for c in 0..w.len() / 32 {
+            let wv = _mm256_loadu_si256(w.as_ptr().add(32 * c) as *const __m256i);
+            let xv = _mm256_loadu_si256(x.as_ptr().add(32 * c) as *const __m256i);
+            let (a, b) = operands(wv, xv, signed);
+            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+            _mm256_storeu_si256(out.as_mut_ptr().add(8 * c) as *mut __m256i, p);
+        }
+    }
+}
+
+/// Scratch for [`row_dot`]: one row's unpacked values, lane sums, block
+/// scales and minima's terms.
+#[derive(Clone, Debug, Default)]
+pub struct RowScratch {
+    vals: Vec<u8>,
+    lanes: Vec<i32>,
+    scales: Vec<f32>,
+    mins: Vec<f32>,
+    halfs: Vec<half::f16>,
+    wide: Vec<f32>,
+}
+
+/// The lanes' sum in a fixed tree (halves, then quarters, then the pair).
+#[inline(always)]
+fn tree(a: &[f32; 8]) -> f32 {
+    let t = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (t[0] + t[2]) + (t[1] + t[3])
+}
+
+/// The dot product of one row of `ty` blocks (`w`, whole blocks) with the
+/// quantised activations `a` (as many values, quantised for `ty`), with
+/// the lane kernel `kernel` (every kernel gives the same bits).
+pub fn row_dot(
+    kernel: LaneKernel,
+    ty: GgmlType,
+    w: &[u8],
+    a: &QuantActs,
+    s: &mut RowScratch,
+) -> f32 {
+    let n = a.len();
+    let (per, bs) = ty.block();
+    assert_eq!(
+        w.len() / bs * per,
+        n,
+        "row_dot: row and activations differ in length"
+    );
+    assert_eq!(
+        Some(a.block),
+        acts_block(ty),
+        "row_dot: activations quantised for another type"
+    );
+    s.vals.resize(n, 0);
+    s.lanes.resize(n / 4, 0);
+    s.scales.resize(n / 32, 0.0);
+    unpack(ty, w, &mut s.vals);
+    lane_dots(kernel, &s.vals, &a.q, ty == GgmlType::Q8_0, &mut s.lanes);
+    s.mins.resize(n / 32, 0.0);
+    s.halfs.resize(2 * n / per, half::f16::ZERO);
+    s.wide.resize(2 * n / per, 0.0);
+    combine(
+        kernel,
+        ty,
+        w,
+        a,
+        &mut s.lanes,
+        &mut s.scales,
+        &mut s.mins,
+        &mut s.halfs,
+        &mut s.wide,
+    )
+}
+
+crate::kernels::multiversion! {
+    /// [`row_dot`] after the lane sums. In integers: the offsets, and
+    /// Q6_K's sub-block scales (two per 32 values) folded into the lanes.
+    /// Then in f32: each block of 32's scale (weight's times activations')
+    /// times its 8 lanes, added to 8 lanes of accumulators (a product, then
+    /// a sum: never fused, so every compilation rounds alike), and the
+    /// minima's terms summed apart.
+    fn combine(
+        kernel: LaneKernel,
+        ty: GgmlType,
+        w: &[u8],
+        a: &QuantActs,
+        lanes: &mut [i32],
+        scales: &mut [f32],
+        mins: &mut [f32],
+        halfs: &mut [half::f16],
+        wide: &mut [f32],
+    ) -> f32 {
+        let (_, bs) = ty.block();
+        let off = offset(ty);
+        if off != 0 {
+            for (l, x) in lanes.iter_mut().zip(&a.xs4) {
+                *l -= off * x;
+            }
+        }
+        let blocks = w.chunks_exact(bs);
+        // The minima's terms, one per block (summed below).
+        let mins = &mut mins[..scales.len()];
+        // 8 lanes per scale block, in `lanes[..8 * blocks]`.
+        match ty {
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4_1 => {
+                // The blocks' f16 scale (and minimum) gathered, then
+                // converted together (F16C where the CPU has it; exact
+                // either way).
+                let one = ty == GgmlType::Q4_1;
+                let per = if one { 2 } else { 1 };
+                let halfs = &mut halfs[..per * scales.len()];
+                for (hs, blk) in halfs.chunks_exact_mut(per).zip(blocks) {
+                    hs[0] = half::f16::from_bits(u16::from_le_bytes([blk[0], blk[1]]));
+                    if one {
+                        hs[1] = half::f16::from_bits(u16::from_le_bytes([blk[2], blk[3]]));
+                    }
+                }
+                let wide = &mut wide[..halfs.len()];
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(&*halfs, wide);
+                for ((s, w), d) in scales.iter_mut().zip(wide.chunks_exact(per)).zip(&a.d) {
+                    *s = w[0] * d;
+                }
+                if one {
+                    for ((m, w), ds) in mins.iter_mut().zip(wide.chunks_exact(2)).zip(&a.ds) {
+                        *m = w[1] * ds;
+                    }
+                }
+            }
+            GgmlType::Q4K => {
+                // Sub-block j of super-block b is activation block 8b + j:
+                // scale d sc_j dx, minimum dmin m_j dx sum.
+                for (b, blk) in blocks.enumerate() {
+                    let (d, dmin) = (h(blk), h(&blk[2..4]));
+                    for j in 0..8 {
+                        let c = 8 * b + j;
+                        let (sc, m) = scale_min_k4_bits(j, &blk[4..16]);
+                        scales[c] = d * f32::from(sc) * a.d[c];
+                        mins[c] = -(dmin * f32::from(m) * a.ds[c]);
+                    }
+                }
+            }
+            GgmlType::Q6K => {
+                // A block of 32 is two sub-blocks of 16 (lanes 0-3, 4-7):
+                // their integer scales go into the lanes.
+                for (b, blk) in blocks.enumerate() {
+                    let d = h(&blk[208..210]);
+                    let sc = &blk[192..208];
+                    for c in 0..8 {
+                        let l = &mut lanes[64 * b + 8 * c..64 * b + 8 * c + 8];
+                        for (i, l) in l.iter_mut().enumerate() {
+                            *l *= i32::from(sc[2 * c + i / 4] as i8);
+                        }
+                        scales[8 * b + c] = d * a.d[8 * b + c];
+                    }
+                }
+            }
+            GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => {
+                unreachable!("row_dot: {} has no 8-bit form", ty.name())
+            }
+        }
+        let acc = scaled_lanes(kernel, &lanes[..8 * scales.len()], scales);
+        let dot = tree(&acc);
+        if !matches!(ty, GgmlType::Q4_1 | GgmlType::Q4K) {
+            return dot;
+        }
+        // Block b's term into accumulator b % 4.
+        let mut m = [0f32; 4];
+        let mut chunks = mins.chunks_exact(4);
+        for c in &mut chunks {
+            for i in 0..4 {
+                m[i] += c[i];
+            }
+        }
+        for (m, t) in m.iter_mut().zip(chunks.remainder()) {
+            *m += t;
+        }
+        dot + ((m[0] + m[1]) + (m[2] + m[3]))
+    }
+}
+
+/// `acc[i] = sum over blocks b of scales[b] * lanes[8 b + i]`: i32 to
+/// f32, a product, then a sum into accumulator `b % 4`; the four are then
+/// summed as `(a0 + a1) + (a2 + a3)`. Every lane rounds as the scalar loop
+/// does.
+fn scaled_lanes(kernel: LaneKernel, lanes: &[i32], scales: &[f32]) -> [f32; 8] {
+    assert_eq!(lanes.len(), 8 * scales.len());
+    #[cfg(target_arch = "x86_64")]
+    if kernel != LaneKernel::Portable {
+        assert!(std::arch::is_x86_feature_detected!("avx2"));
+        // SAFETY: AVX2 just checked; lengths above.
+        return unsafe { x86::scaled_lanes_avx2(lanes, scales) };
+    }
+    let _ = kernel;
+    let mut acc = [[0f32; 8]; 4];
+    for (b, (p, &s)) in lanes.chunks_exact(8).zip(scales).enumerate() {
+        for i in 0..8 {
+            acc[b % 4][i] += s * p[i] as f32;
+        }
+    }
+    std::array::from_fn(|i| (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::dequantize;
+    use crate::kernels::rng::Rng;
+
+    /// Random whole blocks of `ty` with scales in a sane range.
+    fn random_row(ty: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<u8> {
+        let (_, bs) = ty.block();
+        let mut w: Vec<u8> = (0..blocks * bs)
+            .map(|_| (rng.next_u64() >> 24) as u8)
+            .collect();
+        let scale = |w: &mut [u8], at: usize, v: f32| {
+            w[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes())
+        };
+        for b in w.chunks_exact_mut(bs) {
+            let v = 0.001 + 0.01 * rng.uniform() as f32;
+            match ty {
+                GgmlType::Q4_1 | GgmlType::Q4K => {
+                    scale(b, 0, v);
+                    scale(b, 2, 0.5 * v);
+                }
+                GgmlType::Q6K => scale(b, 208, v),
+                _ => scale(b, 0, v),
+            }
+        }
+        w
+    }
+
+    /// The lane kernels this CPU can run.
+    fn kernels() -> Vec<LaneKernel> {
+        let mut k = vec![LaneKernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                k.push(LaneKernel::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                k.push(LaneKernel::Vnni);
+            }
+        }
+        k
+    }
+
+    /// Every lane kernel gives the same exact integers, extreme bytes
+    /// included (unsigned 0..127 and 255, signed -128..127).
+    #[test]
+    fn lane_kernels_agree_exactly() {
+        let mut rng = Rng::new(1);
+        let n = 32 * 9;
+        for signed in [false, true] {
+            let mut w: Vec<u8> = (0..n)
+                .map(|_| {
+                    let b = (rng.next_u64() >> 40) as u8;
+                    if signed {
+                        b
+                    } else {
+                        b & 0x7f
+                    }
+                })
+                .collect();
+            w[0] = if signed { 0x80 } else { 127 };
+            let mut x: Vec<i8> = (0..n)
+                .map(|_| ((rng.next_u64() % 255) as i32 - 127) as i8)
+                .collect();
+            x[0] = -127;
+            let runs: Vec<Vec<i32>> = kernels()
+                .into_iter()
+                .map(|k| {
+                    let mut o = vec![0i32; n / 4];
+                    lane_dots(k, &w, &x, signed, &mut o);
+                    o
+                })
+                .collect();
+            assert!(runs.windows(2).all(|p| p[0] == p[1]), "signed {signed}");
+        }
+    }
+
+    const TYPES: [GgmlType; 6] = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ];
+
+    /// The integer part is exact: with activations that are already 8-bit
+    /// integers times one scale, the quantised dot product equals the f64
+    /// dot product of the dequantised row, to f32 rounding of the scales.
+    #[test]
+    fn each_type_matches_dequantise_then_dot() {
+        let mut rng = Rng::new(7);
+        for ty in TYPES {
+            let n = 512;
+            let w = random_row(ty, n / ty.block().0, &mut rng);
+            // Activations k * 0.5 with k integer in -127..=127 and one
+            // value of 127 per block of 32: quantising them is exact.
+            let mut x: Vec<f32> = (0..n)
+                .map(|_| ((rng.next_u64() % 255) as i32 - 127) as f32 * 0.5)
+                .collect();
+            for b in x.chunks_exact_mut(32) {
+                b[0] = 63.5;
+            }
+            let a = QuantActs::new(ty, &x).unwrap();
+            assert!(
+                a.q.iter().zip(&x).all(|(&q, &v)| q as f32 * 0.5 == v),
+                "{ty:?}"
+            );
+            // The same bits from every lane kernel this CPU has.
+            let each: Vec<f32> = kernels()
+                .into_iter()
+                .map(|k| row_dot(k, ty, &w, &a, &mut RowScratch::default()))
+                .collect();
+            assert!(
+                each.windows(2).all(|p| p[0].to_bits() == p[1].to_bits()),
+                "{ty:?}: {each:?}"
+            );
+            let got = row_dot(LaneKernel::best(), ty, &w, &a, &mut RowScratch::default());
+            let want: f64 = dequantize(ty, &w)
+                .iter()
+                .zip(&x)
+                .map(|(&w, &x)| w as f64 * x as f64)
+                .sum();
+            let mag: f64 = dequantize(ty, &w)
+                .iter()
+                .zip(&x)
+                .map(|(&w, &x)| (w as f64 * x as f64).abs())
+                .sum();
+            assert!(
+                (got as f64 - want).abs() <= 1e-5 * mag,
+                "{ty:?}: {got} vs {want} (magnitude {mag})"
+            );
+        }
+    }
+
+    /// Quantising the activations costs at most half a step per value:
+    /// |dot - exact| <= sum |w| * scale / 2.
+    #[test]
+    fn activation_rounding_is_bounded() {
+        let mut rng = Rng::new(11);
+        for ty in TYPES {
+            let n = 768;
+            let w = random_row(ty, n / ty.block().0, &mut rng);
+            let x: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+            let a = QuantActs::new(ty, &x).unwrap();
+            let got = row_dot(LaneKernel::best(), ty, &w, &a, &mut RowScratch::default()) as f64;
+            let wd = dequantize(ty, &w);
+            let exact: f64 = wd.iter().zip(&x).map(|(&w, &x)| w as f64 * x as f64).sum();
+            let block = acts_block(ty).unwrap();
+            let bound: f64 = wd
+                .chunks_exact(block)
+                .zip(&a.d)
+                .map(|(w, &d)| w.iter().map(|v| v.abs() as f64).sum::<f64>() * d as f64 * 0.5)
+                .sum();
+            assert!(
+                (got - exact).abs() <= bound * 1.001 + 1e-6,
+                "{ty:?}: {got} vs {exact}, bound {bound}"
+            );
+        }
+    }
+
+    /// A NaN activation makes the product NaN, not a silent number.
+    #[test]
+    fn nan_propagates() {
+        let mut rng = Rng::new(3);
+        let w = random_row(GgmlType::Q8_0, 2, &mut rng);
+        let mut x = vec![1.0f32; 64];
+        x[40] = f32::NAN;
+        let a = QuantActs::new(GgmlType::Q8_0, &x).unwrap();
+        assert!(row_dot(
+            LaneKernel::Portable,
+            GgmlType::Q8_0,
+            &w,
+            &a,
+            &mut RowScratch::default()
+        )
+        .is_nan());
+        assert!(QuantActs::new(GgmlType::F16, &x).is_none());
+        assert!(
+            QuantActs::new(GgmlType::Q4K, &x[..48]).is_none(),
+            "48 is not whole blocks"
+        );
+    }
+}
