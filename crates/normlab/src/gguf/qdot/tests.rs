@@ -1,0 +1,187 @@
+//! [`super`]'s tests: each format against dequantise-then-dot, the lane
+//! kernels against each other, the activations' rounding bound, NaN.
+
+use super::*;
+use crate::gguf::dequantize;
+use crate::kernels::rng::Rng;
+
+/// Random whole blocks of `ty` with scales in a sane range.
+fn random_row(ty: GgmlType, blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let (_, bs) = ty.block();
+    let mut w: Vec<u8> = (0..blocks * bs)
+        .map(|_| (rng.next_u64() >> 24) as u8)
+        .collect();
+    let scale = |w: &mut [u8], at: usize, v: f32| {
+        w[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes())
+    };
+    for b in w.chunks_exact_mut(bs) {
+        let v = 0.001 + 0.01 * rng.uniform() as f32;
+        match ty {
+            GgmlType::Q4_1 | GgmlType::Q4K => {
+                scale(b, 0, v);
+                scale(b, 2, 0.5 * v);
+            }
+            GgmlType::Q6K => scale(b, 208, v),
+            _ => scale(b, 0, v),
+        }
+    }
+    w
+}
+
+/// The lane kernels this CPU can run.
+fn kernels() -> Vec<LaneKernel> {
+    let mut k = vec![LaneKernel::Portable];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            k.push(LaneKernel::Avx2);
+        }
+        if std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            k.push(LaneKernel::Vnni);
+        }
+    }
+    k
+}
+
+/// Every lane kernel gives the same exact integers, extreme bytes
+/// included (unsigned 0..127 and 255, signed -128..127).
+#[test]
+fn lane_kernels_agree_exactly() {
+    let mut rng = Rng::new(1);
+    let n = 32 * 9;
+    for signed in [false, true] {
+        let mut w: Vec<u8> = (0..n)
+            .map(|_| {
+                let b = (rng.next_u64() >> 40) as u8;
+                if signed {
+                    b
+                } else {
+                    b & 0x7f
+                }
+            })
+            .collect();
+        w[0] = if signed { 0x80 } else { 127 };
+        let mut x: Vec<i8> = (0..n)
+            .map(|_| ((rng.next_u64() % 255) as i32 - 127) as i8)
+            .collect();
+        x[0] = -127;
+        let runs: Vec<Vec<i32>> = kernels()
+            .into_iter()
+            .map(|k| {
+                let mut o = vec![0i32; n / 4];
+                lane_dots(k, &w, &x, signed, &mut o);
+                o
+            })
+            .collect();
+        assert!(runs.windows(2).all(|p| p[0] == p[1]), "signed {signed}");
+    }
+}
+
+const TYPES: [GgmlType; 6] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
+];
+
+/// The integer part is exact: with activations that are already 8-bit
+/// integers times one scale, the quantised dot product equals the f64
+/// dot product of the dequantised row, to f32 rounding of the scales.
+#[test]
+fn each_type_matches_dequantise_then_dot() {
+    let mut rng = Rng::new(7);
+    for ty in TYPES {
+        let n = 512;
+        let w = random_row(ty, n / ty.block().0, &mut rng);
+        // Activations k * 0.5 with k integer in -127..=127 and one
+        // value of 127 per block of 32: quantising them is exact.
+        let mut x: Vec<f32> = (0..n)
+            .map(|_| ((rng.next_u64() % 255) as i32 - 127) as f32 * 0.5)
+            .collect();
+        for b in x.chunks_exact_mut(32) {
+            b[0] = 63.5;
+        }
+        let a = QuantActs::new(ty, &x).unwrap();
+        assert!(
+            a.q.iter().zip(&x).all(|(&q, &v)| q as f32 * 0.5 == v),
+            "{ty:?}"
+        );
+        // The same bits from every lane kernel this CPU has.
+        let each: Vec<f32> = kernels()
+            .into_iter()
+            .map(|k| row_dot(k, ty, &w, &a, &mut RowScratch::default()))
+            .collect();
+        assert!(
+            each.windows(2).all(|p| p[0].to_bits() == p[1].to_bits()),
+            "{ty:?}: {each:?}"
+        );
+        let got = row_dot(LaneKernel::best(), ty, &w, &a, &mut RowScratch::default());
+        let want: f64 = dequantize(ty, &w)
+            .iter()
+            .zip(&x)
+            .map(|(&w, &x)| w as f64 * x as f64)
+            .sum();
+        let mag: f64 = dequantize(ty, &w)
+            .iter()
+            .zip(&x)
+            .map(|(&w, &x)| (w as f64 * x as f64).abs())
+            .sum();
+        assert!(
+            (got as f64 - want).abs() <= 1e-5 * mag,
+            "{ty:?}: {got} vs {want} (magnitude {mag})"
+        );
+    }
+}
+
+/// Quantising the activations costs at most half a step per value:
+/// |dot - exact| <= sum |w| * scale / 2.
+#[test]
+fn activation_rounding_is_bounded() {
+    let mut rng = Rng::new(11);
+    for ty in TYPES {
+        let n = 768;
+        let w = random_row(ty, n / ty.block().0, &mut rng);
+        let x: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
+        let a = QuantActs::new(ty, &x).unwrap();
+        let got = row_dot(LaneKernel::best(), ty, &w, &a, &mut RowScratch::default()) as f64;
+        let wd = dequantize(ty, &w);
+        let exact: f64 = wd.iter().zip(&x).map(|(&w, &x)| w as f64 * x as f64).sum();
+        let block = acts_block(ty).unwrap();
+        let bound: f64 = wd
+            .chunks_exact(block)
+            .zip(&a.d)
+            .map(|(w, &d)| w.iter().map(|v| v.abs() as f64).sum::<f64>() * d as f64 * 0.5)
+            .sum();
+        assert!(
+            (got - exact).abs() <= bound * 1.001 + 1e-6,
+            "{ty:?}: {got} vs {exact}, bound {bound}"
+        );
+    }
+}
+
+/// A NaN activation makes the product NaN, not a silent number.
+#[test]
+fn nan_propagates() {
+    let mut rng = Rng::new(3);
+    let w = random_row(GgmlType::Q8_0, 2, &mut rng);
+    let mut x = vec![1.0f32; 64];
+    x[40] = f32::NAN;
+    let a = QuantActs::new(GgmlType::Q8_0, &x).unwrap();
+    assert!(row_dot(
+        LaneKernel::Portable,
+        GgmlType::Q8_0,
+        &w,
+        &a,
+        &mut RowScratch::default()
+    )
+    .is_nan());
+    assert!(QuantActs::new(GgmlType::F16, &x).is_none());
+    assert!(
+        QuantActs::new(GgmlType::Q4K, &x[..48]).is_none(),
+        "48 is not whole blocks"
+    );
+}
