@@ -34,10 +34,13 @@ import json
 import os
 import statistics
 import subprocess
-import time
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+# transformers' seconds per generated token, measured as the SmolLM2
+# benchmark measures it (bench/ is this script's folder, so on sys.path).
+from smollm2_speed import hf_generate_per_token
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MODELS = {
@@ -53,30 +56,6 @@ def rss_bytes():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-class Stamps:
-    """A generate() streamer recording when each new token arrives."""
-
-    def __init__(self):
-        self.t, self.prompt_seen = [], False
-
-    def put(self, value):
-        if self.prompt_seen:
-            self.t.append(time.perf_counter())
-        self.prompt_seen = True
-
-    def end(self):
-        pass
-
-
-def hf_generate_per_token(model, ids, n):
-    s = Stamps()
-    with torch.no_grad():
-        model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, streamer=s,
-                       attention_mask=torch.ones_like(ids), pad_token_id=0)
-    assert len(s.t) == n, len(s.t)
-    return (s.t[-1] - s.t[0]) / (n - 1)
 
 
 def normlab(a, path, mode, threads, extra=()):

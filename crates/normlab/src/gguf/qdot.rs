@@ -31,8 +31,6 @@ use super::quant::{h, scale_min_k4_bits, GgmlType};
 /// An activation row quantised for one weight type's dot products.
 #[derive(Clone, Debug)]
 pub struct QuantActs {
-    /// Values per scale (32).
-    block: usize,
     /// One scale per block.
     d: Vec<f32>,
     /// The 8-bit values.
@@ -44,18 +42,12 @@ pub struct QuantActs {
     ds: Vec<f32>,
 }
 
-/// The activation block that `ty`'s integer dot products need (None: the
-/// type has no quantised dot product: F32, F16, BF16).
-pub fn acts_block(ty: GgmlType) -> Option<usize> {
-    match ty {
-        GgmlType::Q4_0
-        | GgmlType::Q4_1
-        | GgmlType::Q5_0
-        | GgmlType::Q8_0
-        | GgmlType::Q4K
-        | GgmlType::Q6K => Some(32),
-        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => None,
-    }
+/// Activation values per scale, for every format.
+pub const ACTS_BLOCK: usize = 32;
+
+/// Whether `ty` has a quantised dot product (F32, F16 and BF16 have none).
+pub fn has_dot(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)
 }
 
 impl QuantActs {
@@ -64,8 +56,8 @@ impl QuantActs {
     /// block's scale non-finite, so the products come out NaN, as the f32
     /// path's would.
     pub fn new(ty: GgmlType, x: &[f32]) -> Option<QuantActs> {
-        let block = acts_block(ty)?;
-        if !x.len().is_multiple_of(block) {
+        let block = ACTS_BLOCK;
+        if !has_dot(ty) || !x.len().is_multiple_of(block) {
             return None;
         }
         let mut q = vec![0i8; x.len()];
@@ -86,13 +78,7 @@ impl QuantActs {
             .zip(&d)
             .map(|(s, &d)| d * s.iter().sum::<i32>() as f32)
             .collect();
-        Some(QuantActs {
-            block,
-            d,
-            q,
-            xs4,
-            ds,
-        })
+        Some(QuantActs { d, q, xs4, ds })
     }
 
     /// Number of values.
@@ -310,11 +296,6 @@ pub fn row_dot(
         w.len() / bs * per,
         n,
         "row_dot: row and activations differ in length"
-    );
-    assert_eq!(
-        Some(a.block),
-        acts_block(ty),
-        "row_dot: activations quantised for another type"
     );
     s.vals.resize(n, 0);
     s.lanes.resize(n / 4, 0);

@@ -23,8 +23,9 @@ pub struct PathDeviation {
 /// Compare `other` with `reference` (the same model held or applied
 /// another way) on `prompts`: each prompt in one pass, then `steps`
 /// one-token steps feeding both the reference's greedy token, comparing
-/// the logits of the prompt's last position and of every step; then each
-/// decoder's own greedy continuation.
+/// the logits of the prompt's last position and of every step; then
+/// whether `other`'s own greedy continuation differs from those tokens
+/// (the reference's greedy continuation).
 pub fn deviation(
     reference: &Decoder,
     other: &Decoder,
@@ -42,6 +43,10 @@ pub fn deviation(
         let (mut ca, mut cb) = (KvCache::new(reference), KvCache::new(other));
         let mut ha = reference.forward(ids, norm, &mut ca, None)?;
         let mut hb = other.forward(ids, norm, &mut cb, None)?;
+        // The reference's greedy tokens, fed to both: its own greedy
+        // continuation (no second generation).
+        let n = steps.min(reference.cfg.context.saturating_sub(ids.len()));
+        let mut own = Vec::with_capacity(n);
         for step in 0..=steps {
             let la = reference.logits_from(&ha[ha.len() - d..], true);
             let lb = other.logits_from(&hb[hb.len() - d..], true);
@@ -60,15 +65,19 @@ pub fn deviation(
             } else {
                 diff / range
             });
-            if step == steps || ids.len() + step + 1 > reference.cfg.context {
+            if step == n {
                 break;
             }
             let next = argmax(&la) as u32;
+            own.push(next);
             ha = reference.forward(&[next], norm, &mut ca, None)?;
             hb = other.forward(&[next], norm, &mut cb, None)?;
         }
-        let n = steps.min(reference.cfg.context.saturating_sub(ids.len()));
-        if n > 0 && reference.greedy(ids, n)? != other.greedy(ids, n)? {
+        // Greedy decoding stops after the end-of-sequence token.
+        if let Some(end) = own.iter().position(|&t| Some(t) == reference.eos) {
+            own.truncate(end + 1);
+        }
+        if n > 0 && own != other.greedy(ids, n)? {
             changed += 1;
         }
     }

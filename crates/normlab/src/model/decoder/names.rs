@@ -255,7 +255,7 @@ impl Decoder {
             if storage == WeightStorage::Quantised && src.numel(n) == Some(len) {
                 if let Some(m) = src
                     .raw(n)
-                    .filter(|(ty, _)| qdot::acts_block(*ty).is_some())
+                    .filter(|(ty, _)| qdot::has_dot(*ty))
                     .and_then(|(ty, b)| Matrix::quantised(ty, b.to_vec(), rows, cols))
                 {
                     check_finite(n, &m)?;
