@@ -348,6 +348,7 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&recs)?);
         return Ok(());
     }
+    let cols = if a.vs.is_empty() { 10 } else { 11 };
     let mut t = Table::new(
         &[
             "model",
@@ -361,9 +362,9 @@ fn train(a: TrainBenchArgs) -> anyhow::Result<()> {
             "matmul peak",
             "% peak",
             "time vs plain",
-        ][..if a.vs.is_empty() { 10 } else { 11 }],
+        ][..cols],
     )
-    .right(&[2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    .right(&(2..cols).collect::<Vec<_>>());
     for (r, vs) in recs.iter().zip(&vs_plain) {
         let mut row = vec![
             r.model.clone(),

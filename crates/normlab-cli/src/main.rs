@@ -2,6 +2,7 @@
 //! errors with exit code 2 for bad input (1 for other failures).
 
 mod cmd_bench;
+mod cmd_book;
 mod cmd_calc;
 mod cmd_convert;
 mod cmd_exp;
@@ -38,7 +39,7 @@ enum Command {
     /// Run a built-in experiment (`normlab exp list` names them).
     Exp(Box<cmd_exp::ExpCmd>),
     /// Every experiment at its full setting, then findings.md: the lesson's claims, checked.
-    Book(cmd_exp::BookCmd),
+    Book(cmd_book::BookCmd),
     /// Run a grid of training runs in parallel: resumable, shardable (Slurm, Kubernetes).
     Sweep(cmd_sweep::SweepCmd),
     /// Tables and figures from a folder of runs.
@@ -95,7 +96,7 @@ fn main() -> ExitCode {
         Command::Train(a) => cmd_train::run(*a),
         Command::Exp(c) => cmd_exp::run(*c),
         Command::Demo(c) => cmd_exp::demo(c),
-        Command::Book(c) => cmd_exp::book(c),
+        Command::Book(c) => cmd_book::book(c),
         Command::Serve(c) => web::run(c),
         Command::Convert(c) => cmd_convert::run(c),
         Command::Inspect(c) => cmd_inspect::run(c),

@@ -164,6 +164,23 @@ fn bench_train_rounds() {
     assert_eq!(r["matmul_peak_gflops"].as_f64().unwrap(), peaks[1], "{r}");
     let range = nums("peak_fraction_range");
     assert!(range[0] > 0.0 && range[0] <= range[1], "{r}");
+    // The printed table, without a `--vs` column and with one.
+    for vs in [&[][..], &["--vs", "hc=2"][..]] {
+        let mut args = vec![
+            "bench",
+            "train",
+            "--model",
+            "toy",
+            "--threads",
+            "1",
+            "--steps",
+            "1",
+        ];
+        args.extend_from_slice(vs);
+        let t = stdout_ok(&args);
+        assert!(t.contains("% peak"), "{t}");
+        assert_eq!(t.contains("time vs plain"), !vs.is_empty(), "{t}");
+    }
 }
 
 /// The printed table, with one kind (no "vs" column) and with two.
@@ -695,4 +712,117 @@ fn inspect_a_trained_run_in_any_placement() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `book --emit-k8s`: the manifests parse; the tasks' Job is indexed with
+/// one completion per plan task, each pod running `book --task` (the index
+/// from JOB_COMPLETION_INDEX) in the mounted folder; and the plan's tasks,
+/// listed one index at a time (`book --task I --dry-run`), cover every run
+/// of every chapter's grid (as `sweep <id> --dry-run` lists it) and every
+/// chapter that trains nothing, each exactly once.
+#[test]
+fn book_k8s_manifest_parses_and_its_tasks_cover_every_run_once() {
+    let dir = std::env::temp_dir().join(format!("normlab-k8s-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("book");
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .current_dir(&dir)
+        .args(["book", "--out", "book", "--emit-k8s", "--jobs", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap()
+    };
+    let job = read("book-k8s-tasks.json");
+    assert_eq!(job["kind"], "Job");
+    assert_eq!(job["spec"]["completionMode"], "Indexed");
+    let n = job["spec"]["completions"].as_u64().unwrap() as usize;
+    let pod = &job["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let abs_out = out.canonicalize().unwrap();
+    assert_eq!(
+        cmd,
+        [
+            "normlab",
+            "book",
+            "--out",
+            abs_out.to_str().unwrap(),
+            "--task",
+            "--jobs",
+            "2"
+        ]
+    );
+    assert_eq!(c["resources"]["requests"]["cpu"], "2");
+    assert_eq!(
+        c["workingDir"],
+        dir.canonicalize().unwrap().to_str().unwrap()
+    );
+    assert_eq!(pod["restartPolicy"], "Never");
+    let publish = read("book-k8s-publish.json");
+    assert!(
+        publish["spec"]["template"]["spec"]["containers"][0]["command"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("--assemble"))
+    );
+    // Task i's units, for every completion index.
+    let mut units: Vec<(String, String)> = Vec::new();
+    for i in 0..n {
+        let text = stdout_ok(&[
+            "book",
+            "--out",
+            out.to_str().unwrap(),
+            "--task",
+            &i.to_string(),
+            "--dry-run",
+        ]);
+        assert!(!text.trim().is_empty(), "task {i} has no work");
+        for l in text.lines() {
+            let (c, r) = l.split_once(' ').unwrap();
+            units.push((c.into(), r.into()));
+        }
+    }
+    // An index past the last is refused.
+    let o = normlab(&[
+        "book",
+        "--out",
+        out.to_str().unwrap(),
+        "--task",
+        &n.to_string(),
+    ]);
+    assert!(!o.status.success());
+    let mut expected: Vec<(String, String)> = Vec::new();
+    let list: serde_json::Value = json(&["exp", "list", "--json"]);
+    for e in list.as_array().unwrap() {
+        let id = e["id"].as_str().unwrap();
+        if e["has_grid"] == true {
+            let runs = stdout_ok(&[
+                "sweep",
+                id,
+                "--out",
+                dir.join("x").to_str().unwrap(),
+                "--dry-run",
+            ]);
+            for l in runs.lines() {
+                expected.push((id.into(), l.strip_prefix("todo ").unwrap().into()));
+            }
+        } else {
+            expected.push((id.into(), "(chapter)".into()));
+        }
+    }
+    let count = units.len();
+    units.sort();
+    units.dedup();
+    assert_eq!(units.len(), count, "a unit is in two tasks");
+    expected.sort();
+    assert_eq!(units, expected);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -138,8 +138,16 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
     let dir = tmp("book");
     let out = dir.join("book");
     let fake = fake_python(&dir);
+    // Two jobs, as the book through Slurm below asks of each task.
     let o = normlab_env(
-        &["book", "--quick", "--out", out.to_str().unwrap()],
+        &[
+            "book",
+            "--quick",
+            "--jobs",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &[("NORMLAB_PYTHON", &fake)],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -281,6 +289,7 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
             eprintln!("docs/findings/findings.json absent: quick-vs-full agreement not checked")
         }
     }
+    book_through_slurm(&dir, &fake, &md, &quick);
     // --dry-run: nothing left to run.
     let o = normlab(&[
         "book",
@@ -318,6 +327,87 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
     assert!(docs.join("findings/collapse/collapse.png").exists());
     assert!(!docs.join("findings/collapse/runs").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same quick book through Slurm where a cluster answers (CI starts a
+/// one-node one and requires it): `book --emit-slurm` from the folder the
+/// local book ran in, `book-submit.sh` from another, the job array's tasks
+/// and then the publishing job complete, and findings.md equals the local
+/// book's except its first line (date, machine, wall time) and the timing
+/// chapter's measured speeds (C9-C11, whose verdict words must agree);
+/// findings.json's verdicts are the same.
+fn book_through_slurm(dir: &Path, fake: &Path, local_md: &str, local_json: &Value) {
+    use common::slurm::{logs, slurm_or_skip, wait_for};
+    use std::time::Duration;
+    if !slurm_or_skip() {
+        return;
+    }
+    let out = dir.join("slurm-book");
+    let o = normlab(&[
+        "book",
+        "--quick",
+        "--jobs",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--emit-slurm",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(out.join("book-submit.sh"))
+        .current_dir("/")
+        .env("NORMLAB_PYTHON", fake)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ids = String::from_utf8_lossy(&o.stdout).into_owned();
+    let id = |k: &str| {
+        ids.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {ids}"))
+            .to_string()
+    };
+    let (array, publish) = (id("array="), id("publish="));
+    let states = wait_for(&array, &out, Duration::from_secs(900));
+    assert!(
+        !states.is_empty() && states.iter().all(|s| s == "COMPLETED"),
+        "array tasks: {states:?}\nlogs: {:?}",
+        logs(&out)
+    );
+    let states = wait_for(&publish, &out, Duration::from_secs(300));
+    assert_eq!(states, ["COMPLETED"], "logs: {:?}", logs(&out));
+    let md = std::fs::read_to_string(out.join("findings.md")).unwrap();
+    let (a, b): (Vec<&str>, Vec<&str>) = (local_md.lines().collect(), md.lines().collect());
+    assert_eq!(a.len(), b.len());
+    let mut section = "";
+    for (x, y) in a.iter().zip(&b) {
+        if x.starts_with("## C") {
+            section = x.split_whitespace().nth(1).unwrap_or("");
+        }
+        if x == y || x.starts_with("Written by `normlab book") {
+            continue;
+        }
+        let word = |l: &str| l.split('.').next().unwrap_or("").to_string();
+        assert!(
+            ["C9", "C10", "C11"].contains(&section)
+                && x.starts_with("**Verdict:")
+                && word(x) == word(y),
+            "the Slurm book differs in {section}:\n  local: {x}\n  slurm: {y}"
+        );
+    }
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("findings.json")).unwrap()).unwrap();
+    // The same verdicts, and the same evidence but the speed chapter's.
+    let untimed = |j: &Value| -> Vec<Value> {
+        let mut v = j["findings"].as_array().unwrap().clone();
+        for f in &mut v {
+            if f["experiment"] == "speed" {
+                f["evidence"] = Value::Null;
+            }
+        }
+        v
+    };
+    assert_eq!(untimed(&json), untimed(local_json));
+    assert_eq!(json["claims"], local_json["claims"]);
 }
 
 /// A stand-in "Python" for the cross-check chapter (written into `dir`):

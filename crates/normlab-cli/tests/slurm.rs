@@ -7,22 +7,23 @@
 //! scripts/slurm_single_node.sh and sets NORMLAB_REQUIRE_SLURM, so the tests
 //! cannot skip there).
 
+mod common;
+
+use common::slurm::{logs, slurm_or_skip, submit};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime};
+
+/// The job arrays here take seconds; 5 minutes means a task never ran.
+fn wait_for(job: &str, out: &Path) -> Vec<String> {
+    common::slurm::wait_for(job, out, Duration::from_secs(300))
+}
 
 fn normlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args(args)
         .output()
         .unwrap()
-}
-
-fn slurm_answers() -> bool {
-    Command::new("sinfo")
-        .arg("-h")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -48,19 +49,6 @@ fn done_count(grid: &Path, out: &Path) -> usize {
         .count()
 }
 
-/// Whether the tests can run; panics where CI requires Slurm and it is absent.
-fn slurm_or_skip() -> bool {
-    if slurm_answers() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("NORMLAB_REQUIRE_SLURM").is_none(),
-        "Slurm does not answer (sinfo) but NORMLAB_REQUIRE_SLURM is set"
-    );
-    eprintln!("no Slurm here (sinfo): skipped; scripts/slurm_single_node.sh starts one");
-    false
-}
-
 /// `dir/grid.toml` with `grid`, and the job array emitted for it (2 tasks)
 /// into `dir/sweep`, by a command with relative paths run in `dir` (the
 /// script must not keep them). Returns (grid, sweep folder, script).
@@ -77,77 +65,6 @@ fn emit(dir: &Path, grid: &str) -> (PathBuf, PathBuf, PathBuf) {
     let out = dir.join("sweep");
     let script = out.join("sweep.sbatch");
     (g, out, script)
-}
-
-/// `sbatch --parsable` from another folder (`/`): the job array's id.
-fn submit(script: &Path) -> String {
-    let o = Command::new("timeout")
-        .current_dir("/")
-        .args(["60", "sbatch", "--parsable", script.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout)
-        .trim()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string()
-}
-
-/// Waits until the job array `job` has left the queue, polling every 200
-/// ms (`sbatch --wait` sleeps 2, 8, then 32 s between its polls, which
-/// cost this file most of its time); a task asking more CPUs than the node
-/// has would stay pending forever, so after 5 minutes the array is
-/// cancelled and the test fails. Returns each task's final state
-/// (`scontrol show job`: COMPLETED, CANCELLED, FAILED, ...).
-fn wait_for(job: &str, out: &Path) -> Vec<String> {
-    let t0 = Instant::now();
-    loop {
-        let q = Command::new("squeue")
-            .args(["-h", "-j", job])
-            .output()
-            .unwrap();
-        // Empty, or (once Slurm has forgotten the job) an unknown id.
-        let gone = if q.status.success() {
-            q.stdout.iter().all(u8::is_ascii_whitespace)
-        } else {
-            String::from_utf8_lossy(&q.stderr).contains("Invalid job id")
-        };
-        if gone {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(300) {
-            let _ = Command::new("scancel").arg(job).status();
-            panic!(
-                "job array {job} still queued after 300 s; logs: {:?}",
-                logs(out)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let o = Command::new("scontrol")
-        .args(["-o", "show", "job", job])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .filter_map(|f| f.strip_prefix("JobState="))
-        .map(str::to_string)
-        .collect()
-}
-
-/// The contents of the array tasks' logs in `out`.
-fn logs(out: &Path) -> Vec<String> {
-    std::fs::read_dir(out)
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.unwrap().path();
-            let name = p.file_name()?.to_string_lossy().into_owned();
-            name.starts_with("slurm-")
-                .then(|| std::fs::read_to_string(&p).unwrap_or_default())
-        })
-        .collect()
 }
 
 /// `normlab report DIR --json`, parsed.

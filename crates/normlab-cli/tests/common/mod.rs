@@ -3,6 +3,8 @@
 //! the checks of an experiment's output folder.
 #![allow(dead_code)]
 
+pub mod slurm;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -34,6 +34,12 @@ pub struct BookOptions {
     pub only: Option<Vec<String>>,
     /// Set by a signal handler: stop after the current steps, resumable.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Chapters that cluster tasks wrote (`book --assemble`): read from
+    /// their folders, not run again.
+    pub written_by_tasks: Vec<String>,
+    /// Count the wall time from this moment (Unix seconds; the first
+    /// cluster task's start) instead of this session's start.
+    pub clock_from: Option<u64>,
 }
 
 /// Progress of a book: work done and in all (units: estimated seconds of
@@ -41,10 +47,10 @@ pub struct BookOptions {
 pub type BookProgress<'a> = &'a (dyn Fn(f64, f64, &str) + Sync);
 
 /// One experiment's place in the book.
-struct Chapter {
-    id: &'static str,
-    args: ExpArgs,
-    specs: Vec<RunSpec>,
+pub(super) struct Chapter {
+    pub(super) id: &'static str,
+    pub(super) args: ExpArgs,
+    pub(super) specs: Vec<RunSpec>,
 }
 
 /// The matmul rate the estimate assumes per core, everything else of a
@@ -57,18 +63,20 @@ struct Chapter {
 pub const GFLOPS_PER_CORE: f64 = 135.0;
 
 /// Estimated cost of a run in units of one core-second.
-fn run_cost(s: &RunSpec) -> f64 {
+pub(super) fn run_cost(s: &RunSpec) -> f64 {
     sweep::matmul_gflop(&s.cfg, s.cfg.steps) / GFLOPS_PER_CORE
 }
 
 /// Estimated cost of an experiment that trains nothing.
-const FIXED_COST: f64 = 5.0;
+pub(super) const FIXED_COST: f64 = 5.0;
 
 /// The book's result.
 #[derive(Debug)]
 pub struct Book {
-    /// Each experiment's result.
+    /// Each experiment's result (computed in this session).
     pub results: Vec<ExpResult>,
+    /// Chapters read from what cluster tasks wrote (`--assemble`).
+    pub read: usize,
     /// Wall time of this session (s).
     pub seconds: f64,
     /// Wall time of every session of this book folder at the same setting,
@@ -106,6 +114,36 @@ pub fn plan(opts: &BookOptions) -> Result<Vec<PlanRow>> {
         .collect())
 }
 
+/// A book's estimated wall time, per experiment, calibrated here (see
+/// [`super::book_estimate`]): (id, runs, finished, estimated seconds left
+/// with `jobs` runs side by side), and the calibration.
+pub fn estimate(
+    opts: &BookOptions,
+    jobs: usize,
+) -> Result<(Vec<(PlanRow, f64)>, super::book_estimate::Calibration)> {
+    let chapters = chapters(opts)?;
+    let left: Vec<Vec<&RunSpec>> = chapters
+        .iter()
+        .map(|c| c.specs.iter().filter(|s| !c.finished(s)).collect())
+        .collect();
+    let all: Vec<&RunSpec> = left.iter().flatten().copied().collect();
+    let cal = super::book_estimate::calibrate(&all, jobs)?;
+    let rows = chapters
+        .iter()
+        .zip(&left)
+        .map(|(c, l)| {
+            let row = PlanRow {
+                id: c.id,
+                runs: c.specs.len(),
+                finished: c.specs.len() - l.len(),
+                core_seconds_left: FIXED_COST + l.iter().map(|s| run_cost(s)).sum::<f64>(),
+            };
+            (row, cal.chapter_wall(l))
+        })
+        .collect();
+    Ok((rows, cal))
+}
+
 impl Chapter {
     /// Whether a run of this chapter finished in an earlier session.
     fn finished(&self, s: &RunSpec) -> bool {
@@ -117,7 +155,7 @@ impl Chapter {
 }
 
 /// The book's chapters: each selected experiment with its arguments and grid.
-fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
+pub(super) fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
     let mut chapters = Vec::new();
     for e in EXPERIMENTS {
         if opts
@@ -164,12 +202,23 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
         .map(run_cost)
         .sum();
     progress(done, total, "starting");
-    let started = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    // A cluster book's clock starts at its first task.
+    let started = opts.clock_from.unwrap_or(now);
+    let elapsed = || t0.elapsed().as_secs_f64() + now.saturating_sub(started) as f64;
     let mut results = Vec::new();
+    let mut read = 0;
     let outcome = (|| -> Result<()> {
         for c in &chapters {
+            if opts.written_by_tasks.iter().any(|x| x == c.id) {
+                // Written by a cluster task: findings.md reads its folder.
+                done += FIXED_COST;
+                read += 1;
+                progress(done, total, c.id);
+                continue;
+            }
             let costs: std::collections::HashMap<&str, f64> = c
                 .specs
                 .iter()
@@ -190,16 +239,17 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
             done = base + costs.values().sum::<f64>() + FIXED_COST;
             progress(done, total, c.id);
             results.push(r);
-            record_session(opts, started, t0.elapsed().as_secs_f64())?;
+            record_session(opts, started, elapsed())?;
         }
         Ok(())
     })();
     // An interrupted session's time counts too.
-    let total_seconds = record_session(opts, started, t0.elapsed().as_secs_f64())?;
+    let total_seconds = record_session(opts, started, elapsed())?;
     outcome?;
     let book = Book {
         results,
-        seconds: t0.elapsed().as_secs_f64(),
+        read,
+        seconds: elapsed(),
         total_seconds,
     };
     super::findings::write(&opts.out, opts.quick, book.total_seconds, sessions(opts))?;

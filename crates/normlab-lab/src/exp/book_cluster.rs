@@ -1,0 +1,435 @@
+//! The book on a cluster. Its work is cut into units (one training run of
+//! a chapter's grid, or one chapter that trains nothing), grouped into
+//! tasks of at least a minute each by the book's cost estimate, and written
+//! as `book-plan.json` in the book folder. An array task runs its units
+//! (`normlab book --task I`: runs through the sweep engine into the
+//! chapters' run folders, whole chapters with their outputs); the
+//! publishing step (`normlab book --assemble`) checks that every unit is
+//! done and writes the book as a local run would, reading the finished runs
+//! and the chapters the tasks wrote instead of computing them again.
+//! `book_emit.rs` wraps the same plan in a Slurm job array with a
+//! dependent publishing job, or a Kubernetes indexed Job.
+
+use super::book::{chapters, run_cost, Chapter, FIXED_COST};
+use super::registry;
+use crate::sweep::{self, RunSpec, SweepOptions};
+use normlab::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::path::Path;
+
+/// The plan's file in the book folder.
+pub const PLAN: &str = "book-plan.json";
+/// Where tasks record when they ran (one file per task).
+const TASKS_DIR: &str = "book-tasks";
+/// The plan format.
+const PLAN_VERSION: u32 = 1;
+
+/// One piece of a book's work.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Unit {
+    /// The chapter (experiment id).
+    pub chapter: String,
+    /// The training run (its id in the chapter's grid); None: the whole
+    /// chapter, which trains nothing.
+    pub run: Option<String>,
+    /// Estimated work, in seconds of one core.
+    pub cost: f64,
+}
+
+/// A book cut into tasks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Plan {
+    /// Format version.
+    pub version: u32,
+    /// The reduced settings.
+    pub quick: bool,
+    /// Only these chapters (None: all).
+    pub only: Option<Vec<String>>,
+    /// Each task's units.
+    pub tasks: Vec<Vec<Unit>>,
+}
+
+impl Plan {
+    /// Every unit, in task order.
+    pub fn units(&self) -> impl Iterator<Item = &Unit> {
+        self.tasks.iter().flatten()
+    }
+
+    /// The book options the plan stands for, writing into `out`.
+    fn options(&self, out: &Path, jobs: Option<usize>) -> super::book::BookOptions {
+        super::book::BookOptions {
+            out: out.to_path_buf(),
+            quick: self.quick,
+            jobs,
+            only: self.only.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The book's units: every run of every chapter's grid, and each chapter
+/// that trains nothing as one unit.
+fn units(chapters: &[Chapter]) -> Vec<Unit> {
+    let mut v = Vec::new();
+    for c in chapters {
+        if c.specs.is_empty() {
+            v.push(Unit {
+                chapter: c.id.into(),
+                run: None,
+                cost: FIXED_COST,
+            });
+        }
+        for s in &c.specs {
+            v.push(Unit {
+                chapter: c.id.into(),
+                run: Some(s.id.clone()),
+                cost: run_cost(s),
+            });
+        }
+    }
+    v
+}
+
+/// Units grouped into tasks of at least `min_cost` each (unless the whole
+/// book is smaller): as many tasks as the total allows, filled longest unit
+/// first into the least loaded task, then the smallest tasks merged until
+/// every task reaches `min_cost`. Deterministic for the same units.
+pub fn group(units: Vec<Unit>, min_cost: f64) -> Vec<Vec<Unit>> {
+    let total: f64 = units.iter().map(|u| u.cost).sum();
+    let n = ((total / min_cost).floor() as usize).clamp(1, units.len().max(1));
+    let mut order: Vec<Unit> = units;
+    // Longest first; ties in the units' own order (a stable sort).
+    order.sort_by(|a, b| b.cost.total_cmp(&a.cost));
+    let mut tasks: Vec<(f64, Vec<Unit>)> = (0..n).map(|_| (0.0, Vec::new())).collect();
+    for u in order {
+        let least = (0..n)
+            .min_by(|&a, &b| tasks[a].0.total_cmp(&tasks[b].0))
+            .expect("at least one task");
+        tasks[least].0 += u.cost;
+        tasks[least].1.push(u);
+    }
+    tasks.retain(|t| !t.1.is_empty());
+    // A unit longer than its share leaves other tasks short: merge the two
+    // smallest until each task is long enough.
+    loop {
+        tasks.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if tasks.len() < 2 || tasks[0].0 >= min_cost {
+            break;
+        }
+        let (c, mut u) = tasks.remove(0);
+        tasks[0].0 += c;
+        tasks[0].1.append(&mut u);
+    }
+    // Largest task first (it starts first where tasks queue).
+    tasks.sort_by(|a, b| b.0.total_cmp(&a.0));
+    tasks.into_iter().map(|t| t.1).collect()
+}
+
+/// Cut the book of `opts` into tasks of at least `min_task_seconds` of
+/// estimated work each and write the plan into its folder.
+pub fn write_plan(opts: &super::book::BookOptions, min_task_seconds: f64) -> Result<Plan> {
+    let plan = Plan {
+        version: PLAN_VERSION,
+        quick: opts.quick,
+        only: opts.only.clone(),
+        tasks: group(units(&chapters(opts)?), min_task_seconds),
+    };
+    normlab::io::create_dir_all(&opts.out)?;
+    normlab::io::atomic_write(
+        &opts.out.join(PLAN),
+        serde_json::to_string_pretty(&plan)
+            .expect("json")
+            .as_bytes(),
+    )?;
+    Ok(plan)
+}
+
+/// The plan of the book folder `out`.
+pub fn read_plan(out: &Path) -> Result<Plan> {
+    let path = out.join(PLAN);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::bad(format!(
+            "{}: {e} (write a plan first: normlab book --out {} --emit-slurm or --emit-k8s)",
+            path.display(),
+            out.display()
+        ))
+    })?;
+    let plan: Plan = serde_json::from_str(&text)
+        .map_err(|e| Error::bad(format!("{} is not a book plan: {e}", path.display())))?;
+    if plan.version != PLAN_VERSION {
+        return Err(Error::bad(format!(
+            "{} has plan format {} (this normlab reads {PLAN_VERSION}); emit the plan again",
+            path.display(),
+            plan.version
+        )));
+    }
+    Ok(plan)
+}
+
+/// The task index from the scheduler's environment: a Slurm array task
+/// (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN) or a Kubernetes
+/// indexed Job's pod (JOB_COMPLETION_INDEX).
+pub fn task_from_env() -> Result<usize> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let parse = |k: &str, v: String| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|_| Error::bad(format!("bad {k} '{v}'")))
+    };
+    if let Some(id) = get("SLURM_ARRAY_TASK_ID") {
+        let min = match get("SLURM_ARRAY_TASK_MIN") {
+            Some(m) => parse("SLURM_ARRAY_TASK_MIN", m)?,
+            None => 0,
+        };
+        return Ok(parse("SLURM_ARRAY_TASK_ID", id)?.saturating_sub(min));
+    }
+    if let Some(i) = get("JOB_COMPLETION_INDEX") {
+        return parse("JOB_COMPLETION_INDEX", i);
+    }
+    Err(Error::bad(
+        "--task without a number needs SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX in the environment",
+    ))
+}
+
+/// The chapters of a plan with their grids, and for each unit its chapter
+/// and (for a run) its spec; an error when the plan names a run this
+/// normlab's grids do not have (a plan written by another version).
+fn resolve<'a>(
+    plan: &Plan,
+    chapters: &'a [Chapter],
+    units: &[Unit],
+) -> Result<Vec<(&'a Chapter, Option<&'a RunSpec>)>> {
+    units
+        .iter()
+        .map(|u| {
+            let c = chapters
+                .iter()
+                .find(|c| c.id == u.chapter)
+                .ok_or_else(|| stale(plan, &u.chapter))?;
+            let spec = match &u.run {
+                None => None,
+                Some(id) => Some(
+                    c.specs
+                        .iter()
+                        .find(|s| &s.id == id)
+                        .ok_or_else(|| stale(plan, id))?,
+                ),
+            };
+            Ok((c, spec))
+        })
+        .collect()
+}
+
+fn stale(plan: &Plan, what: &str) -> Error {
+    Error::bad(format!(
+        "the book plan names {what}, which this normlab's {} book does not have (written by another version?); emit the plan again",
+        if plan.quick { "--quick" } else { "full" }
+    ))
+}
+
+/// What a task did.
+#[derive(Debug)]
+pub struct TaskOutcome {
+    /// Runs finished (trained now or found finished).
+    pub runs: usize,
+    /// Chapters written.
+    pub chapters: usize,
+    /// Wall time (s).
+    pub seconds: f64,
+}
+
+/// Run task `index` of the plan in `out` with `jobs` runs in parallel:
+/// its training runs through the sweep engine (finished ones are kept,
+/// interrupted ones resume), then its whole chapters, each written to its
+/// folder as `normlab exp` writes it.
+pub fn run_task(
+    out: &Path,
+    index: usize,
+    jobs: usize,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+) -> Result<TaskOutcome> {
+    let t0 = std::time::Instant::now();
+    let started = unix_now();
+    let plan = read_plan(out)?;
+    let Some(units) = plan.tasks.get(index) else {
+        return Err(Error::bad(format!(
+            "task {index} is not in the plan (it has tasks 0..{})",
+            plan.tasks.len()
+        )));
+    };
+    let mut opts = plan.options(out, Some(jobs));
+    opts.stop = stop.clone();
+    let chapters = chapters(&opts)?;
+    let resolved = resolve(&plan, &chapters, units)?;
+    let mut outcome = TaskOutcome {
+        runs: 0,
+        chapters: 0,
+        seconds: 0.0,
+    };
+    // Runs, chapter by chapter (each chapter's runs live in its folder).
+    for c in &chapters {
+        let specs: Vec<RunSpec> = resolved
+            .iter()
+            .filter(|(rc, s)| rc.id == c.id && s.is_some())
+            .filter_map(|(_, s)| s.map(|s| (*s).clone()))
+            .collect();
+        if specs.is_empty() {
+            continue;
+        }
+        let sopts = SweepOptions {
+            out: c.args.out.clone(),
+            jobs,
+            threads_per_run: 1,
+            shard: None,
+            keep_params: false,
+            wait_for_held: true,
+            stop: stop.clone(),
+        };
+        outcome.runs += sweep::run_all(&specs, &sopts, &|_, _, _| {})?
+            .complete()?
+            .len();
+    }
+    for (c, _) in resolved.iter().filter(|(_, s)| s.is_none()) {
+        let r = registry::run(c.id, &c.args, &|_, _, _| {})?;
+        super::framework::write_outputs(
+            &r,
+            c.args.out.as_ref().expect("book chapters have a folder"),
+        )?;
+        outcome.chapters += 1;
+    }
+    outcome.seconds = t0.elapsed().as_secs_f64();
+    let dir = out.join(TASKS_DIR);
+    normlab::io::create_dir_all(&dir)?;
+    normlab::io::atomic_write(
+        &dir.join(format!("task-{index}.json")),
+        json!({"task": index, "started_unix": started, "seconds": outcome.seconds,
+               "machine": super::provenance::machine(), "runs": outcome.runs, "chapters": outcome.chapters})
+        .to_string()
+        .as_bytes(),
+    )?;
+    Ok(outcome)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Whether `unit` is done in the book folder: its run finished, or its
+/// chapter's result.json written at the plan's setting.
+fn is_done(plan: &Plan, out: &Path, unit: &Unit) -> bool {
+    let dir = out.join(&unit.chapter);
+    match &unit.run {
+        Some(id) => sweep::is_finished(&dir, id),
+        None => std::fs::read(dir.join("result.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|j| j["quick"] == plan.quick),
+    }
+}
+
+/// Units of the plan not done yet in `out`, by task.
+pub fn missing(out: &Path) -> Result<Vec<(usize, Unit)>> {
+    let plan = read_plan(out)?;
+    Ok(plan
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.iter().map(move |u| (i, u)))
+        .filter(|(_, u)| !is_done(&plan, out, u))
+        .map(|(i, u)| (i, u.clone()))
+        .collect())
+}
+
+/// The publishing step: once every unit of the plan in `out` is done, the
+/// book as a local run writes it (chapters with a grid analyse their
+/// finished runs; the chapters the tasks wrote are read, not run again),
+/// with the wall time counted from the first task's start.
+pub fn assemble(
+    out: &Path,
+    jobs: Option<usize>,
+    progress: super::book::BookProgress,
+) -> Result<super::book::Book> {
+    let plan = read_plan(out)?;
+    let left = missing(out)?;
+    if let Some((task, u)) = left.first() {
+        let mut tasks: Vec<usize> = left.iter().map(|(t, _)| *t).collect();
+        tasks.dedup();
+        return Err(Error::bad(format!(
+            "{} of the plan's {} units are not done (first: {} {} of task {task}; tasks with work left: {:?}); run those tasks again",
+            left.len(),
+            plan.units().count(),
+            u.chapter,
+            u.run.as_deref().unwrap_or("(chapter)"),
+            tasks
+        )));
+    }
+    let first_start = std::fs::read_dir(out.join(TASKS_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .filter_map(|j| j["started_unix"].as_u64())
+        .min();
+    let mut opts = plan.options(out, jobs);
+    opts.written_by_tasks = plan
+        .units()
+        .filter(|u| u.run.is_none())
+        .map(|u| u.chapter.clone())
+        .collect();
+    opts.clock_from = first_start;
+    super::book::run(&opts, progress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(chapter: &str, run: Option<&str>, cost: f64) -> Unit {
+        Unit {
+            chapter: chapter.into(),
+            run: run.map(str::to_string),
+            cost,
+        }
+    }
+
+    #[test]
+    fn grouping_covers_every_unit_once_and_keeps_tasks_long_enough() {
+        // A long unit, a handful of short ones and many tiny ones.
+        let mut units = vec![u("a", None, 150.0)];
+        for i in 0..7 {
+            units.push(u("b", Some(&format!("r{i}")), 20.0 + i as f64));
+        }
+        for i in 0..40 {
+            units.push(u("c", Some(&format!("t{i}")), 1.5));
+        }
+        let total: f64 = units.iter().map(|u| u.cost).sum();
+        let tasks = group(units.clone(), 60.0);
+        assert!(tasks.len() >= 2 && tasks.len() <= (total / 60.0) as usize);
+        for t in &tasks {
+            assert!(t.iter().map(|u| u.cost).sum::<f64>() >= 60.0, "{t:?}");
+        }
+        let mut seen: Vec<&Unit> = tasks.iter().flatten().collect();
+        assert_eq!(seen.len(), units.len());
+        seen.sort_by(|a, b| (&a.chapter, &a.run).cmp(&(&b.chapter, &b.run)));
+        seen.dedup();
+        assert_eq!(seen.len(), units.len());
+        // Deterministic.
+        assert_eq!(group(units.clone(), 60.0), tasks);
+        // A book smaller than one task's minimum is one task; a huge
+        // minimum too.
+        assert_eq!(group(vec![u("x", None, 5.0)], 60.0).len(), 1);
+        assert_eq!(group(units, 1e9).len(), 1);
+        // Where the units allow it, the tasks are balanced: 8 units of 60
+        // into 4 tasks of 120.
+        let even: Vec<Unit> = (0..8)
+            .map(|i| u("e", Some(&format!("{i}")), 60.0))
+            .collect();
+        let t = group(even, 100.0);
+        assert_eq!(t.len(), 4);
+        assert!(t.iter().all(|t| t.len() == 2));
+    }
+}
