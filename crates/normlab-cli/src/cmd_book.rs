@@ -140,7 +140,10 @@ pub fn book(c: BookCmd) -> anyhow::Result<()> {
     };
     let (b, quick) = if c.assemble {
         let plan = book_cluster::read_plan(&c.out)?;
-        (book_cluster::assemble(&c.out, c.jobs, &bar)?, plan.quick)
+        (
+            book_cluster::assemble(&c.out, c.jobs, Some(crate::ui::stop_flag()), &bar)?,
+            plan.quick,
+        )
     } else {
         (book::run(&opts, &bar)?, c.quick)
     };

@@ -183,7 +183,9 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
 }
 
 /// The headline results in about two minutes: depth-sim with its toggles,
-/// collapse and lr-sensitivity in reduced size, and speed.
+/// collapse and lr-sensitivity in reduced size, and speed. The training
+/// runs stay in `<out>/<experiment>/runs/` for the lab's dashboard
+/// (`normlab serve --runs <out>`); a second demo reuses them.
 #[derive(Args, Debug)]
 pub struct DemoCmd {
     /// Output folder (report.md, one sub-folder per experiment).
@@ -192,6 +194,10 @@ pub struct DemoCmd {
     /// Runs in parallel (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Each experiment's --quick setting instead (seconds): a first look,
+    /// and the tests.
+    #[arg(long)]
+    quick: bool,
 }
 
 pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
@@ -227,9 +233,19 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
     ];
     let mut md = String::from("# normlab demo\n\nThe headline results of normlab, each measured by this run (`normlab demo`). Every experiment has a full setting: `normlab exp <id>`.\n\n");
     for (id, title, mut args) in plan {
+        let title = if c.quick {
+            args = ExpArgs {
+                quick: true,
+                ..ExpArgs::default()
+            };
+            format!("{} (--quick)", title.split(" (").next().unwrap_or(title))
+        } else {
+            title.to_string()
+        };
         args.jobs = c.jobs.or(args.jobs);
         let dir = c.out.join(id);
-        args.out = None;
+        // The runs stay on disk, for the dashboard.
+        args.out = Some(dir.clone());
         let pb = progress(1, id);
         let r = exp::run(id, &args, &|done, total, msg| {
             pb.set_length(total as u64);

@@ -579,3 +579,56 @@ fn run_listing_is_bounded() {
     assert_eq!(v["truncated"], true);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `normlab demo` keeps its training runs (`<out>/<experiment>/runs/`), so
+/// the dashboard of `normlab serve --runs <out>` lists them, finished; a
+/// second demo reuses them.
+#[test]
+fn demo_runs_show_on_the_dashboard() {
+    let dir = std::env::temp_dir().join(format!("normlab-web-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let demo = dir.join("demo");
+    let run_demo = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+            .args(["demo", "--quick", "--out"])
+            .arg(&demo)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let first = run_demo();
+    assert!(first.contains("Wrote"), "{first}");
+    let s = serve(Some(&demo));
+    let (code, body) = get(&s, "/api/runs");
+    assert_eq!(code, 200, "{body}");
+    let v = json_body(&body);
+    let runs = v["runs"].as_array().unwrap();
+    for exp in ["collapse", "lr-sensitivity"] {
+        let mine: Vec<&serde_json::Value> = runs
+            .iter()
+            .filter(|r| {
+                r["id"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{exp}/runs/"))
+            })
+            .collect();
+        assert!(mine.len() >= 2, "{exp}: {body}");
+        assert!(mine.iter().all(|r| r["status"] != "unfinished"), "{body}");
+    }
+    // Reused: the same run folders, their summaries untouched.
+    let summary = |r: &serde_json::Value| {
+        let p = demo.join(r["id"].as_str().unwrap()).join("summary.json");
+        (
+            std::fs::read(&p).unwrap(),
+            std::fs::metadata(&p).unwrap().modified().unwrap(),
+        )
+    };
+    let before: Vec<_> = runs.iter().map(summary).collect();
+    run_demo();
+    let after: Vec<_> = runs.iter().map(summary).collect();
+    assert_eq!(before, after);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -350,6 +350,7 @@ pub fn missing(out: &Path) -> Result<Vec<(usize, Unit)>> {
 pub fn assemble(
     out: &Path,
     jobs: Option<usize>,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     progress: super::book::BookProgress,
 ) -> Result<super::book::Book> {
     let plan = read_plan(out)?;
@@ -381,6 +382,7 @@ pub fn assemble(
         .map(|u| u.chapter.clone())
         .collect();
     opts.clock_from = first_start;
+    opts.stop = stop;
     super::book::run(&opts, progress)
 }
 
