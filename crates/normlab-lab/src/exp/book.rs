@@ -97,23 +97,6 @@ pub struct PlanRow {
     pub core_seconds_left: f64,
 }
 
-/// What a book would run: per experiment, its runs, how many are done,
-/// and the estimated work left.
-pub fn plan(opts: &BookOptions) -> Result<Vec<PlanRow>> {
-    Ok(chapters(opts)?
-        .iter()
-        .map(|c| {
-            let left: Vec<&RunSpec> = c.specs.iter().filter(|s| !c.finished(s)).collect();
-            PlanRow {
-                id: c.id,
-                runs: c.specs.len(),
-                finished: c.specs.len() - left.len(),
-                core_seconds_left: FIXED_COST + left.iter().map(|s| run_cost(s)).sum::<f64>(),
-            }
-        })
-        .collect())
-}
-
 /// A book's estimated wall time, per experiment, calibrated here (see
 /// [`super::book_estimate`]): (id, runs, finished, estimated seconds left
 /// with `jobs` runs side by side), and the calibration.
