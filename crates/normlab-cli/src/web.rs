@@ -23,6 +23,8 @@
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
 //!   metrics sampled to at most N records (default 2000, at most 20000;
 //!   evaluations always kept), with `metrics_total`.
+//! - `GET /api/book`, `GET /api/book/{id}`, `GET /api/book/{id}/figure/{stem}`
+//!   — the book pages (`web/book.rs`): the claims table, a chapter, a figure.
 //! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max|f16_overflow` —
 //!   an SVG overlaying those runs.
 
@@ -45,6 +47,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod book;
 mod overlay;
 use overlay::api_plot;
 
@@ -69,9 +72,15 @@ pub struct ServeCmd {
     /// Address to listen on (loopback by default; port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
-    /// Folder of runs for the dashboard (from train, sweep, exp --out).
+    /// Folder of runs for the dashboard (from train, sweep, exp --out,
+    /// demo); its chapters (`<id>/result.json`) also make the book pages
+    /// when --book is not given.
     #[arg(long)]
     runs: Option<PathBuf>,
+    /// A book folder (`normlab book --out`) for the book pages: the claims
+    /// table and each chapter with its figures.
+    #[arg(long)]
+    book: Option<PathBuf>,
     /// Seconds a client may take to send a request's header (from the
     /// connection's start, or from the previous response); a slower one is
     /// disconnected.
@@ -92,6 +101,8 @@ fn header_timeout(s: &str) -> Result<f64, String> {
 
 struct Lab {
     runs: Option<PathBuf>,
+    /// A book folder for the book pages (else `runs`).
+    book: Option<PathBuf>,
     /// Permits for the heavy requests.
     heavy: tokio::sync::Semaphore,
 }
@@ -136,9 +147,10 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 }
 
 /// The router (also used by tests).
-pub fn router(runs: Option<PathBuf>) -> Router {
+pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>) -> Router {
     let state = Arc::new(Lab {
         runs,
+        book,
         heavy: tokio::sync::Semaphore::new(HEAVY_CONCURRENCY),
     });
     Router::new()
@@ -150,6 +162,8 @@ pub fn router(runs: Option<PathBuf>) -> Router {
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{*id}", get(api_run))
         .route("/api/plot", get(api_plot))
+        .route("/api/book", get(book::api_book))
+        .route("/api/book/{*path}", get(book::api_chapter))
         .fallback(not_found)
         .with_state(state)
         .layer(axum::middleware::map_response(|r: Response| {
@@ -176,6 +190,11 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
             return crate::ui::bad(format!("--runs {} is not a folder", r.display()));
         }
     }
+    if let Some(b) = &c.book {
+        if !b.is_dir() {
+            return crate::ui::bad(format!("--book {} is not a folder", b.display()));
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -198,7 +217,7 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
             header_timeout: std::time::Duration::from_secs_f64(c.header_timeout),
             max_connections: c.max_connections as usize,
         };
-        serve(listener, router(c.runs.clone()), limits).await;
+        serve(listener, router(c.runs.clone(), c.book.clone()), limits).await;
         Ok(())
     })
 }

@@ -617,6 +617,20 @@ fn demo_runs_show_on_the_dashboard() {
         assert!(mine.len() >= 2, "{exp}: {body}");
         assert!(mine.iter().all(|r| r["status"] != "unfinished"), "{body}");
     }
+    // Its chapters make the book pages of the same folder.
+    let (code, body) = get(&s, "/api/book");
+    assert_eq!(code, 200, "{body}");
+    let book = json_body(&body);
+    let chapters: Vec<&str> = book["chapters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        chapters,
+        ["depth-sim", "collapse", "lr-sensitivity", "speed"]
+    );
     // Reused: the same run folders, their summaries untouched.
     let summary = |r: &serde_json::Value| {
         let p = demo.join(r["id"].as_str().unwrap()).join("summary.json");
@@ -630,5 +644,82 @@ fn demo_runs_show_on_the_dashboard() {
     let after: Vec<_> = runs.iter().map(summary).collect();
     assert_eq!(before, after);
     drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The book pages: `serve --book` on a small quick book gives the claims
+/// table (a checked claim with its verdict and chapter, an uncovered one
+/// "not run here"), a chapter with its verdicts, settings and figures, and
+/// the figure itself; only listed figures are served; without a book or
+/// runs folder the lab says how to get one.
+#[test]
+fn book_pages_read_a_book_folder() {
+    let dir = std::env::temp_dir().join(format!("normlab-web-book-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let book = dir.join("book");
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["book", "--quick", "--only", "drift,norm-stats", "--out"])
+        .arg(&book)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = serve_with(None, &["--book", book.to_str().unwrap()]);
+    let (code, body) = get(&s, "/api/book");
+    assert_eq!(code, 200, "{body}");
+    let v = json_body(&body);
+    let claim = |id: &str| {
+        v["claims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let c1 = claim("C1");
+    assert!(c1["statement"].as_str().unwrap().len() > 20, "{c1}");
+    assert_eq!(c1["chapters"][0]["experiment"], "drift", "{c1}");
+    assert!(c1["overall"].is_string(), "{c1}");
+    // A claim no chapter here checked.
+    assert!(claim("C13")["overall"].is_null());
+    let ids: Vec<&str> = v["chapters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["drift", "norm-stats"]);
+    let (code, body) = get(&s, "/api/book/drift");
+    assert_eq!(code, 200, "{body}");
+    let ch = json_body(&body);
+    assert_eq!(ch["quick"], true);
+    assert_eq!(ch["verdicts"][0]["claim"], "C1");
+    assert!(!ch["verdicts"][0]["evidence"].as_str().unwrap().is_empty());
+    assert!(ch["settings"].is_object() && ch["ran_on"]["date"].is_string());
+    assert!(!ch["departures"].as_array().unwrap().is_empty());
+    let fig = ch["figures"][0].as_str().unwrap().to_string();
+    let (code, svg) = get(&s, &format!("/api/book/drift/figure/{fig}"));
+    assert_eq!(code, 200);
+    assert!(svg.contains("<svg"), "{}", &svg[..svg.len().min(200)]);
+    for bad in [
+        "/api/book/drift/figure/nothing",
+        "/api/book/drift/figure/..%2F..%2Ffindings",
+        "/api/book/warmup",
+        "/api/book/drift/other/x",
+        "/api/book?x=1",
+    ] {
+        let (code, body) = get(&s, bad);
+        assert!((400..500).contains(&code), "{bad}: {code} {body}");
+        assert!(json_body(&body)["error"].is_string(), "{bad}: {body}");
+    }
+    drop(s);
+    // Neither --book nor --runs: how to get a book.
+    let s = serve(None);
+    let (code, body) = get(&s, "/api/book");
+    assert_eq!(code, 200);
+    assert!(json_body(&body)["how_to"]
+        .as_str()
+        .unwrap()
+        .contains("normlab book --quick"));
     let _ = std::fs::remove_dir_all(&dir);
 }

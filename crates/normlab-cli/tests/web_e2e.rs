@@ -176,11 +176,21 @@ async fn web_lab_in_headless_chromium() {
     std::fs::create_dir_all(&base).unwrap();
     let runs = base.join("runs");
     make_runs(&runs);
+    // A small quick book (two chapters) for the book pages.
+    let book = base.join("book");
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["book", "--quick", "--only", "drift,norm-stats", "--out"])
+        .arg(&book)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // The lab, on a free port.
     let mut server = Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args(["serve", "--addr", "127.0.0.1:0", "--runs"])
         .arg(&runs)
+        .arg("--book")
+        .arg(&book)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -376,6 +386,36 @@ async fn web_lab_in_headless_chromium() {
     })
     .await;
     shot(&c, "#sim", &base, "depth_simulator.png").await;
+
+    // The book: every claim in the table; C1 opens its chapter, with the
+    // verdict, the evidence and a figure that loads.
+    wait_for("claims table", || async {
+        (rows(&c, "#book-claims tbody tr").await == 27).then_some(())
+    })
+    .await;
+    assert!(text(&c, "#claim-C13").await.contains("not run here"));
+    click(&c, "#claim-C1").await;
+    wait_for("C1's chapter", || async {
+        c.find(Locator::Css("#chapter-drift img")).await.ok()
+    })
+    .await;
+    let chapter = text(&c, "#book-chapter").await;
+    assert!(
+        chapter.contains("C1") && chapter.contains("Verdict:") && chapter.contains("departs"),
+        "{chapter}"
+    );
+    wait_for("C1's figure", || async {
+        let w = c
+            .execute(
+                "return document.querySelector('#chapter-drift img').naturalWidth",
+                vec![],
+            )
+            .await
+            .ok()?;
+        (w.as_u64().unwrap_or(0) > 0).then_some(())
+    })
+    .await;
+    shot(&c, "#book", &base, "book.png").await;
 
     // Runs dashboard: two runs listed, overlay them, open one.
     wait_for("runs list", || async {

@@ -13,6 +13,7 @@ pub mod book;
 pub mod book_cluster;
 pub mod book_emit;
 pub mod book_estimate;
+pub mod book_view;
 pub mod claims;
 pub mod collapse;
 pub mod convert;

@@ -1,0 +1,87 @@
+//! The web lab's book pages: `GET /api/book` (the claims table of the
+//! chapters in `--book DIR`, or without it in `--runs DIR`: each claim's
+//! statement, its verdict and each chapter's; with neither, how to get a
+//! book), `GET /api/book/{id}` (one chapter: question, settings, seeds,
+//! verdicts with evidence, figures, machine and date, departures) and `GET
+//! /api/book/{id}/figure/{stem}` (a figure of that chapter, as SVG, by the
+//! name its result.json lists). Reading runs nothing.
+
+use super::*;
+
+/// What the page says when the lab has no chapters.
+const HOW_TO: &str = "no chapters here: normlab book --quick --out book (a few minutes), then normlab serve --book book; or normlab demo, then normlab serve --runs normlab-demo";
+
+/// The folder the book is read from.
+fn book_dir(lab: &Lab) -> Option<&std::path::Path> {
+    lab.book.as_deref().or(lab.runs.as_deref())
+}
+
+pub(super) async fn api_book(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
+    if let Err(r) = query(raw, &[]) {
+        return *r;
+    }
+    let Some(dir) = book_dir(&lab) else {
+        return Json(json!({"claims": [], "chapters": [], "how_to": HOW_TO})).into_response();
+    };
+    match normlab_lab::exp::book_view::claims_table(dir) {
+        Ok(mut v) => {
+            if v["chapters"].as_array().is_some_and(Vec::is_empty) {
+                v["how_to"] = json!(HOW_TO);
+            }
+            v["folder"] = json!(dir.display().to_string());
+            Json(v).into_response()
+        }
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `/api/book/{id}` and `/api/book/{id}/figure/{stem}`.
+pub(super) async fn api_chapter(
+    State(lab): State<Shared>,
+    AxPath(path): AxPath<String>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    if let Err(r) = query(raw, &[]) {
+        return *r;
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    let (id, figure) = match parts.as_slice() {
+        [id] => (*id, None),
+        [id, "figure", stem] => (*id, Some(*stem)),
+        _ => {
+            return err(
+                StatusCode::NOT_FOUND,
+                format!("no book page /api/book/{path}"),
+            )
+        }
+    };
+    let Some(dir) = book_dir(&lab) else {
+        return err(StatusCode::NOT_FOUND, HOW_TO);
+    };
+    let chapter = match normlab_lab::exp::book_view::chapter(dir, id) {
+        Ok(Some(c)) => c,
+        Ok(None) => return err(StatusCode::NOT_FOUND, format!("no chapter '{id}' here")),
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let Some(stem) = figure else {
+        return Json(chapter).into_response();
+    };
+    // Only a figure the chapter lists (its own file name, no path).
+    let listed = chapter["figures"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|s| s == stem));
+    if !listed {
+        return err(
+            StatusCode::NOT_FOUND,
+            format!("chapter '{id}' has no figure '{stem}'"),
+        );
+    }
+    let file = dir.join(id).join(format!("{stem}.svg"));
+    match std::fs::read(&file) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "image/svg+xml")], bytes).into_response(),
+        Err(e) => err(
+            StatusCode::NOT_FOUND,
+            format!("figure '{stem}' of '{id}' cannot be read: {e}"),
+        ),
+    }
+}

@@ -1,0 +1,99 @@
+//! The book as data for a reader (the web lab's book pages): the claims
+//! table (each claim's statement, its one verdict over the chapters found,
+//! and each chapter's verdict) and one chapter (its question, settings,
+//! seeds, verdicts with their evidence, figures, where and when it ran,
+//! where it departs from the lesson), read from a folder of chapters
+//! (`<dir>/<id>/result.json`: a book, a demo, or `exp --out` folders side
+//! by side). Chapters at the full setting are preferred over `--quick`
+//! ones. Reading runs nothing.
+
+use super::claims::{Coverage, Verdict, CLAIMS};
+use super::departures::DEPARTURES;
+use super::findings::{recorded, Recorded};
+use normlab::error::Result;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// The chapters found in `dir`, each with whether it is a quick one.
+fn chapters(dir: &Path) -> Result<Vec<(Recorded, bool)>> {
+    let full = recorded(dir, false)?;
+    let mut all: Vec<(Recorded, bool)> = Vec::new();
+    for r in recorded(dir, true)? {
+        if !full.iter().any(|f| f.id == r.id) {
+            all.push((r, true));
+        }
+    }
+    all.extend(full.into_iter().map(|r| (r, false)));
+    // In the book's order.
+    let order = |id: &str| super::EXPERIMENTS.iter().position(|e| e.id == id);
+    all.sort_by_key(|(r, _)| order(&r.id));
+    Ok(all)
+}
+
+/// The claims table of the chapters in `dir`: per claim its id, title,
+/// statement, overall verdict (and the chapter deciding it), and each
+/// chapter's verdict; with the chapters found. `chapters` is empty when
+/// `dir` holds none.
+pub fn claims_table(dir: &Path) -> Result<Value> {
+    let found = chapters(dir)?;
+    let mut claims = Vec::new();
+    for c in CLAIMS {
+        let mine: Vec<(&str, Verdict)> = found
+            .iter()
+            .flat_map(|(r, _)| r.checks.iter())
+            .filter(|f| f.claim == c.id)
+            .map(|f| (f.experiment.as_str(), f.verdict))
+            .collect();
+        let overall = c.overall(&mine);
+        let not_checked = match c.coverage {
+            Coverage::Uncheckable(why) => Some(why),
+            Coverage::Experiments(_) => None,
+        };
+        claims.push(json!({
+            "id": c.id,
+            "title": c.title,
+            "statement": c.statement,
+            "overall": overall.as_ref().map(|o| o.verdict.label()),
+            "overall_label": overall.as_ref().map(|o| o.label()),
+            "decided_by": overall.as_ref().map(|o| o.decided_by.clone()),
+            "not_checked": not_checked,
+            "chapters": mine.iter().map(|(e, v)| json!({"experiment": e, "verdict": v.label()})).collect::<Vec<_>>(),
+        }));
+    }
+    Ok(json!({
+        "claims": claims,
+        "chapters": found.iter().map(|(r, q)| json!({"id": r.id, "quick": q})).collect::<Vec<_>>(),
+    }))
+}
+
+/// One chapter of `dir`: None when it is not there.
+pub fn chapter(dir: &Path, id: &str) -> Result<Option<Value>> {
+    let found = chapters(dir)?;
+    let Some((r, quick)) = found.iter().find(|(r, _)| r.id == id) else {
+        return Ok(None);
+    };
+    let question = super::registry::find(id).map(|e| e.question);
+    Ok(Some(json!({
+        "id": r.id,
+        "question": question,
+        "quick": quick,
+        "settings": r.settings,
+        "seeds": r.seeds,
+        "figures": r.figures,
+        "ran_on": r.ran_on.as_ref().map(|(m, d)| json!({"machine": m, "date": d})),
+        "seconds": r.seconds,
+        "verdicts": r.checks.iter().map(|f| {
+            let c = super::claims::claim(f.claim);
+            json!({
+                "claim": f.claim,
+                "title": c.map(|c| c.title),
+                "statement": c.map(|c| c.statement),
+                "verdict": f.verdict.label(),
+                "evidence": f.evidence,
+            })
+        }).collect::<Vec<_>>(),
+        "departures": DEPARTURES.iter().filter(|d| d.chapter == id).map(|d| json!({
+            "claims": d.claims, "lesson": d.lesson, "normlab": d.normlab, "why": d.why, "depends": d.depends,
+        })).collect::<Vec<_>>(),
+    })))
+}
