@@ -25,7 +25,7 @@ fn chapters(dir: &Path) -> Result<Vec<(Recorded, bool)>> {
     }
     all.extend(full.into_iter().map(|r| (r, false)));
     // In the book's order.
-    let order = |id: &str| super::EXPERIMENTS.iter().position(|e| e.id == id);
+    let order = |id: &str| super::registry::EXPERIMENTS.iter().position(|e| e.id == id);
     all.sort_by_key(|(r, _)| order(&r.id));
     Ok(all)
 }
