@@ -210,7 +210,7 @@ fn dry_run(c: &BookCmd, opts: &BookOptions) -> anyhow::Result<()> {
         "\nestimated {:.0} min ({:.1} h) left with {jobs} job(s): each of the {} training shapes timed here ({} side by side, {:.0} s), runs scheduled longest first; {:.1} core-hours of matmul work (at {} GFLOP/s per core, the old estimate)",
         wall / 60.0,
         wall / 3600.0,
-        cal.shapes,
+        cal.shapes(),
         cal.jobs,
         cal.seconds,
         work / 3600.0,
@@ -231,13 +231,7 @@ fn task(c: &BookCmd, t: &str) -> anyhow::Result<()> {
     };
     if c.dry_run {
         let plan = book_cluster::read_plan(&c.out)?;
-        let Some(units) = plan.tasks.get(index) else {
-            return bad(format!(
-                "task {index} is not in the plan (it has tasks 0..{})",
-                plan.tasks.len()
-            ));
-        };
-        for u in units {
+        for u in plan.task(index)? {
             println!("{} {}", u.chapter, u.run.as_deref().unwrap_or("(chapter)"));
         }
         return Ok(());

@@ -185,9 +185,7 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
         .map(run_cost)
         .sum();
     progress(done, total, "starting");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = unix_now();
     // A cluster book's clock starts at its first task.
     let started = opts.clock_from.unwrap_or(now);
     let elapsed = || t0.elapsed().as_secs_f64() + now.saturating_sub(started) as f64;
@@ -237,6 +235,13 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
     };
     super::findings::write(&opts.out, opts.quick, book.total_seconds, sessions(opts))?;
     Ok(book)
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(super) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The sessions of a book folder: `book_sessions.json`.

@@ -51,6 +51,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Task `index`'s units, or an error naming the plan's tasks.
+    pub fn task(&self, index: usize) -> Result<&[Unit]> {
+        self.tasks.get(index).map(Vec::as_slice).ok_or_else(|| {
+            Error::bad(format!(
+                "task {index} is not in the plan (it has tasks 0..{})",
+                self.tasks.len()
+            ))
+        })
+    }
+
     /// Every unit, in task order.
     pub fn units(&self) -> impl Iterator<Item = &Unit> {
         self.tasks.iter().flatten()
@@ -171,25 +181,18 @@ pub fn read_plan(out: &Path) -> Result<Plan> {
 /// (SLURM_ARRAY_TASK_ID minus SLURM_ARRAY_TASK_MIN) or a Kubernetes
 /// indexed Job's pod (JOB_COMPLETION_INDEX).
 pub fn task_from_env() -> Result<usize> {
-    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let parse = |k: &str, v: String| {
-        v.trim()
+    if let Some(i) = sweep::slurm_array_index()? {
+        return Ok(i);
+    }
+    match std::env::var("JOB_COMPLETION_INDEX") {
+        Ok(i) if !i.is_empty() => i
+            .trim()
             .parse::<usize>()
-            .map_err(|_| Error::bad(format!("bad {k} '{v}'")))
-    };
-    if let Some(id) = get("SLURM_ARRAY_TASK_ID") {
-        let min = match get("SLURM_ARRAY_TASK_MIN") {
-            Some(m) => parse("SLURM_ARRAY_TASK_MIN", m)?,
-            None => 0,
-        };
-        return Ok(parse("SLURM_ARRAY_TASK_ID", id)?.saturating_sub(min));
+            .map_err(|_| Error::bad(format!("bad JOB_COMPLETION_INDEX '{i}'"))),
+        _ => Err(Error::bad(
+            "--task without a number needs SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX in the environment",
+        )),
     }
-    if let Some(i) = get("JOB_COMPLETION_INDEX") {
-        return parse("JOB_COMPLETION_INDEX", i);
-    }
-    Err(Error::bad(
-        "--task without a number needs SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX in the environment",
-    ))
 }
 
 /// The chapters of a plan with their grids, and for each unit its chapter
@@ -250,14 +253,9 @@ pub fn run_task(
     stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 ) -> Result<TaskOutcome> {
     let t0 = std::time::Instant::now();
-    let started = unix_now();
+    let started = super::book::unix_now();
     let plan = read_plan(out)?;
-    let Some(units) = plan.tasks.get(index) else {
-        return Err(Error::bad(format!(
-            "task {index} is not in the plan (it has tasks 0..{})",
-            plan.tasks.len()
-        )));
-    };
+    let units = plan.task(index)?;
     let mut opts = plan.options(out, Some(jobs));
     opts.stop = stop.clone();
     let chapters = chapters(&opts)?;
@@ -311,12 +309,6 @@ pub fn run_task(
     Ok(outcome)
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Whether `unit` is done in the book folder: its run finished, or its
 /// chapter's result.json written at the plan's setting.
 fn is_done(plan: &Plan, out: &Path, unit: &Unit) -> bool {
@@ -331,16 +323,14 @@ fn is_done(plan: &Plan, out: &Path, unit: &Unit) -> bool {
 }
 
 /// Units of the plan not done yet in `out`, by task.
-pub fn missing(out: &Path) -> Result<Vec<(usize, Unit)>> {
-    let plan = read_plan(out)?;
-    Ok(plan
-        .tasks
+pub fn missing(plan: &Plan, out: &Path) -> Vec<(usize, Unit)> {
+    plan.tasks
         .iter()
         .enumerate()
         .flat_map(|(i, t)| t.iter().map(move |u| (i, u)))
-        .filter(|(_, u)| !is_done(&plan, out, u))
+        .filter(|(_, u)| !is_done(plan, out, u))
         .map(|(i, u)| (i, u.clone()))
-        .collect())
+        .collect()
 }
 
 /// The publishing step: once every unit of the plan in `out` is done, the
@@ -354,7 +344,7 @@ pub fn assemble(
     progress: super::book::BookProgress,
 ) -> Result<super::book::Book> {
     let plan = read_plan(out)?;
-    let left = missing(out)?;
+    let left = missing(&plan, out);
     if let Some((task, u)) = left.first() {
         let mut tasks: Vec<usize> = left.iter().map(|(t, _)| *t).collect();
         tasks.dedup();

@@ -4,14 +4,10 @@
 //! and its publishing Job (`book --emit-k8s`).
 
 use super::book_cluster::PLAN;
+use crate::sweep::sh_quote;
 use normlab::error::{Error, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-
-/// `s` quoted for a POSIX shell.
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
 
 /// Paths that go into a script must be absolute and printable there.
 fn check_path(what: &str, p: &Path) -> Result<String> {

@@ -24,8 +24,6 @@ pub struct Calibration {
     step: HashMap<String, f64>,
     /// Runs side by side while measuring (and in the estimate).
     pub jobs: usize,
-    /// Distinct shapes measured.
-    pub shapes: usize,
     /// Time the calibration took (s).
     pub seconds: f64,
 }
@@ -94,7 +92,6 @@ pub fn calibrate(specs: &[&RunSpec], jobs: usize) -> Result<Calibration> {
         step.insert(k.clone(), worst);
     }
     Ok(Calibration {
-        shapes: step.len(),
         step,
         jobs,
         seconds: t0.elapsed().as_secs_f64(),
@@ -102,6 +99,11 @@ pub fn calibrate(specs: &[&RunSpec], jobs: usize) -> Result<Calibration> {
 }
 
 impl Calibration {
+    /// Distinct shapes measured.
+    pub fn shapes(&self) -> usize {
+        self.step.len()
+    }
+
     /// Estimated seconds of run `s` (one worker): its steps, and its
     /// held-out evaluations (a forward pass is a third of a step's work,
     /// scaled from the batch to the evaluation's sequences).
@@ -154,7 +156,7 @@ mod tests {
         assert_eq!(shape(&a.cfg), shape(&b.cfg));
         assert_ne!(shape(&a.cfg), shape(&c.cfg));
         let cal = calibrate(&[&a, &b, &c], 2).unwrap();
-        assert_eq!(cal.shapes, 2);
+        assert_eq!(cal.shapes(), 2);
         // Twice the steps, about twice the time (the evaluations aside).
         let (ta, tb) = (cal.run_seconds(&a), cal.run_seconds(&b));
         assert!(tb > 1.5 * ta && tb < 2.5 * ta, "{ta} {tb}");

@@ -4,38 +4,22 @@
 //! seeds, verdicts with their evidence, figures, where and when it ran,
 //! where it departs from the lesson), read from a folder of chapters
 //! (`<dir>/<id>/result.json`: a book, a demo, or `exp --out` folders side
-//! by side). Chapters at the full setting are preferred over `--quick`
-//! ones. Reading runs nothing.
+//! by side; each chapter says whether it ran at the `--quick` setting).
+//! Reading runs nothing.
 
 use super::claims::{Coverage, Verdict, CLAIMS};
 use super::departures::DEPARTURES;
-use super::findings::{recorded, Recorded};
+use super::findings::{read_recorded, recorded_all};
 use normlab::error::Result;
 use serde_json::{json, Value};
 use std::path::Path;
-
-/// The chapters found in `dir`, each with whether it is a quick one.
-fn chapters(dir: &Path) -> Result<Vec<(Recorded, bool)>> {
-    let full = recorded(dir, false)?;
-    let mut all: Vec<(Recorded, bool)> = Vec::new();
-    for r in recorded(dir, true)? {
-        if !full.iter().any(|f| f.id == r.id) {
-            all.push((r, true));
-        }
-    }
-    all.extend(full.into_iter().map(|r| (r, false)));
-    // In the book's order.
-    let order = |id: &str| super::registry::EXPERIMENTS.iter().position(|e| e.id == id);
-    all.sort_by_key(|(r, _)| order(&r.id));
-    Ok(all)
-}
 
 /// The claims table of the chapters in `dir`: per claim its id, title,
 /// statement, overall verdict (and the chapter deciding it), and each
 /// chapter's verdict; with the chapters found. `chapters` is empty when
 /// `dir` holds none.
 pub fn claims_table(dir: &Path) -> Result<Value> {
-    let found = chapters(dir)?;
+    let found = recorded_all(dir)?;
     let mut claims = Vec::new();
     for c in CLAIMS {
         let mine: Vec<(&str, Verdict)> = found
@@ -68,8 +52,7 @@ pub fn claims_table(dir: &Path) -> Result<Value> {
 
 /// One chapter of `dir`: None when it is not there.
 pub fn chapter(dir: &Path, id: &str) -> Result<Option<Value>> {
-    let found = chapters(dir)?;
-    let Some((r, quick)) = found.iter().find(|(r, _)| r.id == id) else {
+    let Some((r, quick)) = read_recorded(dir, id)? else {
         return Ok(None);
     };
     let question = super::registry::find(id).map(|e| e.question);

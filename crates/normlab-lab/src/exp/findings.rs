@@ -97,42 +97,64 @@ fn agreement_line(a: &serde_json::Value) -> String {
 /// The recorded results of the book folder at this setting, in registry
 /// order (experiments never run, or run at the other setting, are absent).
 pub fn recorded(out: &Path, quick: bool) -> Result<Vec<Recorded>> {
+    Ok(recorded_all(out)?
+        .into_iter()
+        .filter(|(_, q)| *q == quick)
+        .map(|(r, _)| r)
+        .collect())
+}
+
+/// Every recorded result of the folder, in registry order, each with
+/// whether it is a `--quick` one.
+pub fn recorded_all(out: &Path) -> Result<Vec<(Recorded, bool)>> {
     let mut v = Vec::new();
     for e in EXPERIMENTS {
-        let path = out.join(e.id).join("result.json");
-        let Ok(bytes) = std::fs::read(&path) else {
-            continue;
-        };
-        let bad = |why: &str| {
-            normlab::Error::BadInput(format!(
-                "{}: {why}; run the book again with --only {}",
-                path.display(),
-                e.id
-            ))
-        };
-        let j: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|x| bad(&x.to_string()))?;
-        if j["quick"].as_bool() != Some(quick) {
-            continue;
-        }
-        let mut checks = Vec::new();
-        for c in j["claims"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            let claim = c["claim"]
-                .as_str()
-                .and_then(super::claims::claim)
-                .ok_or_else(|| bad("unknown claim"))?;
-            let verdict = c["verdict"]
-                .as_str()
-                .and_then(Verdict::from_label)
-                .ok_or_else(|| bad("unknown verdict"))?;
-            checks.push(Finding {
-                claim: claim.id,
-                experiment: e.id.to_string(),
-                verdict,
-                evidence: c["evidence"].as_str().unwrap_or_default().to_string(),
-            });
-        }
-        v.push(Recorded {
+        v.extend(read_recorded(out, e.id)?);
+    }
+    Ok(v)
+}
+
+/// The recorded result of experiment `id` in the folder (None: not there),
+/// with whether it is a `--quick` one.
+pub fn read_recorded(out: &Path, id: &str) -> Result<Option<(Recorded, bool)>> {
+    let Some(e) = EXPERIMENTS.iter().find(|e| e.id == id) else {
+        return Ok(None);
+    };
+    let path = out.join(e.id).join("result.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        normlab::Error::BadInput(format!(
+            "{}: {why}; run the book again with --only {}",
+            path.display(),
+            e.id
+        ))
+    };
+    let j: serde_json::Value = serde_json::from_slice(&bytes).map_err(|x| bad(&x.to_string()))?;
+    // A result without the field belongs to neither setting.
+    let Some(quick) = j["quick"].as_bool() else {
+        return Ok(None);
+    };
+    let mut checks = Vec::new();
+    for c in j["claims"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let claim = c["claim"]
+            .as_str()
+            .and_then(super::claims::claim)
+            .ok_or_else(|| bad("unknown claim"))?;
+        let verdict = c["verdict"]
+            .as_str()
+            .and_then(Verdict::from_label)
+            .ok_or_else(|| bad("unknown verdict"))?;
+        checks.push(Finding {
+            claim: claim.id,
+            experiment: e.id.to_string(),
+            verdict,
+            evidence: c["evidence"].as_str().unwrap_or_default().to_string(),
+        });
+    }
+    Ok(Some((
+        Recorded {
             id: e.id.to_string(),
             seeds: serde_json::from_value(j["seeds"].clone()).unwrap_or_default(),
             settings: j["settings"].clone(),
@@ -143,9 +165,9 @@ pub fn recorded(out: &Path, quick: bool) -> Result<Vec<Recorded>> {
             ran_on: j["machine"]
                 .as_str()
                 .map(|m| (m.to_string(), j["date"].as_str().unwrap_or("?").to_string())),
-        });
-    }
-    Ok(v)
+        },
+        quick,
+    )))
 }
 
 /// The verdicts of recorded results, claim by claim.

@@ -53,15 +53,8 @@ impl Shard {
     /// or Kubernetes indexed jobs (JOB_COMPLETION_INDEX with NORMLAB_SHARD_COUNT).
     pub fn from_env() -> Result<Option<Shard>> {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        if let (Some(id), Some(count)) = (get("SLURM_ARRAY_TASK_ID"), get("SLURM_ARRAY_TASK_COUNT"))
-        {
-            let min = get("SLURM_ARRAY_TASK_MIN")
-                .and_then(|m| m.parse::<usize>().ok())
-                .unwrap_or(0);
-            let id: usize = id
-                .parse()
-                .map_err(|_| format!("bad SLURM_ARRAY_TASK_ID '{id}'"))?;
-            return Shard::parse(&format!("{}/{count}", id.saturating_sub(min))).map(Some);
+        if let (Some(id), Some(count)) = (slurm_array_index()?, get("SLURM_ARRAY_TASK_COUNT")) {
+            return Shard::parse(&format!("{id}/{count}")).map(Some);
         }
         if let Some(idx) = get("JOB_COMPLETION_INDEX") {
             let count = get("NORMLAB_SHARD_COUNT").ok_or("JOB_COMPLETION_INDEX is set: also set NORMLAB_SHARD_COUNT to the job's completions")?;
@@ -74,6 +67,23 @@ impl Shard {
     pub fn owns(&self, i: usize) -> bool {
         i % self.count == self.index
     }
+}
+
+/// This Slurm array task's 0-based index (SLURM_ARRAY_TASK_ID minus
+/// SLURM_ARRAY_TASK_MIN), if the process is one.
+pub fn slurm_array_index() -> Result<Option<usize>> {
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let Some(id) = get("SLURM_ARRAY_TASK_ID") else {
+        return Ok(None);
+    };
+    let min = get("SLURM_ARRAY_TASK_MIN")
+        .and_then(|m| m.parse::<usize>().ok())
+        .unwrap_or(0);
+    let id: usize = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad SLURM_ARRAY_TASK_ID '{id}'"))?;
+    Ok(Some(id.saturating_sub(min)))
 }
 
 /// How to run a set of specs.
@@ -351,7 +361,7 @@ fn check_same_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
 }
 
 /// `s` quoted for a POSIX shell.
-fn sh_quote(s: &str) -> String {
+pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
