@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Generation speed and memory of the GGUF models (SmolLM2-135M-Instruct
-Q4_1, Gemma 3 270M Q4_K_M): normlab's three ways of holding the weights
-(`--weights f32`: dequantised at load; `blocks`: the file's blocks, f32
-activations, the same numbers; `q8`: the blocks with 8-bit activations,
-llama.cpp's way) next to Hugging Face transformers (float32, eager PyTorch,
+Q4_1, Gemma 3 270M Q4_K_M): normlab's four ways of holding and applying the
+weights (`--weights f32`: dequantised at load; `blocks`: the file's blocks,
+f32 activations, the same numbers; `q8`: the blocks with 8-bit activations,
+llama.cpp's way; `q16`: the blocks with 16-bit activations as two 8-bit
+limbs) next to Hugging Face transformers (float32, eager PyTorch,
 key/value cache on) on the same machine in the same run, 1 and 2 threads.
 
 - generate: greedy decoding of --generate tokens after the same prompt (the
@@ -15,12 +16,12 @@ key/value cache on) on the same machine in the same run, 1 and 2 threads.
 - memory: each normlab process's resident memory once the model is loaded
   (`bench llama` reads VmRSS), and transformers' growth in resident memory
   over loading the model (this process, measured once per model);
-- deviation of `q8` from `f32` on the transformers fixture
+- deviation of `q8` and `q16` from `f32` on the transformers fixture
   prompts (crates/normlab/tests/fixtures/<model>.json): the largest logit
   difference of any of --generate steps relative to that step's logit
   range, and how many greedy continuations change.
 
-Rounds alternate transformers and the three normlab modes; printed: medians
+Rounds alternate transformers and the four normlab modes; printed: medians
 over rounds and, per normlab mode, the per-round ratios (transformers time /
 normlab time: > 1 means normlab is faster).
 
@@ -47,7 +48,7 @@ MODELS = {
     "smollm2": ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf", False),
     "gemma3": ("gemma-3-270m", "gemma-3-270m-q4_k_m.gguf", True),
 }
-MODES = ("f32", "blocks", "q8")
+MODES = ("f32", "blocks", "q8", "q16")
 
 
 def rss_bytes():
@@ -81,7 +82,7 @@ def run_model(a, name, cpus):
     fixture = os.path.join(ROOT, "crates", "normlab", "tests", "fixtures", f"{name}.json")
     rows, mem = [], {}
     # (`blocks` gives the f32 logits bit for bit: tests/gguf_models.rs.)
-    for mode in ("q8",):
+    for mode in ("q8", "q16"):
         dev = [r for r in normlab(a, path, mode, cpus, ("--against-f32", fixture))
                if r["phase"] == "deviation"][0]
         print(f"{mode} vs f32 on {dev['prompts']} fixture prompts x {dev['steps']} steps: largest "

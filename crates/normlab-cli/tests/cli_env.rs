@@ -185,22 +185,33 @@ fn generate_continues_a_prompt_as_transformers_does() {
             want.pop();
             ended += 1;
         }
-        let o = normlab(&[
-            "generate",
-            model.to_str().unwrap(),
-            "--prompt",
-            text,
-            "--tokens",
-            "32",
-            "--threads",
-            "1",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let expect = format!("{text}{}\n", m.decode(&want).unwrap());
-        assert_eq!(String::from_utf8_lossy(&o.stdout), expect, "{text:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("tokens/s after the first"), "{err}");
-        assert_eq!(err.contains("end-of-sequence"), eos, "{err}");
+        // The f32 path, and 16-bit activations on the quantised blocks
+        // (within about 2e-4 of f32's logit range: no continuation of the
+        // fixtures changes).
+        for weights in ["f32", "q16"] {
+            let o = normlab(&[
+                "generate",
+                model.to_str().unwrap(),
+                "--prompt",
+                text,
+                "--tokens",
+                "32",
+                "--threads",
+                "1",
+                "--weights",
+                weights,
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let expect = format!("{text}{}\n", m.decode(&want).unwrap());
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                expect,
+                "{text:?} {weights}"
+            );
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains("tokens/s after the first"), "{err}");
+            assert_eq!(err.contains("end-of-sequence"), eos, "{err}");
+        }
     }
     assert!(
         ended >= 1,

@@ -94,7 +94,10 @@ const TYPES: [GgmlType; 6] = [
 #[test]
 fn each_type_matches_dequantise_then_dot() {
     let mut rng = Rng::new(7);
-    for ty in TYPES {
+    for (ty, bits) in TYPES
+        .into_iter()
+        .flat_map(|t| [(t, ActBits::Eight), (t, ActBits::Sixteen)])
+    {
         let n = 512;
         let w = random_row(ty, n / ty.block().0, &mut rng);
         // Activations k * 0.5 with k integer in -127..=127 and one
@@ -105,11 +108,13 @@ fn each_type_matches_dequantise_then_dot() {
         for b in x.chunks_exact_mut(32) {
             b[0] = 63.5;
         }
-        let a = QuantActs::new(ty, &x).unwrap();
+        // (16 bits: each value is 254 k + 0.)
+        let a = QuantActs::new(ty, &x, bits).unwrap();
         assert!(
             a.q.iter().zip(&x).all(|(&q, &v)| q as f32 * 0.5 == v),
-            "{ty:?}"
+            "{ty:?} {bits:?}"
         );
+        assert!(a.lo.iter().all(|&l| l == 0), "{ty:?} {bits:?}");
         // The same bits from every lane kernel this CPU has.
         let each: Vec<f32> = kernels()
             .into_iter()
@@ -135,15 +140,24 @@ fn each_type_matches_dequantise_then_dot() {
 }
 
 /// Quantising the activations costs at most half a step per value:
-/// |dot - exact| <= sum |w| * scale / 2.
+/// |dot - exact| <= sum |w| * scale / 2, 254 times less with 16 bits; every
+/// lane kernel (and Q8_0's one-pass kernels) gives the same bits.
 #[test]
 fn activation_rounding_is_bounded() {
     let mut rng = Rng::new(11);
-    for ty in TYPES {
+    for (ty, bits) in TYPES
+        .into_iter()
+        .flat_map(|t| [(t, ActBits::Eight), (t, ActBits::Sixteen)])
+    {
         let n = 768;
         let w = random_row(ty, n / ty.block().0, &mut rng);
         let x: Vec<f32> = (0..n).map(|_| rng.normal() as f32).collect();
-        let a = QuantActs::new(ty, &x).unwrap();
+        let a = QuantActs::new(ty, &x, bits).unwrap();
+        let each: Vec<u32> = kernels()
+            .into_iter()
+            .map(|k| row_dot(k, ty, &w, &a, &mut RowScratch::default()).to_bits())
+            .collect();
+        assert!(each.windows(2).all(|p| p[0] == p[1]), "{ty:?} {bits:?}");
         let got = row_dot(LaneKernel::best(), ty, &w, &a, &mut RowScratch::default()) as f64;
         let wd = dequantize(ty, &w);
         let exact: f64 = wd.iter().zip(&x).map(|(&w, &x)| w as f64 * x as f64).sum();
@@ -155,8 +169,45 @@ fn activation_rounding_is_bounded() {
             .sum();
         assert!(
             (got - exact).abs() <= bound * 1.001 + 1e-6,
-            "{ty:?}: {got} vs {exact}, bound {bound}"
+            "{ty:?} {bits:?}: {got} vs {exact}, bound {bound}"
         );
+    }
+}
+
+/// The limbs' extremes: values at +-the block's largest (hi = +-127, lo =
+/// 0), just below a limb boundary (lo = -127 and 126), and Q8_0's weight
+/// -128, give the same bits from every kernel, and 16-bit values split
+/// back exactly (`254 hi + lo`).
+#[test]
+fn limb_extremes_agree() {
+    let mut x = vec![0f32; 64];
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = match i % 4 {
+            0 => 1.0,
+            1 => -1.0,
+            2 => 127.0 / 32258.0,
+            _ => -128.0 / 32258.0,
+        };
+    }
+    let a = QuantActs::new(GgmlType::Q8_0, &x, ActBits::Sixteen).unwrap();
+    let v: Vec<i32> =
+        a.q.iter()
+            .zip(&a.lo)
+            .map(|(&h, &l)| 254 * i32::from(h) + i32::from(l))
+            .collect();
+    assert_eq!(&v[..4], &[32258, -32258, 127, -128]);
+    assert_eq!((a.q[2], a.lo[2], a.q[3], a.lo[3]), (1, -127, -1, 126));
+    let mut w = random_row(GgmlType::Q8_0, 2, &mut Rng::new(2));
+    for b in w.chunks_exact_mut(34) {
+        b[2..].fill(0x80);
+    }
+    for bits in [ActBits::Eight, ActBits::Sixteen] {
+        let a = QuantActs::new(GgmlType::Q8_0, &x, bits).unwrap();
+        let each: Vec<u32> = kernels()
+            .into_iter()
+            .map(|k| row_dot(k, GgmlType::Q8_0, &w, &a, &mut RowScratch::default()).to_bits())
+            .collect();
+        assert!(each.windows(2).all(|p| p[0] == p[1]), "{bits:?}: {each:?}");
     }
 }
 
@@ -167,7 +218,7 @@ fn nan_propagates() {
     let w = random_row(GgmlType::Q8_0, 2, &mut rng);
     let mut x = vec![1.0f32; 64];
     x[40] = f32::NAN;
-    let a = QuantActs::new(GgmlType::Q8_0, &x).unwrap();
+    let a = QuantActs::new(GgmlType::Q8_0, &x, ActBits::Sixteen).unwrap();
     assert!(row_dot(
         LaneKernel::Portable,
         GgmlType::Q8_0,
@@ -176,9 +227,9 @@ fn nan_propagates() {
         &mut RowScratch::default()
     )
     .is_nan());
-    assert!(QuantActs::new(GgmlType::F16, &x).is_none() && !has_dot(GgmlType::F16));
+    assert!(QuantActs::new(GgmlType::F16, &x, ActBits::Eight).is_none() && !has_dot(GgmlType::F16));
     assert!(
-        QuantActs::new(GgmlType::Q4K, &x[..48]).is_none(),
+        QuantActs::new(GgmlType::Q4K, &x[..48], ActBits::Eight).is_none(),
         "48 is not whole blocks"
     );
 }

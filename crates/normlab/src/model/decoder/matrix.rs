@@ -8,11 +8,12 @@
 //!   one row at a time for one-row steps, chunks of rows through the matmul
 //!   kernel for many. The f32 values and the arithmetic are those of the
 //!   dense matrix, so the bits are the same whichever storage holds it.
-//! - **8-bit activations** ([`Matrix::apply_q8`], one-row steps of
-//!   quantised matrices): llama.cpp's integer dot products on the blocks
-//!   ([`crate::gguf::qdot`]), for fast generation.
+//! - **quantised activations** ([`Matrix::apply_quantised`], one-row
+//!   steps of quantised matrices): llama.cpp's integer dot products on the
+//!   blocks ([`crate::gguf::qdot`]), with 8-bit activations or 16-bit ones
+//!   (two 8-bit limbs), for fast generation.
 
-use crate::gguf::qdot::{self, LaneKernel, QuantActs, RowScratch};
+use crate::gguf::qdot::{self, ActBits, LaneKernel, QuantActs, RowScratch};
 use crate::gguf::{dequantize_into, GgmlType};
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
 use crate::kernels::simd;
@@ -151,17 +152,17 @@ impl Matrix {
         }
     }
 
-    /// `y[rows] = x[cols] W^T` for one row, with `x` quantised to 8 bits
+    /// `y[rows] = x[cols] W^T` for one row, with `x` quantised to `bits`
     /// per block when the matrix is quantised (llama.cpp's dot products);
     /// a dense matrix, or a type without them, takes [`Matrix::apply`].
-    pub fn apply_q8(&self, x: &[f32], y: &mut [f32]) {
+    pub fn apply_quantised(&self, x: &[f32], bits: ActBits, y: &mut [f32]) {
         let Store::Quant { ty, bytes } = &self.store else {
             return self.apply(x, 1, y);
         };
-        let Some(a) = QuantActs::new(*ty, x) else {
+        let Some(a) = QuantActs::new(*ty, x, bits) else {
             return self.apply(x, 1, y);
         };
-        assert_eq!(y.len(), self.rows, "Matrix::apply_q8 y");
+        assert_eq!(y.len(), self.rows, "Matrix::apply_quantised y");
         let rb = bytes.len() / self.rows;
         let kernel = LaneKernel::best();
         y.par_chunks_mut(OUTS_PER_TASK)
@@ -250,32 +251,35 @@ mod tests {
         assert_eq!(r1, r2);
     }
 
-    /// The 8-bit path does not depend on the thread count, and stays close
-    /// to the f32 one.
+    /// The quantised-activation paths do not depend on the thread count,
+    /// stay close to the f32 one, and 16 bits are much closer than 8.
     #[test]
     fn quantised_activations_are_thread_independent_and_close() {
         let (rows, cols) = (300, 768);
         let q = Matrix::quantised(GgmlType::Q4K, q4k(rows, cols, 6), rows, cols).unwrap();
         let x = Rng::new(4).normal_vec(cols, 0.0, 1.0);
-        let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let mut y = vec![0f32; rows];
-            pool.install(|| q.apply_q8(&x, &mut y));
-            y
-        };
-        let one = run(1);
-        assert_eq!(one, run(3));
         let mut exact = vec![0f32; rows];
         q.apply(&x, 1, &mut exact);
         let range = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let worst = one
-            .iter()
-            .zip(&exact)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(worst < 0.02 * range, "{worst} vs range {range}");
+        let worst = |bits: ActBits| {
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut y = vec![0f32; rows];
+                pool.install(|| q.apply_quantised(&x, bits, &mut y));
+                y
+            };
+            let one = run(1);
+            assert_eq!(one, run(3), "{bits:?}");
+            one.iter()
+                .zip(&exact)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+        };
+        let (w8, w16) = (worst(ActBits::Eight), worst(ActBits::Sixteen));
+        assert!(w8 < 0.02 * range, "{w8} vs range {range}");
+        assert!(w16 > 0.0 && w16 < w8 / 50.0, "16 bits {w16}, 8 bits {w8}");
         assert!(Matrix::quantised(GgmlType::Q4K, vec![0; 10], 1, 256).is_none());
         assert!(Matrix::quantised(GgmlType::Q4K, vec![0; 144], 1, 128).is_none());
     }

@@ -25,6 +25,7 @@
 //! report).
 
 use crate::error::Result;
+use crate::gguf::qdot::ActBits;
 use crate::kernels::norm::{self, NormKind};
 
 pub mod compare;
@@ -100,10 +101,10 @@ pub struct Decoder {
     /// costs a model that was not trained with it. None: the model's own.
     pub ffn_clamp: Option<f32>,
     /// One-row steps (generation) of quantised matrices quantise their
-    /// activations to 8 bits per block and use integer dot products
+    /// activations to these bits per block and use integer dot products
     /// (llama.cpp's way: fast, and slightly different from the f32
-    /// numbers). False: f32 activations, the same bits as a dense load.
-    pub quantised_activations: bool,
+    /// numbers). None: f32 activations, the same bits as a dense load.
+    pub quantised_activations: Option<ActBits>,
     pub(crate) tokenizer: Option<tokenizers::Tokenizer>,
 }
 
@@ -176,11 +177,11 @@ pub struct DecoderTrace {
 pub type LlamaTrace = DecoderTrace;
 
 impl Decoder {
-    /// `y = x W^T` for `n` rows of `x`: with 8-bit activations for one
+    /// `y = x W^T` for `n` rows of `x`: with quantised activations for one
     /// row when [`Decoder::quantised_activations`] is set, else f32.
     pub(crate) fn apply(&self, w: &Matrix, x: &[f32], n: usize, y: &mut [f32]) {
-        if n == 1 && self.quantised_activations {
-            w.apply_q8(x, y)
+        if let (1, Some(bits)) = (n, self.quantised_activations) {
+            w.apply_quantised(x, bits, y)
         } else {
             w.apply(x, n, y)
         }

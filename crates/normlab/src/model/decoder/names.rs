@@ -314,7 +314,7 @@ impl Decoder {
             eos,
             bos: None,
             ffn_clamp: None,
-            quantised_activations: false,
+            quantised_activations: None,
             tokenizer,
         })
     }
