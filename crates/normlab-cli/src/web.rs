@@ -24,7 +24,8 @@
 //!   metrics sampled to at most N records (default 2000, at most 20000;
 //!   evaluations always kept), with `metrics_total`.
 //! - `GET /api/book`, `GET /api/book/{id}`, `GET /api/book/{id}/figure/{stem}`
-//!   — the book pages (`web/book.rs`): the claims table, a chapter, a figure.
+//!   — the book pages (`web/book.rs`): the claims table, a chapter (with
+//!   the dashboard ids of its runs when they lie under `--runs`), a figure.
 //! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max|f16_overflow` —
 //!   an SVG overlaying those runs.
 

@@ -631,6 +631,26 @@ fn demo_runs_show_on_the_dashboard() {
         chapters,
         ["depth-sim", "collapse", "lr-sensitivity", "speed"]
     );
+    // A chapter lists its runs by their dashboard ids (the page overlays
+    // them); a chapter without runs lists none.
+    let ids: Vec<&str> = runs.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let (code, body) = get(&s, "/api/book/collapse");
+    assert_eq!(code, 200, "{body}");
+    let ch = json_body(&body);
+    let mine: Vec<&str> = ch["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(mine.len() >= 2, "{body}");
+    assert!(
+        mine.iter()
+            .all(|r| r.starts_with("collapse/runs/") && ids.contains(r)),
+        "{mine:?} vs {ids:?}"
+    );
+    let (_, body) = get(&s, "/api/book/speed");
+    assert_eq!(json_body(&body)["runs"], serde_json::json!([]), "{body}");
     // Reused: the same run folders, their summaries untouched.
     let summary = |r: &serde_json::Value| {
         let p = demo.join(r["id"].as_str().unwrap()).join("summary.json");

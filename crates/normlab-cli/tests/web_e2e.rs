@@ -416,6 +416,30 @@ async fn web_lab_in_headless_chromium() {
     })
     .await;
     shot(&c, "#book", &base, "book.png").await;
+    // A claim a widget can show opens it at the lesson's setting: C4's
+    // "+ pre-norm" gives the numbers of the toggles set by hand above (N =
+    // 32, gain 1, pre-norm), whatever the simulator showed before.
+    click(&c, "#claim-C4").await;
+    click(&c, "#preset-C4-1").await;
+    wait_for("C4's pre-norm preset", || async {
+        let (ratio, rms) = read().await;
+        (ratio == ratio_pre && rms == rms_pre).then_some(())
+    })
+    .await;
+    // C5's preset: the worked example, then x3 and +2, in the log.
+    let logged = rows(&c, "#calc-log tbody tr").await;
+    click(&c, "#claim-C5").await;
+    click(&c, "#preset-C5-0").await;
+    wait_for("C5's preset in the operation log", || async {
+        (rows(&c, "#calc-log tbody tr").await == logged + 3).then_some(())
+    })
+    .await;
+    assert_eq!(text(&c, "#layernorm-out").await, ln0, "LayerNorm unmoved");
+    let x = c
+        .execute("return document.getElementById('calc-x').value", vec![])
+        .await
+        .unwrap();
+    assert_eq!(x.as_str(), Some("5, 8, 11, 20"));
 
     // Runs dashboard: two runs listed, overlay them, open one.
     wait_for("runs list", || async {

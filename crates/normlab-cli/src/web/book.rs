@@ -4,7 +4,9 @@
 //! book), `GET /api/book/{id}` (one chapter: question, settings, seeds,
 //! verdicts with evidence, figures, machine and date, departures) and `GET
 //! /api/book/{id}/figure/{stem}` (a figure of that chapter, as SVG, by the
-//! name its result.json lists). Reading runs nothing.
+//! name its result.json lists). A chapter whose run folders lie under
+//! `--runs` lists them (`runs`: their ids on the dashboard, so the page can
+//! overlay them). Reading runs nothing.
 
 use super::*;
 
@@ -64,6 +66,8 @@ pub(super) async fn api_chapter(
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let Some(stem) = figure else {
+        let mut chapter = chapter;
+        chapter["runs"] = json!(chapter_runs(&lab, dir, id));
         return Json(chapter).into_response();
     };
     // Only a figure the chapter lists (its own file name, no path).
@@ -84,4 +88,34 @@ pub(super) async fn api_chapter(
             format!("figure '{stem}' of '{id}' cannot be read: {e}"),
         ),
     }
+}
+
+/// The dashboard ids of chapter `id`'s runs (`<book>/<id>/runs/...`), when
+/// that folder lies under `--runs`; else none.
+fn chapter_runs(lab: &Lab, book: &std::path::Path, id: &str) -> Vec<String> {
+    let Some(root) = lab.runs.as_deref() else {
+        return Vec::new();
+    };
+    let folder = book.join(id).join("runs");
+    let (Ok(root), Ok(folder)) = (root.canonicalize(), folder.canonicalize()) else {
+        return Vec::new();
+    };
+    let Ok(rel) = folder.strip_prefix(&root) else {
+        return Vec::new();
+    };
+    let rel: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    report::scan_headers(&folder)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| {
+            let mut parts = rel.clone();
+            if r.name != "." {
+                parts.push(r.name);
+            }
+            parts.join("/")
+        })
+        .collect()
 }
