@@ -23,6 +23,7 @@
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
 //!   metrics sampled to at most N records (default 2000, at most 20000;
 //!   evaluations always kept), with `metrics_total`.
+//! - `GET /i18n/en.json`, `GET /i18n/zh.json` — the page's translations.
 //! - `GET /api/book`, `GET /api/book/{id}`, `GET /api/book/{id}/figure/{stem}`
 //!   — the book pages (`web/book.rs`): the claims table, a chapter (with
 //!   the dashboard ids of its runs when they lie under `--runs`), a figure.
@@ -53,6 +54,30 @@ mod overlay;
 use overlay::api_plot;
 
 const PAGE: &str = include_str!("web/index.html");
+
+/// The page's translation files, one per language (`web/i18n/`): the
+/// interface strings under `ui`, and in `zh.json` the claims' titles and
+/// statements (the English ones are the claims registry's).
+pub const TRANSLATIONS: &[(&str, &str)] = &[
+    ("en", include_str!("web/i18n/en.json")),
+    ("zh", include_str!("web/i18n/zh.json")),
+];
+
+/// `GET /i18n/{lang}.json`: a translation file.
+async fn api_i18n(AxPath(file): AxPath<String>) -> Response {
+    let lang = file.strip_suffix(".json").unwrap_or("");
+    match TRANSLATIONS.iter().find(|(l, _)| *l == lang) {
+        Some((_, body)) => (
+            [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+            *body,
+        )
+            .into_response(),
+        None => err(
+            StatusCode::NOT_FOUND,
+            format!("no translation '{file}' (en.json, zh.json)"),
+        ),
+    }
+}
 /// Longest vector the calculator accepts over HTTP.
 pub const MAX_CALC_LEN: usize = 4096;
 /// Most runs one plot overlays.
@@ -156,6 +181,7 @@ pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>) -> Router {
     });
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
+        .route("/i18n/{file}", get(api_i18n))
         .route("/api/kinds", get(api_kinds))
         .route("/api/calc", get(api_calc))
         .route("/api/simulate", get(api_simulate))

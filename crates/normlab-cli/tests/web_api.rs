@@ -700,8 +700,15 @@ fn book_pages_read_a_book_folder() {
     assert!(c1["statement"].as_str().unwrap().len() > 20, "{c1}");
     assert_eq!(c1["chapters"][0]["experiment"], "drift", "{c1}");
     assert!(c1["overall"].is_string(), "{c1}");
+    assert!(c1["qualified_by"].is_array(), "{c1}");
     // A claim no chapter here checked.
     assert!(claim("C13")["overall"].is_null());
+    // The page's translations.
+    for lang in ["en", "zh"] {
+        let (code, body) = get(&s, &format!("/i18n/{lang}.json"));
+        assert_eq!(code, 200, "{body}");
+        assert!(json_body(&body)["ui"]["book.heading"].is_string(), "{lang}");
+    }
     let ids: Vec<&str> = v["chapters"]
         .as_array()
         .unwrap()
@@ -727,6 +734,8 @@ fn book_pages_read_a_book_folder() {
         "/api/book/warmup",
         "/api/book/drift/other/x",
         "/api/book?x=1",
+        "/i18n/fr.json",
+        "/i18n/..%2Fen.json",
     ] {
         let (code, body) = get(&s, bad);
         assert!((400..500).contains(&code), "{bad}: {code} {body}");

@@ -441,6 +441,52 @@ async fn web_lab_in_headless_chromium() {
         .unwrap();
     assert_eq!(x.as_str(), Some("5, 8, 11, 20"));
 
+    // Chinese: the switch translates the interface, the claims table (C1's
+    // title from zh.json, the verdict words) and the open claim, with its
+    // numbers and ID unchanged; English again after.
+    let zh: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/web/i18n/zh.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let heading = |lang: &str| -> String {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("src/web/i18n/{lang}.json")),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        v["ui"]["book.heading"].as_str().unwrap().to_string()
+    };
+    click(&c, "#lang option[value='zh']").await;
+    wait_for("the Chinese page", || async {
+        (text(&c, "#book h2").await == heading("zh")).then_some(())
+    })
+    .await;
+    let c1 = zh["claims"]["C1"]["title"].as_str().unwrap().to_string();
+    wait_for("C1 in Chinese", || async {
+        text(&c, "#claim-C1").await.contains(&c1).then_some(())
+    })
+    .await;
+    let row = text(&c, "#claim-C1").await;
+    assert!(
+        row.contains("C1") && ["成立", "不成立", "无定论"].iter().any(|w| row.contains(w)),
+        "{row}"
+    );
+    let open = text(&c, "#book-chapter").await;
+    let c5 = zh["claims"]["C5"]["statement"].as_str().unwrap();
+    assert!(open.contains(c5) && open.contains("sqrt(d)"), "{open}");
+    assert_eq!(text(&c, "#calc h2").await, "归一化计算器");
+    shot(&c, "#book", &base, "book_zh.png").await;
+    click(&c, "#lang option[value='en']").await;
+    wait_for("the English page again", || async {
+        (text(&c, "#book h2").await == heading("en")).then_some(())
+    })
+    .await;
+
     // Runs dashboard: two runs listed, overlay them, open one.
     wait_for("runs list", || async {
         (rows(&c, "#runs-list tbody tr").await == 2).then_some(())
@@ -482,5 +528,25 @@ async fn web_lab_in_headless_chromium() {
     shot(&c, "#runs", &base, "runs_dashboard.png").await;
     let full = c.screenshot().await.unwrap();
     std::fs::write(base.join("page.png"), full).unwrap();
+    c.close().await.unwrap();
+
+    // A browser whose language is Chinese gets the Chinese page (a fresh
+    // profile: nothing remembered from the switch above).
+    let mut caps = serde_json::Map::new();
+    let zh_args: Vec<&str> = args.iter().copied().chain(["--lang=zh-CN"]).collect();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({"binary": browser, "args": zh_args, "prefs": {"intl.accept_languages": "zh-CN,zh"}}),
+    );
+    let c = ClientBuilder::native()
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    c.goto(&url).await.unwrap();
+    wait_for("the page in the browser's language", || async {
+        (text(&c, "#calc h2").await == "归一化计算器").then_some(())
+    })
+    .await;
     c.close().await.unwrap();
 }

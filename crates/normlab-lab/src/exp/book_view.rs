@@ -40,6 +40,7 @@ pub fn claims_table(dir: &Path) -> Result<Value> {
             "overall": overall.as_ref().map(|o| o.verdict.label()),
             "overall_label": overall.as_ref().map(|o| o.label()),
             "decided_by": overall.as_ref().map(|o| o.decided_by.clone()),
+            "qualified_by": overall.as_ref().map_or_else(Vec::new, |o| o.qualified_by.iter().map(|(e, v)| json!({"experiment": e, "verdict": v.label()})).collect()),
             "not_checked": not_checked,
             "chapters": mine.iter().map(|(e, v)| json!({"experiment": e, "verdict": v.label()})).collect::<Vec<_>>(),
         }));
