@@ -437,6 +437,86 @@ fn server_memory_is_bounded() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The process's peak resident memory (VmHWM), in MiB.
+fn peak_mib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = s
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    kib / 1024.0
+}
+
+/// The published book (docs/findings: every chapter with its figures) read
+/// by 20 clients at once, each the claims table, every chapter and every
+/// figure, twice: everything is served, and the server's peak resident
+/// memory stays under 200 MiB.
+#[test]
+fn the_published_book_is_served_in_bounded_memory() {
+    let book = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/findings");
+    let s = serve_with(None, &["--book", book.to_str().unwrap()]);
+    let pid = s.child.id();
+    let (code, body) = get(&s, "/api/book");
+    assert_eq!(code, 200, "{body}");
+    let v = json_body(&body);
+    let chapters: Vec<String> = v["chapters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    let on_disk = std::fs::read_dir(&book)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("result.json").is_file())
+        .count();
+    assert_eq!(chapters.len(), on_disk, "{chapters:?}");
+    let mut pages = vec!["/api/book".to_string()];
+    let mut figures = 0;
+    for id in &chapters {
+        let (code, body) = get(&s, &format!("/api/book/{id}"));
+        assert_eq!(code, 200, "{id}: {body}");
+        pages.push(format!("/api/book/{id}"));
+        for f in json_body(&body)["figures"].as_array().unwrap() {
+            pages.push(format!("/api/book/{id}/figure/{}", f.as_str().unwrap()));
+            figures += 1;
+        }
+    }
+    assert!(figures >= chapters.len() / 2, "{figures} figures");
+    let pages = std::sync::Arc::new(pages);
+    for _round in 0..2 {
+        let handles: Vec<_> = (0..20)
+            .map(|i| {
+                let (addr, pages) = (s.addr.clone(), pages.clone());
+                std::thread::spawn(move || {
+                    let sv = Server2 { addr };
+                    // Each client in its own order.
+                    for k in 0..pages.len() {
+                        let p = &pages[(k + i * 7) % pages.len()];
+                        let (code, body) = get2(&sv, p);
+                        assert_eq!(code, 200, "{p}: {}", &body[..body.len().min(200)]);
+                        if p.contains("/figure/") {
+                            assert!(body.contains("<svg"), "{p}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+    let peak = peak_mib(pid);
+    eprintln!(
+        "serving the published book ({} chapters, {figures} figures) to 20 clients: peak {peak:.0} MiB",
+        chapters.len()
+    );
+    assert!(peak < 200.0, "peak resident memory {peak:.0} MiB");
+}
+
 /// An address only (for client threads).
 struct Server2 {
     addr: String,
