@@ -474,6 +474,26 @@ fn the_published_book_is_served_in_bounded_memory() {
         .filter(|e| e.path().join("result.json").is_file())
         .count();
     assert_eq!(chapters.len(), on_disk, "{chapters:?}");
+    // A claim the PyTorch cross-check covered carries its agreement; one
+    // it did not, none.
+    let claim = |id: &str| {
+        v["claims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let c1 = claim("C1");
+    assert!(c1["cross_check"]["agrees"].is_boolean(), "{c1}");
+    assert!(
+        c1["cross_check"]["lines"][0]
+            .as_str()
+            .is_some_and(|l| l.contains("normlab") && l.contains("PyTorch")),
+        "{c1}"
+    );
+    assert!(claim("C13")["cross_check"].is_null());
     let mut pages = vec!["/api/book".to_string()];
     let mut figures = 0;
     for id in &chapters {

@@ -1,6 +1,7 @@
 //! The book as data for a reader (the web lab's book pages): the claims
 //! table (each claim's statement, its one verdict over the chapters found,
-//! and each chapter's verdict) and one chapter (its question, settings,
+//! each chapter's verdict, and the PyTorch cross-check's agreement when
+//! that chapter is there) and one chapter (its question, settings,
 //! seeds, verdicts with their evidence, figures, where and when it ran,
 //! where it departs from the lesson), read from a folder of chapters
 //! (`<dir>/<id>/result.json`: a book, a demo, or `exp --out` folders side
@@ -9,7 +10,7 @@
 
 use super::claims::{Coverage, Verdict, CLAIMS};
 use super::departures::DEPARTURES;
-use super::findings::{read_recorded, recorded_all};
+use super::findings::{agreement, agreement_line, cross_checked, read_recorded, recorded_all};
 use normlab::error::Result;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -33,6 +34,13 @@ pub fn claims_table(dir: &Path) -> Result<Value> {
             Coverage::Uncheckable(why) => Some(why),
             Coverage::Experiments(_) => None,
         };
+        let xc = cross_checked(found.iter().map(|(r, _)| r), c.id);
+        let cross_check = (!xc.is_empty()).then(|| {
+            json!({
+                "agrees": agreement(&xc) == "agrees",
+                "lines": xc.iter().map(|a| agreement_line(a)).collect::<Vec<_>>(),
+            })
+        });
         claims.push(json!({
             "id": c.id,
             "title": c.title,
@@ -42,6 +50,7 @@ pub fn claims_table(dir: &Path) -> Result<Value> {
             "decided_by": overall.as_ref().map(|o| o.decided_by.clone()),
             "qualified_by": overall.as_ref().map_or_else(Vec::new, |o| o.qualified_by.iter().map(|(e, v)| json!({"experiment": e, "verdict": v.label()})).collect()),
             "not_checked": not_checked,
+            "cross_check": cross_check,
             "chapters": mine.iter().map(|(e, v)| json!({"experiment": e, "verdict": v.label()})).collect::<Vec<_>>(),
         }));
     }

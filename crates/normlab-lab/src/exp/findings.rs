@@ -52,9 +52,12 @@ pub struct Recorded {
 
 /// The cross-check's records of one claim (statistic, agrees, and the two
 /// sides' medians and ranges), if that chapter ran.
-fn cross_checked<'a>(recorded: &'a [Recorded], claim: &str) -> Vec<&'a serde_json::Value> {
+pub(super) fn cross_checked<'a>(
+    recorded: impl IntoIterator<Item = &'a Recorded>,
+    claim: &str,
+) -> Vec<&'a serde_json::Value> {
     recorded
-        .iter()
+        .into_iter()
         .filter(|r| r.id == "cross-check")
         .flat_map(|r| r.agreement.as_array().into_iter().flatten())
         .filter(|a| a["claim"] == claim)
@@ -62,7 +65,7 @@ fn cross_checked<'a>(recorded: &'a [Recorded], claim: &str) -> Vec<&'a serde_jso
 }
 
 /// "agrees" when every cross-checked statistic of the claim agrees.
-fn agreement(records: &[&serde_json::Value]) -> &'static str {
+pub(super) fn agreement(records: &[&serde_json::Value]) -> &'static str {
     if records.iter().all(|a| a["agrees"] == true) {
         "agrees"
     } else {
@@ -71,7 +74,7 @@ fn agreement(records: &[&serde_json::Value]) -> &'static str {
 }
 
 /// One record as a phrase: the statistic, normlab's and PyTorch's values.
-fn agreement_line(a: &serde_json::Value) -> String {
+pub(super) fn agreement_line(a: &serde_json::Value) -> String {
     let side = |v: &serde_json::Value| match v.as_f64() {
         Some(x) => format!("{x:.3e}"),
         None => format!(
