@@ -1,11 +1,12 @@
 //! The web lab's translations (`src/web/i18n/*.json`): both languages have
 //! every interface key the page uses (and no other), with the same
 //! `{placeholders}`; every verdict word; and Chinese for every claim of
-//! the registry, checked against the English it was translated from (a
-//! changed English claim fails here until its translation is refreshed)
-//! and keeping every number of it.
+//! the registry and every chapter's question, checked against the English
+//! it was translated from (a changed English text fails here until its
+//! translation is refreshed) and keeping every number of it.
 
 use normlab_lab::exp::claims::{Verdict, CLAIMS};
+use normlab_lab::exp::registry::EXPERIMENTS;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,10 +61,16 @@ fn used_keys(page: &str, namespaces: &BTreeSet<String>) -> BTreeSet<String> {
     used
 }
 
-/// FNV-1a (64 bits) of a claim's English title and statement.
+/// FNV-1a (64 bits) of a claim's English title and statement (of a
+/// chapter's question: the question alone).
 fn en_hash(title: &str, statement: &str) -> String {
+    let text = if title.is_empty() {
+        statement.to_string()
+    } else {
+        format!("{title}\n{statement}")
+    };
     let mut h: u64 = 0xcbf29ce484222325;
-    for b in format!("{title}\n{statement}").bytes() {
+    for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x100000001b3);
     }
@@ -164,6 +171,37 @@ fn every_claim_is_in_chinese_with_its_numbers() {
                     c.id
                 );
             }
+        }
+    }
+    // Each chapter's question, likewise.
+    let questions = v["questions"].as_object().expect("zh.json has questions");
+    let registry: BTreeSet<&str> = EXPERIMENTS.iter().map(|e| e.id).collect();
+    assert_eq!(
+        questions
+            .keys()
+            .map(String::as_str)
+            .collect::<BTreeSet<_>>(),
+        registry,
+        "zh.json's questions and the experiments'"
+    );
+    for e in EXPERIMENTS {
+        let z = &questions[e.id];
+        let text = z["question"].as_str().unwrap();
+        assert!(!text.trim().is_empty(), "{}", e.id);
+        let want = en_hash("", e.question);
+        assert_eq!(
+            z["en_hash"].as_str(),
+            Some(want.as_str()),
+            "{}'s question changed since it was translated: refresh it in src/web/i18n/zh.json and set en_hash to {want}",
+            e.id
+        );
+        let zh_runs = digit_runs(text);
+        for (run, n) in digit_runs(e.question) {
+            assert!(
+                zh_runs.get(&run).copied().unwrap_or(0) >= n,
+                "{}: {run}",
+                e.id
+            );
         }
     }
     // English claims come from the registry, not from en.json.

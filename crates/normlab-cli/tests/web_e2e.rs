@@ -479,6 +479,11 @@ async fn web_lab_in_headless_chromium() {
     let open = text(&c, "#book-chapter").await;
     let c5 = zh["claims"]["C5"]["statement"].as_str().unwrap();
     assert!(open.contains(c5) && open.contains("sqrt(d)"), "{open}");
+    let q = zh["questions"]["norm-stats"]["question"].as_str().unwrap();
+    assert!(
+        open.contains(q),
+        "the chapter's question in Chinese: {open}"
+    );
     assert_eq!(text(&c, "#calc h2").await, "归一化计算器");
     shot(&c, "#book", &base, "book_zh.png").await;
     click(&c, "#lang option[value='en']").await;
