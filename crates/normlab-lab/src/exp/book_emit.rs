@@ -155,17 +155,21 @@ pub fn k8s_manifests(
     ])
 }
 
-/// Write generated files into `out` (scripts marked executable).
+/// Write generated files into `out` (scripts marked executable where the
+/// platform has the mode bit).
 pub fn write_files(out: &Path, files: &[(&str, String, bool)]) -> Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     for (name, text, exec) in files {
         let p = out.join(name);
         normlab::io::atomic_write(&p, text.as_bytes())?;
+        #[cfg(unix)]
         if *exec {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
                 .map_err(|e| Error::io("chmod", &p, e))?;
         }
+        #[cfg(not(unix))]
+        let _ = exec;
         paths.push(p);
     }
     Ok(paths)

@@ -160,7 +160,10 @@ impl Figure {
     }
 }
 
+/// The bundled DejaVu Sans for text in figures (the browser build has no
+/// font registry: there plotters measures text with the page's fonts).
 fn register_font() {
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     FONT.call_once(|| {
         let _ = plotters::style::register_font(
             "sans-serif",
