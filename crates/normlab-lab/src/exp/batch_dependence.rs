@@ -21,6 +21,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[ExpFlag::DModel, ExpFlag::Rows, ExpFlag::Seed],
     run,
     grid: None,
+    hidden_training: None,
     quick_decides: true,
 };
 

@@ -51,6 +51,9 @@ pub(super) struct Chapter {
     pub(super) id: &'static str,
     pub(super) args: ExpArgs,
     pub(super) specs: Vec<RunSpec>,
+    /// Training outside the grid ([`super::framework::Experiment::hidden_training`]),
+    /// for the estimate only.
+    pub(super) hidden: super::framework::Hidden,
 }
 
 /// The matmul rate the estimate assumes per core, everything else of a
@@ -105,23 +108,49 @@ pub fn estimate(
     jobs: usize,
 ) -> Result<(Vec<(PlanRow, f64)>, super::book_estimate::Calibration)> {
     let chapters = chapters(opts)?;
-    let left: Vec<Vec<&RunSpec>> = chapters
+    // Per chapter: the runs left side by side (the grid's not finished,
+    // and, for a chapter not written yet, its parallel training outside
+    // the grid not finished), and those left one after another.
+    let left: Vec<(Vec<&RunSpec>, Vec<&RunSpec>)> = chapters
         .iter()
-        .map(|c| c.specs.iter().filter(|s| !c.finished(s)).collect())
+        .map(|c| {
+            let written = c
+                .args
+                .out
+                .as_ref()
+                .is_some_and(|o| o.join("result.json").is_file());
+            let parallel = c.hidden.parallel.iter().filter(|_| !written);
+            let serial = c.hidden.serial.iter().filter(|_| !written).collect();
+            let side = c
+                .specs
+                .iter()
+                .chain(parallel)
+                .filter(|s| !c.finished(s))
+                .collect();
+            (side, serial)
+        })
         .collect();
-    let all: Vec<&RunSpec> = left.iter().flatten().copied().collect();
+    let all: Vec<&RunSpec> = left
+        .iter()
+        .flat_map(|(p, s)| p.iter().chain(s))
+        .copied()
+        .collect();
     let cal = super::book_estimate::calibrate(&all, jobs)?;
     let rows = chapters
         .iter()
         .zip(&left)
-        .map(|(c, l)| {
+        .map(|(c, (side, serial))| {
+            let grid_left = c.specs.iter().filter(|s| !c.finished(s)).count();
+            let work = side.iter().chain(serial).map(|s| run_cost(s)).sum::<f64>();
             let row = PlanRow {
                 id: c.id,
                 runs: c.specs.len(),
-                finished: c.specs.len() - l.len(),
-                core_seconds_left: FIXED_COST + l.iter().map(|s| run_cost(s)).sum::<f64>(),
+                finished: c.specs.len() - grid_left,
+                core_seconds_left: FIXED_COST + work,
             };
-            (row, cal.chapter_wall(l))
+            let serial: f64 =
+                c.hidden.serial_factor * serial.iter().map(|s| cal.run_seconds(s)).sum::<f64>();
+            (row, cal.chapter_wall(side) + serial)
         })
         .collect();
     Ok((rows, cal))
@@ -161,10 +190,15 @@ pub(super) fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
             Some(g) => g(&args)?,
             None => Vec::new(),
         };
+        let hidden = match e.hidden_training {
+            Some(g) => g(&args)?,
+            None => Default::default(),
+        };
         chapters.push(Chapter {
             id: e.id,
             args,
             specs,
+            hidden,
         });
     }
     Ok(chapters)

@@ -79,7 +79,7 @@ impl Plan {
 }
 
 /// The book's units: every run of every chapter's grid, and each chapter
-/// that trains nothing as one unit.
+/// without a grid as one unit (costing its training outside a grid).
 fn units(chapters: &[Chapter]) -> Vec<Unit> {
     let mut v = Vec::new();
     for c in chapters {
@@ -87,7 +87,13 @@ fn units(chapters: &[Chapter]) -> Vec<Unit> {
             v.push(Unit {
                 chapter: c.id.into(),
                 run: None,
-                cost: FIXED_COST,
+                cost: FIXED_COST
+                    + c.hidden
+                        .parallel
+                        .iter()
+                        .chain(&c.hidden.serial)
+                        .map(run_cost)
+                        .sum::<f64>(),
             });
         }
         for s in &c.specs {

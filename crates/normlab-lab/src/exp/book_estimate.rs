@@ -171,4 +171,32 @@ mod tests {
         let wall = cal.chapter_wall(&[&a, &b, &c]) - FIXED_COST;
         assert!((wall - t[0].max(t[1] + t[2])).abs() < 1e-9, "{wall} {t:?}");
     }
+
+    /// A chapter's training outside its grid (the cross-check's: its
+    /// normlab runs side by side, the PyTorch side one after another)
+    /// counts until the chapter is written.
+    #[test]
+    fn training_outside_the_grid_counts_until_written() {
+        let out = std::env::temp_dir().join(format!("normlab-estimate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let opts = super::super::book::BookOptions {
+            out: out.clone(),
+            quick: true,
+            only: Some(vec!["cross-check".into()]),
+            ..Default::default()
+        };
+        let wall = |o| super::super::book::estimate(o, 2).unwrap().0[0].1;
+        let hidden = (super::super::cross_train::hidden_training)(&super::super::args::ExpArgs {
+            quick: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!hidden.serial.is_empty() && hidden.serial.len() == hidden.parallel.len());
+        let before = wall(&opts);
+        assert!(before > FIXED_COST + 1.0, "{before}");
+        std::fs::create_dir_all(out.join("cross-check")).unwrap();
+        std::fs::write(out.join("cross-check/result.json"), "{}").unwrap();
+        assert_eq!(wall(&opts), FIXED_COST);
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -38,6 +38,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[],
     run,
     grid: None,
+    hidden_training: Some(cross_train::hidden_training),
     quick_decides: false,
 };
 

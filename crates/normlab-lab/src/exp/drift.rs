@@ -30,6 +30,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: None,
+    hidden_training: None,
     quick_decides: true,
 };
 

@@ -20,6 +20,23 @@ use std::path::Path;
 /// The runs a training experiment trains for its arguments.
 pub type GridFn = fn(&ExpArgs) -> Result<Vec<RunSpec>>;
 
+/// Training an experiment does outside its grid, for the book's estimate.
+#[derive(Clone, Debug, Default)]
+pub struct Hidden {
+    /// Runs trained side by side (`--jobs` at a time), as a grid's are.
+    pub parallel: Vec<RunSpec>,
+    /// Runs trained one after another on one core, before the others
+    /// (another program's: the cross-check's PyTorch side), timed as
+    /// normlab's runs of the same configurations times `serial_factor`.
+    pub serial: Vec<RunSpec>,
+    /// The other program's time over normlab's for the same runs (a
+    /// measured ratio; 0 when there are none).
+    pub serial_factor: f64,
+}
+
+/// An experiment's training outside its grid for its arguments.
+pub type HiddenFn = fn(&ExpArgs) -> Result<Hidden>;
+
 /// One experiment: what it asks, which flags it takes, how it runs, and
 /// (for training experiments) the grid of runs it trains, which `normlab
 /// sweep <id>` runs as well.
@@ -34,6 +51,11 @@ pub struct Experiment {
     pub run: fn(&ExpArgs, Progress) -> Result<ExpResult>,
     /// The runs it trains (None: it trains nothing).
     pub grid: Option<GridFn>,
+    /// Training it does inside its own run, outside its grid (`sweep`
+    /// does not run it): counted only by the book's estimate, which times
+    /// these configurations like the grid's (the cross-check's normlab
+    /// runs, and the same again for its PyTorch side).
+    pub hidden_training: Option<HiddenFn>,
     /// Whether its `--quick` setting is meant to decide its claims (the
     /// computations that train nothing); otherwise a quick run's verdicts
     /// are reported as inconclusive, with the numbers it measured.

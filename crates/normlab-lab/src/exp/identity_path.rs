@@ -25,6 +25,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: None,
+    hidden_training: None,
     quick_decides: true,
 };
 

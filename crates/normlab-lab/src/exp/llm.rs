@@ -39,6 +39,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[ExpFlag::Steps, ExpFlag::Seed, ExpFlag::Jobs],
     run,
     grid: Some(grid),
+    hidden_training: None,
     quick_decides: true,
 };
 

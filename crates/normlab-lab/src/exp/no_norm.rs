@@ -35,6 +35,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    hidden_training: None,
     quick_decides: false,
 };
 

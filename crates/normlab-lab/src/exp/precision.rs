@@ -40,6 +40,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[ExpFlag::DModel, ExpFlag::Seed],
     run,
     grid: None,
+    hidden_training: None,
     quick_decides: true,
 };
 

@@ -28,6 +28,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[ExpFlag::Steps, ExpFlag::Seeds, ExpFlag::Seed, ExpFlag::Jobs],
     run,
     grid: Some(grid),
+    hidden_training: None,
     quick_decides: false,
 };
 

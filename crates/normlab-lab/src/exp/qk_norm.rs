@@ -26,6 +26,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     ],
     run,
     grid: Some(grid),
+    hidden_training: None,
     quick_decides: false,
 };
 

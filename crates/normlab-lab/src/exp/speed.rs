@@ -31,6 +31,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[ExpFlag::Threads, ExpFlag::DModel, ExpFlag::Rows],
     run,
     grid: None,
+    hidden_training: None,
     quick_decides: false,
 };
 
