@@ -342,17 +342,34 @@ fn nan_diverged_runs_show_as_diverged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Resident memory of a process (VmRSS), in MiB.
-fn rss_mib(pid: u32) -> f64 {
+/// A memory field of a process's /proc status (`VmRSS`: resident now,
+/// `VmHWM`: its peak), in MiB.
+fn status_mib(pid: u32, field: &str) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: f64 = s
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
         .and_then(|l| l.split_whitespace().nth(1))
         .unwrap()
         .parse()
         .unwrap();
     kib / 1024.0
+}
+
+/// Resident memory of a process (VmRSS), in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS")
+}
+
+/// A claim of an `/api/book` answer by id.
+fn claim_of(book: &serde_json::Value, id: &str) -> serde_json::Value {
+    book["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no claim {id}"))
+        .clone()
 }
 
 /// 60 of the heaviest documented simulations, 20 at a time, and a long
@@ -437,19 +454,6 @@ fn server_memory_is_bounded() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The process's peak resident memory (VmHWM), in MiB.
-fn peak_mib(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: f64 = s
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap();
-    kib / 1024.0
-}
-
 /// The published book (docs/findings: every chapter with its figures) read
 /// by 20 clients at once, each the claims table, every chapter and every
 /// figure, twice: everything is served, and the server's peak resident
@@ -476,15 +480,7 @@ fn the_published_book_is_served_in_bounded_memory() {
     assert_eq!(chapters.len(), on_disk, "{chapters:?}");
     // A claim the PyTorch cross-check covered carries its agreement; one
     // it did not, none.
-    let claim = |id: &str| {
-        v["claims"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap()
-            .clone()
-    };
+    let claim = |id: &str| claim_of(&v, id);
     let c1 = claim("C1");
     assert!(c1["cross_check"]["agrees"].is_boolean(), "{c1}");
     assert!(
@@ -529,7 +525,7 @@ fn the_published_book_is_served_in_bounded_memory() {
             h.join().unwrap();
         }
     }
-    let peak = peak_mib(pid);
+    let peak = status_mib(pid, "VmHWM");
     eprintln!(
         "serving the published book ({} chapters, {figures} figures) to 20 clients: peak {peak:.0} MiB",
         chapters.len()
@@ -787,15 +783,7 @@ fn book_pages_read_a_book_folder() {
     let (code, body) = get(&s, "/api/book");
     assert_eq!(code, 200, "{body}");
     let v = json_body(&body);
-    let claim = |id: &str| {
-        v["claims"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap()
-            .clone()
-    };
+    let claim = |id: &str| claim_of(&v, id);
     let c1 = claim("C1");
     assert!(c1["statement"].as_str().unwrap().len() > 20, "{c1}");
     assert_eq!(c1["chapters"][0]["experiment"], "drift", "{c1}");

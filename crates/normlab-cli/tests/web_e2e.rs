@@ -444,26 +444,16 @@ async fn web_lab_in_headless_chromium() {
     // Chinese: the switch translates the interface, the claims table (C1's
     // title from zh.json, the verdict words) and the open claim, with its
     // numbers and ID unchanged; English again after.
-    let zh: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/web/i18n/zh.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let heading = |lang: &str| -> String {
-        let v: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("src/web/i18n/{lang}.json")),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        v["ui"]["book.heading"].as_str().unwrap().to_string()
+    let translation = |lang: &str| -> serde_json::Value {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("src/web/i18n/{lang}.json"));
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };
+    let (en, zh) = (translation("en"), translation("zh"));
+    let heading = |t: &serde_json::Value| t["ui"]["book.heading"].as_str().unwrap().to_string();
+    let (heading_en, heading_zh) = (heading(&en), heading(&zh));
     click(&c, "#lang option[value='zh']").await;
     wait_for("the Chinese page", || async {
-        (text(&c, "#book h2").await == heading("zh")).then_some(())
+        (text(&c, "#book h2").await == heading_zh).then_some(())
     })
     .await;
     let c1 = zh["claims"]["C1"]["title"].as_str().unwrap().to_string();
@@ -488,7 +478,7 @@ async fn web_lab_in_headless_chromium() {
     shot(&c, "#book", &base, "book_zh.png").await;
     click(&c, "#lang option[value='en']").await;
     wait_for("the English page again", || async {
-        (text(&c, "#book h2").await == heading("en")).then_some(())
+        (text(&c, "#book h2").await == heading_en).then_some(())
     })
     .await;
 

@@ -75,15 +75,17 @@ pub const Q4_1: u8 = 2;
 /// Q5_0 (`T`).
 pub const Q5_0: u8 = 3;
 
+/// The format of each `T` (indexed by it).
+const BLOCK32: [GgmlType; 4] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+];
+
 /// The `T` of a 32-block format, or None.
 pub fn block32(ty: GgmlType) -> Option<u8> {
-    match ty {
-        GgmlType::Q8_0 => Some(Q8_0),
-        GgmlType::Q4_0 => Some(Q4_0),
-        GgmlType::Q4_1 => Some(Q4_1),
-        GgmlType::Q5_0 => Some(Q5_0),
-        _ => None,
-    }
+    BLOCK32.iter().position(|&t| t == ty).map(|t| t as u8)
 }
 
 /// One row's dot product with `a` in one pass over its blocks, for
@@ -99,7 +101,7 @@ pub fn block32_row<const T: u8>(
     w: &[u8],
     a: &super::QuantActs,
 ) -> ([f32; 8], f32) {
-    let bs = [34, 18, 20, 22][T as usize];
+    let bs = BLOCK32[T as usize].block().1;
     let blocks = w.len() / bs;
     assert!(w.len() == bs * blocks && a.d.len() == blocks && a.q.len() == 32 * blocks);
     assert!(a.lo.is_empty() || a.lo.len() == a.q.len());
@@ -149,8 +151,8 @@ unsafe fn high_bits(bits: u32) -> __m256i {
 /// inherit the function's target features).
 macro_rules! block32_row_body {
     ($t:ident, $w:ident, $a:ident, |$u:ident, $s:ident| $lanes:expr) => {{
-        let bs = [34, 18, 20, 22][$t as usize];
-        let off = [0, 8, 0, 16][$t as usize];
+        let ty = BLOCK32[$t as usize];
+        let (bs, off) = (ty.block().1, super::offset(ty));
         let two = !$a.lo.is_empty();
         let limb = _mm256_set1_epi32(super::LIMB);
         let offv = _mm256_set1_epi32(off);
