@@ -337,7 +337,9 @@ fn normalise(kind: NormKind, eps: f32, x: &[f32], params: &[f32]) -> Vec<f32> {
     let far = !(2f32.powi(-60)..=2f32.powi(60)).contains(&max);
     let rescaled: Vec<f32>;
     let x = if eps == 0.0 && !kind.spec().elementwise && max > 0.0 && far {
-        let k = -(max as f64).log2().floor() as i32;
+        // -floor(log2 max), exactly: the binary exponent of max (normal
+        // in f64 even where it is subnormal in f32).
+        let k = 1023 - ((max as f64).to_bits() >> 52) as i32;
         // Two steps: 2^k alone may not be representable in f32.
         let (a, b) = (2f32.powi(k / 2), 2f32.powi(k - k / 2));
         rescaled = x.iter().map(|v| v * a * b).collect();

@@ -38,8 +38,8 @@ use pass::simulate_from;
 /// generator state saved before them, not kept.
 pub fn simulate(c: &SimConfig) -> SimResult {
     let mut rng = Rng::derive(c.seed, "depth-sim");
-    let x: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
-    let r: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal()).collect();
+    let x: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal_portable()).collect();
+    let r: Vec<f64> = (0..c.rows * c.d).map(|_| rng.normal_portable()).collect();
     simulate_from(c, x, &r, rng).0
 }
 

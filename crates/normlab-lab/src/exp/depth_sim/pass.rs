@@ -38,7 +38,7 @@ const HC_EPS: f64 = 1e-6;
 const SINKHORN: usize = 20;
 
 fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + libm::exp(-x))
 }
 
 /// One sublayer's per-row read (n), write (n) and mixing (n x n, comb[k, j]
@@ -52,7 +52,9 @@ struct Route {
 /// A row's n x d streams RMS-normalised and projected by a fresh
 /// `outs x n d` map drawn from `rng` (one map for every row).
 fn project(x: &[f64], rows: usize, width: usize, outs: usize, rng: &mut Rng) -> Vec<f64> {
-    let w: Vec<f64> = (0..outs * width).map(|_| MHC_STD * rng.normal()).collect();
+    let w: Vec<f64> = (0..outs * width)
+        .map(|_| MHC_STD * rng.normal_portable())
+        .collect();
     let mut z = vec![0.0; rows * outs];
     for (xr, zr) in x.chunks_exact(width).zip(z.chunks_exact_mut(outs)) {
         let ms = xr.iter().map(|v| v * v).sum::<f64>() / width as f64;
@@ -75,7 +77,7 @@ fn sinkhorn(z: &[f64], n: usize) -> Vec<f64> {
     let mut c = vec![0.0; n * n];
     for (zr, cr) in z.chunks_exact(n).zip(c.chunks_exact_mut(n)) {
         let m = zr.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
-        let e: Vec<f64> = zr.iter().map(|v| (v - m).exp()).collect();
+        let e: Vec<f64> = zr.iter().map(|v| libm::exp(v - m)).collect();
         let s: f64 = e.iter().sum();
         cr.iter_mut().zip(&e).for_each(|(c, v)| *c = v / s + HC_EPS);
     }
@@ -151,7 +153,9 @@ pub(super) fn simulate_from(
     let streams = c.streams();
     let n = streams.map_or(1, |s| s.1);
     let std = c.gain / (d as f64).sqrt();
-    let draw = |state: &mut Rng| -> Vec<f64> { (0..d * d).map(|_| std * state.normal()).collect() };
+    let draw = |state: &mut Rng| -> Vec<f64> {
+        (0..d * d).map(|_| std * state.normal_portable()).collect()
+    };
     let mut states = Vec::with_capacity(layers);
     let skip = if c.residual { 1.0 } else { 0.0 };
     let writeback = if c.scale_writeback {
@@ -194,7 +198,7 @@ pub(super) fn simulate_from(
         let mut ir = vec![1.0; rows];
         if c.pre_norm && c.dyt {
             a.iter_mut()
-                .for_each(|v| *v = (DYT_ALPHA * *v).tanh() * lns(l));
+                .for_each(|v| *v = libm::tanh(DYT_ALPHA * *v) * lns(l));
         } else if c.pre_norm {
             for (row, irr) in a.chunks_exact_mut(d).zip(ir.iter_mut()) {
                 let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
@@ -295,7 +299,7 @@ pub(super) fn simulate_from(
                 // d/dx of c * tanh(alpha x): c alpha (1 - tanh^2).
                 let xr = &xs[l][i * d..(i + 1) * d];
                 for (dk, &xk) in da.iter_mut().zip(xr) {
-                    let t = (DYT_ALPHA * xk).tanh();
+                    let t = libm::tanh(DYT_ALPHA * xk);
                     *dk *= lns(l) * DYT_ALPHA * (1.0 - t * t);
                 }
             } else if c.pre_norm {
