@@ -36,13 +36,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use clap::Args;
-use normlab::calc::{self, CalcRequest};
-use normlab::kernels::norm::NormKind;
-use normlab_lab::exp::args::FlagValue;
-use normlab_lab::exp::depth_sim;
-use normlab_lab::exp::{ExpArgs, ExpFlag};
-use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
 use normlab_lab::report;
+use normlab_lab::widgets;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -51,7 +46,9 @@ use std::sync::Arc;
 
 mod book;
 mod overlay;
+mod site;
 use overlay::api_plot;
+pub use site::{run as site, SiteCmd};
 
 const PAGE: &str = include_str!("web/index.html");
 
@@ -78,8 +75,6 @@ async fn api_i18n(AxPath(file): AxPath<String>) -> Response {
         ),
     }
 }
-/// Longest vector the calculator accepts over HTTP.
-pub const MAX_CALC_LEN: usize = 4096;
 /// Most runs one plot overlays.
 pub const MAX_PLOT_RUNS: usize = 20;
 /// Simulations and plots computed at the same time; more requests wait.
@@ -144,24 +139,10 @@ fn bad(msg: impl Into<String>) -> Response {
     err(StatusCode::BAD_REQUEST, msg)
 }
 
-/// The query string as key -> value; a parameter outside `allowed`, or one
-/// given twice, is a 400.
+/// The query string as key -> value (`widgets::parse_query`); a parameter
+/// outside `allowed`, or one given twice, is a 400.
 fn query(raw: Option<String>, allowed: &[&str]) -> Result<HashMap<String, String>, Box<Response>> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.as_deref().unwrap_or(""))
-        .map_err(|e| Box::new(bad(format!("malformed query string: {e}"))))?;
-    let mut out = HashMap::new();
-    for (k, v) in pairs {
-        if !allowed.contains(&k.as_str()) {
-            return Err(Box::new(bad(format!(
-                "unknown parameter '{k}' (expected: {})",
-                allowed.join(", ")
-            ))));
-        }
-        if out.insert(k.clone(), v).is_some() {
-            return Err(Box::new(bad(format!("parameter '{k}' is given twice"))));
-        }
-    }
-    Ok(out)
+    widgets::parse_query(raw.as_deref().unwrap_or(""), allowed).map_err(|e| Box::new(bad(e)))
 }
 
 /// Any route that does not exist: a JSON 404.
@@ -296,166 +277,42 @@ async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limits) {
     }
 }
 
-fn parse_f32(name: &str, v: Option<&String>) -> Result<Option<f32>, String> {
-    match v.map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        None => Ok(None),
-        Some(s) => s
-            .parse::<f32>()
-            .map(Some)
-            .map_err(|_| format!("{name}: '{s}' is not a number")),
-    }
-}
-
 async fn api_kinds(RawQuery(raw): RawQuery) -> Response {
-    if let Err(r) = query(raw, &[]) {
-        return *r;
-    }
-    let kinds: Vec<serde_json::Value> = NormKind::row_wise()
-        .filter(|k| *k != NormKind::None)
-        .map(|k| serde_json::json!({"name": k.name(), "formula": k.spec().formula}))
-        .collect();
-    Json(serde_json::json!({ "kinds": kinds })).into_response()
+    widget("kinds", raw)
 }
 
 async fn api_residual_options(RawQuery(raw): RawQuery) -> Response {
-    if let Err(r) = query(raw, &[]) {
-        return *r;
-    }
-    let options = normlab::model::residual::simulated_json();
-    Json(serde_json::json!({ "options": options })).into_response()
+    widget("residual-options", raw)
 }
 
 async fn api_calc(RawQuery(raw): RawQuery) -> Response {
-    let q = match query(
-        raw,
-        &["norm", "x", "eps", "scale", "shift", "dtype", "naive"],
-    ) {
-        Ok(q) => q,
-        Err(r) => return *r,
-    };
-    let kind: NormKind = match q.get("norm").map_or("layernorm", String::as_str).parse() {
-        Ok(k) => k,
-        Err(e) => return bad(e.to_string()),
-    };
-    let Some(xs) = q.get("x") else {
-        return bad("missing parameter x (comma-separated numbers)");
-    };
-    if xs.len() > MAX_CALC_LEN * 32 {
-        return bad(format!("x is too long (at most {MAX_CALC_LEN} values)"));
-    }
-    let x = match calc::parse_vector("x", xs) {
-        Ok(v) => v,
-        Err(e) => return bad(e),
-    };
-    if x.len() > MAX_CALC_LEN {
-        return bad(format!(
-            "x has {} values; at most {MAX_CALC_LEN} are allowed",
-            x.len()
-        ));
-    }
-    let mut req = CalcRequest::new(kind, x);
-    if let Some(t) = q.get("dtype").filter(|t| !t.is_empty()) {
-        match t.parse() {
-            Ok(t) => req.dtype = Some(t),
-            Err(e) => return bad(e),
-        }
-    }
-    match parse_bool("naive", q.get("naive"), false) {
-        Ok(n) => req.naive = n,
-        Err(e) => return bad(e),
-    }
-    match (
-        parse_f32("eps", q.get("eps")),
-        parse_f32("scale", q.get("scale")),
-        parse_f32("shift", q.get("shift")),
-    ) {
-        (Ok(e), Ok(a), Ok(c)) => {
-            req.eps = e;
-            req.scale = a;
-            req.shift = c;
-        }
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return bad(r),
-    }
-    match calc::calc(&req) {
-        Ok(r) => Json(r).into_response(),
-        Err(e) => bad(e.to_string()),
-    }
+    widget("calc", raw)
 }
 
-/// A switch parameter (the experiment flags' parsing of true/false), or
-/// `default` when absent or empty.
-fn parse_bool(name: &str, v: Option<&String>, default: bool) -> Result<bool, String> {
-    match v.map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        None => Ok(default),
-        Some(s) => <bool as FlagValue>::parse_flag(name, s).map_err(|e| e.to_string()),
+/// A widget that answers at once (`widgets::call`): its JSON, or a 400.
+fn widget(route: &str, raw: Option<String>) -> Response {
+    match widgets::call(route, raw.as_deref().unwrap_or("")) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => bad(e),
     }
 }
 
 async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
-    // The parameters are the depth-sim experiment's flags (one declaration
-    // in exp::args: the same names, parsing and help as `normlab exp
-    // depth-sim`), with `_` for `-`; an empty value is the default.
-    let flags = depth_sim::EXPERIMENT.all_flags();
-    let allowed: Vec<String> = flags.iter().map(|f| f.name().replace('-', "_")).collect();
-    let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
-    let q = match query(raw, &allowed) {
-        Ok(q) => q,
-        Err(r) => return *r,
-    };
-    let mut args = ExpArgs::default();
-    for (key, value) in &q {
-        let flag = ExpFlag::find(key).expect("an allowed parameter is a flag");
-        if value.trim().is_empty() {
-            continue;
-        }
-        if let Err(e) = flag.set_as(&mut args, value, key) {
-            return bad(e.to_string());
-        }
-    }
-    // The lab's charts average 32 rows (the experiment: 64).
-    let cfg = match depth_sim::config(&args, 32) {
+    let params = widgets::simulate_params();
+    let allowed: Vec<&str> = params.iter().map(String::as_str).collect();
+    let cfg = match query(raw, &allowed)
+        .and_then(|q| widgets::simulate_config(&q).map_err(|e| Box::new(bad(e))))
+    {
         Ok(c) => c,
-        Err(e) => return bad(e.to_string()),
+        Err(r) => return *r,
     };
     let Ok(_permit) = lab.heavy.acquire().await else {
         return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
     };
-    let res = match tokio::task::spawn_blocking(move || depth_sim::simulate(&cfg)).await {
-        Ok(r) => r,
-        Err(_) => return err(StatusCode::INTERNAL_SERVER_ERROR, "simulation failed"),
-    };
-    let pts = |v: &[Option<f64>]| {
-        v.iter()
-            .enumerate()
-            .filter_map(|(i, x)| x.map(|y| (i as f64, y)))
-            .collect::<Vec<_>>()
-    };
-    let fig = Figure {
-        stem: "sim".into(),
-        panels: vec![
-            Panel::Line(LineChart {
-                title: "residual-stream RMS".into(),
-                x_label: "layer".into(),
-                y_label: "RMS of x_l".into(),
-                series: vec![Series::new("x_l", pts(&res.residual_rms))],
-                log_y: true,
-                log_x: false,
-            }),
-            Panel::Line(LineChart {
-                title: "gradient".into(),
-                x_label: "layer".into(),
-                y_label: "|dL/dx_l| per row".into(),
-                series: vec![Series::new("dL/dx_l", pts(&res.grad_norm))],
-                log_y: true,
-                log_x: false,
-            }),
-        ],
-        cols: 2,
-    };
-    let svg = plot::svg_string(&fig).unwrap_or_default();
-    let mut v = serde_json::to_value(&res).unwrap();
-    v["svg"] = json!(svg);
-    Json(v).into_response()
+    match tokio::task::spawn_blocking(move || widgets::simulate(&cfg)).await {
+        Ok(v) => Json(v).into_response(),
+        Err(_) => err(StatusCode::INTERNAL_SERVER_ERROR, "simulation failed"),
+    }
 }
 
 /// The runs under the runs folder, without their metrics.

@@ -16,3 +16,4 @@ pub mod exp;
 pub mod present;
 pub mod report;
 pub mod sweep;
+pub mod widgets;

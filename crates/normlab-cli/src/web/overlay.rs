@@ -3,6 +3,7 @@
 //! block, and the sink and outlier diagnostics over steps.
 
 use super::*;
+use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
 
 /// What `/api/plot` draws: the loss curves, the gradient norm, the stream
 /// by block, and the sink and outlier diagnostics over steps.
