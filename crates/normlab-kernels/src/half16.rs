@@ -58,6 +58,7 @@ impl Elem for f16 {
         Conv::checked(f16_instructions())
     }
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
     fn load(src: &[f16], hw: Conv) -> [f32; LANES] {
         #[cfg(target_arch = "x86_64")]
         if hw.hw() {
@@ -68,6 +69,7 @@ impl Elem for f16 {
         crate::simd::load_portable(src)
     }
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
     fn store(dst: &mut [f16], b: &[f32; LANES], hw: Conv) {
         #[cfg(target_arch = "x86_64")]
         if hw.hw() {
@@ -132,6 +134,7 @@ impl Elem for bf16 {
         Conv::checked(bf16_instructions())
     }
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
     fn store(dst: &mut [bf16], b: &[f32; LANES], hw: Conv) {
         #[cfg(target_arch = "x86_64")]
         if hw.hw() {

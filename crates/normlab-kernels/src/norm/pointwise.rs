@@ -243,6 +243,7 @@ fn layout(f: Squash, d: usize) -> (usize, Option<usize>, usize, usize) {
 }
 
 #[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn forward_body<F: SquashFn>(
     d: usize,
     f: Squash,

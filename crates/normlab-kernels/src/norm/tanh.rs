@@ -55,6 +55,7 @@ const TANH_PW: [[f32; 6]; 32] = [
 
 /// `TANH_PW` by coefficient: `TANH_COLS[k][i] = TANH_PW[i][k]` (the vector
 /// code's lookup tables).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const TANH_COLS: [[f32; TANH_N]; 6] = {
     let mut c = [[0f32; TANH_N]; 6];
     let mut i = 0;

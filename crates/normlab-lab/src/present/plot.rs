@@ -8,10 +8,8 @@ use normlab::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::FontStyle;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 
 /// One line of a chart.
 #[derive(Clone, Debug, Serialize)]
@@ -147,8 +145,6 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-static FONT: Once = Once::new();
-
 impl Figure {
     /// A figure of panels in `cols` columns, saved as `<stem>.svg/.png`.
     pub fn new(stem: impl Into<String>, panels: Vec<Panel>, cols: usize) -> Figure {
@@ -164,14 +160,19 @@ impl Figure {
 /// font registry: there plotters measures text with the page's fonts).
 fn register_font() {
     #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-    FONT.call_once(|| {
-        let _ = plotters::style::register_font(
-            "sans-serif",
-            FontStyle::Normal,
-            dejavu::sans::regular(),
-        );
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold());
-    });
+    {
+        use plotters::style::FontStyle;
+        static FONT: std::sync::Once = std::sync::Once::new();
+        FONT.call_once(|| {
+            let _ = plotters::style::register_font(
+                "sans-serif",
+                FontStyle::Normal,
+                dejavu::sans::regular(),
+            );
+            let _ =
+                plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold());
+        });
+    }
 }
 
 fn err<E: std::fmt::Display>(e: E) -> Error {

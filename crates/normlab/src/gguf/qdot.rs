@@ -244,9 +244,9 @@ impl LaneKernel {
     /// The best this CPU has at normlab's SIMD level (`NORMLAB_SIMD`
     /// lowers it).
     pub fn best() -> LaneKernel {
-        use crate::kernels::simd::{level, Level};
         #[cfg(target_arch = "x86_64")]
         {
+            use crate::kernels::simd::{level, Level};
             static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
             let vnni = *VNNI.get_or_init(|| {
                 std::arch::is_x86_feature_detected!("avx512vnni")
