@@ -8,6 +8,15 @@
 # that an error. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The static lab's WebAssembly package (normlab site), which the browser
+# test serves and compares with the server: built when the wasm32 target and
+# the wasm-bindgen CLI are installed (scripts/build_site_wasm.sh says how;
+# without them that part of the test skips, or fails under
+# NORMLAB_REQUIRE_BROWSER=1).
+if command -v wasm-bindgen >/dev/null 2>&1 \
+   && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  scripts/build_site_wasm.sh
+fi
 cargo test --workspace --release "$@"
 # The logger test runs `normlab report` on the folders it writes: the
 # binary the workspace's tests built (target/release/normlab; a plain

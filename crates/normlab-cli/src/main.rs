@@ -46,6 +46,8 @@ enum Command {
     Report(cmd_sweep::ReportCmd),
     /// The web lab: norm calculator, depth simulator and runs dashboard in the browser.
     Serve(web::ServeCmd),
+    /// The web lab as a static folder any web server can host (the widgets in WebAssembly, the book's pages as files).
+    Site(web::SiteCmd),
     /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
     Convert(cmd_convert::ConvertCmd),
     /// Inspect a model layer by layer: a normlab run folder (any placement), a BERT-style folder or a GGUF file (Llama, Gemma 3).
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
         Command::Demo(c) => cmd_exp::demo(c),
         Command::Book(c) => cmd_book::book(c),
         Command::Serve(c) => web::run(c),
+        Command::Site(c) => web::site(c),
         Command::Convert(c) => cmd_convert::run(c),
         Command::Inspect(c) => cmd_inspect::run(c),
         Command::Generate(c) => cmd_generate::run(c),

@@ -1,4 +1,6 @@
-//! `normlab serve`: the web lab. An axum server (loopback by default)
+//! `normlab serve`: the web lab (and, in `web/site.rs`, `normlab site`: the
+//! same page as a static folder, its widgets in WebAssembly). An axum
+//! server (loopback by default)
 //! serving one page (no front-end build step: `web/index.html` is compiled
 //! in) and a JSON API that the page calls; every number and chart is
 //! computed by the Rust engine. Every parameter is validated (unknown or

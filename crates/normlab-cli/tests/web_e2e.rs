@@ -523,6 +523,7 @@ async fn web_lab_in_headless_chromium() {
     shot(&c, "#runs", &base, "runs_dashboard.png").await;
     let full = c.screenshot().await.unwrap();
     std::fs::write(base.join("page.png"), full).unwrap();
+    static_lab(&c, &book, &base, (ln0.as_str(), ratio_pre, rms_pre)).await;
     c.close().await.unwrap();
 
     // A browser whose language is Chinese gets the Chinese page (a fresh
@@ -544,4 +545,166 @@ async fn web_lab_in_headless_chromium() {
     })
     .await;
     c.close().await.unwrap();
+}
+
+/// Widget requests whose answers the static lab's WebAssembly must give
+/// exactly as the server does: every norm kind on the lessons' vectors,
+/// low-precision storage, the depth simulator's designs, and errors.
+const WIDGET_QUERIES: &[(&str, &str)] = &[
+    ("kinds", ""),
+    ("residual-options", ""),
+    ("calc", "norm=layernorm&x=1%2C2%2C3%2C6"),
+    ("calc", "norm=rmsnorm&x=1.5%2C-3%2C4.5%2C0.25&eps=1e-6"),
+    ("calc", "norm=zrmsnorm&x=5%2C8%2C11%2C20&scale=3&shift=2"),
+    ("calc", "norm=dyt&x=0.1%2C-7%2C30%2C2"),
+    ("calc", "norm=derf&x=0.1%2C-7%2C30%2C2"),
+    (
+        "calc",
+        "norm=layernorm&x=300%2C-200%2C100%2C1e-3&dtype=f16&naive=true",
+    ),
+    ("calc", "norm=rmsnorm&x=1e-40%2C2e-40%2C-3e-40&eps=0"),
+    ("calc", "norm=rmsnorm&x=3e4%2C-2e4%2C1e4&dtype=bf16"),
+    ("calc", "norm=layernorm&x=1%2C%2C2"),
+    ("simulate", ""),
+    ("simulate", "sublayers=32&gain=1&pre_norm=true"),
+    (
+        "simulate",
+        "sublayers=32&pre_norm=true&scale_writeback=true",
+    ),
+    (
+        "simulate",
+        "sublayers=64&gain=1.5&pre_norm=true&dyt=true&lns=true",
+    ),
+    ("simulate", "sublayers=16&residual=false"),
+    ("simulate", "sublayers=32&rezero=true"),
+    ("simulate", "sublayers=32&layerscale=0.1"),
+    ("simulate", "sublayers=24&hc=4"),
+    ("simulate", "sublayers=24&mhc=4&pre_norm=true"),
+    ("simulate", "sublayers=abc"),
+];
+
+/// Run `script` (its last argument is the callback) in the page and parse
+/// the string it hands back as JSON.
+async fn call_json(c: &Client, script: &str, args: Vec<serde_json::Value>) -> serde_json::Value {
+    let v = c.execute_async(script, args).await.unwrap();
+    serde_json::from_str(v.as_str().expect("a JSON string")).unwrap()
+}
+
+/// An answer without its SVG (the browser lays text out with its own fonts).
+fn numbers(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("svg");
+    }
+    v
+}
+
+/// The static lab (`normlab site`) behind a plain file server: the same
+/// widget answers as the served lab (which `c` shows now), to the bit; the
+/// page's calculator, depth-simulator preset, book, figures and language
+/// switch; the dashboard's place says it needs the server.
+async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f64)) {
+    let (ln0, ratio_pre, rms_pre) = served;
+    let pkg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/site-wasm");
+    if !pkg.join("normlab_wasm_bg.wasm").is_file() {
+        if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
+            panic!("no WebAssembly build at {} but NORMLAB_REQUIRE_BROWSER is set: run scripts/build_site_wasm.sh", pkg.display());
+        }
+        eprintln!("SKIPPED the static lab: no WebAssembly build (scripts/build_site_wasm.sh)");
+        return;
+    }
+    let mut server_answers = Vec::new();
+    for (route, q) in WIDGET_QUERIES {
+        let url = format!("/api/{route}{}{q}", if q.is_empty() { "" } else { "?" });
+        let v = call_json(
+            c,
+            "const done = arguments[1]; fetch(arguments[0]).then(r => r.text()).then(done);",
+            vec![url.into()],
+        )
+        .await;
+        server_answers.push(v);
+    }
+    let site = base.join("site");
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["site", "--out"])
+        .arg(&site)
+        .arg("--book")
+        .arg(book)
+        .arg("--wasm")
+        .arg(&pkg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let port = free_port();
+    let _files = Kill(
+        Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
+            .arg(&site)
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/");
+    wait_for("the file server", || async {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    })
+    .await;
+    c.goto(&url).await.unwrap();
+    wait_for("the static calculator", || async {
+        (rows(c, "#calc-log tbody tr").await >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(text(c, "#layernorm-out").await, ln0, "the worked example");
+    // Every widget answer equals the server's (errors: the same message).
+    for ((route, q), want) in WIDGET_QUERIES.iter().zip(&server_answers) {
+        let got = call_json(
+            c,
+            "const done = arguments[2]; widgets().then(m => done(m.api(arguments[0], arguments[1])));",
+            vec![(*route).into(), (*q).into()],
+        )
+        .await;
+        assert_eq!(
+            numbers(got),
+            numbers(want.clone()),
+            "/api/{route}?{q}: the static lab differs from the server"
+        );
+    }
+    // The book: the claims table, C1's chapter with a figure that loads,
+    // C4's preset giving the served page's numbers.
+    wait_for("the static claims table", || async {
+        (rows(c, "#book-claims tbody tr").await == 27).then_some(())
+    })
+    .await;
+    click(c, "#claim-C1").await;
+    wait_for("C1's figure in the static lab", || async {
+        let w = c
+            .execute(
+                "const i = document.querySelector('#chapter-drift img'); return i ? i.naturalWidth : 0",
+                vec![],
+            )
+            .await
+            .ok()?;
+        (w.as_u64().unwrap_or(0) > 0).then_some(())
+    })
+    .await;
+    let chapter = text(c, "#book-chapter").await;
+    assert!(chapter.contains("Verdict:"), "{chapter}");
+    click(c, "#claim-C4").await;
+    click(c, "#preset-C4-1").await;
+    wait_for("C4's preset in the static lab", || async {
+        let ratio = num(&text(c, "#sim-ratio").await);
+        let rms = num(&text(c, "#sim-final").await);
+        (ratio == ratio_pre && rms == rms_pre).then_some(())
+    })
+    .await;
+    assert!(c.find(Locator::Css("#sim-charts svg")).await.is_ok());
+    assert!(text(c, "#runs").await.contains("normlab serve"));
+    click(c, "#lang option[value='zh']").await;
+    wait_for("the static page in Chinese", || async {
+        (text(c, "#calc h2").await == "归一化计算器").then_some(())
+    })
+    .await;
+    shot(c, "main", base, "static_lab.png").await;
+    click(c, "#lang option[value='en']").await;
 }

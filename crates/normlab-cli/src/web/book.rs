@@ -11,7 +11,7 @@
 use super::*;
 
 /// What the page says when the lab has no chapters.
-const HOW_TO: &str = "no chapters here: normlab book --quick --out book (a few minutes), then normlab serve --book book; or normlab demo, then normlab serve --runs normlab-demo";
+pub(super) const HOW_TO: &str = "no chapters here: normlab book --quick --out book (a few minutes), then normlab serve --book book; or normlab demo, then normlab serve --runs normlab-demo";
 
 /// The folder the book is read from.
 fn book_dir(lab: &Lab) -> Option<&std::path::Path> {
