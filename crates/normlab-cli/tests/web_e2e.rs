@@ -612,6 +612,7 @@ async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f6
         eprintln!("SKIPPED the static lab: no WebAssembly build (scripts/build_site_wasm.sh)");
         return;
     }
+    let served_presets = run_presets(c).await;
     let mut server_answers = Vec::new();
     for (route, q) in WIDGET_QUERIES {
         let url = format!("/api/{route}{}{q}", if q.is_empty() { "" } else { "?" });
@@ -623,12 +624,16 @@ async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f6
         .await;
         server_answers.push(v);
     }
+    // The published book (every kind of verdict, every figure); the quick
+    // one served above has two chapters.
+    let _ = book;
+    let published = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/findings");
     let site = base.join("site");
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args(["site", "--out"])
         .arg(&site)
         .arg("--book")
-        .arg(book)
+        .arg(&published)
         .arg("--wasm")
         .arg(&pkg)
         .output()
@@ -670,41 +675,164 @@ async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f6
             "/api/{route}?{q}: the static lab differs from the server"
         );
     }
-    // The book: the claims table, C1's chapter with a figure that loads,
-    // C4's preset giving the served page's numbers.
+    // Every "Try it in the lab" preset shows what it showed on the server.
+    assert_eq!(run_presets(c).await, served_presets, "the presets' widgets");
+    // The published book: every claim opens, in English and in Chinese,
+    // with each of its chapters' figures loaded; each kind of verdict is
+    // shown in both languages.
+    let table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("api/book.json")).unwrap())
+            .unwrap();
+    let zh: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("i18n/zh.json")).unwrap()).unwrap();
+    let en: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("i18n/en.json")).unwrap()).unwrap();
     wait_for("the static claims table", || async {
         (rows(c, "#book-claims tbody tr").await == 27).then_some(())
     })
     .await;
-    click(c, "#claim-C1").await;
-    wait_for("C1's figure in the static lab", || async {
-        let w = c
-            .execute(
-                "const i = document.querySelector('#chapter-drift img'); return i ? i.naturalWidth : 0",
-                vec![],
-            )
-            .await
-            .ok()?;
-        (w.as_u64().unwrap_or(0) > 0).then_some(())
-    })
-    .await;
-    let chapter = text(c, "#book-chapter").await;
-    assert!(chapter.contains("Verdict:"), "{chapter}");
-    click(c, "#claim-C4").await;
-    click(c, "#preset-C4-1").await;
-    wait_for("C4's preset in the static lab", || async {
-        let ratio = num(&text(c, "#sim-ratio").await);
-        let rms = num(&text(c, "#sim-final").await);
-        (ratio == ratio_pre && rms == rms_pre).then_some(())
+    let claims = table["claims"].as_array().unwrap();
+    let mut kinds = std::collections::BTreeSet::new();
+    for lang in ["en", "zh"] {
+        if lang == "zh" {
+            click(c, "#lang option[value='zh']").await;
+            wait_for("the static page in Chinese", || async {
+                (text(c, "#calc h2").await == "归一化计算器").then_some(())
+            })
+            .await;
+        }
+        let words = if lang == "en" { &en } else { &zh };
+        for claim in claims {
+            let id = claim["id"].as_str().unwrap();
+            let figures: usize = claim["chapters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    let f = site.join(format!(
+                        "api/book/{}.json",
+                        h["experiment"].as_str().unwrap()
+                    ));
+                    let ch: serde_json::Value =
+                        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+                    ch["figures"].as_array().unwrap().len()
+                })
+                .sum();
+            // The overall verdict and each chapter's, in the row.
+            let row = text(c, &format!("#claim-{id}")).await;
+            let verdicts = claim["chapters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| &h["verdict"])
+                .chain([&claim["overall"]]);
+            for v in verdicts.filter_map(|v| v.as_str()) {
+                kinds.insert(v.to_string());
+                let key = format!("verdict.{}", v.replace(' ', "_"));
+                let word = words["ui"][&key].as_str().unwrap();
+                assert!(row.contains(word), "{lang} {id}: '{word}' in {row}");
+            }
+            click(c, &format!("#claim-{id}")).await;
+            let statement = if lang == "en" {
+                claim["statement"].as_str().unwrap()
+            } else {
+                zh["claims"][id]["statement"].as_str().unwrap()
+            };
+            wait_for(&format!("{lang} {id} with its {figures} figure(s)"), || async {
+                let open = text(c, "#book-chapter").await;
+                let loaded = c
+                    .execute(
+                        "return [...document.querySelectorAll('#book-chapter img')].filter(i => i.complete && i.naturalWidth > 0).length",
+                        vec![],
+                    )
+                    .await
+                    .ok()?
+                    .as_u64()?;
+                (open.contains(statement) && loaded as usize == figures).then_some(())
+            })
+            .await;
+        }
+    }
+    let all: std::collections::BTreeSet<String> =
+        ["holds", "holds partly", "does not hold", "inconclusive"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    assert_eq!(
+        kinds, all,
+        "the published book's chapters have every kind of verdict"
+    );
+    shot(c, "main", base, "static_lab.png").await;
+    click(c, "#lang option[value='en']").await;
+    wait_for("the static page in English", || async {
+        (text(c, "#calc h2").await != "归一化计算器").then_some(())
     })
     .await;
     assert!(c.find(Locator::Css("#sim-charts svg")).await.is_ok());
     assert!(text(c, "#runs").await.contains("normlab serve"));
-    click(c, "#lang option[value='zh']").await;
-    wait_for("the static page in Chinese", || async {
-        (text(c, "#calc h2").await == "归一化计算器").then_some(())
-    })
-    .await;
-    shot(c, "main", base, "static_lab.png").await;
-    click(c, "#lang option[value='en']").await;
+}
+
+/// The "Try it in the lab" presets: (claim, button).
+const PRESET_BUTTONS: &[(&str, usize)] = &[
+    ("C4", 0),
+    ("C4", 1),
+    ("C4", 2),
+    ("C5", 0),
+    ("C6", 0),
+    ("C8", 0),
+    ("C8", 1),
+    ("C25", 0),
+    ("C27", 0),
+    ("C27", 1),
+];
+
+/// Click every preset in turn; after each, what its widget shows (the
+/// simulator's summary, or the calculator's outputs and stored-type lines).
+async fn run_presets(c: &Client) -> Vec<Vec<String>> {
+    let done = || async {
+        c.find(Locator::Css("#sim"))
+            .await
+            .unwrap()
+            .attr("data-done")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for (claim, i) in PRESET_BUTTONS {
+        click(c, &format!("#claim-{claim}")).await;
+        let button = format!("#preset-{claim}-{i}");
+        wait_for(&button, || async {
+            c.find(Locator::Css(&button)).await.ok()
+        })
+        .await;
+        let (sim_before, log_before) = (done().await, rows(c, "#calc-log tbody tr").await);
+        click(c, &button).await;
+        wait_for(&format!("{button}'s result"), || async {
+            let calc_done = rows(c, "#calc-log tbody tr").await > log_before
+                && (*claim != "C5" || rows(c, "#calc-log tbody tr").await == log_before + 3);
+            (calc_done || done().await != sim_before).then_some(())
+        })
+        .await;
+        // The preset's own widget (the other keeps what it showed before).
+        let sim = ["C4", "C25", "C27"].contains(claim);
+        let fields: &[&str] = if sim {
+            &["#sim-ratio", "#sim-final", "#sim-error"]
+        } else {
+            &[
+                "#layernorm-out",
+                "#rmsnorm-out",
+                "#zrmsnorm-out",
+                "#layernorm-low",
+                "#rmsnorm-low",
+                "#calc-error",
+            ]
+        };
+        let mut shown = vec![format!("{claim}-{i}")];
+        for css in fields {
+            shown.push(text(c, css).await);
+        }
+        out.push(shown);
+    }
+    out
 }
