@@ -33,6 +33,27 @@ fn find(names: &[&str]) -> Option<PathBuf> {
     None
 }
 
+/// `normlab serve` with these arguments on a free port: the process (killed
+/// when dropped) and its URL.
+fn serve_lab(args: &[&std::ffi::OsStr]) -> (Kill, String) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("server prints its URL")
+        .to_string();
+    (Kill(server), url)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -176,34 +197,30 @@ async fn web_lab_in_headless_chromium() {
     std::fs::create_dir_all(&base).unwrap();
     let runs = base.join("runs");
     make_runs(&runs);
-    // A small quick book (two chapters) for the book pages.
-    let book = base.join("book");
+    // A small quick book (three chapters) for the book pages, inside the
+    // runs folder: gain-decay's two runs are on the dashboard, and its
+    // chapter overlays them.
+    let book = runs.join("book");
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args(["book", "--quick", "--only", "drift,norm-stats", "--out"])
+        .args([
+            "book",
+            "--quick",
+            "--only",
+            "drift,norm-stats,gain-decay",
+            "--out",
+        ])
         .arg(&book)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // The lab, on a free port.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--runs"])
-        .arg(&runs)
-        .arg("--book")
-        .arg(&book)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _server = Kill(server);
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("server prints its URL")
-        .to_string();
+    let (_server, url) = serve_lab(&[
+        "--runs".as_ref(),
+        runs.as_os_str(),
+        "--book".as_ref(),
+        book.as_os_str(),
+    ]);
 
     // The browser.
     let port = free_port();
@@ -484,11 +501,19 @@ async fn web_lab_in_headless_chromium() {
 
     // Runs dashboard: two runs listed, overlay them, open one.
     wait_for("runs list", || async {
-        (rows(&c, "#runs-list tbody tr").await == 2).then_some(())
+        (rows(&c, "#runs-list tbody tr").await == 4).then_some(())
     })
     .await;
     for cb in c.find_all(Locator::Css(".run-select")).await.unwrap() {
-        cb.click().await.unwrap();
+        if !cb
+            .attr("value")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+            .starts_with("book/")
+        {
+            cb.click().await.unwrap();
+        }
     }
     click(&c, "#runs-plot").await;
     wait_for("overlay charts", || async {
@@ -521,9 +546,37 @@ async fn web_lab_in_headless_chromium() {
         .await
         .contains("\"norm\": \"none\""));
     shot(&c, "#runs", &base, "runs_dashboard.png").await;
+    // A chapter's runs: C17's chapter (gain-decay) has its run folders
+    // under --runs; its button selects and overlays exactly them.
+    click(&c, "#claim-C17").await;
+    wait_for("the chapter's runs button", || async {
+        c.find(Locator::Css("#chapter-runs-gain-decay")).await.ok()
+    })
+    .await;
+    let charts = text(&c, "#runs-charts").await;
+    click(&c, "#chapter-runs-gain-decay").await;
+    let chosen = wait_for("the chapter's runs overlaid", || async {
+        let v = c
+            .execute(
+                "return [...document.querySelectorAll('.run-select')].filter(b => b.checked).map(b => b.value)",
+                vec![],
+            )
+            .await
+            .ok()?;
+        let ids: Vec<String> = v.as_array()?.iter().filter_map(|x| x.as_str().map(String::from)).collect();
+        let redrawn = text(&c, "#runs-charts").await != charts;
+        (redrawn && ids.len() == 2 && ids.iter().all(|i| i.starts_with("book/gain-decay/runs/")))
+            .then_some(ids)
+    })
+    .await;
+    let legend = text(&c, "#runs-charts").await;
+    for id in &chosen {
+        let name = id.rsplit('/').next().unwrap();
+        assert!(legend.contains(name), "{name} in the overlay: {legend}");
+    }
     let full = c.screenshot().await.unwrap();
     std::fs::write(base.join("page.png"), full).unwrap();
-    static_lab(&c, &book, &base, (ln0.as_str(), ratio_pre, rms_pre)).await;
+    static_lab(&c, &base, &ln0).await;
     c.close().await.unwrap();
 
     // A browser whose language is Chinese gets the Chinese page (a fresh
@@ -598,12 +651,13 @@ fn numbers(mut v: serde_json::Value) -> serde_json::Value {
     v
 }
 
-/// The static lab (`normlab site`) behind a plain file server: the same
-/// widget answers as the served lab (which `c` shows now), to the bit; the
-/// page's calculator, depth-simulator preset, book, figures and language
-/// switch; the dashboard's place says it needs the server.
-async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f64)) {
-    let (ln0, ratio_pre, rms_pre) = served;
+/// The static lab (`normlab site`, of the published book) behind a plain
+/// file server: the same widget answers as the served lab (which `c` shows
+/// now, with `ln0` its calculator's worked example), to the bit; every
+/// preset showing what it showed there; every claim readable in both
+/// languages with its figures, in the static lab and in a served lab of
+/// the same book; the dashboard's place says it needs the server.
+async fn static_lab(c: &Client, base: &Path, ln0: &str) {
     let pkg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/site-wasm");
     if !pkg.join("normlab_wasm_bg.wasm").is_file() {
         if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
@@ -625,8 +679,7 @@ async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f6
         server_answers.push(v);
     }
     // The published book (every kind of verdict, every figure); the quick
-    // one served above has two chapters.
-    let _ = book;
+    // one served above has three chapters.
     let published = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/findings");
     let site = base.join("site");
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
@@ -677,82 +730,14 @@ async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f6
     }
     // Every "Try it in the lab" preset shows what it showed on the server.
     assert_eq!(run_presets(c).await, served_presets, "the presets' widgets");
-    // The published book: every claim opens, in English and in Chinese,
-    // with each of its chapters' figures loaded; each kind of verdict is
-    // shown in both languages.
-    let table: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(site.join("api/book.json")).unwrap())
-            .unwrap();
-    let zh: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(site.join("i18n/zh.json")).unwrap()).unwrap();
-    let en: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(site.join("i18n/en.json")).unwrap()).unwrap();
-    wait_for("the static claims table", || async {
-        (rows(c, "#book-claims tbody tr").await == 27).then_some(())
+    // The published book: every claim readable, in both languages.
+    let kinds = read_every_claim(c, &site, "static").await;
+    shot(c, "main", base, "static_lab.png").await;
+    click(c, "#lang option[value='en']").await;
+    wait_for("the static page in English", || async {
+        (text(c, "#calc h2").await != "归一化计算器").then_some(())
     })
     .await;
-    let claims = table["claims"].as_array().unwrap();
-    let mut kinds = std::collections::BTreeSet::new();
-    for lang in ["en", "zh"] {
-        if lang == "zh" {
-            click(c, "#lang option[value='zh']").await;
-            wait_for("the static page in Chinese", || async {
-                (text(c, "#calc h2").await == "归一化计算器").then_some(())
-            })
-            .await;
-        }
-        let words = if lang == "en" { &en } else { &zh };
-        for claim in claims {
-            let id = claim["id"].as_str().unwrap();
-            let figures: usize = claim["chapters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|h| {
-                    let f = site.join(format!(
-                        "api/book/{}.json",
-                        h["experiment"].as_str().unwrap()
-                    ));
-                    let ch: serde_json::Value =
-                        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-                    ch["figures"].as_array().unwrap().len()
-                })
-                .sum();
-            // The overall verdict and each chapter's, in the row.
-            let row = text(c, &format!("#claim-{id}")).await;
-            let verdicts = claim["chapters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|h| &h["verdict"])
-                .chain([&claim["overall"]]);
-            for v in verdicts.filter_map(|v| v.as_str()) {
-                kinds.insert(v.to_string());
-                let key = format!("verdict.{}", v.replace(' ', "_"));
-                let word = words["ui"][&key].as_str().unwrap();
-                assert!(row.contains(word), "{lang} {id}: '{word}' in {row}");
-            }
-            click(c, &format!("#claim-{id}")).await;
-            let statement = if lang == "en" {
-                claim["statement"].as_str().unwrap()
-            } else {
-                zh["claims"][id]["statement"].as_str().unwrap()
-            };
-            wait_for(&format!("{lang} {id} with its {figures} figure(s)"), || async {
-                let open = text(c, "#book-chapter").await;
-                let loaded = c
-                    .execute(
-                        "return [...document.querySelectorAll('#book-chapter img')].filter(i => i.complete && i.naturalWidth > 0).length",
-                        vec![],
-                    )
-                    .await
-                    .ok()?
-                    .as_u64()?;
-                (open.contains(statement) && loaded as usize == figures).then_some(())
-            })
-            .await;
-        }
-    }
     let all: std::collections::BTreeSet<String> =
         ["holds", "holds partly", "does not hold", "inconclusive"]
             .iter()
@@ -762,14 +747,13 @@ async fn static_lab(c: &Client, book: &Path, base: &Path, served: (&str, f64, f6
         kinds, all,
         "the published book's chapters have every kind of verdict"
     );
-    shot(c, "main", base, "static_lab.png").await;
-    click(c, "#lang option[value='en']").await;
-    wait_for("the static page in English", || async {
-        (text(c, "#calc h2").await != "归一化计算器").then_some(())
-    })
-    .await;
     assert!(c.find(Locator::Css("#sim-charts svg")).await.is_ok());
     assert!(text(c, "#runs").await.contains("normlab serve"));
+    // The served lab shows the published book the same way.
+    let (_published_lab, published_url) = serve_lab(&["--book".as_ref(), published.as_os_str()]);
+    c.goto(&published_url).await.unwrap();
+    assert_eq!(read_every_claim(c, &site, "served").await, all);
+    click(c, "#lang option[value='en']").await;
 }
 
 /// The "Try it in the lab" presets: (claim, button).
@@ -835,4 +819,89 @@ async fn run_presets(c: &Client) -> Vec<Vec<String>> {
         out.push(shown);
     }
     out
+}
+
+/// The published book (whose pages `site` holds) in the lab `c` shows:
+/// every claim opens, in English and then in Chinese (left switched on),
+/// with its statement and each of its chapters' figures loaded, its row
+/// showing each verdict in the language's words. Returns the verdicts seen.
+async fn read_every_claim(
+    c: &Client,
+    site: &Path,
+    lab: &str,
+) -> std::collections::BTreeSet<String> {
+    let table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("api/book.json")).unwrap())
+            .unwrap();
+    let zh: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("i18n/zh.json")).unwrap()).unwrap();
+    let en: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(site.join("i18n/en.json")).unwrap()).unwrap();
+    wait_for(&format!("the {lab} claims table"), || async {
+        (rows(c, "#book-claims tbody tr").await == 27).then_some(())
+    })
+    .await;
+    let claims = table["claims"].as_array().unwrap();
+    let mut kinds = std::collections::BTreeSet::new();
+    for lang in ["en", "zh"] {
+        if lang == "zh" {
+            click(c, "#lang option[value='zh']").await;
+            wait_for(&format!("the {lab} page in Chinese"), || async {
+                (text(c, "#calc h2").await == "归一化计算器").then_some(())
+            })
+            .await;
+        }
+        let words = if lang == "en" { &en } else { &zh };
+        for claim in claims {
+            let id = claim["id"].as_str().unwrap();
+            let figures: usize = claim["chapters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    let f = site.join(format!(
+                        "api/book/{}.json",
+                        h["experiment"].as_str().unwrap()
+                    ));
+                    let ch: serde_json::Value =
+                        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+                    ch["figures"].as_array().unwrap().len()
+                })
+                .sum();
+            // The overall verdict and each chapter's, in the row.
+            let row = text(c, &format!("#claim-{id}")).await;
+            let verdicts = claim["chapters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| &h["verdict"])
+                .chain([&claim["overall"]]);
+            for v in verdicts.filter_map(|v| v.as_str()) {
+                kinds.insert(v.to_string());
+                let key = format!("verdict.{}", v.replace(' ', "_"));
+                let word = words["ui"][&key].as_str().unwrap();
+                assert!(row.contains(word), "{lab} {lang} {id}: '{word}' in {row}");
+            }
+            click(c, &format!("#claim-{id}")).await;
+            let statement = if lang == "en" {
+                claim["statement"].as_str().unwrap()
+            } else {
+                zh["claims"][id]["statement"].as_str().unwrap()
+            };
+            wait_for(&format!("{lab} {lang} {id} with its {figures} figure(s)"), || async {
+                let open = text(c, "#book-chapter").await;
+                let loaded = c
+                    .execute(
+                        "return [...document.querySelectorAll('#book-chapter img')].filter(i => i.complete && i.naturalWidth > 0).length",
+                        vec![],
+                    )
+                    .await
+                    .ok()?
+                    .as_u64()?;
+                (open.contains(statement) && loaded as usize == figures).then_some(())
+            })
+            .await;
+        }
+    }
+    kinds
 }
