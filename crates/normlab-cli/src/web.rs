@@ -12,7 +12,8 @@
 //!
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
-//! - `GET /api/calc?norm=&x=&eps=&scale=&shift=` — the norm calculator.
+//! - `GET /api/calc?norm=&x=&eps=&scale=&shift=&dtype=&naive=` — the norm
+//!   calculator (`widgets::CALC_PARAMS`).
 //! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&dyt=&lns=&rezero=&layerscale=&d_model=&rows=&seed=` —
 //!   the depth simulator, with an SVG chart: the parameters are `normlab exp
 //!   depth-sim`'s flags (one declaration, `exp::args`; the residual
@@ -300,13 +301,9 @@ fn widget(route: &str, raw: Option<String>) -> Response {
 }
 
 async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
-    let params = widgets::simulate_params();
-    let allowed: Vec<&str> = params.iter().map(String::as_str).collect();
-    let cfg = match query(raw, &allowed)
-        .and_then(|q| widgets::simulate_config(&q).map_err(|e| Box::new(bad(e))))
-    {
+    let cfg = match widgets::simulate_query(raw.as_deref().unwrap_or("")) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return bad(e),
     };
     let Ok(_permit) = lab.heavy.acquire().await else {
         return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");

@@ -659,11 +659,22 @@ fn numbers(mut v: serde_json::Value) -> serde_json::Value {
 /// the same book; the dashboard's place says it needs the server.
 async fn static_lab(c: &Client, base: &Path, ln0: &str) {
     let pkg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/site-wasm");
-    if !pkg.join("normlab_wasm_bg.wasm").is_file() {
-        if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
-            panic!("no WebAssembly build at {} but NORMLAB_REQUIRE_BROWSER is set: run scripts/build_site_wasm.sh", pkg.display());
+    let why_not = match (package_time(&pkg), newest_source()) {
+        (None, _) => Some("no WebAssembly build"),
+        (Some(built), newest) if newest > built => {
+            Some("the WebAssembly build is older than the widgets' sources")
         }
-        eprintln!("SKIPPED the static lab: no WebAssembly build (scripts/build_site_wasm.sh)");
+        _ if find(&["python3"]).is_none() => Some("no python3 for its file server"),
+        _ => None,
+    };
+    if let Some(why) = why_not {
+        if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
+            panic!(
+                "{why} ({}) but NORMLAB_REQUIRE_BROWSER is set: run scripts/build_site_wasm.sh",
+                pkg.display()
+            );
+        }
+        eprintln!("SKIPPED the static lab: {why} (scripts/build_site_wasm.sh)");
         return;
     }
     let served_presets = run_presets(c).await;
@@ -692,18 +703,19 @@ async fn static_lab(c: &Client, base: &Path, ln0: &str) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Hosted under a sub-path, as a course page would put it.
     let port = free_port();
     let _files = Kill(
         Command::new("python3")
             .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
-            .arg(&site)
+            .arg(base)
             .arg(port.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let url = format!("http://127.0.0.1:{port}/");
+    let url = format!("http://127.0.0.1:{port}/site/");
     wait_for("the file server", || async {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()
     })
@@ -904,4 +916,32 @@ async fn read_every_claim(
         }
     }
     kinds
+}
+
+/// When the WebAssembly package was built (its .wasm file's time).
+fn package_time(pkg: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(pkg.join("normlab_wasm_bg.wasm"))
+        .ok()?
+        .modified()
+        .ok()
+}
+
+/// The newest change to the sources the package is built from.
+fn newest_source() -> std::time::SystemTime {
+    fn walk(dir: &Path, newest: &mut std::time::SystemTime) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, newest);
+            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                *newest = (*newest).max(t);
+            }
+        }
+    }
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    let crates = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    for c in ["normlab-kernels", "normlab", "normlab-lab", "normlab-wasm"] {
+        walk(&crates.join(c).join("src"), &mut newest);
+    }
+    newest
 }

@@ -137,6 +137,14 @@ pub fn simulate_config(q: &Query) -> Result<SimConfig, String> {
     depth_sim::config(&args, 32).map_err(|e| e.to_string())
 }
 
+/// The simulator's settings from a raw query string (parameters:
+/// [`simulate_params`]).
+pub fn simulate_query(raw: &str) -> Result<SimConfig, String> {
+    let params = simulate_params();
+    let allowed: Vec<&str> = params.iter().map(String::as_str).collect();
+    simulate_config(&parse_query(raw, &allowed)?)
+}
+
 /// Run the depth simulator: its result, with an SVG chart of the stream's
 /// RMS and the gradient by layer.
 pub fn simulate(cfg: &SimConfig) -> Value {
@@ -184,11 +192,7 @@ pub fn call(route: &str, raw: &str) -> Result<Value, String> {
         "kinds" => parse_query(raw, &[]).map(|_| kinds()),
         "residual-options" => parse_query(raw, &[]).map(|_| residual_options()),
         "calc" => calc(&parse_query(raw, CALC_PARAMS)?),
-        "simulate" => {
-            let params = simulate_params();
-            let allowed: Vec<&str> = params.iter().map(String::as_str).collect();
-            Ok(simulate(&simulate_config(&parse_query(raw, &allowed)?)?))
-        }
+        "simulate" => Ok(simulate(&simulate_query(raw)?)),
         _ => Err(format!("no such route: /api/{route}")),
     }
 }

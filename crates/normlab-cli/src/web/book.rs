@@ -9,6 +9,7 @@
 //! overlay them). Reading runs nothing.
 
 use super::*;
+use std::path::Path;
 
 /// What the page says when the lab has no chapters.
 pub(super) const HOW_TO: &str = "no chapters here: normlab book --quick --out book (a few minutes), then normlab serve --book book; or normlab demo, then normlab serve --runs normlab-demo";
@@ -22,19 +23,37 @@ pub(super) async fn api_book(State(lab): State<Shared>, RawQuery(raw): RawQuery)
     if let Err(r) = query(raw, &[]) {
         return *r;
     }
-    let Some(dir) = book_dir(&lab) else {
-        return Json(json!({"claims": [], "chapters": [], "how_to": HOW_TO})).into_response();
-    };
-    match normlab_lab::exp::book_view::claims_table(dir) {
-        Ok(mut v) => {
-            if v["chapters"].as_array().is_some_and(Vec::is_empty) {
-                v["how_to"] = json!(HOW_TO);
-            }
-            v["folder"] = json!(dir.display().to_string());
-            Json(v).into_response()
-        }
+    let dir = book_dir(&lab);
+    let label = dir.map(|d| d.display().to_string());
+    match claims_page(dir, label.as_deref()) {
+        Ok(v) => Json(v).into_response(),
         Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
+}
+
+/// The answer to `/api/book` (the served and the static lab's): the claims
+/// table of the chapters in `dir`, the folder as `label` names it, and how
+/// to get a book when there are no chapters.
+pub(super) fn claims_page(dir: Option<&Path>, label: Option<&str>) -> normlab::Result<Value> {
+    let Some(dir) = dir else {
+        return Ok(json!({"claims": [], "chapters": [], "how_to": HOW_TO}));
+    };
+    let mut v = normlab_lab::exp::book_view::claims_table(dir)?;
+    if v["chapters"].as_array().is_some_and(Vec::is_empty) {
+        v["how_to"] = json!(HOW_TO);
+    }
+    v["folder"] = json!(label);
+    Ok(v)
+}
+
+/// The file of chapter `id`'s figure `stem` in the book `dir`: only a plain
+/// file name (no folder part, not hidden) that the chapter lists.
+pub(super) fn figure_path(dir: &Path, id: &str, chapter: &Value, stem: &str) -> Option<PathBuf> {
+    let plain = !stem.is_empty() && !stem.starts_with('.') && !stem.contains(['/', '\\', '\0']);
+    let listed = chapter["figures"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|s| s == stem));
+    (plain && listed).then(|| dir.join(id).join(format!("{stem}.svg")))
 }
 
 /// `/api/book/{id}` and `/api/book/{id}/figure/{stem}`.
@@ -70,17 +89,12 @@ pub(super) async fn api_chapter(
         chapter["runs"] = json!(chapter_runs(&lab, dir, id));
         return Json(chapter).into_response();
     };
-    // Only a figure the chapter lists (its own file name, no path).
-    let listed = chapter["figures"]
-        .as_array()
-        .is_some_and(|f| f.iter().any(|s| s == stem));
-    if !listed {
+    let Some(file) = figure_path(dir, id, &chapter, stem) else {
         return err(
             StatusCode::NOT_FOUND,
             format!("chapter '{id}' has no figure '{stem}'"),
         );
-    }
-    let file = dir.join(id).join(format!("{stem}.svg"));
+    };
     match std::fs::read(&file) {
         Ok(bytes) => ([(header::CONTENT_TYPE, "image/svg+xml")], bytes).into_response(),
         Err(e) => err(

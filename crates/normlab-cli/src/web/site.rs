@@ -11,10 +11,14 @@
 //! - `api/book.json` (the claims table), `api/book/<id>.json` (a chapter),
 //!   `api/book/<id>/figure/<stem>.svg` (its figures).
 //!
-//! The runs dashboard needs the server and is not in it. A folder that
-//! holds anything but an earlier site is refused, never overwritten.
+//! The runs dashboard needs the server and is not in it. The site is
+//! written beside `--out` first and moved into place only when complete:
+//! an earlier site's entries (those above) are then replaced whole, other
+//! files in its folder are kept; a folder that holds anything but an
+//! earlier site is refused.
 
-use super::{book::HOW_TO, PAGE, TRANSLATIONS};
+use super::book::{claims_page, figure_path};
+use super::{PAGE, TRANSLATIONS};
 use anyhow::{bail, Context};
 use clap::Args;
 use normlab::io::{atomic_write, create_dir_all};
@@ -54,47 +58,48 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
         .wasm
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_WASM));
+    let mut wasm_files = Vec::new();
     for f in WASM_FILES {
-        if !wasm.join(f).is_file() {
-            bail!(
+        let bytes = std::fs::read(wasm.join(f)).map_err(|_| {
+            anyhow::anyhow!(
                 "no WebAssembly build of the widgets in {} ({f} is missing): run scripts/build_site_wasm.sh, or pass --wasm DIR",
                 wasm.display()
-            );
-        }
+            )
+        })?;
+        wasm_files.push((f, bytes));
     }
     if let Some(b) = &c.book {
         if !b.is_dir() {
             bail!("--book {}: no such folder", b.display());
         }
     }
-    claim_folder(&c.out)?;
-    let page = PAGE.replacen(
-        r#"<meta name="normlab-mode" content="server">"#,
-        r#"<meta name="normlab-mode" content="static">"#,
-        1,
-    );
-    if page == PAGE {
-        bail!("the page has no mode marker to switch (a bug)");
-    }
-    put(&c.out, "index.html", page.as_bytes())?;
-    for (lang, body) in TRANSLATIONS {
-        put(&c.out, &format!("i18n/{lang}.json"), body.as_bytes())?;
-    }
-    let mut wasm_bytes = 0;
-    for f in WASM_FILES {
-        let bytes = std::fs::read(wasm.join(f))
-            .with_context(|| format!("cannot read {}", wasm.join(f).display()))?;
-        wasm_bytes += bytes.len();
-        put(&c.out, &format!("wasm/{f}"), &bytes)?;
-    }
-    let (chapters, figures) = match &c.book {
-        Some(dir) => write_book(dir, &c.out)?,
-        None => {
-            let empty = json!({"claims": [], "chapters": [], "how_to": HOW_TO});
-            put(&c.out, "api/book.json", empty.to_string().as_bytes())?;
-            (0, 0)
+    check_folder(&c.out)?;
+    // Everything is written to a folder beside --out first; only a complete
+    // site replaces an earlier one's files.
+    let name = c
+        .out
+        .file_name()
+        .map_or("site".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = c
+        .out
+        .with_file_name(format!(".{name}.normlab-site-{}", std::process::id()));
+    let built = build(&c, &tmp, &wasm_files);
+    let moved = built.and_then(|summary| {
+        create_dir_all(&c.out)?;
+        for entry in ENTRIES {
+            let (from, to) = (tmp.join(entry), c.out.join(entry));
+            if to.is_dir() {
+                std::fs::remove_dir_all(&to)
+                    .with_context(|| format!("cannot replace {}", to.display()))?;
+            }
+            std::fs::rename(&from, &to)
+                .with_context(|| format!("cannot move {} into place", to.display()))?;
         }
-    };
+        Ok(summary)
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (chapters, figures) = moved?;
+    let wasm_bytes: usize = wasm_files.iter().map(|(_, b)| b.len()).sum();
     println!(
         "wrote {}: the page, {} chapter(s) with {} figure(s), the widgets' WebAssembly ({} KiB). Serve it with any static web server, e.g. python3 -m http.server -d {} 8000",
         c.out.display(),
@@ -106,72 +111,88 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The book's pages as files: the server's answers to `/api/book` and
-/// `/api/book/<id>` (without dashboard runs), and every listed figure.
-fn write_book(dir: &Path, out: &Path) -> anyhow::Result<(usize, usize)> {
-    let mut table = book_view::claims_table(dir)?;
-    let ids: Vec<String> = table["chapters"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["id"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    if ids.is_empty() {
-        table["how_to"] = json!(HOW_TO);
+/// What a site consists of (the entries an earlier site's are replaced by).
+const ENTRIES: [&str; 5] = ["index.html", "i18n", "wasm", "api", MARK];
+
+/// Write the whole site into `dir`: (chapters, figures).
+fn build(c: &SiteCmd, dir: &Path, wasm: &[(&str, Vec<u8>)]) -> anyhow::Result<(usize, usize)> {
+    let page = PAGE.replacen(
+        r#"<meta name="normlab-mode" content="server">"#,
+        r#"<meta name="normlab-mode" content="static">"#,
+        1,
+    );
+    if page == PAGE {
+        bail!("the page has no mode marker to switch (a bug)");
     }
-    table["folder"] = json!(dir.display().to_string());
-    put(out, "api/book.json", table.to_string().as_bytes())?;
+    put(dir, "index.html", page.as_bytes())?;
+    for (lang, body) in TRANSLATIONS {
+        put(dir, &format!("i18n/{lang}.json"), body.as_bytes())?;
+    }
+    for (f, bytes) in wasm {
+        put(dir, &format!("wasm/{f}"), bytes)?;
+    }
+    put(dir, MARK, b"written by normlab site\n")?;
+    // The folder by its name only (not the machine's path to it).
+    let label = c
+        .book
+        .as_ref()
+        .and_then(|b| b.canonicalize().ok())
+        .and_then(|b| b.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let table = claims_page(c.book.as_deref(), label.as_deref())?;
+    put(dir, "api/book.json", table.to_string().as_bytes())?;
+    let ids: Vec<&str> = table["chapters"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["id"].as_str()).collect())
+        .unwrap_or_default();
+    let (Some(book), false) = (&c.book, ids.is_empty()) else {
+        return Ok((0, 0));
+    };
     let mut figures = 0;
     for id in &ids {
-        let Some(mut ch) = book_view::chapter(dir, id)? else {
+        let Some(mut ch) = book_view::chapter(book, id)? else {
             continue;
         };
         ch["runs"] = json!([]);
         put(
-            out,
+            dir,
             &format!("api/book/{id}.json"),
             ch.to_string().as_bytes(),
         )?;
         for stem in ch["figures"].as_array().into_iter().flatten() {
-            let Some(stem) = stem.as_str() else { continue };
-            let src = dir.join(id).join(format!("{stem}.svg"));
+            let stem = stem.as_str().unwrap_or_default();
+            let src = figure_path(book, id, &ch, stem).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "chapter {id} lists a figure '{stem}' that is not a plain file name"
+                )
+            })?;
             let bytes = std::fs::read(&src)
                 .with_context(|| format!("chapter {id}: cannot read figure {}", src.display()))?;
-            put(out, &format!("api/book/{id}/figure/{stem}.svg"), &bytes)?;
+            put(dir, &format!("api/book/{id}/figure/{stem}.svg"), &bytes)?;
             figures += 1;
         }
     }
     Ok((ids.len(), figures))
 }
 
-/// Make `out` ours: create it, or accept it empty or marked as an earlier
-/// site; refuse anything else.
-fn claim_folder(out: &Path) -> anyhow::Result<()> {
-    if out.exists() {
-        if !out.is_dir() {
-            bail!("--out {}: exists and is not a folder", out.display());
-        }
-        let empty = std::fs::read_dir(out)
-            .with_context(|| format!("cannot read {}", out.display()))?
-            .next()
-            .is_none();
-        if !empty && !out.join(MARK).is_file() {
-            bail!(
-                "--out {}: the folder holds other files (not an earlier normlab site); choose a new or empty folder",
-                out.display()
-            );
-        }
+/// `out` must be new, an empty folder or an earlier site.
+fn check_folder(out: &Path) -> anyhow::Result<()> {
+    if !out.exists() {
+        return Ok(());
     }
-    // An earlier site's pages go: a chapter this book lacks must not stay.
-    for sub in ["api", "wasm", "i18n"] {
-        let d = out.join(sub);
-        if d.is_dir() {
-            std::fs::remove_dir_all(&d).with_context(|| format!("cannot clear {}", d.display()))?;
-        }
+    if !out.is_dir() {
+        bail!("--out {}: exists and is not a folder", out.display());
     }
-    put(out, MARK, b"written by normlab site\n")
+    let empty = std::fs::read_dir(out)
+        .with_context(|| format!("cannot read {}", out.display()))?
+        .next()
+        .is_none();
+    if !empty && !out.join(MARK).is_file() {
+        bail!(
+            "--out {}: the folder holds other files (not an earlier normlab site); choose a new or empty folder",
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 /// Write `rel` under `out` (atomically, creating folders).
