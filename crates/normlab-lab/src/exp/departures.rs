@@ -402,15 +402,21 @@ pub static DEPARTURES: &[Departure] = &[
     },
 ];
 
-/// The table as Markdown (for findings.md).
-pub fn markdown() -> String {
+/// The table as Markdown (for findings.md): a chapter the book holds
+/// (`present`) links to its report; one it lacks is named only.
+pub fn markdown(present: impl Fn(&str) -> bool) -> String {
     let mut md = String::from(
         "| chapter | claims | the lesson's setting | normlab's | why | could the verdict depend on it? |\n|---|---|---|---|---|---|\n",
     );
     for d in DEPARTURES {
+        let name = if present(d.chapter) {
+            format!("[{}]({}/report.md)", d.chapter, d.chapter)
+        } else {
+            format!("{} (not in this book)", d.chapter)
+        };
         md.push_str(&format!(
-            "| [{}]({}/report.md) | {} | {} | {} | {} | {} |\n",
-            d.chapter, d.chapter, d.claims, d.lesson, d.normlab, d.why, d.depends
+            "| {} | {} | {} | {} | {} | {} |\n",
+            name, d.claims, d.lesson, d.normlab, d.why, d.depends
         ));
     }
     md

@@ -315,7 +315,9 @@ pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Re
         }
     }
     md.push_str("## Where normlab departs from the lesson\n\nEach chapter against the lesson's own setting (the claims above give it): what the lesson gives, what normlab runs, why, and whether the verdict could depend on it. A verdict is whatever normlab's setting gives; where the answer is \"yes\", read it as a verdict on normlab's setting.\n\n");
-    md.push_str(&super::departures::markdown());
+    md.push_str(&super::departures::markdown(|id| {
+        recorded.iter().any(|r| r.id == id)
+    }));
     normlab::io::atomic_write(&out.join("findings.md"), md.as_bytes())?;
     let j = json!({
         "quick": quick,
