@@ -344,7 +344,14 @@ async fn web_lab_in_headless_chromium() {
     n.clear().await.unwrap();
     n.send_keys("128\n").await.unwrap();
     click(&c, "#sim-run").await;
-    next_sim(&c, last).await;
+    // (Clearing the field fired a simulation of its own: wait for the one
+    // the page says is at N = 128.)
+    wait_for("the simulation at N = 128", || async {
+        let sim = c.find(Locator::Css("#sim")).await.ok()?;
+        let shown = sim.attr("data-sublayers").await.ok()??;
+        (shown == "128" && sim.attr("data-done").await.ok()?? != last).then_some(())
+    })
+    .await;
     let (_, rms_128) = read().await;
     assert!(
         (0.7..2.0).contains(&rms_128),
@@ -860,6 +867,12 @@ async fn read_every_claim(
             click(c, "#lang option[value='zh']").await;
             wait_for(&format!("the {lab} page in Chinese"), || async {
                 (text(c, "#calc h2").await == "归一化计算器").then_some(())
+            })
+            .await;
+            // ... and its claims table redrawn in Chinese (a fetch later).
+            wait_for(&format!("the {lab} claims table in Chinese"), || async {
+                let t = c.find(Locator::Css("#book-claims")).await.ok()?;
+                (t.attr("data-lang").await.ok()?? == "zh").then_some(())
             })
             .await;
         }
