@@ -41,6 +41,9 @@ pub const HC_EPS: f32 = 1e-6;
 pub const RMS_EPS: f32 = 1e-6;
 /// Sinkhorn iterations by default (transformers' `hc_sinkhorn_iters`).
 pub const SINKHORN_ITERS: usize = 20;
+/// Rows of the streams' gradient through the maps computed at a time in
+/// the backward (64 rows x n d floats: in L2 at n d = 512).
+const DU_ROWS: usize = 64;
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -117,6 +120,7 @@ pub struct ManifoldCache {
     rinv: AlignedBuf,
     z: AlignedBuf,
     dz: AlignedBuf,
+    /// dL/du for [`DU_ROWS`] rows.
     du: AlignedBuf,
 }
 
@@ -158,7 +162,7 @@ impl Manifold {
             rinv: buf(rows),
             z: buf(rows * m),
             dz: buf(rows * m),
-            du: buf(rows * nd),
+            du: buf(DU_ROWS.min(rows) * nd),
         }
     }
 
@@ -278,10 +282,20 @@ impl Manifold {
             m,
             self.proj.get_mut(grads),
             None,
-            Some(&mut c.du),
+            None,
             false,
         );
-        rms_rows_backward(&c.u, &c.rinv, &c.du, nd, dx);
+        // du = dz W and the RMSNorm's backward, DU_ROWS rows at a time, so
+        // that du stays in cache (the product rounds each element the same
+        // for any number of rows: the bits of one product over all rows).
+        for r0 in (0..rows).step_by(DU_ROWS) {
+            let t = DU_ROWS.min(rows - r0);
+            let du = &mut c.du[..t * nd];
+            let dz = matmul::Mat::rows(&c.dz[r0 * m..(r0 + t) * m], t, m);
+            matmul::gemm(1.0, dz, matmul::Mat::rows(proj, m, nd), 0.0, du, nd);
+            let (u, rinv) = (&c.u[r0 * nd..(r0 + t) * nd], &c.rinv[r0..r0 + t]);
+            rms_rows_backward(u, rinv, du, nd, &mut dx[r0 * nd..(r0 + t) * nd]);
+        }
         add_f64(&self.scale, grads, &gs);
         add_f64(&self.base, grads, &gb);
     }
