@@ -60,11 +60,13 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_WASM));
     let mut wasm_files = Vec::new();
     for f in WASM_FILES {
-        let bytes = std::fs::read(wasm.join(f)).map_err(|_| {
-            anyhow::anyhow!(
+        let path = wasm.join(f);
+        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow::anyhow!(
                 "no WebAssembly build of the widgets in {} ({f} is missing): run scripts/build_site_wasm.sh, or pass --wasm DIR",
                 wasm.display()
-            )
+            ),
+            _ => anyhow::anyhow!("cannot read {}: {e}", path.display()),
         })?;
         wasm_files.push((f, bytes));
     }

@@ -76,6 +76,32 @@ crate::kernels::multiversion! {
     }
 }
 
+/// The maps' path back to the streams: `du = dz W` (dz rows x `m`, W
+/// `[m, w]`) through [`rms_rows`]'s backward, added to `dx`. Computed
+/// [`DU_ROWS`] rows at a time into `du` (at least `DU_ROWS.min(rows) x w`),
+/// so that du stays in cache; the product rounds each element the same for
+/// any number of rows, so the bits are those of one product over all rows.
+#[allow(clippy::too_many_arguments)]
+fn du_rms_backward(
+    dz: &[f32],
+    weight: &[f32],
+    m: usize,
+    u: &[f32],
+    rinv: &[f32],
+    w: usize,
+    du: &mut [f32],
+    dx: &mut [f32],
+) {
+    for r0 in (0..rinv.len()).step_by(DU_ROWS) {
+        let t = DU_ROWS.min(rinv.len() - r0);
+        let du = &mut du[..t * w];
+        let dzt = matmul::Mat::rows(&dz[r0 * m..(r0 + t) * m], t, m);
+        matmul::gemm(1.0, dzt, matmul::Mat::rows(weight, m, w), 0.0, du, w);
+        let (ut, rt) = (&u[r0 * w..(r0 + t) * w], &rinv[r0..r0 + t]);
+        rms_rows_backward(ut, rt, du, w, &mut dx[r0 * w..(r0 + t) * w]);
+    }
+}
+
 /// Each row of the n x n logits `w` (`z s + b`) through a softmax, into `p`.
 fn softmax_rows(z: &[f32], b: &[f32], s: f32, n: usize, p: &mut [f32]) {
     for ((zr, br), pr) in z
@@ -285,17 +311,7 @@ impl Manifold {
             None,
             false,
         );
-        // du = dz W and the RMSNorm's backward, DU_ROWS rows at a time, so
-        // that du stays in cache (the product rounds each element the same
-        // for any number of rows: the bits of one product over all rows).
-        for r0 in (0..rows).step_by(DU_ROWS) {
-            let t = DU_ROWS.min(rows - r0);
-            let du = &mut c.du[..t * nd];
-            let dz = matmul::Mat::rows(&c.dz[r0 * m..(r0 + t) * m], t, m);
-            matmul::gemm(1.0, dz, matmul::Mat::rows(proj, m, nd), 0.0, du, nd);
-            let (u, rinv) = (&c.u[r0 * nd..(r0 + t) * nd], &c.rinv[r0..r0 + t]);
-            rms_rows_backward(u, rinv, du, nd, &mut dx[r0 * nd..(r0 + t) * nd]);
-        }
+        du_rms_backward(&c.dz, proj, m, &c.u, &c.rinv, nd, &mut c.du, dx);
         add_f64(&self.scale, grads, &gs);
         add_f64(&self.base, grads, &gb);
     }
@@ -432,7 +448,7 @@ impl StreamHead {
             rinv: sized(rows),
             z: sized(rows * n),
             dz: sized(rows * n),
-            du: sized(rows * n * d),
+            du: sized(DU_ROWS.min(rows) * n * d),
         }
     }
 
@@ -505,19 +521,20 @@ impl StreamHead {
                 gb[k] += f64::from(dv);
             }
         }
+        let proj = h.proj.get(params);
         matmul::linear_backward(
             &c.u,
-            h.proj.get(params),
+            proj,
             &c.dz,
             rows,
             n * d,
             n,
             h.proj.get_mut(grads),
             None,
-            Some(&mut c.du),
+            None,
             false,
         );
-        rms_rows_backward(&c.u, &c.rinv, &c.du, n * d, dx);
+        du_rms_backward(&c.dz, proj, n, &c.u, &c.rinv, n * d, &mut c.du, dx);
         add_f64(&h.scale, grads, &[gs]);
         add_f64(&h.base, grads, &gb);
     }
