@@ -105,6 +105,10 @@ pub struct HyperCache {
     norm_c: Option<NormCache>,
     ta: AlignedBuf,
     tb: AlignedBuf,
+    /// Dynamic: both projections' weights side by side (`[n+2, d]`) and
+    /// their outputs (`[rows n, n+2]`), for the forward's one product.
+    wab: AlignedBuf,
+    zab: AlignedBuf,
     dxn: AlignedBuf,
     dxt: AlignedBuf,
     /// mHC: the maps' buffers.
@@ -239,6 +243,8 @@ impl Hyper {
             norm_c: self.dynamic().map(|h| h.norm.cache(rows * n)),
             ta: sized(rows * n * (n + 1)),
             tb: sized(rows * n),
+            wab: sized((n + 2) * d),
+            zab: sized(rows * n * (n + 2)),
             dxn: sized(rows * n * d),
             dxt: sized(rows * n * d),
             mhc: match &self.coef {
@@ -275,16 +281,24 @@ impl Hyper {
             .forward(params, x, &mut c.xn, c.norm_c.as_mut().unwrap());
         let (wa, wb) = (h.alpha_fn.get(params), h.beta_fn.get(params));
         let (s_a, s_b) = (h.alpha_scale.get(params)[0], h.beta_scale.get(params)[0]);
-        // r runs over (token, stream) rows: one GEMM per projection.
+        // r runs over (token, stream) rows: one GEMM for both projections,
+        // W_a's rows then w_b's (each output rounds as in a product of its
+        // own; the kernel's tiles are 32 outputs wide, so two products of
+        // n+1 and 1 outputs would cost twice one of n+2).
         let rn = c.tb.len();
-        matmul::linear_forward(&c.xn, wa, None, rn, d, m, &mut c.ta);
-        matmul::linear_forward(&c.xn, wb, None, rn, d, 1, &mut c.tb);
-        for (ta, a) in c.ta.iter_mut().zip(c.alpha.iter_mut()) {
-            *ta = ta.tanh();
-            *a += s_a * *ta;
-        }
-        for (tb, b) in c.tb.iter_mut().zip(c.beta.iter_mut()) {
-            *tb = tb.tanh();
+        c.wab[..m * d].copy_from_slice(wa);
+        c.wab[m * d..].copy_from_slice(wb);
+        matmul::linear_forward(&c.xn, &c.wab, None, rn, d, m + 1, &mut c.zab);
+        let rows = c.zab.chunks_exact(m + 1).zip(c.ta.chunks_exact_mut(m));
+        for (((z, ta), tb), (a, b)) in rows
+            .zip(c.tb.iter_mut())
+            .zip(c.alpha.chunks_exact_mut(m).zip(c.beta.iter_mut()))
+        {
+            for ((t, a), &z) in ta.iter_mut().zip(a.iter_mut()).zip(z) {
+                *t = z.tanh();
+                *a += s_a * *t;
+            }
+            *tb = z[m].tanh();
             *b += s_b * *tb;
         }
     }
