@@ -276,6 +276,9 @@ fn training_experiments_show_the_known_effects() {
     let gain = |d: &str| num(&cell(d)["mixing_gain"]);
     assert!((gain("mhc") - 1.0).abs() < 1e-3, "mHC gain {}", gain("mhc"));
     assert!((gain("hc") - 1.0).abs() > 0.01, "HC gain {}", gain("hc"));
+    // AttnRes mixes no streams: no gain to report (not a 1 by definition).
+    assert!(cell("attnres")["mixing_gain"].is_null());
+    assert!(cell("pre-ln")["mixing_gain"].is_null());
     let params = |d: &str| cell(d)["params"].as_u64().unwrap();
     assert!(params("pre-ln") < params("hc") && params("hc") < params("hc-dynamic"));
     assert!(params("hc-dynamic") < params("mhc"));

@@ -177,9 +177,13 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     .filter_map(|x| Some(x.residual_rms.last()? / x.residual_rms.first()?))
                     .filter(|v| v.is_finite())
                     .collect();
+                // Only designs that mix streams have a composite mixing
+                // (AttnRes's is the identity: its gain 1 by definition).
                 let gain: Vec<f64> = ends
                     .iter()
-                    .filter_map(|x| x.streams.as_ref().map(|st| st.gain_fwd_max))
+                    .filter_map(|x| x.streams.as_ref())
+                    .filter(|st| st.mix.iter().any(|m| !m.is_empty()))
+                    .map(|st| st.gain_fwd_max)
                     .collect();
                 let (eqm, eqs) = mean_std(&at_eq);
                 cells.push(Cell {
@@ -265,7 +269,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
 
 fn cell_table(cells: &[Cell]) -> Table {
     let mut t = Table::new(
-        "Every design at each learning rate: loss = final held-out loss (mean ± std over seeds); equal time = at the wall time plain Pre-LN needs for all its steps (the design's curve at the step it reaches then; the GPT's cosine schedule has not decayed there, which favours Pre-LN); step = median seconds per training step on one thread, interleaved, against Pre-LN's with the per-round quartiles; growth = stream RMS after the last block over after the first; gain = the composite mixing's largest forward gain over tokens",
+        "Every design at each learning rate: loss = final held-out loss (mean ± std over seeds); equal time = at the wall time plain Pre-LN needs for all its steps (the design's curve at the step it reaches then; the GPT's cosine schedule has not decayed there, which favours Pre-LN); step = median seconds per training step on one thread, interleaved, against Pre-LN's with the per-round quartiles; growth = stream RMS after the last block over after the first; gain = the composite mixing's largest forward gain over tokens (HC and mHC; AttnRes does not mix streams)",
         &["model", "design", "lr", "params", "step", "status", "loss", "loss at equal time (step)", "growth", "gain"],
     );
     for c in cells {
