@@ -21,7 +21,7 @@
 //! registers); it runs at the AVX-512 levels only, and [`super::gemm`]
 //! keeps `matrixmultiply` elsewhere (AVX2 has too few registers for this
 //! tile, and without FMA `matrixmultiply` rounds products separately).
-//! Products with at most [`NARROW`] columns run transposed ([`narrow`]).
+//! Products with at most [`NARROW`] columns run transposed.
 
 use super::Mat;
 
@@ -223,9 +223,19 @@ pub fn gemm_direct(alpha: f32, a: Mat, b: Mat, accumulate: bool, c: &mut [f32], 
 /// the views and C in bounds.
 pub(super) unsafe fn run(alpha: f32, a: Mat, b: Mat, accumulate: bool, c: &mut [f32], rsc: usize) {
     let mut panel = PANEL.take().unwrap_or_else(|| Box::new([0.0; KC * NR]));
-    if b.cols <= NARROW && a.rows >= NR {
-        // SAFETY: forwarded from the caller.
-        unsafe { narrow(alpha, a, b, accumulate, c, rsc, &mut panel) };
+    let (m, n) = (a.rows, b.cols);
+    if n <= NARROW && m >= NR {
+        // Narrow: C^T = alpha B^T A^T into a scratch (see [`NARROW`]).
+        let mut t = NARROW_C.take();
+        t.resize(m * n, 0.0);
+        if accumulate {
+            transposed(c, rsc, m, n, &mut t, true);
+        }
+        // SAFETY: forwarded from the caller; the transposed views cover
+        // the same elements as the checked ones, and `t` holds n x m.
+        unsafe { direct_blocks(alpha, b.t(), a.t(), accumulate, &mut t, m, &mut panel) };
+        transposed(c, rsc, m, n, &mut t, false);
+        NARROW_C.set(t);
     } else {
         // SAFETY: forwarded from the caller.
         unsafe { direct_blocks(alpha, a, b, accumulate, c, rsc, &mut panel) };
@@ -233,48 +243,27 @@ pub(super) unsafe fn run(alpha: f32, a: Mat, b: Mat, accumulate: bool, c: &mut [
     PANEL.set(Some(panel));
 }
 
-/// Products with at most this many columns run transposed ([`narrow`]).
+/// Products with at most this many columns (a projection onto a few
+/// outputs, such as hyper-connections' coefficient maps) run transposed,
+/// `C^T = alpha B^T A^T` into a scratch copied back: a tile is [`NR`]
+/// columns wide, so n columns would pay for NR, while transposed A's rows
+/// fill the tiles. Every element is the same chain of the same fused
+/// multiply-adds (`fma(b, a, acc)` is `fma(a, b, acc)`) in the same k
+/// order, so the bits are those of the untransposed product.
 pub const NARROW: usize = 8;
 
-/// `C = alpha A B (+ C)` for a B of at most [`NARROW`] columns (a
-/// projection onto a few outputs, such as hyper-connections' coefficient
-/// maps), computed as `C^T = alpha B^T A^T` into a scratch and copied back:
-/// a tile is [`NR`] columns wide, so n columns would pay for NR, while
-/// transposed A's rows fill the tiles. Every element is the same chain of
-/// the same fused multiply-adds (`fma(b, a, acc)` is `fma(a, b, acc)`) in
-/// the same k order, so the bits are those of the untransposed product.
-///
-/// # Safety
-/// As [`direct_blocks`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn narrow(
-    alpha: f32,
-    a: Mat,
-    b: Mat,
-    accumulate: bool,
-    c: &mut [f32],
-    rsc: usize,
-    panel: &mut [f32; KC * NR],
-) {
-    let (m, n) = (a.rows, b.cols);
-    let mut t = NARROW_C.take();
-    t.resize(m * n, 0.0);
-    if accumulate {
-        for (r, cr) in c.chunks(rsc).take(m).enumerate() {
-            for (j, &v) in cr[..n].iter().enumerate() {
-                t[j * m + r] = v;
+/// The first `n` columns of C's `m` rows (row stride `rsc`) copied into
+/// the n x m transpose `t` (`into_t`), or back from it.
+fn transposed(c: &mut [f32], rsc: usize, m: usize, n: usize, t: &mut [f32], into_t: bool) {
+    for (r, cr) in c.chunks_mut(rsc).take(m).enumerate() {
+        for (j, v) in cr[..n].iter_mut().enumerate() {
+            if into_t {
+                t[j * m + r] = *v;
+            } else {
+                *v = t[j * m + r];
             }
         }
     }
-    // SAFETY: the transposed views cover the same elements as the
-    // caller's checked ones; `t` holds n x m.
-    unsafe { direct_blocks(alpha, b.t(), a.t(), accumulate, &mut t, m, panel) };
-    for (r, cr) in c.chunks_mut(rsc).take(m).enumerate() {
-        for (j, v) in cr[..n].iter_mut().enumerate() {
-            *v = t[j * m + r];
-        }
-    }
-    NARROW_C.set(t);
 }
 
 thread_local! {
@@ -282,7 +271,8 @@ thread_local! {
     /// products, such as attention's per head, neither allocate nor clear
     /// 32 KiB per call).
     static PANEL: std::cell::Cell<Option<Box<[f32; KC * NR]>>> = const { std::cell::Cell::new(None) };
-    /// [`narrow`]'s transposed C (per thread, kept between calls).
+    /// A narrow product's transposed C ([`NARROW`]; per thread, kept
+    /// between calls).
     static NARROW_C: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -364,7 +354,7 @@ mod tests {
             (512, 64, 256),
             (25, 600, 70),
             (5, 3, 100),
-            // Narrow products (transposed, `narrow`): a map onto n + 2 = 6
+            // Narrow products (transposed, `NARROW`): a map onto n + 2 = 6
             // outputs, one output, up to NARROW, k over a block.
             (64, 128, 6),
             (70, 128, 1),
