@@ -9,8 +9,15 @@
 # The set: the toy net and the GPT in every placement, the GPT with every
 # row-wise norm kind, the residual options (residual off, 1/sqrt(N)
 # write-back, ReZero, LayerScale, LayerNorm Scaling, Mix-LN), QK-Norm,
-# SwiGLU, bf16 and f16 storage, and the sweep run ids of collapse and
-# lr-sensitivity (`sweep --dry-run --json`). `diff` masks only the fields
+# SwiGLU, bf16 and f16 storage, the residual designs (hyper-connections
+# static and dynamic, mHC, block and full Attention Residuals), the
+# attention output gate (elementwise and headwise), the sweep run ids of
+# collapse and lr-sensitivity (`sweep --dry-run --json`), and `inspect`'s
+# reports (JSON and figures) of a run folder, an HC run folder and, when
+# models/ holds them (scripts/fetch_smollm2.sh, scripts/fetch_gemma3.sh,
+# scripts/fetch_minilm.sh), SmolLM2, Gemma 3 (also with --ffn-clamp) and
+# MiniLM: a missing model is named on stderr and its report left out, so
+# compare folders written on machines that hold the same models. `diff` masks only the fields
 # that record time, date and machine: in JSON files the keys `date`,
 # `machine`, `elapsed_seconds`, `wall_seconds`, `seconds`, `step_seconds`,
 # `started`, `finished`, `timings`, `steps_per_sec`, `tokens_per_sec`, and
@@ -47,6 +54,40 @@ run_set() {
   for t in bf16 f16; do
     "$bin" train "${gpt[@]}" --dtype "$t" "${common[@]}" --out "$out/runs/gpt-$t"
   done
+  "$bin" train "${gpt[@]}" --hc 3 "${common[@]}" --out "$out/runs/gpt-hc"
+  "$bin" train "${gpt[@]}" --hc 3 --hc-dynamic "${common[@]}" --out "$out/runs/gpt-hc-dynamic"
+  "$bin" train "${toy[@]}" --hc 2 --hc-dynamic "${common[@]}" --out "$out/runs/toy-hc-dynamic"
+  "$bin" train "${gpt[@]}" --mhc 3 "${common[@]}" --out "$out/runs/gpt-mhc"
+  "$bin" train "${toy[@]}" --mhc 2 "${common[@]}" --out "$out/runs/toy-mhc"
+  "$bin" train "${gpt[@]}" --attnres 2 "${common[@]}" --out "$out/runs/gpt-attnres2"
+  "$bin" train "${gpt[@]}" --attnres 1 "${common[@]}" --out "$out/runs/gpt-attnres1"
+  "$bin" train "${gpt[@]}" --attn-gate elementwise "${common[@]}" --out "$out/runs/gpt-gate-elem"
+  "$bin" train "${gpt[@]}" --attn-gate headwise "${common[@]}" --out "$out/runs/gpt-gate-head"
+  mkdir -p "$out/inspect"
+  # (The run folder's path, which the report names, written as OUT.)
+  "$bin" inspect "$out/runs/gpt-pre" --json | sed "s|$out|OUT|g" > "$out/inspect/run-gpt-pre.json"
+  "$bin" inspect "$out/runs/gpt-hc" --json | sed "s|$out|OUT|g" > "$out/inspect/run-gpt-hc.json"
+  "$bin" inspect "$out/runs/gpt-sandwich" | sed "s|$out|OUT|g" > "$out/inspect/run-gpt-sandwich.txt"
+  local smol=models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+  local gemma=models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf
+  local minilm=models/all-MiniLM-L6-v2
+  if [ -f "$smol" ]; then
+    "$bin" inspect "$smol" --json --held-out-tokens 128 --out "$out/inspect/smollm2" > "$out/inspect/smollm2.json"
+    "$bin" inspect "$smol" --held-out-tokens 64 --text "The river runs" > "$out/inspect/smollm2.txt"
+  else
+    echo "bitident: $smol missing (scripts/fetch_smollm2.sh): its inspect report is left out" >&2
+  fi
+  if [ -f "$gemma" ]; then
+    "$bin" inspect "$gemma" --json --held-out-tokens 128 --out "$out/inspect/gemma3" > "$out/inspect/gemma3.json"
+    "$bin" inspect "$gemma" --json --held-out-tokens 64 --ffn-clamp 7 --text "The river runs" > "$out/inspect/gemma3-clamp.json"
+  else
+    echo "bitident: $gemma missing (scripts/fetch_gemma3.sh): its inspect report is left out" >&2
+  fi
+  if [ -d "$minilm" ]; then
+    "$bin" inspect "$minilm" --json > "$out/inspect/minilm.json"
+  else
+    echo "bitident: $minilm missing (scripts/fetch_minilm.sh): its inspect report is left out" >&2
+  fi
   for e in collapse lr-sensitivity; do
     "$bin" sweep "$e" --dry-run --json --out "$out/sweep-$e" > "$out/sweep-$e.json"
   done
@@ -59,7 +100,10 @@ mask_json() {
 import json, sys
 MASK = {"date", "machine", "elapsed_seconds", "wall_seconds", "seconds", "step_seconds",
         "train_seconds", "steps_per_sec", "tokens_per_sec", "started", "finished", "timings",
-        "other_machines", "recorded", "started_unix", "ms_per_step", "speed_vs_layernorm"}
+        "other_machines", "recorded", "started_unix", "ms_per_step", "speed_vs_layernorm",
+        # residual-routing's equal-wall-time comparison (from its step timings)
+        "step_ratio", "step_ratio_q1_q3", "equal_time_step", "loss_equal_time",
+        "loss_equal_time_std"}
 def strip(v):
     if isinstance(v, dict) and v.get("experiment") == "speed":
         return "(a speed measurement)"
@@ -114,7 +158,8 @@ diff_sets() {
       *.md|*.txt)
         # Lines that print a date, a machine, a wall time or a measured
         # speed-up (their numbers are compared in result.json).
-        local t='date|machine|wall time|[0-9.]+ (s|min)\b|[0-9]\.[0-9]+x|ms per step|^[|] (layer|rms|zrms|scale)norm [|]'
+        # (Blank lines too: a line left out leaves its blank one.)
+        local t='^$|date|machine|wall time|[0-9.]+ (s|min)\b|[0-9]\.[0-9]+x|ms per step|^[|] (layer|rms|zrms|scale)norm [|]'
         if ! cmp -s <(grep -viE "$t" "$a/$f") <(grep -viE "$t" "$b/$f"); then
           echo "differs: $f"; bad=1; fi ;;
       *.png|*.svg)
