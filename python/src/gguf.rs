@@ -47,7 +47,7 @@ pub fn gguf_trace<'py>(
     max_tokens: usize,
     threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let pool = crate::pool(threads)?;
+    let pool = crate::threads::pool(threads)?;
     let path = PathBuf::from(path);
     let text = text.to_string();
     let run = move || -> Result<_, String> {

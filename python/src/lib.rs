@@ -31,35 +31,16 @@ use normlab_kernels::simd::Elem;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rayon::{ThreadPool, ThreadPoolBuilder};
-use std::sync::{Arc, Mutex};
+use rayon::ThreadPool;
+use std::sync::Arc;
 
 mod gguf;
+mod threads;
+use threads::pool;
 
 /// Whether outputs get the huge-page advice (on by default; a switch for
 /// benchmarks that compare with and without it).
 static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// One rayon pool per thread count asked for, built once.
-static POOLS: Mutex<Vec<(usize, Arc<ThreadPool>)>> = Mutex::new(Vec::new());
-
-fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
-    // The library's one cap on threads (the CLI's too).
-    normlab::limits::check_threads("threads", threads)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = pools.iter().find(|(n, _)| *n == threads) {
-        return Ok(p.clone());
-    }
-    let p = ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("normlab-{i}"))
-        .build()
-        .map_err(|e| PyValueError::new_err(format!("cannot start {threads} threads: {e}")))?;
-    let p = Arc::new(p);
-    pools.push((threads, p.clone()));
-    Ok(p)
-}
 
 fn kind(name: &str) -> PyResult<NormKind> {
     let k: NormKind = name

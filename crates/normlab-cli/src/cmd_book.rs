@@ -6,8 +6,8 @@
 
 use crate::ui::{bad, progress};
 use clap::Args;
-use normlab_lab::exp::book::{self, BookOptions};
-use normlab_lab::exp::{book_cluster, book_emit};
+use normlab_lab::book::{self, BookOptions};
+use normlab_lab::book::{cluster as book_cluster, emit as book_emit};
 use std::path::{Path, PathBuf};
 
 /// Run every experiment at its full setting and write findings.md: the

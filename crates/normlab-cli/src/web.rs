@@ -42,7 +42,6 @@ use clap::Args;
 use normlab_lab::report;
 use normlab_lab::widgets;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,18 +49,13 @@ use std::sync::Arc;
 mod book;
 mod overlay;
 mod site;
+mod state;
 use overlay::api_plot;
 pub use site::{run as site, SiteCmd};
-
-const PAGE: &str = include_str!("web/index.html");
-
-/// The page's translation files, one per language (`web/i18n/`): the
-/// interface strings under `ui`, and in `zh.json` the claims' titles and
-/// statements (the English ones are the claims registry's).
-pub const TRANSLATIONS: &[(&str, &str)] = &[
-    ("en", include_str!("web/i18n/en.json")),
-    ("zh", include_str!("web/i18n/zh.json")),
-];
+use state::{
+    bad, err, query, scan, Lab, Shared, HEAVY_CONCURRENCY, MAX_LISTED_RUNS, MAX_RESPONSE_BYTES,
+    METRIC_POINTS, PAGE, TRANSLATIONS,
+};
 
 /// `GET /i18n/{lang}.json`: a translation file.
 async fn api_i18n(AxPath(file): AxPath<String>) -> Response {
@@ -78,18 +72,6 @@ async fn api_i18n(AxPath(file): AxPath<String>) -> Response {
         ),
     }
 }
-/// Most runs one plot overlays.
-pub const MAX_PLOT_RUNS: usize = 20;
-/// Simulations and plots computed at the same time; more requests wait.
-pub const HEAVY_CONCURRENCY: usize = 2;
-/// Default and largest number of metric records one answer carries.
-pub const METRIC_POINTS: (usize, usize) = (2000, 20_000);
-/// Most runs `/api/runs` lists (the rest are counted in `total`).
-pub const MAX_LISTED_RUNS: usize = 2000;
-/// Largest response body: a larger one is replaced by a 500 error naming
-/// the bound (no endpoint should come near it: each bounds its own work).
-pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
-
 /// Serve the web lab.
 #[derive(Args, Debug)]
 pub struct ServeCmd {
@@ -121,31 +103,6 @@ fn header_timeout(s: &str) -> Result<f64, String> {
         Ok(v) if v > 0.0 && v <= 3600.0 => Ok(v),
         _ => Err(format!("'{s}' is not a number of seconds in (0, 3600]")),
     }
-}
-
-struct Lab {
-    runs: Option<PathBuf>,
-    /// A book folder for the book pages (else `runs`).
-    book: Option<PathBuf>,
-    /// Permits for the heavy requests.
-    heavy: tokio::sync::Semaphore,
-}
-
-type Shared = Arc<Lab>;
-
-/// A 4xx answer with a one-line message.
-fn err(code: StatusCode, msg: impl Into<String>) -> Response {
-    (code, Json(json!({"error": msg.into()}))).into_response()
-}
-
-fn bad(msg: impl Into<String>) -> Response {
-    err(StatusCode::BAD_REQUEST, msg)
-}
-
-/// The query string as key -> value (`widgets::parse_query`); a parameter
-/// outside `allowed`, or one given twice, is a 400.
-fn query(raw: Option<String>, allowed: &[&str]) -> Result<HashMap<String, String>, Box<Response>> {
-    widgets::parse_query(raw.as_deref().unwrap_or(""), allowed).map_err(|e| Box::new(bad(e)))
 }
 
 /// Any route that does not exist: a JSON 404.
@@ -311,14 +268,6 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
     match tokio::task::spawn_blocking(move || widgets::simulate(&cfg)).await {
         Ok(v) => Json(v).into_response(),
         Err(_) => err(StatusCode::INTERNAL_SERVER_ERROR, "simulation failed"),
-    }
-}
-
-/// The runs under the runs folder, without their metrics.
-fn scan(lab: &Lab) -> normlab::Result<Vec<report::FoundRun>> {
-    match &lab.runs {
-        None => Ok(Vec::new()),
-        Some(dir) => report::scan_headers(dir),
     }
 }
 

@@ -236,27 +236,6 @@ pub fn f32_to_f16(v: f32) -> u16 {
     (o | sign) as u16
 }
 
-crate::multiversion! {
-    /// 16-bit -> f32 with [`Elem::get`], prefetching `ahead` every 64 bytes.
-    fn widen_portable<T: Elem>(src: &[T], dst: &mut [f32], ahead: &[T]) {
-        for (k, (d, s)) in dst.chunks_mut(32).zip(src.chunks(32)).enumerate() {
-            crate::simd::prefetch_block(ahead, 32 * k);
-            for (d, s) in d.iter_mut().zip(s) {
-                *d = s.get();
-            }
-        }
-    }
-}
-
-crate::multiversion! {
-    /// f32 -> 16-bit with [`Elem::put`] (LLVM vectorises it).
-    pub fn narrow_portable<T: Elem>(src: &[f32], dst: &mut [T]) {
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = T::put(s);
-        }
-    }
-}
-
 /// The bf16 bits of `x`: round to nearest even, NaN quieted, subnormal
 /// inputs to a signed zero (as `vcvtneps2bf16` does).
 #[inline(always)]
@@ -270,6 +249,11 @@ pub fn bf16_bits(x: f32) -> u16 {
     }
     (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
+
+/// The portable slice conversions (`half16/portable.rs`).
+mod portable;
+pub use portable::narrow_portable;
+use portable::widen_portable;
 
 /// The AVX-512 conversions (`half16/x86.rs`).
 #[cfg(target_arch = "x86_64")]

@@ -489,7 +489,7 @@ fn metric_lines_with_non_finite_values_are_read_back() {
     // serde_json writes NaN and inf as null; a diverging run's lines must
     // still be read (as NaN), not dropped.
     use normlab::train::folder::read_metrics;
-    use normlab::train::trainer::StepRecord;
+    use normlab::train::StepRecord;
     let dir = std::env::temp_dir().join(format!("normlab-nan-metrics-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let rec = StepRecord {
@@ -547,7 +547,7 @@ fn metric_lines_with_non_finite_values_are_read_back() {
 #[test]
 fn low_precision_storage_rounds_and_f16_scales_the_loss() {
     use normlab::precision::Dtype;
-    use normlab::train::trainer::LossScaler;
+    use normlab::train::LossScaler;
     // The same run in f32, bf16, f16: the rounding changes the numbers
     // (bf16 by more than f16: 8 significant bits against 11), all train.
     let base = json!({"model": "toy", "layers": 3, "steps": 150, "batch": 8, "eval_every": 150, "eval_sequences": 32, "log_every": 1, "lr": 3e-3});

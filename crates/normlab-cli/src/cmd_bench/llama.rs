@@ -2,7 +2,7 @@
 //! generation speed, its memory, and (`--against-f32`) how far a way of
 //! holding its weights is from the f32 one.
 
-use super::thread_counts;
+use super::lists::thread_counts;
 use crate::cmd_generate::Weights;
 use crate::ui::{bad, Table};
 use clap::Args;

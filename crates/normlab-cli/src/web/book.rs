@@ -8,8 +8,14 @@
 //! `--runs` lists them (`runs`: their ids on the dashboard, so the page can
 //! overlay them). Reading runs nothing.
 
-use super::*;
-use std::path::Path;
+use super::state::{err, query, Lab, Shared};
+use axum::extract::{Path as AxPath, RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use normlab_lab::report;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 
 /// What the page says when the lab has no chapters.
 pub(super) const HOW_TO: &str = "no chapters here: normlab book --quick --out book (a few minutes), then normlab serve --book book; or normlab demo, then normlab serve --runs normlab-demo";
@@ -38,7 +44,7 @@ pub(super) fn claims_page(dir: Option<&Path>, label: Option<&str>) -> normlab::R
     let Some(dir) = dir else {
         return Ok(json!({"claims": [], "chapters": [], "how_to": HOW_TO}));
     };
-    let mut v = normlab_lab::exp::book_view::claims_table(dir)?;
+    let mut v = normlab_lab::book::view::claims_table(dir)?;
     if v["chapters"].as_array().is_some_and(Vec::is_empty) {
         v["how_to"] = json!(HOW_TO);
     }
@@ -79,7 +85,7 @@ pub(super) async fn api_chapter(
     let Some(dir) = book_dir(&lab) else {
         return err(StatusCode::NOT_FOUND, HOW_TO);
     };
-    let chapter = match normlab_lab::exp::book_view::chapter(dir, id) {
+    let chapter = match normlab_lab::book::view::chapter(dir, id) {
         Ok(Some(c)) => c,
         Ok(None) => return err(StatusCode::NOT_FOUND, format!("no chapter '{id}' here")),
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),

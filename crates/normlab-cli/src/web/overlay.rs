@@ -2,8 +2,12 @@
 //! folder, one metric: the loss curves, the gradient norm, the stream by
 //! block, and the sink and outlier diagnostics over steps.
 
-use super::*;
+use super::state::{bad, err, query, scan, Shared, MAX_PLOT_RUNS, METRIC_POINTS};
+use axum::extract::{RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
+use normlab_lab::report;
 
 /// What `/api/plot` draws: the loss curves, the gradient norm, the stream
 /// by block, and the sink and outlier diagnostics over steps.

@@ -18,11 +18,11 @@
 //! earlier site is refused.
 
 use super::book::{claims_page, figure_path};
-use super::{PAGE, TRANSLATIONS};
+use super::state::{PAGE, TRANSLATIONS};
 use anyhow::{bail, Context};
 use clap::Args;
 use normlab::io::{atomic_write, create_dir_all};
-use normlab_lab::exp::book_view;
+use normlab_lab::book::view as book_view;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 

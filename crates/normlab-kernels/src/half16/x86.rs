@@ -3,9 +3,10 @@
 //! same features inlines them) and of slices (tails through the portable
 //! paths, the same rounding).
 
-use super::{bf16, f16, narrow_portable, widen_portable};
+use super::portable::{narrow_portable, widen_portable};
 use crate::simd::x86::{lanes, vec};
 use crate::simd::LANES;
+use half::{bf16, f16};
 use std::arch::x86_64::*;
 
 /// One block of f16 widened for [`Elem::load`](crate::simd::Elem::load):

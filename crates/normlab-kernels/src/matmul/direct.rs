@@ -23,7 +23,7 @@
 //! tile, and without FMA `matrixmultiply` rounds products separately).
 //! Products with at most [`NARROW`] columns run transposed.
 
-use super::Mat;
+use super::mat::Mat;
 
 /// Rows of C per tile.
 pub const MR: usize = 12;

@@ -6,64 +6,12 @@
 //! three products a Linear layer needs, in PyTorch's weight layout
 //! `W: [out, in]`.
 
-/// A read-only strided matrix view: element (i, j) is `data[i*rs + j*cs]`.
-#[derive(Clone, Copy, Debug)]
-pub struct Mat<'a> {
-    /// Backing storage.
-    pub data: &'a [f32],
-    /// Rows.
-    pub rows: usize,
-    /// Columns.
-    pub cols: usize,
-    /// Row stride.
-    pub rs: usize,
-    /// Column stride.
-    pub cs: usize,
-}
-
-impl<'a> Mat<'a> {
-    /// A row-major `rows x cols` matrix.
-    pub fn rows(data: &'a [f32], rows: usize, cols: usize) -> Mat<'a> {
-        Mat {
-            data,
-            rows,
-            cols,
-            rs: cols,
-            cs: 1,
-        }
-    }
-
-    /// The transpose (a view, no copy).
-    pub fn t(self) -> Mat<'a> {
-        Mat {
-            data: self.data,
-            rows: self.cols,
-            cols: self.rows,
-            rs: self.cs,
-            cs: self.rs,
-        }
-    }
-
-    fn check(&self, what: &str) {
-        if self.rows > 0 && self.cols > 0 {
-            let last = (self.rows - 1) * self.rs + (self.cols - 1) * self.cs;
-            assert!(
-                last < self.data.len(),
-                "{what}: view {}x{} (rs {}, cs {}) exceeds {} floats",
-                self.rows,
-                self.cols,
-                self.rs,
-                self.cs,
-                self.data.len()
-            );
-        }
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 pub mod direct;
+mod mat;
 #[cfg(target_arch = "x86_64")]
 pub use direct::{direct_ok, gemm_direct};
+pub use mat::Mat;
 
 /// `C = alpha * A B + beta * C` with `C` row-major `[a.rows, b.cols]` at row
 /// stride `rsc`. With `beta == 0`, C's previous contents are ignored (even NaN).

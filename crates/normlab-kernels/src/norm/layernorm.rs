@@ -186,7 +186,7 @@ fn g_sweep<T: Elem, A: Acc>(
 mod x86 {
     use super::{g_sums_checked, stats_of, STATS};
     use crate::simd::sums::shifted_sums_from;
-    use crate::simd::sums::x86::{Partial, Shifted};
+    use crate::simd::x86::row_acc::{Partial, Shifted};
     use crate::simd::x86::{
         avx512_fn, dx_row, fold_backward, fold_row, halves, join, map_row, map_row_summing,
         RowFold, VecAcc,

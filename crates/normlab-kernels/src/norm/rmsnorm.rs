@@ -152,7 +152,7 @@ fn gx_sweep<T: Elem, A: Acc>(
 mod x86 {
     use super::{gx_sum_checked, rstd_of, STATS};
     use crate::simd::sums::sum_squares_from;
-    use crate::simd::sums::x86::{Partial, SumSq};
+    use crate::simd::x86::row_acc::{Partial, SumSq};
     use crate::simd::x86::{
         avx512_fn, dx_row, fold_backward, fold_row, map_row, map_row_summing, RowFold, VecAcc,
     };

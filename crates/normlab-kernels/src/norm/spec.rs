@@ -4,6 +4,9 @@
 //! its `SPEC`; modules, the calculator, checkpoint names, gain statistics
 //! and tests derive from it.
 
+/// Floats of per-row statistics cached by forward for backward.
+pub const STATS: usize = 3;
+
 /// What a norm's parameter tensor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamRole {

@@ -2,7 +2,8 @@
 //! 16-bit types in [`crate::half16`]) and their block conversions
 //! ([`Conv`]: the processor's instructions or the portable path).
 
-use super::{stream_block, LANES};
+use super::level::LANES;
+use super::stream::stream_block;
 
 /// A storage type the kernels read and write: f32, or a 16-bit type
 /// ([`crate::half16`]) widened to f32 on load and rounded on store. Every

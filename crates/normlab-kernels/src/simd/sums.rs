@@ -4,21 +4,9 @@
 //! at the AVX-512 levels the same sums as [`RowSums`](x86::RowSums) over one
 //! [`Partial`](x86::Partial) accumulator, which the row sweeps fold in.
 
-use super::{Elem, LANES};
-
-/// Sum accumulators (f64 or f32) in a fixed pairwise tree.
-#[inline(always)]
-pub fn tree_sum<T: Copy + std::ops::AddAssign>(acc: &[T; LANES]) -> T {
-    let mut a = *acc;
-    let mut n = LANES;
-    while n > 1 {
-        n /= 2;
-        for i in 0..n {
-            a[i] += a[i + n];
-        }
-    }
-    a[0]
-}
+use super::columns::{ahead_from, f32_chunks, tree_sum};
+use super::elem::Elem;
+use super::level::LANES;
 
 /// `(sum(x - k), sum((x - k)^2))` in f64, with `LANES` accumulators, for a
 /// shift `k` taken from the row (`k` must be an f32 value).
@@ -86,10 +74,6 @@ pub(crate) fn shifted_sums_from<T: Elem>(
     (tree_sum(&s1), tree_sum(&s2))
 }
 
-/// Columns summed in f32 lanes before the partial joins the f64 total
-/// (storage types with [`Elem::F32_SUMS`]).
-pub const F32_CHUNK: usize = 1024;
-
 /// Whether a sum of squares accumulated in f32 partials can stand: finite
 /// (no partial overflowed) and at least 2^-60, so that the squares f32
 /// lost to underflow (each below 2^-126, at most 2^20 of them) are below
@@ -120,27 +104,6 @@ impl Acc for f64 {
     fn of(v: f32) -> f64 {
         v as f64
     }
-}
-
-/// The `[start, end)` column ranges of [`F32_CHUNK`] columns of a row of `d`.
-#[inline(always)]
-pub fn f32_chunks(d: usize) -> impl Iterator<Item = (usize, usize)> {
-    column_chunks(d, F32_CHUNK)
-}
-
-/// The `[start, end)` column ranges of `chunk` columns of a row of `d`
-/// (`usize::MAX`: the whole row).
-#[inline(always)]
-pub(crate) fn column_chunks(d: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..d)
-        .step_by(chunk)
-        .map(move |c| (c, c.saturating_add(chunk).min(d)))
-}
-
-/// The part of an `ahead` slice (see [`ahead`](super::ahead)) for columns from `c` on.
-#[inline(always)]
-pub fn ahead_from<T>(ahead: &[T], c: usize) -> &[T] {
-    ahead.get(c..).unwrap_or(&[])
 }
 
 /// `(sum(x - k), sum((x - k)^2))` for a 16-bit row: both in f32 lanes per
@@ -184,33 +147,12 @@ fn shifted_sums_f32<T: Elem>(x: &[T], k: f32, ahead: &[T]) -> (f64, f64) {
 /// sweeps) and the AVX2 form of the 16-bit shifted sums.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{ahead_from, f32_chunks, tree_sum, Elem};
+    use crate::simd::columns::{ahead_from, f32_chunks, tree_sum};
+    use crate::simd::elem::Elem;
+    use crate::simd::x86::row_acc::{Shifted, SumSq};
     use crate::simd::x86::row_sums;
     use crate::simd::x86::{halves, join, VecAcc};
     use std::arch::x86_64::*;
-
-    /// A row's sums as its sweeps build them block by block (alone in
-    /// [`row_sums`], or folded into the previous row's output sweep by
-    /// [`map_row_summing`](crate::simd::x86::map_row_summing)), in
-    /// [`VecAcc`] lanes: f32 lanes per [`F32_CHUNK`](super::F32_CHUNK)
-    /// columns joined in f64 (16-bit rows), or f64 lanes over the whole
-    /// row. The portable loops' operations lane by lane, so the same bits.
-    pub(crate) trait RowSums {
-        /// Columns per partial ([`VecAcc::CHUNK`]).
-        const CHUNK: usize;
-        /// What the row's tail block is padded with (its lanes then add 0).
-        fn pad(&self) -> f32;
-        /// Add one block of the row.
-        ///
-        /// # Safety
-        /// AVX-512 F must be present.
-        unsafe fn block(&mut self, v: __m512);
-        /// Join the partial into the f64 total and restart it.
-        ///
-        /// # Safety
-        /// As [`RowSums::block`].
-        unsafe fn end_chunk(&mut self);
-    }
 
     /// A row's [`Shifted`] sums in `V` lanes (one [`row_sums`] sweep).
     ///
@@ -232,137 +174,6 @@ pub(crate) mod x86 {
         let mut s = SumSq::<V>::new();
         row_sums(x, ahead, &mut s);
         s.p.t
-    }
-
-    /// A sum in `V` lanes over the current chunk of a row, and `t`, the
-    /// f64 total of the chunks before it (each joined as its lanes'
-    /// [`tree_sum`]): the accumulator of every [`RowSums`] and of the
-    /// backward's first sweeps.
-    #[derive(Clone, Copy)]
-    pub(crate) struct Partial<V> {
-        s: V,
-        pub(crate) t: f64,
-    }
-
-    impl<V: VecAcc> Partial<V> {
-        /// Zero. The total starts at +0, as the portable loops' `0f64 +
-        /// partial`; for the one chunk of f64 lanes `0 + sum` is the sum
-        /// itself, since lanes that start at +0 never hold -0 (x + y is -0
-        /// only when both are -0), and an empty row sums to +0 either way.
-        ///
-        /// # Safety
-        /// AVX-512 F must be present.
-        #[inline(always)]
-        pub(crate) unsafe fn new() -> Self {
-            Partial {
-                s: V::zero(),
-                t: 0.0,
-            }
-        }
-        /// Add `v`, lane by lane.
-        ///
-        /// # Safety
-        /// As [`Partial::new`].
-        #[inline(always)]
-        pub(crate) unsafe fn add(&mut self, v: V) {
-            self.s = self.s.plus(v);
-        }
-        /// Add the 16 f32 terms of `v` ([`VecAcc::add`]).
-        ///
-        /// # Safety
-        /// As [`Partial::new`].
-        #[inline(always)]
-        pub(crate) unsafe fn add_f32(&mut self, v: __m512) {
-            self.s.add(v);
-        }
-        /// Join the chunk into the total and restart the lanes.
-        ///
-        /// # Safety
-        /// As [`Partial::new`].
-        #[inline(always)]
-        pub(crate) unsafe fn end_chunk(&mut self) {
-            self.t += self.s.total();
-            self.s = V::zero();
-        }
-    }
-
-    /// `sum(x^2)` ([`super::sum_squares`]); the total in `p.t`.
-    pub(crate) struct SumSq<V> {
-        pub(crate) p: Partial<V>,
-    }
-
-    impl<V: VecAcc> SumSq<V> {
-        /// # Safety
-        /// AVX-512 F must be present.
-        #[inline(always)]
-        pub(crate) unsafe fn new() -> Self {
-            SumSq { p: Partial::new() }
-        }
-    }
-
-    impl<V: VecAcc> RowSums for SumSq<V> {
-        const CHUNK: usize = V::CHUNK;
-        #[inline(always)]
-        fn pad(&self) -> f32 {
-            0.0
-        }
-        #[inline(always)]
-        unsafe fn block(&mut self, v: __m512) {
-            let w = V::of(v);
-            self.p.add(w.mul(w));
-        }
-        #[inline(always)]
-        unsafe fn end_chunk(&mut self) {
-            self.p.end_chunk();
-        }
-    }
-
-    /// `(sum(x - k), sum((x - k)^2))` ([`super::shifted_sums`]); the totals
-    /// in `s1.t`, `s2.t`.
-    pub(crate) struct Shifted<V> {
-        k: f32,
-        kv: V,
-        pub(crate) s1: Partial<V>,
-        pub(crate) s2: Partial<V>,
-    }
-
-    impl<V: VecAcc> Shifted<V> {
-        /// # Safety
-        /// AVX-512 F must be present.
-        #[inline(always)]
-        pub(crate) unsafe fn new(k: f32) -> Self {
-            let (s1, s2) = (Partial::new(), Partial::new());
-            Shifted {
-                k,
-                kv: V::splat(k),
-                s1,
-                s2,
-            }
-        }
-        /// The two totals.
-        #[inline(always)]
-        pub(crate) fn totals(&self) -> (f64, f64) {
-            (self.s1.t, self.s2.t)
-        }
-    }
-
-    impl<V: VecAcc> RowSums for Shifted<V> {
-        const CHUNK: usize = V::CHUNK;
-        #[inline(always)]
-        fn pad(&self) -> f32 {
-            self.k
-        }
-        #[inline(always)]
-        unsafe fn block(&mut self, v: __m512) {
-            let w = V::of(v).sub(self.kv);
-            self.s1.add(w);
-            self.s2.add(w.mul(w));
-        }
-        #[inline(always)]
-        unsafe fn end_chunk(&mut self) {
-            self.s1.end_chunk();
-            self.s2.end_chunk();
-        }
     }
 
     /// [`super::shifted_sums_f32`] with AVX2: each 16-lane accumulator as

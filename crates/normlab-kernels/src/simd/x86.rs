@@ -8,9 +8,10 @@
 //! storage type); each one runs the same operations per element as the
 //! portable code, so every SIMD level gives the same bits.
 
-use super::LANES;
+use super::level::LANES;
 use std::arch::x86_64::*;
 
+pub(crate) mod row_acc;
 mod sweep;
 pub(crate) use sweep::{
     dx_row, fold_backward, fold_row, for_row_out, map_row, map_row_summing, row_sums, RowFold,
@@ -203,7 +204,7 @@ impl VecAcc for __m512 {
     unsafe fn zero() -> __m512 {
         _mm512_setzero_ps()
     }
-    const CHUNK: usize = super::F32_CHUNK;
+    const CHUNK: usize = super::columns::F32_CHUNK;
     #[inline(always)]
     unsafe fn of(v: __m512) -> __m512 {
         v

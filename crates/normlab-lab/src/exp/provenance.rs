@@ -54,7 +54,7 @@ pub fn today() -> String {
 /// another processor than this one (or do not say where), grouped by
 /// processor and date; empty when there are none. `ran_on` gives, per
 /// experiment id, the (processor, date) its result records.
-pub(super) fn other_machines<'a>(
+pub(crate) fn other_machines<'a>(
     ran_on: impl IntoIterator<Item = (&'a str, Option<&'a (String, String)>)>,
 ) -> String {
     let (here, date) = (processor(), today());

@@ -12,6 +12,7 @@ pub mod llama;
 pub mod residual;
 mod stream_trace;
 mod streams;
+mod validate;
 mod workspace;
 
 pub use config::{InitScheme, ModelConfig, ModelKind};

@@ -349,7 +349,7 @@ impl DepthAttn {
         let mut dq = vec![0f64; self.d];
         let q = self.query.get(params);
         mix_backward(q, x, g, self.at, self.d, dx, &mut dq, &c.mix);
-        super::mhc::add_f64(&self.query, grads, &dq);
+        super::hyper_rows::add_f64(&self.query, grads, &dq);
         r.round_in_place(dx);
     }
 }
@@ -410,6 +410,6 @@ impl DepthHead {
             &mut dq,
             c,
         );
-        super::mhc::add_f64(&self.query, grads, &dq);
+        super::hyper_rows::add_f64(&self.query, grads, &dq);
     }
 }

@@ -11,26 +11,9 @@
 //! caller-provided buffer.
 
 use super::norm::Norm;
+use super::placement::NormRole;
 use super::scratch::Scratch;
 use super::sublayer::{Sublayer, SublayerCache};
-
-/// Where a norm sits (see [`Block::norms`] and `Model::norms`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NormRole {
-    /// Before a sublayer: reads the residual stream (pre-norm).
-    In,
-    /// On a sublayer's output, before the residual add (sandwich, OLMo 2).
-    Out,
-    /// On the stream after the residual add (post-norm, DeepNorm).
-    Post,
-    /// The final norm before the head: reads the stream.
-    Final,
-    /// QK-Norm on attention queries or keys (inside a sublayer).
-    QkNorm,
-    /// On each of n residual streams, for the read/write weights they
-    /// set (dynamic hyper-connections).
-    Stream,
-}
 
 /// A norm of a model, with where it sits.
 #[derive(Clone, Copy, Debug)]

@@ -30,8 +30,9 @@
 //! product over all (token, stream) rows), so none depends on the thread
 //! count.
 
+use super::hyper_rows::add_f64;
 use super::hyper_rows::{read_backward_rows, read_rows, write_backward_rows, write_rows};
-use super::mhc::{add_f64, Manifold, ManifoldCache};
+use super::mhc::{Manifold, ManifoldCache};
 use super::norm::{buf, Norm, NormCache};
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;

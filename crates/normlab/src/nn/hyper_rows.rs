@@ -1,7 +1,8 @@
 //! The per-row arithmetic of n parallel streams (hyper-connections and
 //! mHC, `nn/hyper.rs`): the read `h = sum_k alpha[k,0] X_k`, the write
 //! `X'_j = beta_j o + sum_k alpha[k,1+j] X_k`, their backward, and the
-//! copy into and sum over the streams. One pass over d per term: a
+//! copy into and sum over the streams, and the f64 sums added to a
+//! parameter's gradient (shared by HC, mHC and AttnRes). One pass over d per term: a
 //! version that gathered a row's terms in one pass measured no faster
 //! (the n x d state's traffic, not the arithmetic, bounds these loops).
 
@@ -157,4 +158,12 @@ pub fn collapse(x: &[f32], n: usize, d: usize, out: &mut [f32]) {
         yr.copy_from_slice(&xr[..d]);
         xr[d..].chunks_exact(d).for_each(|xk| axpy(yr, 1.0, xk));
     }
+}
+
+/// Adds f64 sums to a parameter's gradient.
+pub fn add_f64(p: &crate::params::ParamRef, grads: &mut [f32], v: &[f64]) {
+    p.get_mut(grads)
+        .iter_mut()
+        .zip(v)
+        .for_each(|(g, &v)| *g += v as f32);
 }

@@ -19,7 +19,7 @@
 //! comb is the hyper-connection's mixing block and pre its read column.
 //! Initialisation as transformers': W ~ N(0, std), bias 0, scales 1, so
 //! pre starts near 1/2, post near 1 and comb near uniform 1/n (not the
-//! identity). The head ([`HyperHead`]) collapses the streams by the same
+//! identity). The head (`nn/stream_head.rs`) collapses the streams by the same
 //! kind of map (sigmoid + eps weights) before the final norm.
 //!
 //! Backward is explicit and runs through the unrolled Sinkhorn iterations
@@ -28,6 +28,7 @@
 //! scales are summed in row order (f64); the projections' go through the
 //! same GEMM as every linear layer.
 
+use super::hyper_rows::add_f64;
 use super::norm::buf;
 use super::sinkhorn::{sinkhorn, sinkhorn_backward, sinkhorn_traced, LANES};
 use crate::kernels::buf::AlignedBuf;
@@ -35,17 +36,16 @@ use crate::kernels::matmul;
 use crate::kernels::simd;
 use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
 
-/// transformers' `hc_eps`.
-pub const HC_EPS: f32 = 1e-6;
+pub use super::sinkhorn::HC_EPS;
 /// The unweighted RMSNorm's eps (transformers' `rms_norm_eps` for V4).
 pub const RMS_EPS: f32 = 1e-6;
 /// Sinkhorn iterations by default (transformers' `hc_sinkhorn_iters`).
 pub const SINKHORN_ITERS: usize = 20;
 /// Rows of the streams' gradient through the maps computed at a time in
 /// the backward (64 rows x n d floats: in L2 at n d = 512).
-const DU_ROWS: usize = 64;
+pub(super) const DU_ROWS: usize = 64;
 
-fn sigmoid(x: f32) -> f32 {
+pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
@@ -53,7 +53,7 @@ crate::kernels::multiversion! {
     /// Each row of `x` (width `w`) divided by its RMS into `u`; `rinv` gets
     /// each row's 1 / sqrt(mean(x^2) + eps) (the squares summed in f64
     /// lanes, as the norm kernels sum theirs).
-    fn rms_rows(x: &[f32], w: usize, u: &mut [f32], rinv: &mut [f32]) {
+    pub(super) fn rms_rows(x: &[f32], w: usize, u: &mut [f32], rinv: &mut [f32]) {
         for ((xr, ur), ri) in x.chunks_exact(w).zip(u.chunks_exact_mut(w)).zip(rinv) {
             let ms = simd::sum_squares(xr, &[]) / w as f64;
             let r = (1.0 / (ms + f64::from(RMS_EPS)).sqrt()) as f32;
@@ -82,7 +82,7 @@ crate::kernels::multiversion! {
 /// so that du stays in cache; the product rounds each element the same for
 /// any number of rows, so the bits are those of one product over all rows.
 #[allow(clippy::too_many_arguments)]
-fn du_rms_backward(
+pub(super) fn du_rms_backward(
     dz: &[f32],
     weight: &[f32],
     m: usize,
@@ -314,228 +314,5 @@ impl Manifold {
         du_rms_backward(&c.dz, proj, m, &c.u, &c.rinv, nd, &mut c.du, dx);
         add_f64(&self.scale, grads, &gs);
         add_f64(&self.base, grads, &gb);
-    }
-}
-
-/// Adds f64 sums to a parameter's gradient.
-pub(crate) fn add_f64(p: &ParamRef, grads: &mut [f32], v: &[f64]) {
-    p.get_mut(grads)
-        .iter_mut()
-        .zip(v)
-        .for_each(|(g, &v)| *g += v as f32);
-}
-
-/// mHC's head: the streams collapsed by `sum_k pre_k X_k` with
-/// `pre = sigmoid(z s + b) + eps`, z = RMS(X flattened) W^T (W `[n, n d]`),
-/// before the final norm (transformers' `DeepseekV4HyperHead`).
-#[derive(Clone, Debug)]
-pub struct HyperHead {
-    /// Streams n.
-    pub n: usize,
-    /// Width d.
-    pub d: usize,
-    /// W (`hc_fn`), `[n, n d]`.
-    pub proj: ParamRef,
-    /// Bias (`hc_base`), `[n]`.
-    pub base: ParamRef,
-    /// Scale (`hc_scale`), `[1]`.
-    pub scale: ParamRef,
-}
-
-/// How the n streams become the d values the final norm reads.
-#[derive(Clone, Debug)]
-pub enum StreamHead {
-    /// Their sum (hyper-connections).
-    Sum {
-        /// Streams n.
-        n: usize,
-        /// Width d.
-        d: usize,
-    },
-    /// mHC's learned collapse.
-    Learned(HyperHead),
-    /// Attention Residuals' depth mix of every slot.
-    Depth(super::attnres::DepthHead),
-}
-
-/// What the head keeps between forward and backward.
-#[derive(Clone, Debug)]
-pub struct HeadCache {
-    out: AlignedBuf,
-    mix: Option<super::attnres::MixCache>,
-    u: AlignedBuf,
-    rinv: AlignedBuf,
-    z: AlignedBuf,
-    dz: AlignedBuf,
-    du: AlignedBuf,
-}
-
-impl HeadCache {
-    /// The collapse of the last forward (what the final norm read).
-    pub fn output(&self) -> &[f32] {
-        &self.out
-    }
-}
-
-impl StreamHead {
-    /// The embedding `x0` (rows x d) entering the streams `xs` (rows x n x
-    /// d): copied into each (hyper-connections, mHC), or into the bank's
-    /// slot 0, the others empty (AttnRes).
-    pub fn enter(&self, x0: &[f32], xs: &mut [f32]) {
-        match self {
-            StreamHead::Depth(h) => {
-                let (n, d) = (h.at.slots, h.d);
-                for (xr, yr) in x0.chunks_exact(d).zip(xs.chunks_exact_mut(n * d)) {
-                    yr[..d].copy_from_slice(xr);
-                    yr[d..].fill(0.0);
-                }
-            }
-            StreamHead::Sum { n, d } => super::hyper_rows::expand(x0, *n, *d, xs),
-            StreamHead::Learned(h) => super::hyper_rows::expand(x0, h.n, h.d, xs),
-        }
-    }
-
-    /// [`enter`](Self::enter)'s backward: the embedding's gradient from
-    /// the streams' `dxs` into `dx0` (the copies' sum, or slot 0's).
-    pub fn enter_backward(&self, dxs: &[f32], dx0: &mut [f32]) {
-        match self {
-            StreamHead::Depth(h) => {
-                let (n, d) = (h.at.slots, h.d);
-                for (yr, xr) in dxs.chunks_exact(n * d).zip(dx0.chunks_exact_mut(d)) {
-                    xr.copy_from_slice(&yr[..d]);
-                }
-            }
-            StreamHead::Sum { n, d } => super::hyper_rows::collapse(dxs, *n, *d, dx0),
-            StreamHead::Learned(h) => super::hyper_rows::collapse(dxs, h.n, h.d, dx0),
-        }
-    }
-
-    /// mHC's learned head, registered under `name`.
-    pub fn learned(
-        layout: &mut ParamLayout,
-        name: &str,
-        n: usize,
-        d: usize,
-        std: f32,
-    ) -> StreamHead {
-        let mut add = |part: &str, shape: &[usize], kind, init| {
-            layout.add(format!("{name}.{part}"), shape, kind, None, init)
-        };
-        StreamHead::Learned(HyperHead {
-            n,
-            d,
-            proj: add("fn", &[n, n * d], ParamKind::Weight, Init::Normal(std)),
-            base: add("base", &[n], ParamKind::Gate, Init::Const(0.0)),
-            scale: add("scale", &[1], ParamKind::Gate, Init::Const(1.0)),
-        })
-    }
-
-    /// Buffers for `rows` tokens.
-    pub fn cache(&self, rows: usize) -> HeadCache {
-        let (n, d, learned) = match self {
-            StreamHead::Sum { n, d } => (*n, *d, false),
-            StreamHead::Learned(h) => (h.n, h.d, true),
-            StreamHead::Depth(h) => (h.at.slots, h.d, false),
-        };
-        let sized = |len: usize| buf(if learned { len } else { 0 });
-        HeadCache {
-            out: buf(rows * d),
-            mix: match self {
-                StreamHead::Depth(h) => Some(h.cache(rows)),
-                _ => None,
-            },
-            u: sized(rows * n * d),
-            rinv: sized(rows),
-            z: sized(rows * n),
-            dz: sized(rows * n),
-            du: sized(DU_ROWS.min(rows) * n * d),
-        }
-    }
-
-    /// The streams `x` (rows x n x d) collapsed into the cache; returns it.
-    pub fn forward<'a>(&self, params: &[f32], x: &[f32], c: &'a mut HeadCache) -> &'a mut [f32] {
-        let h = match self {
-            StreamHead::Sum { n, d } => {
-                super::hyper_rows::collapse(x, *n, *d, &mut c.out);
-                return &mut c.out;
-            }
-            StreamHead::Depth(h) => {
-                h.forward(params, x, &mut c.out, c.mix.as_mut().unwrap());
-                return &mut c.out;
-            }
-            StreamHead::Learned(h) => h,
-        };
-        let (n, d) = (h.n, h.d);
-        let rows = c.rinv.len();
-        rms_rows(x, n * d, &mut c.u, &mut c.rinv);
-        matmul::linear_forward(&c.u, h.proj.get(params), None, rows, n * d, n, &mut c.z);
-        let (b, s) = (h.base.get(params), h.scale.get(params)[0]);
-        for ((xr, z), yr) in x
-            .chunks_exact(n * d)
-            .zip(c.z.chunks_exact(n))
-            .zip(c.out.chunks_exact_mut(d))
-        {
-            yr.fill(0.0);
-            for (k, xk) in xr.chunks_exact(d).enumerate() {
-                let pre = sigmoid(z[k] * s + b[k]) + HC_EPS;
-                yr.iter_mut().zip(xk).for_each(|(y, &x)| *y += pre * x);
-            }
-        }
-        &mut c.out
-    }
-
-    /// Backward: from dL/d(collapse) `dout` (rows x d), dL/dx into `dx`
-    /// (rows x n x d, written), the parameters' gradients accumulated.
-    pub fn backward(
-        &self,
-        params: &[f32],
-        grads: &mut [f32],
-        x: &[f32],
-        dout: &[f32],
-        dx: &mut [f32],
-        c: &mut HeadCache,
-    ) {
-        let h = match self {
-            StreamHead::Sum { n, d } => return super::hyper_rows::expand(dout, *n, *d, dx),
-            StreamHead::Depth(h) => {
-                return h.backward(params, grads, x, dout, dx, c.mix.as_ref().unwrap())
-            }
-            StreamHead::Learned(h) => h,
-        };
-        let (n, d) = (h.n, h.d);
-        let rows = c.rinv.len();
-        let (b, s) = (h.base.get(params), h.scale.get(params)[0]);
-        let (mut gs, mut gb) = (0f64, vec![0f64; n]);
-        for r in 0..rows {
-            let (xr, g) = (&x[r * n * d..(r + 1) * n * d], &dout[r * d..(r + 1) * d]);
-            let z = &c.z[r * n..(r + 1) * n];
-            let dxr = &mut dx[r * n * d..(r + 1) * n * d];
-            for (k, (xk, dxk)) in xr.chunks_exact(d).zip(dxr.chunks_exact_mut(d)).enumerate() {
-                let sg = sigmoid(z[k] * s + b[k]);
-                let pre = sg + HC_EPS;
-                dxk.iter_mut().zip(g).for_each(|(dx, &g)| *dx = pre * g);
-                let dpre = super::hyper_rows::dot(xk, g);
-                let dv = dpre * sg * (1.0 - sg);
-                c.dz[r * n + k] = dv * s;
-                gs += f64::from(dv * z[k]);
-                gb[k] += f64::from(dv);
-            }
-        }
-        let proj = h.proj.get(params);
-        matmul::linear_backward(
-            &c.u,
-            proj,
-            &c.dz,
-            rows,
-            n * d,
-            n,
-            h.proj.get_mut(grads),
-            None,
-            None,
-            false,
-        );
-        du_rms_backward(&c.dz, proj, n, &c.u, &c.rinv, n * d, &mut c.du, dx);
-        add_f64(&h.scale, grads, &[gs]);
-        add_f64(&h.base, grads, &gb);
     }
 }

@@ -119,3 +119,21 @@ impl FromStr for Placement {
             })
     }
 }
+
+/// Where a norm sits (see [`Block::norms`](super::Block::norms) and `Model::norms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormRole {
+    /// Before a sublayer: reads the residual stream (pre-norm).
+    In,
+    /// On a sublayer's output, before the residual add (sandwich, OLMo 2).
+    Out,
+    /// On the stream after the residual add (post-norm, DeepNorm).
+    Post,
+    /// The final norm before the head: reads the stream.
+    Final,
+    /// QK-Norm on attention queries or keys (inside a sublayer).
+    QkNorm,
+    /// On each of n residual streams, for the read/write weights they
+    /// set (dynamic hyper-connections).
+    Stream,
+}

@@ -2,7 +2,6 @@
 //! storage type its activations are rounded to (`train --dtype`).
 
 use super::norm::buf;
-use super::sublayer::Sublayer;
 use crate::kernels::buf::AlignedBuf;
 use crate::precision::Dtype;
 
@@ -28,21 +27,14 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Scratch for `rows` rows of any of `subs`.
-    pub fn new<'a>(subs: impl IntoIterator<Item = &'a Sublayer>, rows: usize) -> Scratch {
-        let subs: Vec<&Sublayer> = subs.into_iter().collect();
-        let d = subs.first().map_or(0, |s| s.d);
-        let (mut w1, mut w2, mut w3) = (0, 0, 0);
-        for sub in &subs {
-            let (a, b, c) = sub.op.scratch_widths();
-            w1 = w1.max(a);
-            w2 = w2.max(b);
-            w3 = w3.max(c);
-        }
+    /// Scratch for `rows` rows of width `d`, the operations' three
+    /// scratch widths per row, and the input norm's output when any
+    /// sublayer keeps it here (`norm_out`).
+    pub fn sized(rows: usize, d: usize, widths: (usize, usize, usize), norm_out: bool) -> Scratch {
         let n = rows * d;
-        let any_norm_out = subs.iter().any(|s| s.norm_out_in_scratch());
+        let (w1, w2, w3) = widths;
         Scratch {
-            a: buf(if any_norm_out { n } else { 0 }),
+            a: buf(if norm_out { n } else { 0 }),
             s: buf(n),
             dh: buf(n),
             dbr: buf(n),

@@ -9,7 +9,8 @@
 //! normalisation, then t - 1 alternating row and column normalisations,
 //! each `c / (sum + eps)` with the line summed in order.
 
-use super::mhc::HC_EPS;
+/// transformers' `hc_eps` (mHC's epsilon, also Sinkhorn's).
+pub const HC_EPS: f32 = 1e-6;
 
 /// Tokens per group.
 pub const LANES: usize = 16;

@@ -27,6 +27,7 @@ use super::linear::Linear;
 use super::mixer::{ToyMixer, ToyMixerCache};
 use super::mlp::{Mlp, MlpCache};
 use super::norm::{buf, Norm, NormCache};
+use super::placement::NormRole;
 pub use super::placement::Placement;
 use super::residual::{Residual, ResidualCache};
 use super::scratch::Scratch;
@@ -197,8 +198,7 @@ impl SublayerCache {
     }
 
     /// The cache of the sublayer's norm at `role` (In, Out or Post).
-    pub fn norm_cache(&self, role: super::block::NormRole) -> Option<&NormCache> {
-        use super::block::NormRole;
+    pub fn norm_cache(&self, role: NormRole) -> Option<&NormCache> {
         match role {
             NormRole::In => self.in_c.as_ref(),
             NormRole::Out => self.out_c.as_ref(),
@@ -493,5 +493,22 @@ impl Sublayer {
             c.branch_grad_sumsq = br2;
             c.total_grad_sumsq = sum_squares(dx);
         }
+    }
+}
+
+impl Scratch {
+    /// Scratch for `rows` rows of any of `subs`.
+    pub fn new<'a>(subs: impl IntoIterator<Item = &'a Sublayer>, rows: usize) -> Scratch {
+        let subs: Vec<&Sublayer> = subs.into_iter().collect();
+        let d = subs.first().map_or(0, |s| s.d);
+        let (mut w1, mut w2, mut w3) = (0, 0, 0);
+        for sub in &subs {
+            let (a, b, c) = sub.op.scratch_widths();
+            w1 = w1.max(a);
+            w2 = w2.max(b);
+            w3 = w3.max(c);
+        }
+        let any_norm_out = subs.iter().any(|s| s.norm_out_in_scratch());
+        Scratch::sized(rows, d, (w1, w2, w3), any_norm_out)
     }
 }

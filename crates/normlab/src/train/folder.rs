@@ -367,7 +367,7 @@ pub(crate) fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> 
         .ok_or_else(|| corrupt("lacks adam_t"))?;
     // f16's loss scaler (absent in snapshots of other runs): its skipped
     // steps made no optimizer update, so Adam's t lags the step by them.
-    let scaler: Option<crate::train::trainer::LossScaler> = match state.get("scaler") {
+    let scaler: Option<crate::train::loss_scale::LossScaler> = match state.get("scaler") {
         None | Some(serde_json::Value::Null) => None,
         Some(v) => Some(
             serde_json::from_value(v.clone()).map_err(|_| corrupt("has a bad scaler record"))?,

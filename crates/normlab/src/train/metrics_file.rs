@@ -6,7 +6,7 @@
 
 use crate::error::Result;
 use crate::io::atomic_write;
-use crate::train::trainer::StepRecord;
+use crate::train::record::StepRecord;
 use std::fs;
 use std::path::Path;
 

@@ -8,7 +8,7 @@
 //! stream is the whole n x d state; with Attention Residuals the sum of
 //! each row's slots. A NaN anywhere makes the maximum NaN.
 
-use super::trainer::StepRecord;
+use super::record::StepRecord;
 use crate::model::{Model, ModelKind, Workspace};
 use crate::nn::{Op, Residual};
 use crate::params::nan_max;

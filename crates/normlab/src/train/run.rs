@@ -7,8 +7,9 @@
 use crate::error::Result;
 use crate::train::config::TrainConfig;
 use crate::train::folder::{self, Progress, RunLock, Summary};
+use crate::train::record::StepRecord;
 use crate::train::status::{classify, track_excursion, unrecovered};
-use crate::train::trainer::{StepRecord, Trainer};
+use crate::train::trainer::Trainer;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -6,10 +6,12 @@
 //! backward's first sweep over a row, alone or folded into the previous
 //! row's dx sweep).
 
+use super::row_acc::RowSums;
 use super::{lanes, vec, wide_streams};
-use crate::simd::sums::column_chunks;
-use crate::simd::sums::x86::RowSums;
-use crate::simd::{ahead_from, prefetch_block, Elem, LANES};
+use crate::simd::columns::{ahead_from, column_chunks};
+use crate::simd::elem::Elem;
+use crate::simd::level::LANES;
+use crate::simd::stream::prefetch_block;
 use std::arch::x86_64::*;
 
 /// `out[j] = f(src[..][j], par[..][j])` over a row in 512-bit registers:

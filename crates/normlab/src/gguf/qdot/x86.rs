@@ -97,9 +97,9 @@ pub fn block32(ty: GgmlType) -> Option<u8> {
 /// own: the operations of the unpack-then-combine path in its order, so
 /// the same bits. Returns the 8 lanes and the minima's sum.
 pub fn block32_row<const T: u8>(
-    kernel: super::LaneKernel,
+    kernel: super::kernel::LaneKernel,
     w: &[u8],
-    a: &super::QuantActs,
+    a: &super::acts::QuantActs,
 ) -> ([f32; 8], f32) {
     let bs = BLOCK32[T as usize].block().1;
     let blocks = w.len() / bs;
@@ -109,7 +109,7 @@ pub fn block32_row<const T: u8>(
     // SAFETY: the lengths and AVX2 are checked above, VNNI below.
     unsafe {
         match kernel {
-            super::LaneKernel::Vnni => {
+            super::kernel::LaneKernel::Vnni => {
                 assert!(
                     std::arch::is_x86_feature_detected!("avx512vnni")
                         && std::arch::is_x86_feature_detected!("avx512vl")
@@ -152,9 +152,9 @@ unsafe fn high_bits(bits: u32) -> __m256i {
 macro_rules! block32_row_body {
     ($t:ident, $w:ident, $a:ident, |$u:ident, $s:ident| $lanes:expr) => {{
         let ty = BLOCK32[$t as usize];
-        let (bs, off) = (ty.block().1, super::offset(ty));
+        let (bs, off) = (ty.block().1, super::acts::offset(ty));
         let two = !$a.lo.is_empty();
-        let limb = _mm256_set1_epi32(super::LIMB);
+        let limb = _mm256_set1_epi32(super::acts::LIMB);
         let offv = _mm256_set1_epi32(off);
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut mins = [0f32; 4];
@@ -206,7 +206,7 @@ macro_rules! block32_row_body {
 }
 
 #[target_feature(enable = "avx2")]
-unsafe fn block32_row_avx2<const T: u8>(w: &[u8], a: &super::QuantActs) -> ([f32; 8], f32) {
+unsafe fn block32_row_avx2<const T: u8>(w: &[u8], a: &super::acts::QuantActs) -> ([f32; 8], f32) {
     let ones = _mm256_set1_epi16(1);
     block32_row_body!(T, w, a, |u, s| _mm256_madd_epi16(
         _mm256_maddubs_epi16(u, s),
@@ -215,7 +215,7 @@ unsafe fn block32_row_avx2<const T: u8>(w: &[u8], a: &super::QuantActs) -> ([f32
 }
 
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-unsafe fn block32_row_vnni<const T: u8>(w: &[u8], a: &super::QuantActs) -> ([f32; 8], f32) {
+unsafe fn block32_row_vnni<const T: u8>(w: &[u8], a: &super::acts::QuantActs) -> ([f32; 8], f32) {
     block32_row_body!(T, w, a, |u, s| _mm256_dpbusd_epi32(
         _mm256_setzero_si256(),
         u,

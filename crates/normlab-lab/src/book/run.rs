@@ -1,17 +1,13 @@
-//! `normlab book`: every experiment at its full setting (or `--quick`), its
-//! runs trained through the sweep engine (so an interrupted book resumes:
-//! finished runs are reused), then `findings.md`: one section per claim of
-//! the lesson (C1-C27) with its statement, normlab's setting, the figure,
-//! and the verdicts the experiments computed, and `findings.json` with the
-//! same verdicts for machines (and for the test that quick settings agree
-//! with the full ones).
-
-use super::args::ExpArgs;
-use super::claims::{Coverage, CLAIMS};
-pub use super::findings::{findings, recorded, Finding, Recorded};
-use super::framework::ExpResult;
-use super::provenance::today;
-use super::registry::{self, EXPERIMENTS};
+//! Planning and running the book: each experiment's chapter (its runs
+//! trained through the sweep engine, so an interrupted book resumes:
+//! finished runs are reused), the estimate before a run, the book's
+//! sessions, and publishing a finished book.
+use super::estimate::{run_cost, FIXED_COST};
+use crate::exp::args::ExpArgs;
+use crate::exp::claims::{Coverage, CLAIMS};
+use crate::exp::framework::ExpResult;
+use crate::exp::provenance::today;
+use crate::exp::registry::{self, EXPERIMENTS};
 use crate::sweep::{self, RunSpec};
 use normlab::error::Result;
 use serde::Serialize;
@@ -51,27 +47,10 @@ pub(super) struct Chapter {
     pub(super) id: &'static str,
     pub(super) args: ExpArgs,
     pub(super) specs: Vec<RunSpec>,
-    /// Training outside the grid ([`super::framework::Experiment::hidden_training`]),
+    /// Training outside the grid ([`crate::exp::framework::Experiment::hidden_training`]),
     /// for the estimate only.
-    pub(super) hidden: super::framework::Hidden,
+    pub(super) hidden: crate::exp::framework::Hidden,
 }
-
-/// The matmul rate the estimate assumes per core, everything else of a
-/// step included: measured on the 2-core development VM on 2026-12-01
-/// with the direct GEMM kernel, as the chapters' estimated core time at 70
-/// GFLOP/s over their runs' actual core time: no-norm 1.96, depth-use
-/// 1.75, placements 2.03, warmup 2.11, collapse + lr-sensitivity 1.89
-/// (466 estimated against 237 actual core-minutes in all: 138 GFLOP/s).
-/// Until then 70, measured on 2026-11-30 through matrixmultiply.
-pub const GFLOPS_PER_CORE: f64 = 135.0;
-
-/// Estimated cost of a run in units of one core-second.
-pub(super) fn run_cost(s: &RunSpec) -> f64 {
-    sweep::matmul_gflop(&s.cfg, s.cfg.steps) / GFLOPS_PER_CORE
-}
-
-/// Estimated cost of an experiment that trains nothing.
-pub(super) const FIXED_COST: f64 = 5.0;
 
 /// The book's result.
 #[derive(Debug)]
@@ -101,12 +80,12 @@ pub struct PlanRow {
 }
 
 /// A book's estimated wall time, per experiment, calibrated here (see
-/// [`super::book_estimate`]): (id, runs, finished, estimated seconds left
+/// [`super::estimate`]): (id, runs, finished, estimated seconds left
 /// with `jobs` runs side by side), and the calibration.
 pub fn estimate(
     opts: &BookOptions,
     jobs: usize,
-) -> Result<(Vec<(PlanRow, f64)>, super::book_estimate::Calibration)> {
+) -> Result<(Vec<(PlanRow, f64)>, super::estimate::Calibration)> {
     let chapters = chapters(opts)?;
     // Per chapter: the runs left side by side (the grid's not finished,
     // and, for a chapter not written yet, its parallel training outside
@@ -135,7 +114,7 @@ pub fn estimate(
         .flat_map(|(p, s)| p.iter().chain(s))
         .copied()
         .collect();
-    let cal = super::book_estimate::calibrate(&all, jobs)?;
+    let cal = super::estimate::calibrate(&all, jobs)?;
     let rows = chapters
         .iter()
         .zip(&left)
@@ -182,7 +161,7 @@ pub(super) fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
             out: Some(opts.out.join(e.id)),
             jobs: opts
                 .jobs
-                .filter(|_| e.flags.contains(&super::args::ExpFlag::Jobs)),
+                .filter(|_| e.flags.contains(&crate::exp::args::ExpFlag::Jobs)),
             stop: opts.stop.clone(),
             ..ExpArgs::default()
         };
@@ -247,7 +226,7 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
                 *s += costs.get(id).copied().unwrap_or(0.0);
                 progress(base + *s, total, &format!("{} {id}", c.id));
             })?;
-            super::framework::write_outputs(
+            crate::exp::framework::write_outputs(
                 &r,
                 c.args.out.as_ref().expect("book chapters have a folder"),
             )?;

@@ -10,8 +10,9 @@
 //! `book_emit.rs` wraps the same plan in a Slurm job array with a
 //! dependent publishing job, or a Kubernetes indexed Job.
 
-use super::book::{chapters, run_cost, Chapter, FIXED_COST};
-use super::registry;
+use super::estimate::{run_cost, FIXED_COST};
+use super::run::{chapters, Chapter};
+use crate::exp::registry;
 use crate::sweep::{self, RunSpec, SweepOptions};
 use normlab::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -67,8 +68,8 @@ impl Plan {
     }
 
     /// The book options the plan stands for, writing into `out`.
-    fn options(&self, out: &Path, jobs: Option<usize>) -> super::book::BookOptions {
-        super::book::BookOptions {
+    fn options(&self, out: &Path, jobs: Option<usize>) -> super::run::BookOptions {
+        super::run::BookOptions {
             out: out.to_path_buf(),
             quick: self.quick,
             jobs,
@@ -144,7 +145,7 @@ pub fn group(units: Vec<Unit>, min_cost: f64) -> Vec<Vec<Unit>> {
 
 /// Cut the book of `opts` into tasks of at least `min_task_seconds` of
 /// estimated work each and write the plan into its folder.
-pub fn write_plan(opts: &super::book::BookOptions, min_task_seconds: f64) -> Result<Plan> {
+pub fn write_plan(opts: &super::run::BookOptions, min_task_seconds: f64) -> Result<Plan> {
     let plan = Plan {
         version: PLAN_VERSION,
         quick: opts.quick,
@@ -259,7 +260,7 @@ pub fn run_task(
     stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 ) -> Result<TaskOutcome> {
     let t0 = std::time::Instant::now();
-    let started = super::book::unix_now();
+    let started = super::run::unix_now();
     let plan = read_plan(out)?;
     let units = plan.task(index)?;
     let mut opts = plan.options(out, Some(jobs));
@@ -296,7 +297,7 @@ pub fn run_task(
     }
     for (c, _) in resolved.iter().filter(|(_, s)| s.is_none()) {
         let r = registry::run(c.id, &c.args, &|_, _, _| {})?;
-        super::framework::write_outputs(
+        crate::exp::framework::write_outputs(
             &r,
             c.args.out.as_ref().expect("book chapters have a folder"),
         )?;
@@ -308,7 +309,7 @@ pub fn run_task(
     normlab::io::atomic_write(
         &dir.join(format!("task-{index}.json")),
         json!({"task": index, "started_unix": started, "seconds": outcome.seconds,
-               "machine": super::provenance::machine(), "runs": outcome.runs, "chapters": outcome.chapters})
+               "machine": crate::exp::provenance::machine(), "runs": outcome.runs, "chapters": outcome.chapters})
         .to_string()
         .as_bytes(),
     )?;
@@ -347,8 +348,8 @@ pub fn assemble(
     out: &Path,
     jobs: Option<usize>,
     stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    progress: super::book::BookProgress,
-) -> Result<super::book::Book> {
+    progress: super::run::BookProgress,
+) -> Result<super::run::Book> {
     let plan = read_plan(out)?;
     let left = missing(&plan, out);
     if let Some((task, u)) = left.first() {
@@ -379,7 +380,7 @@ pub fn assemble(
         .collect();
     opts.clock_from = first_start;
     opts.stop = stop;
-    super::book::run(&opts, progress)
+    super::run::run(&opts, progress)
 }
 
 #[cfg(test)]

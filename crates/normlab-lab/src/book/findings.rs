@@ -5,9 +5,9 @@
 //! chapter ran, its agreement, and the table of departures from the
 //! lesson.
 
-use super::claims::{Coverage, Verdict, CLAIMS};
-use super::provenance::{machine, other_machines, today};
-use super::registry::EXPERIMENTS;
+use crate::exp::claims::{Coverage, Verdict, CLAIMS};
+use crate::exp::provenance::{machine, other_machines, today};
+use crate::exp::registry::EXPERIMENTS;
 use normlab::error::Result;
 use serde::Serialize;
 use serde_json::json;
@@ -143,7 +143,7 @@ pub fn read_recorded(out: &Path, id: &str) -> Result<Option<(Recorded, bool)>> {
     for c in j["claims"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         let claim = c["claim"]
             .as_str()
-            .and_then(super::claims::claim)
+            .and_then(crate::exp::claims::claim)
             .ok_or_else(|| bad("unknown claim"))?;
         let verdict = c["verdict"]
             .as_str()

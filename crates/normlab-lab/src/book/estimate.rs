@@ -7,12 +7,28 @@
 //! its runs scheduled as the sweep engine schedules them (longest first
 //! onto `jobs` workers); the chapters run one after another.
 
-use super::book::FIXED_COST;
-use crate::sweep::RunSpec;
+use crate::sweep::{self, RunSpec};
 use normlab::error::Result;
 use normlab::train::{TrainConfig, Trainer};
 use std::collections::HashMap;
 use std::time::Instant;
+
+/// The matmul rate the estimate assumes per core, everything else of a
+/// step included: measured on the 2-core development VM on 2026-12-01
+/// with the direct GEMM kernel, as the chapters' estimated core time at 70
+/// GFLOP/s over their runs' actual core time: no-norm 1.96, depth-use
+/// 1.75, placements 2.03, warmup 2.11, collapse + lr-sensitivity 1.89
+/// (466 estimated against 237 actual core-minutes in all: 138 GFLOP/s).
+/// Until then 70, measured on 2026-11-30 through matrixmultiply.
+pub const GFLOPS_PER_CORE: f64 = 135.0;
+
+/// Estimated cost of a run in units of one core-second.
+pub(super) fn run_cost(s: &RunSpec) -> f64 {
+    sweep::matmul_gflop(&s.cfg, s.cfg.steps) / GFLOPS_PER_CORE
+}
+
+/// Estimated cost of an experiment that trains nothing.
+pub(super) const FIXED_COST: f64 = 5.0;
 
 /// Steps timed per shape (after one warm-up step).
 const TIMED_STEPS: usize = 2;
@@ -110,7 +126,7 @@ impl Calibration {
     pub fn run_seconds(&self, s: &RunSpec) -> f64 {
         let c = &s.cfg;
         let Some(&t) = self.step.get(&shape(c)) else {
-            return super::book::run_cost(s);
+            return run_cost(s);
         };
         let evals = c.steps.checked_div(c.eval_every).map_or(1, |n| n + 1);
         let eval = t / 3.0 * c.eval_sequences as f64 / c.batch.max(1) as f64;
@@ -142,7 +158,7 @@ mod tests {
     #[test]
     fn schedule_and_shapes() {
         let cfg = |steps: usize, seed: u64, layers: usize| {
-            let mut c = super::super::runs::tiny_gpt();
+            let mut c = crate::exp::runs::tiny_gpt();
             c.steps = steps;
             c.seed = seed;
             c.model.layers = layers;
@@ -179,14 +195,14 @@ mod tests {
     fn training_outside_the_grid_counts_until_written() {
         let out = std::env::temp_dir().join(format!("normlab-estimate-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
-        let opts = super::super::book::BookOptions {
+        let opts = super::super::run::BookOptions {
             out: out.clone(),
             quick: true,
             only: Some(vec!["cross-check".into()]),
             ..Default::default()
         };
-        let wall = |o| super::super::book::estimate(o, 2).unwrap().0[0].1;
-        let hidden = (super::super::cross_train::hidden_training)(&super::super::args::ExpArgs {
+        let wall = |o| super::super::run::estimate(o, 2).unwrap().0[0].1;
+        let hidden = (crate::exp::cross_train::hidden_training)(&crate::exp::args::ExpArgs {
             quick: true,
             ..Default::default()
         })

@@ -8,9 +8,9 @@
 //! by side; each chapter says whether it ran at the `--quick` setting).
 //! Reading runs nothing.
 
-use super::claims::{Coverage, Verdict, CLAIMS};
 use super::departures::DEPARTURES;
 use super::findings::{agreement, agreement_line, cross_checked, read_recorded, recorded_all};
+use crate::exp::claims::{Coverage, Verdict, CLAIMS};
 use normlab::error::Result;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -65,7 +65,7 @@ pub fn chapter(dir: &Path, id: &str) -> Result<Option<Value>> {
     let Some((r, quick)) = read_recorded(dir, id)? else {
         return Ok(None);
     };
-    let question = super::registry::find(id).map(|e| e.question);
+    let question = crate::exp::registry::find(id).map(|e| e.question);
     Ok(Some(json!({
         "id": r.id,
         "question": question,
@@ -76,7 +76,7 @@ pub fn chapter(dir: &Path, id: &str) -> Result<Option<Value>> {
         "ran_on": r.ran_on.as_ref().map(|(m, d)| json!({"machine": m, "date": d})),
         "seconds": r.seconds,
         "verdicts": r.checks.iter().map(|f| {
-            let c = super::claims::claim(f.claim);
+            let c = crate::exp::claims::claim(f.claim);
             json!({
                 "claim": f.claim,
                 "title": c.map(|c| c.title),

@@ -3,7 +3,7 @@
 //! both (`book --emit-slurm`), or Kubernetes manifests for an indexed Job
 //! and its publishing Job (`book --emit-k8s`).
 
-use super::book_cluster::PLAN;
+use super::cluster::PLAN;
 use crate::sweep::sh_quote;
 use normlab::error::{Error, Result};
 use serde_json::json;
