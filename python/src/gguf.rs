@@ -57,11 +57,8 @@ pub fn gguf_trace<'py>(
             return Err("the text gives no tokens".into());
         }
         ids.truncate(max_tokens.max(1));
-        let mut tr = DecoderTrace {
-            keep_streams: true,
-            ..Default::default()
-        };
-        pool.install(|| m.hidden(&ids, Some(&mut tr)))
+        let mut tr = DecoderTrace::keeping_streams();
+        pool.install(|| m.observe(&ids, &mut tr))
             .map_err(|e| e.to_string())?;
         let last = tr.streams.last().cloned().unwrap_or_default();
         let fin = m.final_normed(&last, m.cfg.norm);

@@ -6,10 +6,10 @@ use normlab::kernels::norm::NormKind;
 use normlab::precision::Dtype;
 use normlab_lab::bench::{self, NormBenchConfig};
 
+mod decoder;
 mod lists;
-mod llama;
+use decoder::{decoder, DecoderBenchArgs};
 use lists::{parse_list, thread_counts};
-use llama::{llama, LlamaBenchArgs};
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -24,7 +24,8 @@ pub enum BenchCommand {
     /// A GGUF decoder (Llama or Gemma 3): prompt processing (the logits of a
     /// prompt of --tokens tokens from the bundled Shakespeare) in tokens/s,
     /// median of --reps, per thread count (weights loaded once, not timed).
-    Llama(LlamaBenchArgs),
+    #[command(alias = "llama")]
+    Decoder(DecoderBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -119,7 +120,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Norms(a) => norms(a),
         BenchCommand::Train(a) => train(a),
-        BenchCommand::Llama(a) => llama(a),
+        BenchCommand::Decoder(a) => decoder(a),
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::ui::bad;
 use clap::Args;
 use normlab::gguf::qdot::ActBits;
-use normlab::model::llama::Llama;
+use normlab::model::decoder::Decoder;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -69,13 +69,13 @@ impl Weights {
     }
 
     /// Load `path` this way.
-    pub fn load(self, path: &std::path::Path) -> normlab::Result<Llama> {
+    pub fn load(self, path: &std::path::Path) -> normlab::Result<Decoder> {
         use normlab::model::decoder::WeightStorage;
         let storage = match self {
             Weights::F32 => WeightStorage::F32,
             Weights::Blocks | Weights::Q8 | Weights::Q16 => WeightStorage::Quantised,
         };
-        let mut m = Llama::load_as(path, storage)?;
+        let mut m = Decoder::load_as(path, storage)?;
         m.quantised_activations = match self {
             Weights::Q8 => Some(ActBits::Eight),
             Weights::Q16 => Some(ActBits::Sixteen),

@@ -46,7 +46,7 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
     {
-        return run_llama(&c);
+        return run_decoder(&c);
     }
     if c.out.is_some() || c.ffn_clamp.is_some() {
         return bad("--out and --ffn-clamp are for .gguf models");
@@ -114,9 +114,9 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
 }
 
 /// `normlab inspect FILE.gguf`: a decoder (Llama or Gemma 3).
-fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
-    use normlab::model::llama::{self, Llama};
-    let mut m = Llama::load(&c.model)?;
+fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
+    use normlab::model::decoder::{self, Decoder};
+    let mut m = Decoder::load(&c.model)?;
     if let Some(lim) = c.ffn_clamp {
         if !(lim.is_finite() && lim > 0.0) {
             return bad(format!("--ffn-clamp must be a positive number (got {lim})"));
@@ -133,10 +133,10 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
     }
     // Read in windows: the bound is the bundled text's size, not the context.
     normlab::limits::check_count("--held-out-tokens", c.held_out_tokens, 2, 10_000_000)?;
-    let insp = llama::inspect(&mut m, &texts, llama::held_out_text(), c.held_out_tokens)?;
+    let insp = decoder::inspect(&mut m, &texts, decoder::held_out_text(), c.held_out_tokens)?;
     let (rows, fin, claims) = (&insp.blocks, &insp.final_norm, &insp.claims);
     if let Some(dir) = &c.out {
-        let series = |name: &str, f: &dyn Fn(&llama::LlamaLayerRow) -> f64| {
+        let series = |name: &str, f: &dyn Fn(&decoder::DecoderLayerRow) -> f64| {
             Series::new(name, rows.iter().map(|r| (r.layer as f64, f(r))).collect())
         };
         let fig = Figure {
@@ -269,7 +269,7 @@ fn run_llama(c: &InspectCmd) -> anyhow::Result<()> {
 
 /// What `inspect` adds to the per-block table for a decoder: the
 /// sublayer check, QK-Norm's effect, every norm's gains, the logit lens.
-fn print_more(m: &normlab::model::llama::Llama, insp: &normlab::model::llama::Inspection) {
+fn print_more(m: &normlab::model::decoder::Decoder, insp: &normlab::model::decoder::Inspection) {
     println!(
         "per sublayer, stream before + write as added = stream after to {:.1e} (largest relative error over every sublayer and text)",
         insp.sublayer_check
@@ -317,7 +317,7 @@ fn print_more(m: &normlab::model::llama::Llama, insp: &normlab::model::llama::In
             .map_or("no block".to_string(), |r| format!("block {}", r.block));
         println!(
             "logit lens ({} held-out predictions; the final norm recomputed on each block's stream): loss {:.3} after block {} .. {:.3} after block {}; the top token first matches the model's own in half the positions at {half}",
-            insp.final_norm.tokens.min(normlab::model::llama::LENS_TOKENS),
+            insp.final_norm.tokens.min(normlab::model::decoder::LENS_TOKENS),
             first.loss,
             first.block,
             last.loss,

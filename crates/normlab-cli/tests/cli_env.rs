@@ -169,7 +169,7 @@ fn generate_continues_a_prompt_as_transformers_does() {
         &std::fs::read_to_string(root.join("crates/normlab/tests/fixtures/smollm2.json")).unwrap(),
     )
     .unwrap();
-    let m = normlab::model::llama::Llama::load(&model).unwrap();
+    let m = normlab::model::decoder::Decoder::load(&model).unwrap();
     let mut ended = 0;
     for p in fx["prompts"].as_array().unwrap() {
         let Some(g) = p.get("greedy") else { continue };

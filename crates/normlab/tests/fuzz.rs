@@ -12,8 +12,8 @@ mod common;
 use common::fuzz::{fuzz, Counting};
 use common::tiny_gguf::tiny_llama;
 use normlab::gguf::Gguf;
+use normlab::model::decoder::Decoder;
 use normlab::model::decoder::WeightStorage;
-use normlab::model::llama::Llama;
 use normlab::train::{folder, RunOptions, TrainConfig};
 
 #[global_allocator]
@@ -46,8 +46,8 @@ fn readers_survive_mutated_files() {
             }
         }
         std::fs::write(&file, b).unwrap();
-        let _ = Llama::load(&file);
-        let _ = Llama::load_as(&file, WeightStorage::Quantised);
+        let _ = Decoder::load(&file);
+        let _ = Decoder::load_as(&file, WeightStorage::Quantised);
     });
 
     // A run folder: a real checkpoint and config.json, mutated.

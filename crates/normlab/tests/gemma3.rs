@@ -76,9 +76,24 @@ fn tiny_gemma3_cache_matches_full_pass() {
     let m = Decoder::load_hf(&dir()).unwrap();
     let (ids, want) = fixture();
     let mut cache = KvCache::new(&m);
-    let mut h = m.forward(&ids[..5], m.cfg.norm, &mut cache, None).unwrap();
+    let mut h = m
+        .forward(
+            &ids[..5],
+            m.cfg.norm,
+            &mut cache,
+            &mut normlab::model::hooks::NoObserver,
+        )
+        .unwrap();
     for &id in &ids[5..] {
-        h.extend(m.forward(&[id], m.cfg.norm, &mut cache, None).unwrap());
+        h.extend(
+            m.forward(
+                &[id],
+                m.cfg.norm,
+                &mut cache,
+                &mut normlab::model::hooks::NoObserver,
+            )
+            .unwrap(),
+        );
     }
     let r = rel(&m.logits_from(&h, true), &want);
     assert!(r < 1e-5, "cached logits differ by {r:e}");
@@ -113,7 +128,7 @@ fn tiny_gemma3_trace_is_exact_per_sublayer() {
     let m = Decoder::load_hf(&dir()).unwrap();
     let (ids, _) = fixture();
     let mut tr = DecoderTrace::default();
-    m.hidden(&ids, Some(&mut tr)).unwrap();
+    m.observe(&ids, &mut tr).unwrap();
     assert_eq!(tr.sublayers.len(), 2 * m.cfg.layers);
     for s in &tr.sublayers {
         assert!(s.check < 1e-6, "{s:?}");
@@ -130,7 +145,7 @@ fn tiny_gemma3_sink_and_ffn_clamp() {
     let (ids, _) = fixture();
     let t = ids.len();
     let mut tr = DecoderTrace::default();
-    m.hidden(&ids, Some(&mut tr)).unwrap();
+    m.observe(&ids, &mut tr).unwrap();
     let full: f64 = (1..t).map(|p| 1.0 / (p + 1) as f64).sum::<f64>() / (t - 1) as f64;
     let windowed: f64 = (1..8).map(|p| 1.0 / (p + 1) as f64).sum::<f64>() / (t - 1) as f64;
     for (l, a) in m.cfg.attn.iter().enumerate() {
@@ -153,7 +168,7 @@ fn tiny_gemma3_sink_and_ffn_clamp() {
     let mut c = Decoder::load_hf(&dir()).unwrap();
     c.ffn_clamp = Some(lim);
     let mut tc = DecoderTrace::default();
-    let hc = c.hidden(&ids, Some(&mut tc)).unwrap();
+    let hc = c.observe(&ids, &mut tc).unwrap();
     let gelu = |x: f64| {
         0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
     };
@@ -167,7 +182,7 @@ fn tiny_gemma3_sink_and_ffn_clamp() {
         );
         assert!(tc.ffn_max[l] < tr.ffn_max[l], "layer {l}");
     }
-    assert_ne!(hc, m.hidden(&ids, None).unwrap());
+    assert_ne!(hc, m.hidden(&ids).unwrap());
 }
 
 #[test]

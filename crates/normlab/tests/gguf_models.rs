@@ -11,8 +11,8 @@
 use normlab::gguf::qdot::ActBits;
 use normlab::gguf::Gguf;
 use normlab::kernels::norm::NormKind;
+use normlab::model::decoder::{argmax, KvCache};
 use normlab::model::decoder::{Decoder, DecoderTrace};
-use normlab::model::llama::{argmax, KvCache};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -148,11 +148,8 @@ fn check_against_transformers(m: &Decoder, fx: &Value) -> Vec<u32> {
     // position, and each position's full-width norm.
     let hx = &fx["hidden"];
     let t = hx["tokens"].as_u64().unwrap() as usize;
-    let mut tr = DecoderTrace {
-        keep_streams: true,
-        ..Default::default()
-    };
-    m.hidden(&toks[..t], Some(&mut tr)).unwrap();
+    let mut tr = DecoderTrace::keeping_streams();
+    m.observe(&toks[..t], &mut tr).unwrap();
     let last = tr.streams.pop().unwrap();
     tr.streams.push(m.final_normed(&last, m.cfg.norm));
     let (pos, ch) = (ids(&hx["positions"]), ids(&hx["channels"]));
@@ -268,19 +265,34 @@ fn smollm2_matches_transformers() {
     // context allows are refused.
     let toks = &toks[..12];
     let d = m.cfg.d;
-    let full = m.hidden(toks, None).unwrap();
+    let full = m.hidden(toks).unwrap();
     let mut cache = KvCache::new(&m);
     let mut parts = m
-        .forward(&toks[..5], NormKind::RmsNorm, &mut cache, None)
+        .forward(
+            &toks[..5],
+            NormKind::RmsNorm,
+            &mut cache,
+            &mut normlab::model::hooks::NoObserver,
+        )
         .unwrap();
     parts.extend(
-        m.forward(&toks[5..8], NormKind::RmsNorm, &mut cache, None)
-            .unwrap(),
+        m.forward(
+            &toks[5..8],
+            NormKind::RmsNorm,
+            &mut cache,
+            &mut normlab::model::hooks::NoObserver,
+        )
+        .unwrap(),
     );
     for &t in &toks[8..] {
         parts.extend(
-            m.forward(&[t], NormKind::RmsNorm, &mut cache, None)
-                .unwrap(),
+            m.forward(
+                &[t],
+                NormKind::RmsNorm,
+                &mut cache,
+                &mut normlab::model::hooks::NoObserver,
+            )
+            .unwrap(),
         );
     }
     assert_eq!(cache.len(), toks.len());
@@ -296,7 +308,7 @@ fn smollm2_matches_transformers() {
             &vec![1; m.cfg.context + 1],
             NormKind::RmsNorm,
             &mut short,
-            None,
+            &mut normlab::model::hooks::NoObserver,
         )
         .unwrap_err();
     assert!(e.to_string().contains("exceed the context"), "{e}");

@@ -4,7 +4,7 @@
 //! NaN eps is a one-line error (bad input), never an abort, a panic or
 //! garbage text. Model-free: the files are built here.
 
-use normlab::model::llama::Llama;
+use normlab::model::decoder::Decoder;
 
 mod common;
 use common::tiny_gguf::tiny_llama;
@@ -16,7 +16,7 @@ fn load_error(bytes: Vec<u8>) -> String {
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = dir.join(format!("{n}.gguf"));
     std::fs::write(&path, &bytes).unwrap();
-    let r = Llama::load(&path);
+    let r = Decoder::load(&path);
     let _ = std::fs::remove_file(&path);
     let e = r.err().expect("a hostile file must be refused");
     assert!(e.is_bad_input(), "{e}");

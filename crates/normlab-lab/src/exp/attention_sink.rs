@@ -282,7 +282,7 @@ fn real_models(quick: bool) -> Result<Vec<RealSink>> {
                 continue;
             }
             let mut tr = DecoderTrace::default();
-            m.hidden(&ids, Some(&mut tr))?;
+            m.observe(&ids, &mut tr)?;
             for b in 0..l {
                 sink[b] += tr.attn_sink[b];
                 uni[b] += tr.attn_sink_uniform[b];

@@ -27,7 +27,7 @@ use normlab::io::sample_sentences;
 use normlab::kernels::matmul::linear_forward;
 use normlab::kernels::norm::NormKind;
 use normlab::kernels::rng::Rng;
-use normlab::model::llama::{Llama, LlamaTrace};
+use normlab::model::decoder::{Decoder, DecoderTrace};
 use normlab::nn::norm::{mean_row_norm, normalise_rows};
 use serde_json::{json, Value};
 
@@ -189,7 +189,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     // chapter's texts, for transformers to run on the same file.
     let llm = match super::llm::find_model() {
         Some(path) => {
-            let m = Llama::load(&path)?;
+            let m = Decoder::load(&path)?;
             let texts = sample_sentences(if a.quick { 4 } else { 16 }, 0, 53);
             let ids: Vec<Vec<u32>> = texts
                 .iter()
@@ -366,8 +366,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         (Some((m, ids)), hf) => {
             let mut nl: [Vec<Vec<f64>>; 3] = Default::default();
             for t in ids {
-                let mut tr = LlamaTrace::default();
-                m.hidden(t, Some(&mut tr))?;
+                let mut tr = DecoderTrace::default();
+                m.observe(t, &mut tr)?;
                 nl[0].push(tr.row_norm_out);
                 nl[1].push(tr.row_norm_median_out);
                 nl[2].push(tr.max_abs);

@@ -27,7 +27,7 @@ use crate::sweep::RunSpec;
 use normlab::error::Result;
 use normlab::io::sample_sentences;
 use normlab::kernels::norm::NormKind;
-use normlab::model::llama::{self, Llama, LlamaLayerRow};
+use normlab::model::decoder::{self, Decoder, DecoderLayerRow};
 use normlab::nn::Placement;
 use serde_json::json;
 use std::path::PathBuf;
@@ -85,8 +85,8 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     for rm in &MODELS {
         match find(rm.file) {
             Some(path) => {
-                let mut m = Llama::load(&path)?;
-                let insp = llama::inspect(&mut m, &texts, llama::held_out_text(), tokens)?;
+                let mut m = Decoder::load(&path)?;
+                let insp = decoder::inspect(&mut m, &texts, decoder::held_out_text(), tokens)?;
                 measured.push(Measured {
                     name: rm.name,
                     cfg: m.cfg.clone(),
@@ -141,7 +141,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             ]);
         }
         out.tables.push(table);
-        let series = |name: &str, g: &dyn Fn(&LlamaLayerRow) -> f64| {
+        let series = |name: &str, g: &dyn Fn(&DecoderLayerRow) -> f64| {
             Series::new(
                 name,
                 me.insp
@@ -176,7 +176,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let r = runs::run_grid(a, specs, true, progress)?.remove(0);
     let gpt = block_row_norms(&r.cfg, &final_params(a, &r)?)?;
     // From the first block's output on, as for the models (their block 0).
-    let (g_total, g_per, g_growing) = llama::stream_growth(&gpt[1..]);
+    let (g_total, g_per, g_growing) = decoder::stream_growth(&gpt[1..]);
     let g_layers = r.cfg.model.layers;
     out.data.insert(
         "own_gpt".into(),

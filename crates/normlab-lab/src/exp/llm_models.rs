@@ -5,7 +5,7 @@
 //! `scripts/fetch_gemma3.sh`), both GGUF files under `models/`.
 
 use super::claims::Verdict;
-use normlab::model::llama::{DecoderConfig, Inspection};
+use normlab::model::decoder::{DecoderConfig, Inspection};
 use std::path::PathBuf;
 
 /// A model the chapter reads.
@@ -144,7 +144,7 @@ impl Measured {
     /// The median over blocks of each sublayer's write over the stream it
     /// read (attention, MLP).
     pub fn median_writes(&self) -> (f64, f64) {
-        let med = |f: &dyn Fn(&normlab::model::llama::LlamaLayerRow) -> f64| {
+        let med = |f: &dyn Fn(&normlab::model::decoder::DecoderLayerRow) -> f64| {
             let mut v: Vec<f64> = self.insp.blocks.iter().map(f).collect();
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]

@@ -20,7 +20,7 @@ use crate::sweep::RunResult;
 use normlab::error::Result;
 use normlab::io::sample_sentences;
 use normlab::kernels::rng::Rng;
-use normlab::model::llama::{Llama, LlamaTrace};
+use normlab::model::decoder::{Decoder, DecoderTrace};
 use normlab::model::{Model, SublayerTrace};
 use normlab::train::Status;
 use serde::Serialize;
@@ -130,15 +130,15 @@ fn trained(a: &ExpArgs, r: &RunResult) -> Result<SumTrace> {
 
 /// A pretrained model's trace over sample sentences.
 fn pretrained(path: &std::path::Path, name: &str, texts: &[String]) -> Result<SumTrace> {
-    let m = Llama::load(path)?;
+    let m = Decoder::load(path)?;
     let mut acc = Acc::default();
     for text in texts {
         let ids = m.encode(text)?;
         if ids.is_empty() {
             continue;
         }
-        let mut tr = LlamaTrace::default();
-        m.hidden(&ids, Some(&mut tr))?;
+        let mut tr = DecoderTrace::default();
+        m.observe(&ids, &mut tr)?;
         acc.add(&tr.sublayers, ids.len() as f64);
     }
     Ok(acc.trace(name.to_string()))

@@ -171,7 +171,7 @@ fn real_models(quick: bool) -> Result<Vec<RealClamp>> {
                 continue;
             }
             let mut tr = DecoderTrace::default();
-            m.hidden(&ids, Some(&mut tr))?;
+            m.observe(&ids, &mut tr)?;
             for (a, &b) in top.iter_mut().zip(&tr.ffn_max) {
                 *a = normlab::train::nan_max([*a, b]);
             }

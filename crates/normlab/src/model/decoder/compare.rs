@@ -4,6 +4,7 @@
 
 use super::{argmax, Decoder, KvCache};
 use crate::error::Result;
+use crate::model::hooks::NoObserver;
 
 /// [`deviation`]'s findings.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,8 +42,8 @@ pub fn deviation(
     let mut changed = 0;
     for ids in prompts.iter().filter(|p| !p.is_empty()) {
         let (mut ca, mut cb) = (KvCache::new(reference), KvCache::new(other));
-        let mut ha = reference.forward(ids, norm, &mut ca, None)?;
-        let mut hb = other.forward(ids, norm, &mut cb, None)?;
+        let mut ha = reference.forward(ids, norm, &mut ca, &mut NoObserver)?;
+        let mut hb = other.forward(ids, norm, &mut cb, &mut NoObserver)?;
         // The reference's greedy tokens, fed to both: its own greedy
         // continuation (no second generation).
         let n = steps.min(reference.cfg.context.saturating_sub(ids.len()));
@@ -70,8 +71,8 @@ pub fn deviation(
             }
             let next = argmax(&la) as u32;
             own.push(next);
-            ha = reference.forward(&[next], norm, &mut ca, None)?;
-            hb = other.forward(&[next], norm, &mut cb, None)?;
+            ha = reference.forward(&[next], norm, &mut ca, &mut NoObserver)?;
+            hb = other.forward(&[next], norm, &mut cb, &mut NoObserver)?;
         }
         // Greedy decoding stops after the end-of-sequence token.
         if let Some(end) = own.iter().position(|&t| Some(t) == reference.eos) {

@@ -4,14 +4,14 @@
 //! 1 + w for zero-centred ones), the logit lens, the final norm's effect on
 //! held-out loss, and the lesson's claims measured on the model.
 
-use super::{Decoder as Llama, DecoderTrace as LlamaTrace};
+use super::{Decoder, DecoderTrace};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 
-/// One layer's row of `normlab inspect` for a Llama model: means over the
+/// One layer's row of `normlab inspect` for a decoder: means over the
 /// texts (maxima for the maxima).
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct LlamaLayerRow {
+pub struct DecoderLayerRow {
     /// Block index.
     pub layer: usize,
     /// RMS of the residual stream entering the block.
@@ -168,7 +168,7 @@ pub struct LensRow {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Inspection {
     /// Per block.
-    pub blocks: Vec<LlamaLayerRow>,
+    pub blocks: Vec<DecoderLayerRow>,
     /// What the final norm does.
     pub final_norm: FinalNormEffect,
     /// The lesson's claims on this model.
@@ -191,7 +191,7 @@ impl Inspection {
     /// without them (NaN for a model without QK-Norm), and in how many
     /// blocks the norms lower the block's largest logit.
     pub fn qk_norm_effect(&self) -> (f64, f64, usize) {
-        let top = |g: fn(&LlamaLayerRow) -> f64| {
+        let top = |g: fn(&DecoderLayerRow) -> f64| {
             self.blocks.iter().map(g).fold(f64::NEG_INFINITY, f64::max)
         };
         let raw = top(|r| r.attn_max_logit_raw);
@@ -221,7 +221,7 @@ fn gain_stats(g: &[f32]) -> [f64; 4] {
 /// Per-layer diagnostics over `texts`, and the final norm's effect on
 /// `held_out` (at most `max_tokens` tokens).
 pub fn inspect(
-    m: &mut Llama,
+    m: &mut Decoder,
     texts: &[String],
     held_out: &str,
     max_tokens: usize,
@@ -247,8 +247,8 @@ pub fn inspect(
         if ids.is_empty() {
             continue;
         }
-        let mut tr = LlamaTrace::default();
-        m.hidden(&ids, Some(&mut tr))?;
+        let mut tr = DecoderTrace::default();
+        m.observe(&ids, &mut tr)?;
         for (i, e) in extra.iter_mut().enumerate() {
             // A text with no query past position 0 has no sink share.
             if tr.attn_sink[i].is_finite() {
@@ -291,7 +291,7 @@ pub fn inspect(
     let rows = sum
         .iter()
         .enumerate()
-        .map(|(i, s)| LlamaLayerRow {
+        .map(|(i, s)| DecoderLayerRow {
             layer: i,
             rms_in: s[0] / c,
             rms_attn: s[1] / c,
@@ -346,7 +346,7 @@ pub fn inspect(
     let (loss_with, loss_without) = (with / n as f64, without / n as f64);
     let span = &rows[1.min(rows.len() - 1)..];
     // Growth by a metric: (total, per block, blocks growing, largest jump).
-    let growth = |inn: &dyn Fn(&LlamaLayerRow) -> f64, out: &dyn Fn(&LlamaLayerRow) -> f64| {
+    let growth = |inn: &dyn Fn(&DecoderLayerRow) -> f64, out: &dyn Fn(&DecoderLayerRow) -> f64| {
         let sizes: Vec<f64> = std::iter::once(inn(&span[0]))
             .chain(span.iter().map(out))
             .collect();
@@ -424,7 +424,7 @@ pub fn inspect(
 }
 
 /// Every kind of norm's gains, pooled over the blocks.
-fn gain_rows(m: &Llama) -> Vec<GainRow> {
+fn gain_rows(m: &Decoder) -> Vec<GainRow> {
     let pooled = |f: &dyn Fn(&super::DecoderLayer) -> Option<&[f32]>| -> Option<Vec<f32>> {
         let v: Vec<f32> = m.layers.iter().filter_map(f).flatten().copied().collect();
         (!v.is_empty()).then_some(v)
@@ -464,16 +464,13 @@ fn gain_rows(m: &Llama) -> Vec<GainRow> {
 /// The logit lens on `ids`: each block's output stream through the final
 /// norm, recomputed on that stream, and the head; the loss on the next
 /// tokens and how often the top token is the model's final one.
-fn logit_lens(m: &Llama, ids: &[u32]) -> Result<Vec<LensRow>> {
+fn logit_lens(m: &Decoder, ids: &[u32]) -> Result<Vec<LensRow>> {
     if ids.len() < 2 {
         return Ok(Vec::new());
     }
     let (inputs, targets) = (&ids[..ids.len() - 1], &ids[1..]);
-    let mut tr = LlamaTrace {
-        keep_streams: true,
-        ..Default::default()
-    };
-    m.hidden(inputs, Some(&mut tr))?;
+    let mut tr = DecoderTrace::keeping_streams();
+    m.observe(inputs, &mut tr)?;
     let v = m.cfg.vocab;
     let top =
         |logits: &[f32]| -> Vec<usize> { logits.chunks_exact(v).map(super::argmax).collect() };

@@ -16,8 +16,10 @@
 //! the file's quantised blocks (`matrix.rs`).
 //!
 //! Files: this one (weights, logits, generation, loss), `config.rs` (the
-//! configuration), `forward.rs` (the blocks over a key/value cache, and the
-//! trace), `matrix.rs` (weight matrices and their products), `compare.rs`
+//! configuration), `forward.rs` (the blocks over a key/value cache, calling
+//! the hook points of `model/hooks.rs`), `heads.rs` (per-head views, RoPE,
+//! the largest logit), `trace.rs` (what `inspect` records: an observer),
+//! `matrix.rs` (weight matrices and their products), `compare.rs`
 //! (how far two ways of holding the weights are apart), `names.rs`
 //! (weight-name maps and tensor sources), `gguf.rs`
 //! (GGUF files), `hf.rs` (Hugging Face folders), `tokenizer.rs` (a GGUF
@@ -27,26 +29,30 @@
 use crate::error::Result;
 use crate::gguf::qdot::ActBits;
 use crate::kernels::norm::{self, NormKind};
+use crate::model::hooks::{NoObserver, Observer};
 
 pub mod compare;
 mod config;
 mod forward;
 mod gguf;
+mod heads;
 pub mod hf;
 mod inspect;
 mod matrix;
 pub mod names;
 pub(crate) mod tokenizer;
+mod trace;
 
 pub use super::SublayerTrace;
 pub use config::{DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, MAX_BLOCKS};
 pub use forward::KvCache;
 pub use inspect::{
-    held_out_text, inspect, stream_growth, FinalNormEffect, GainRow, Inspection, LensRow,
-    LlamaLayerRow, MassiveActivation, ModelClaims, LENS_TOKENS,
+    held_out_text, inspect, stream_growth, DecoderLayerRow, FinalNormEffect, GainRow, Inspection,
+    LensRow, MassiveActivation, ModelClaims, LENS_TOKENS,
 };
 pub use matrix::Matrix;
 pub use names::{Tensor, TensorNames, TensorSource, WeightStorage};
+pub use trace::DecoderTrace;
 
 /// One block's weights. Gains are the gains the model multiplies by (a
 /// file's 1 + w already added).
@@ -107,74 +113,6 @@ pub struct Decoder {
     pub quantised_activations: Option<ActBits>,
     pub(crate) tokenizer: Option<tokenizers::Tokenizer>,
 }
-
-/// What a forward pass records per layer (for `normlab inspect`).
-#[derive(Clone, Debug, Default)]
-pub struct DecoderTrace {
-    /// RMS of the residual stream entering each block.
-    pub rms_in: Vec<f64>,
-    /// RMS after the attention sublayer's write.
-    pub rms_attn: Vec<f64>,
-    /// RMS after the MLP sublayer's write (the block's output).
-    pub rms_out: Vec<f64>,
-    /// Largest |value| of the stream after each block.
-    pub max_abs: Vec<f64>,
-    /// Where it is: (position, channel), per block.
-    pub max_at: Vec<(usize, usize)>,
-    /// The lesson's metric of the stream entering each block: the mean over
-    /// tokens of each token's L2 norm (`x.norm(dim=-1).mean()`), which one
-    /// token's massive activation cannot dominate as it does the RMS.
-    pub row_norm_in: Vec<f64>,
-    /// The same after each block.
-    pub row_norm_out: Vec<f64>,
-    /// The median over tokens of each token's L2 norm after each block (the
-    /// typical token, whatever one token holds).
-    pub row_norm_median_out: Vec<f64>,
-    /// ||attention write|| / ||stream it read||, per block.
-    pub attn_write: Vec<f64>,
-    /// ||MLP write|| / ||stream it read||, per block.
-    pub mlp_write: Vec<f64>,
-    /// Largest pre-softmax attention logit, per block.
-    pub attn_max_logit: Vec<f64>,
-    /// The same from the same queries and keys without QK-Norm (NaN for a
-    /// model without it), over the keys of this pass.
-    pub attn_max_logit_raw: Vec<f64>,
-    /// Mean attention entropy (nats) over heads and positions, per block.
-    pub attn_entropy: Vec<f64>,
-    /// The attention sink: position 0's share of attention, averaged over
-    /// heads and over the queries at positions 1 and on, per block (NaN
-    /// when no query is past position 0).
-    pub attn_sink: Vec<f64>,
-    /// What a uniform attention would give it: the mean of 1/(t+1) over the
-    /// same queries (0 for a query whose window has left position 0).
-    pub attn_sink_uniform: Vec<f64>,
-    /// The median |value| of the stream after each block.
-    pub median_abs: Vec<f64>,
-    /// The feed-forward's largest |act(gate) x up| (after any clamp), per
-    /// block.
-    pub ffn_max: Vec<f64>,
-    /// Smallest mean square of a row entering any of the block's norms
-    /// (input norms, QK-Norm's per-head rows, sandwich output norms; the
-    /// last block's also the final norm's).
-    pub ms_min: Vec<f64>,
-    /// Mean over rows of |the row mean of `x / rms(x)`| at the attention
-    /// norm (RMSNorm does not centre: LayerNorm's would be 0).
-    pub xhat_mean: Vec<f64>,
-    /// Per sublayer (two per block, in order): the stream before, the
-    /// write as it is added, the stream after.
-    pub sublayers: Vec<SublayerTrace>,
-    /// Set before the pass to keep the whole stream (`[T, d]` per entry)
-    /// in [`DecoderTrace::streams`].
-    pub keep_streams: bool,
-    /// With `keep_streams`: the stream entering each block, then the stream
-    /// after the last block (before the final norm): transformers'
-    /// `output_hidden_states` but for the last entry, which it records
-    /// after the final norm ([`Decoder::final_normed`]).
-    pub streams: Vec<Vec<f32>>,
-}
-
-/// The name of the trace in the Llama-era API.
-pub type LlamaTrace = DecoderTrace;
 
 impl Decoder {
     /// `y = x W^T` for `n` rows of `x`: with quantised activations for one
@@ -241,9 +179,15 @@ impl Decoder {
         })
     }
 
-    /// The final hidden states `[T, d]` before the final norm; fills `trace`.
-    pub fn hidden(&self, ids: &[u32], trace: Option<&mut DecoderTrace>) -> Result<Vec<f32>> {
-        self.hidden_kind(ids, self.cfg.norm, trace)
+    /// The final hidden states `[T, d]` before the final norm.
+    pub fn hidden(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.hidden_kind(ids, self.cfg.norm, &mut NoObserver)
+    }
+
+    /// [`Decoder::hidden`], handing the pass's tensors to `obs` at its
+    /// hook points (e.g. a [`DecoderTrace`]).
+    pub fn observe<O: Observer + ?Sized>(&self, ids: &[u32], obs: &mut O) -> Result<Vec<f32>> {
+        self.hidden_kind(ids, self.cfg.norm, obs)
     }
 
     /// Apply one of the model's norms (its gain `g`, over `g.len()`
@@ -296,17 +240,17 @@ impl Decoder {
 
     /// Logits `[T, vocab]` of `ids`.
     pub fn logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        Ok(self.logits_from(&self.hidden(ids, None)?, true))
+        Ok(self.logits_from(&self.hidden(ids)?, true))
     }
 
     /// [`Decoder::hidden`] with every block norm applied as `kind`.
-    pub fn hidden_kind(
+    pub fn hidden_kind<O: Observer + ?Sized>(
         &self,
         ids: &[u32],
         kind: NormKind,
-        trace: Option<&mut DecoderTrace>,
+        obs: &mut O,
     ) -> Result<Vec<f32>> {
-        self.forward(ids, kind, &mut KvCache::new(self), trace)
+        self.forward(ids, kind, &mut KvCache::new(self), obs)
     }
 
     /// Up to `n` greedy tokens after `ids`, ending early with the
@@ -328,7 +272,7 @@ impl Decoder {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let mut cache = KvCache::new(self);
         let mut out = Vec::with_capacity(n.min(self.cfg.context));
-        let mut h = self.forward(ids, self.cfg.norm, &mut cache, None)?;
+        let mut h = self.forward(ids, self.cfg.norm, &mut cache, &mut NoObserver)?;
         for i in 0..n {
             let l = self.logits_from(&h[h.len() - d..], true);
             let best = argmax(&l[..v]) as u32;
@@ -337,7 +281,7 @@ impl Decoder {
             if stop_at_eos && Some(best) == self.eos || i + 1 == n {
                 break;
             }
-            h = self.forward(&[best], self.cfg.norm, &mut cache, None)?;
+            h = self.forward(&[best], self.cfg.norm, &mut cache, &mut NoObserver)?;
         }
         Ok(out)
     }
@@ -382,7 +326,10 @@ impl Decoder {
         while s + 1 < ids.len() {
             let e = (s + window + 1).min(ids.len());
             let w = &ids[s..e];
-            f(&self.hidden_kind(&w[..w.len() - 1], kind, None)?, &w[1..]);
+            f(
+                &self.hidden_kind(&w[..w.len() - 1], kind, &mut NoObserver)?,
+                &w[1..],
+            );
             s += window;
         }
         Ok(())

@@ -1,4 +1,4 @@
-//! `normlab bench llama FILE.gguf`: a GGUF decoder's prompt and
+//! `normlab bench decoder FILE.gguf` (alias `bench llama`): a GGUF decoder's prompt and
 //! generation speed, its memory, and (`--against-f32`) how far a way of
 //! holding its weights is from the f32 one.
 
@@ -9,7 +9,7 @@ use clap::Args;
 use normlab_lab::bench;
 
 #[derive(Args, Debug)]
-pub struct LlamaBenchArgs {
+pub struct DecoderBenchArgs {
     /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf).
     model: std::path::PathBuf,
     /// Prompt length in tokens.
@@ -42,7 +42,7 @@ pub struct LlamaBenchArgs {
     json: bool,
 }
 
-pub(super) fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
+pub(super) fn decoder(a: DecoderBenchArgs) -> anyhow::Result<()> {
     let threads = thread_counts(a.threads.as_deref())?;
     if a.reps == 0 || a.tokens == 0 {
         return bad("--reps and --tokens must be at least 1");
@@ -172,8 +172,8 @@ pub(super) fn llama(a: LlamaBenchArgs) -> anyhow::Result<()> {
 /// [`normlab::model::decoder::compare::deviation`] of `m` from the same
 /// file's f32 weights, on the prompts of the fixture file `path`.
 fn against_f32(
-    a: &LlamaBenchArgs,
-    m: &normlab::model::llama::Llama,
+    a: &DecoderBenchArgs,
+    m: &normlab::model::decoder::Decoder,
     path: &std::path::Path,
 ) -> anyhow::Result<normlab::model::decoder::compare::PathDeviation> {
     let text = normlab::io::read_to_string(path)?;
