@@ -471,10 +471,11 @@ fn classify(
     status::classify(diverged, final_eval, unigram, floor, first_loss).name()
 }
 
-/// The most threads a call may ask for (`normlab::limits::MAX_THREADS`).
+/// The most threads a call may ask for (`normlab::limits::max_threads`:
+/// 4 per core of this machine, as the CLI).
 #[pyfunction]
 fn max_threads() -> usize {
-    normlab::limits::MAX_THREADS
+    normlab::limits::max_threads()
 }
 
 /// Consecutive steps above the bound that make a run diverged.

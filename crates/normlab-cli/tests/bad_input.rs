@@ -156,7 +156,7 @@ fn absurd_sizes_are_refused_up_front() {
     // One cap per resource (normlab::limits), named in the message.
     refused(
         &["bench", "norms", "--threads", "2000", "--shapes", "64x64"],
-        &["--threads", "1024", "2000"],
+        &["--threads", "per core", "2000"],
     );
     refused(
         &["bench", "train", "--rounds", "5000"],

@@ -6,8 +6,17 @@
 
 use crate::error::{Error, Result};
 
-/// Most threads a run or a sweep worker pool may start.
-pub const MAX_THREADS: usize = 1024;
+/// Threads per core a run or a sweep worker pool may start: more only
+/// slow a run down (70x at 1000 threads on 2 cores), and each thread costs
+/// memory.
+pub const THREADS_PER_CORE: usize = 4;
+
+/// Most threads a run, a sweep worker pool or a Python call may start:
+/// [`THREADS_PER_CORE`] times this machine's cores (the CLI and Python
+/// share this one rule).
+pub fn max_threads() -> usize {
+    THREADS_PER_CORE * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// Most interleaved rounds a benchmark or a timed comparison may run.
 pub const MAX_ROUNDS: usize = 1000;
@@ -48,11 +57,13 @@ pub fn check_memory(bytes: f64, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Refuse a thread count outside 1..=MAX_THREADS.
+/// Refuse a thread count outside 1..=[`max_threads`].
 pub fn check_threads(flag: &str, n: usize) -> Result<()> {
-    if n == 0 || n > MAX_THREADS {
+    let max = max_threads();
+    if n == 0 || n > max {
         return Err(Error::bad(format!(
-            "{flag} must be between 1 and {MAX_THREADS} (got {n})"
+            "{flag} must be between 1 and {max} ({THREADS_PER_CORE} per core of this machine's {}; got {n})",
+            max / THREADS_PER_CORE
         )));
     }
     Ok(())

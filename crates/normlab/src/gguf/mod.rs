@@ -115,6 +115,9 @@ pub struct Gguf {
 /// of bytes in memory, so a small file of long arrays cannot blow up.
 pub const MAX_META_VALUES: usize = 4_000_000;
 
+/// Most tensors a file may hold (a 100-block model has about 1500).
+pub const MAX_TENSORS: usize = 1 << 20;
+
 struct Cursor<'a> {
     b: &'a [u8],
     pos: usize,
@@ -225,6 +228,22 @@ impl Gguf {
             let ty = c.u32()?;
             meta.insert(k, c.value(ty, 0)?);
         }
+        // Each tensor's header takes at least 24 bytes (name length, rank,
+        // type, offset): a count the rest of the file cannot hold, or more
+        // than any model has, is refused before anything is sized from it.
+        if n_tensors > MAX_TENSORS {
+            return Err(format!(
+                "the header announces {n_tensors} tensors; normlab reads at most {MAX_TENSORS}"
+            )
+            .into());
+        }
+        if n_tensors > (data.len() - c.pos) / 24 {
+            return Err(format!(
+                "the header announces {n_tensors} tensors, more than the file's {} bytes can describe",
+                data.len()
+            )
+            .into());
+        }
         let mut tensors = Vec::with_capacity(n_tensors);
         for _ in 0..n_tensors {
             let name = c.string()?;
@@ -246,7 +265,8 @@ impl Gguf {
                 ty,
                 offset,
             };
-            if !t.numel().is_multiple_of(ty.block().0) {
+            let numel = t.dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            if numel.is_none_or(|n| !n.is_multiple_of(ty.block().0)) {
                 return Err(format!("tensor {} is not whole blocks", t.name).into());
             }
             tensors.push(t);

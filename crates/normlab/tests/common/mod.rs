@@ -3,4 +3,5 @@
 
 pub mod fixtures;
 pub mod fuzz;
+pub mod gguf_writer;
 pub mod tiny_gguf;

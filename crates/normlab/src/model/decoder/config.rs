@@ -106,6 +106,16 @@ pub struct DecoderConfig {
     pub final_softcap: Option<f32>,
 }
 
+/// Widest stream, feed-forward, head or query width a file may declare
+/// (the largest open models have d 16384 and feed-forward 53248).
+pub const MAX_WIDTH: usize = 1 << 17;
+/// Most attention heads a file may declare.
+pub const MAX_HEADS: usize = 1 << 12;
+/// Largest vocabulary a file may declare (Gemma 3's is 262144).
+pub const MAX_VOCAB: usize = 1 << 22;
+/// Longest context a file may declare.
+pub const MAX_CONTEXT: usize = 1 << 24;
+
 /// Most blocks a file may declare (SmolLM2-135M has 30; the largest Llama
 /// models about 130): a metadata count beyond it is refused before anything
 /// is allocated from it.
@@ -167,7 +177,8 @@ impl DecoderConfig {
         s
     }
 
-    /// Width of the queries (heads x head_dim).
+    /// Width of the queries (heads x head_dim; [`DecoderConfig::check`]
+    /// bounds it).
     pub fn q_width(&self) -> usize {
         self.heads * self.head_dim
     }
@@ -206,6 +217,38 @@ impl DecoderConfig {
             || !self.head_dim.is_multiple_of(2)
         {
             return Err("inconsistent head counts".into());
+        }
+        // Every size bounded, so that no product of them overflows or
+        // asks for more than the machine could hold.
+        for (what, n, max) in [
+            ("embedding_length", self.d, MAX_WIDTH),
+            ("feed_forward_length", self.ffn, MAX_WIDTH),
+            ("head_count", self.heads, MAX_HEADS),
+            ("head_count_kv", self.kv_heads, MAX_HEADS),
+            ("head_dim", self.head_dim, MAX_WIDTH),
+            ("vocab_size", self.vocab, MAX_VOCAB),
+            ("context_length", self.context, MAX_CONTEXT),
+        ] {
+            if n > max {
+                return Err(
+                    format!("{what} {n} is larger than normlab reads (at most {max})").into(),
+                );
+            }
+        }
+        if self.heads * self.head_dim > MAX_WIDTH {
+            return Err(format!(
+                "head_count {} x head_dim {} is wider than normlab reads (at most {MAX_WIDTH})",
+                self.heads, self.head_dim
+            )
+            .into());
+        }
+        if let Some(cap) = self.final_softcap {
+            if !(cap.is_finite() && cap > 0.0) {
+                return Err(format!(
+                    "final_logit_softcapping must be a positive number (got {cap})"
+                )
+                .into());
+            }
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
             return Err(format!(

@@ -195,8 +195,21 @@ impl Decoder {
                 .into())
             }
         };
-        let token = |key: &str| g.get(key).ok().and_then(|v| v.as_u64()).map(|v| v as u32);
-        let eos = token("tokenizer.ggml.eos_token_id");
+        // A special token's id must be a token of the vocabulary (checked
+        // against the embedding's rows below), never silently truncated.
+        let token = |key: &str| -> Result<Option<u32>> {
+            match g.get(key).ok().map(|v| v.as_u64()) {
+                None => Ok(None),
+                Some(Some(v)) if v < cfg.vocab as u64 => Ok(Some(v as u32)),
+                Some(v) => Err(at(format!(
+                    "{key} {} is not a token id of the {}-token vocabulary",
+                    v.map_or("(not an integer)".to_string(), |v| v.to_string()),
+                    cfg.vocab
+                )
+                .into())),
+            }
+        };
+        let eos = token("tokenizer.ggml.eos_token_id")?;
         // SentencePiece files add BOS unless they say otherwise (llama.cpp
         // and transformers agree); byte-level BPE files only when they say
         // so.
@@ -205,7 +218,7 @@ impl Decoder {
             _ => arch == "gemma3",
         };
         let bos = if add_bos {
-            token("tokenizer.ggml.bos_token_id")
+            token("tokenizer.ggml.bos_token_id")?
         } else {
             None
         };
@@ -213,10 +226,21 @@ impl Decoder {
         // before its vocabulary is read.
         let mut m =
             Decoder::from_tensors_as(cfg, &names::GGUF, &g, None, eos, storage).map_err(at)?;
-        m.tokenizer = Some(match arch {
-            "gemma3" => sentencepiece_from_gguf(&g)?,
-            _ => tokenizer_from_gguf(&g)?,
-        });
+        let tok = match arch {
+            "gemma3" => sentencepiece_from_gguf(&g),
+            _ => tokenizer_from_gguf(&g),
+        }
+        .map_err(at)?;
+        // Every id the tokenizer can give must have an embedding row.
+        let n = tok.get_vocab_size(true);
+        if n > m.cfg.vocab {
+            return Err(at(format!(
+                "the tokenizer has {n} tokens but the embedding only {} rows",
+                m.cfg.vocab
+            )
+            .into()));
+        }
+        m.tokenizer = Some(tok);
         m.bos = bos;
         Ok(m)
     }

@@ -114,7 +114,16 @@ impl TensorNames {
 /// Where tensors come from.
 pub trait TensorSource {
     /// The number of values of `name` (None: no such tensor).
-    fn numel(&self, name: &str) -> Option<usize>;
+    fn numel(&self, name: &str) -> Option<usize> {
+        self.shape(name).map(|s| {
+            s.iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .unwrap_or(usize::MAX)
+        })
+    }
+    /// The shape of `name`, outermost dimension first as PyTorch writes it
+    /// (`[rows, columns]` for a weight matrix; None: no such tensor).
+    fn shape(&self, name: &str) -> Option<Vec<usize>>;
     /// `name`'s values as f32.
     fn read(&self, name: &str) -> Result<Vec<f32>>;
     /// `name`'s stored blocks, when the source keeps a quantised type
@@ -135,8 +144,11 @@ pub enum WeightStorage {
 }
 
 impl TensorSource for Gguf {
-    fn numel(&self, name: &str) -> Option<usize> {
-        self.info(name).ok().map(|t| t.numel())
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        // GGUF lists the fastest-varying dimension first.
+        self.info(name)
+            .ok()
+            .map(|t| t.dims.iter().rev().copied().collect())
     }
     fn read(&self, name: &str) -> Result<Vec<f32>> {
         self.tensor(name)
@@ -148,8 +160,8 @@ impl TensorSource for Gguf {
 }
 
 impl TensorSource for safetensors::SafeTensors<'_> {
-    fn numel(&self, name: &str) -> Option<usize> {
-        self.tensor(name).ok().map(|t| t.shape().iter().product())
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.tensor(name).ok().map(|t| t.shape().to_vec())
     }
     fn read(&self, name: &str) -> Result<Vec<f32>> {
         use safetensors::Dtype;
@@ -220,17 +232,21 @@ impl Decoder {
             )
             .into());
         }
-        let get_named = |n: &str, len: usize| -> Result<Vec<f32>> {
-            match src.numel(n) {
-                None => return Err(format!("the file has no tensor '{n}'").into()),
-                Some(k) if k != len => {
-                    return Err(format!(
-                        "{n} has {k} values, expected {len} (it does not have the shape the metadata gives)"
-                    )
-                    .into())
-                }
-                _ => {}
+        // The exact shape the configuration implies (a transposed,
+        // flattened or 4-d matrix of the right size is refused too).
+        let check_shape = |n: &str, want: &[usize]| -> Result<()> {
+            match src.shape(n) {
+                None => Err(format!("the file has no tensor '{n}'").into()),
+                Some(s) if s != want => Err(format!(
+                    "{n} has shape {s:?}, expected {want:?} (outermost first: it does not have the shape the metadata gives)"
+                )
+                .into()),
+                _ => Ok(()),
             }
+        };
+        let read_checked = |n: &str, want: &[usize]| -> Result<Vec<f32>> {
+            check_shape(n, want)?;
+            let len: usize = want.iter().product();
             let v = src.read(n)?;
             if v.len() != len {
                 return Err(format!("{n} has {} values, expected {len}", v.len()).into());
@@ -240,7 +256,7 @@ impl Decoder {
             }
             Ok(v)
         };
-        let get = |t: Tensor, i: usize, len: usize| get_named(&name(t, i)?, len);
+        let get = |t: Tensor, i: usize, len: usize| read_checked(&name(t, i)?, &[len]);
         let gain = |t: Tensor, i: usize, len: usize| -> Result<Vec<f32>> {
             let mut g = get(t, i, len)?;
             if cfg.gain == GainStore::OnePlus {
@@ -249,10 +265,10 @@ impl Decoder {
             Ok(g)
         };
         let matrix_named = |n: &str, rows: usize, cols: usize| -> Result<Matrix> {
-            let len = rows
-                .checked_mul(cols)
+            rows.checked_mul(cols)
                 .ok_or("a weight matrix's size overflows")?;
-            if storage == WeightStorage::Quantised && src.numel(n) == Some(len) {
+            check_shape(n, &[rows, cols])?;
+            if storage == WeightStorage::Quantised {
                 if let Some(m) = src
                     .raw(n)
                     .filter(|(ty, _)| qdot::has_dot(*ty))
@@ -262,7 +278,7 @@ impl Decoder {
                     return Ok(m);
                 }
             }
-            Ok(Matrix::dense(get_named(n, len)?, rows, cols))
+            Ok(Matrix::dense(read_checked(n, &[rows, cols])?, rows, cols))
         };
         let matrix = |t: Tensor, i: usize, rows: usize, cols: usize| -> Result<Matrix> {
             matrix_named(&name(t, i)?, rows, cols)

@@ -8,16 +8,37 @@ use crate::error::Result;
 use crate::gguf::Gguf;
 use tokenizers::AddedToken;
 
-/// The strings of the array `key`.
+/// Longest token or merge string normlab reads, in bytes (SmolLM2's
+/// longest token has 81 characters, Gemma 3's 31): a longer one is refused,
+/// so that no work on the vocabulary grows faster than its size.
+pub const MAX_TOKEN_BYTES: usize = 1024;
+
+/// Longest SentencePiece token whose merges are recovered, in characters:
+/// recovering them tries every split, so a token of n characters costs
+/// about n^2; Gemma 3's longest has 31.
+pub const MAX_MERGE_TOKEN_CHARS: usize = 256;
+
+/// The merges recovered from a SentencePiece vocabulary may hold at most
+/// this many times the bytes of its tokens, plus 1 MiB (Gemma 3: 3.1 MB of
+/// merges from 2.3 MB of tokens): the bound keeps the recovery's memory
+/// linear in the metadata.
+pub const MERGE_BYTES_PER_TOKEN_BYTE: usize = 8;
+
+/// The strings of the array `key`, each at most [`MAX_TOKEN_BYTES`].
 fn strings(g: &Gguf, key: &str) -> Result<Vec<String>> {
     g.get(key)?
         .as_array()
         .ok_or_else(|| format!("{key} is not an array"))?
         .iter()
-        .map(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("{key} holds a non-string").into())
+        .enumerate()
+        .map(|(i, v)| match v.as_str() {
+            Some(s) if s.len() <= MAX_TOKEN_BYTES => Ok(s.to_string()),
+            Some(s) => Err(format!(
+                "{key}[{i}] is {} bytes long; normlab reads tokens of at most {MAX_TOKEN_BYTES} bytes",
+                s.len()
+            )
+            .into()),
+            None => Err(format!("{key} holds a non-string").into()),
         })
         .collect()
 }
@@ -158,14 +179,32 @@ pub(crate) fn sentencepiece_from_gguf(g: &Gguf) -> Result<tokenizers::Tokenizer>
         }
     }
     // (left, right, merged token's index, left's and right's lengths).
+    let budget =
+        MERGE_BYTES_PER_TOKEN_BYTE * raw.iter().map(String::len).sum::<usize>() + (1 << 20);
+    let mut merge_bytes = 0usize;
     let mut merges: Vec<(&str, &str, u32, usize, usize)> = Vec::new();
     for t in order {
         let n = t.chars().count();
+        if n > MAX_MERGE_TOKEN_CHARS {
+            return Err(format!(
+                "token '{}...' has {n} characters; normlab recovers SentencePiece merges for tokens of at most {MAX_MERGE_TOKEN_CHARS}",
+                t.chars().take(16).collect::<String>()
+            )
+            .into());
+        }
         for (k, (at, _)) in t.char_indices().enumerate().skip(1) {
             let (l, r) = t.split_at(at);
             if vocab.contains_key(l) && vocab.contains_key(r) {
                 merges.push((l, r, vocab[t], k, n - k));
+                merge_bytes += t.len();
             }
+        }
+        if merge_bytes > budget {
+            return Err(format!(
+                "the vocabulary's merges would take more than {MERGE_BYTES_PER_TOKEN_BYTE} times its {} bytes (a vocabulary built to be slow to read?)",
+                raw.iter().map(String::len).sum::<usize>()
+            )
+            .into());
         }
     }
     merges.sort_by(|a, b| {
