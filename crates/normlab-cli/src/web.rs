@@ -24,8 +24,9 @@
 //! - `GET /api/runs` — runs under `--runs DIR` (status, settings, losses):
 //!   at most MAX_LISTED_RUNS, with `total` and `truncated`.
 //! - `GET /api/runs/{id}?max_points=N` — one run: config, summary, and its
-//!   metrics sampled to at most N records (default 2000, at most 20000;
-//!   evaluations always kept), with `metrics_total`.
+//!   metrics sampled to about N records (default 2000, at most 20000;
+//!   every evaluation kept, or every j-th past N/2 of them), with
+//!   `metrics_total`.
 //! - `GET /i18n/en.json`, `GET /i18n/zh.json` — the page's translations.
 //! - `GET /api/book`, `GET /api/book/{id}`, `GET /api/book/{id}/figure/{stem}`
 //!   — the book pages (`web/book.rs`): the claims table, a chapter (with
@@ -53,8 +54,8 @@ mod state;
 use overlay::api_plot;
 pub use site::{run as site, SiteCmd};
 use state::{
-    bad, err, query, scan, Lab, Shared, HEAVY_CONCURRENCY, MAX_LISTED_RUNS, MAX_RESPONSE_BYTES,
-    METRIC_POINTS, PAGE, TRANSLATIONS,
+    bad, err, heavy, query, scan, HeavyPermit, HeldBody, Lab, Shared, HEAVY_CONCURRENCY,
+    HELD_ABOVE, MAX_LISTED_RUNS, MAX_RESPONSE_BYTES, METRIC_POINTS, PAGE, TRANSLATIONS,
 };
 
 /// `GET /i18n/{lang}.json`: a translation file.
@@ -93,8 +94,61 @@ pub struct ServeCmd {
     #[arg(long, default_value_t = 10.0, value_parser = header_timeout)]
     header_timeout: f64,
     /// Connections served at once; more wait to be accepted.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_connections: u32,
+    /// Seconds writing an answer may stall: a client that stops reading
+    /// its answers (pipelining requests it never reads) is disconnected
+    /// after it. (An idle connection is cut off by --header-timeout.)
+    #[arg(long, default_value_t = 10.0, value_parser = header_timeout)]
+    write_timeout: f64,
+    /// A host name the lab also answers to (repeatable). By default it
+    /// answers only requests addressed to an IP address or localhost, so
+    /// that a web page cannot reach it through a name it controls (DNS
+    /// rebinding).
+    #[arg(long, value_name = "NAME")]
+    allow_host: Vec<String>,
+}
+
+/// Whether a request's Host header (`name[:port]`) may reach the lab: an
+/// IP address, localhost, or a name given with --allow-host. A browser
+/// always sends the name it resolved, so a page on another site that makes
+/// its name resolve to 127.0.0.1 is refused.
+pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return rest
+            .split_once(']')
+            .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    } else {
+        host.rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(host, |(n, _)| n)
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name == "localhost"
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(&name))
+}
+
+/// Refuse (421) a request whose Host the lab does not answer to.
+async fn check_host(
+    allowed: Arc<Vec<String>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}").to_string());
+    match host {
+        Some(h) if !host_allowed(&h, &allowed) => err(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "this lab answers requests addressed to its IP address or localhost, not '{h}' (start it with --allow-host NAME to answer to a name)"
+            ),
+        ),
+        _ => next.run(req).await,
+    }
 }
 
 /// `--header-timeout`: a number of seconds in (0, 3600].
@@ -118,7 +172,7 @@ pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>) -> Router {
     let state = Arc::new(Lab {
         runs,
         book,
-        heavy: tokio::sync::Semaphore::new(HEAVY_CONCURRENCY),
+        heavy: Arc::new(tokio::sync::Semaphore::new(HEAVY_CONCURRENCY)),
     });
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
@@ -141,10 +195,23 @@ pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>) -> Router {
 
 /// Pass `r` through if its body has at most `limit` bytes; otherwise a
 /// 500 error that names the bound (the body is read up to the limit only).
+/// A heavy request's permit moves from the response's extensions into its
+/// body when the body is large ([`state::HeldBody`]), which holds it until
+/// written or dropped.
 pub async fn bound_responses(r: Response, limit: usize) -> Response {
-    let (parts, body) = r.into_parts();
+    let (mut parts, body) = r.into_parts();
+    let permit = parts.extensions.remove::<HeavyPermit>();
     match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Response::from_parts(parts, axum::body::Body::from(bytes)),
+        Ok(bytes) => {
+            let body = match permit {
+                Some(p) if bytes.len() > HELD_ABOVE => axum::body::Body::new(HeldBody {
+                    data: bytes,
+                    _permit: p,
+                }),
+                _ => axum::body::Body::from(bytes),
+            };
+            Response::from_parts(parts, body)
+        }
         Err(_) => err(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the response would exceed the lab's bound of {limit} bytes; ask for less"),
@@ -183,9 +250,14 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
         std::io::stdout().flush()?;
         let limits = Limits {
             header_timeout: std::time::Duration::from_secs_f64(c.header_timeout),
+            write_timeout: std::time::Duration::from_secs_f64(c.write_timeout),
             max_connections: c.max_connections as usize,
         };
-        serve(listener, router(c.runs.clone(), c.book.clone()), limits).await;
+        let allowed = Arc::new(c.allow_host.clone());
+        let app = router(c.runs.clone(), c.book.clone()).layer(axum::middleware::from_fn(
+            move |req, next| check_host(allowed.clone(), req, next),
+        ));
+        serve(listener, app, limits).await;
         Ok(())
     })
 }
@@ -194,15 +266,19 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
 struct Limits {
     /// Time allowed for a request's header.
     header_timeout: std::time::Duration,
+    /// Time a write may stall.
+    write_timeout: std::time::Duration,
     /// Connections served at once.
     max_connections: usize,
 }
 
 /// Accept and serve connections until Ctrl-C: HTTP/1.1 with a header-read
-/// timeout (hyper's, on tokio's timer), at most `max_connections` at once
-/// (the next waits in the listen queue until one closes), so clients that
-/// open connections and send nothing, or a header byte by byte, cannot
-/// starve the others.
+/// timeout (hyper's, on tokio's timer, which also ends idle kept-alive
+/// connections) and a stall timeout on every write, at most
+/// `max_connections` at once (the
+/// next waits in the listen queue until one closes), so clients that open
+/// connections and send nothing, send a header byte by byte, or pipeline
+/// requests and never read the answers, cannot hold the lab.
 async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limits) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
@@ -226,12 +302,17 @@ async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limits) {
         };
         let service = TowerToHyperService::new(app.clone());
         let timeout = limits.header_timeout;
+        // No read timeout: a client waiting for a long answer is not
+        // reading, and hyper's header timeout covers slow requests.
+        let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(limits.write_timeout));
         tokio::spawn(async move {
             let _permit = permit;
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeout)
-                .serve_connection(TokioIo::new(stream), service)
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(Box::pin(stream)), service)
                 .await;
         });
     }
@@ -262,20 +343,21 @@ async fn api_simulate(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Res
         Ok(c) => c,
         Err(e) => return bad(e),
     };
-    let Ok(_permit) = lab.heavy.acquire().await else {
-        return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
-    };
-    match tokio::task::spawn_blocking(move || widgets::simulate(&cfg)).await {
-        Ok(v) => Json(v).into_response(),
-        Err(_) => err(StatusCode::INTERNAL_SERVER_ERROR, "simulation failed"),
-    }
+    heavy(&lab, move || Json(widgets::simulate(&cfg)).into_response()).await
 }
 
 async fn api_runs(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
     if let Err(r) = query(raw, &[]) {
         return *r;
     }
-    let runs = match scan(&lab) {
+    let held = lab.clone();
+    heavy(&lab, move || runs_list(&held)).await
+}
+
+/// The runs under the runs folder (reads their headers: run on the
+/// blocking pool).
+fn runs_list(lab: &Lab) -> Response {
+    let runs = match scan(lab) {
         Ok(r) => r,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
@@ -320,7 +402,14 @@ async fn api_run(
             ))
         }
     };
-    let runs = match scan(&lab) {
+    let held = lab.clone();
+    heavy(&lab, move || run_answer(&held, &id, max_points)).await
+}
+
+/// Run `id`'s config, summary and sampled metrics (reads files: run on the
+/// blocking pool).
+fn run_answer(lab: &Lab, id: &str, max_points: usize) -> Response {
+    let runs = match scan(lab) {
         Ok(r) => r,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
@@ -330,7 +419,28 @@ async fn api_run(
         Some(r) => {
             let (metrics, total) = normlab::train::run::read_metrics_sampled(&r.dir, max_points);
             let status = r.summary.as_ref().map_or("unfinished", |s| s.status.name());
-            Json(json!({"id": r.name, "config": r.cfg.to_json_value(), "status": status, "summary": r.summary, "metrics": metrics, "metrics_total": total})).into_response()
+            // Serialised straight to bytes (no JSON tree of 20,000 records).
+            #[derive(serde::Serialize)]
+            struct RunAnswer<'a> {
+                id: &'a str,
+                config: Value,
+                status: &'a str,
+                summary: &'a Option<normlab::train::Summary>,
+                metrics: &'a [normlab::train::StepRecord],
+                metrics_total: usize,
+            }
+            let answer = RunAnswer {
+                id: &r.name,
+                config: r.cfg.to_json_value(),
+                status,
+                summary: &r.summary,
+                metrics: &metrics,
+                metrics_total: total,
+            };
+            match serde_json::to_vec(&answer) {
+                Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+                Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            }
         }
         None => err(
             StatusCode::NOT_FOUND,

@@ -1,74 +1,12 @@
 //! The web lab's JSON API over real HTTP: answers, validation (4xx with a
 //! clear message, never a crash or a hang) and confinement to the runs folder.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(runs: Option<&std::path::Path>) -> Server {
-    serve_with(runs, &[])
-}
-
-fn serve_with(runs: Option<&std::path::Path>, extra: &[&str]) -> Server {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_normlab"));
-    cmd.args(["serve", "--addr", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped());
-    if let Some(r) = runs {
-        cmd.arg("--runs").arg(r);
-    }
-    let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap();
-    Server {
-        child,
-        addr: url
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string(),
-    }
-}
-
-/// GET `path`; returns (status, body).
-fn get(s: &Server, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(&s.addr).unwrap();
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        s.addr
-    )
-    .unwrap();
-    let mut resp = Vec::new();
-    stream.read_to_end(&mut resp).unwrap();
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
+mod common;
+use common::lab::{get, rss_mib, serve, serve_with, status_mib, train_tiny};
 
 fn json_body(body: &str) -> serde_json::Value {
     // Bodies may be chunked: take from the first '{' to the last '}'.
@@ -77,27 +15,6 @@ fn json_body(body: &str) -> serde_json::Value {
 }
 
 /// Train a one-block toy run (5 steps) into `out`.
-fn train_tiny(out: &std::path::Path) {
-    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args([
-            "train",
-            "--layers",
-            "1",
-            "--steps",
-            "5",
-            "--batch",
-            "4",
-            "--eval-sequences",
-            "4",
-            "--quiet",
-            "--out",
-        ])
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
 #[test]
 fn api_answers_and_validates() {
     let dir = std::env::temp_dir().join(format!("normlab-web-api-{}", std::process::id()));
@@ -340,25 +257,6 @@ fn nan_diverged_runs_show_as_diverged() {
     let recs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(recs[0]["status"], "diverged");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A memory field of a process's /proc status (`VmRSS`: resident now,
-/// `VmHWM`: its peak), in MiB.
-fn status_mib(pid: u32, field: &str) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: f64 = s
-        .lines()
-        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap();
-    kib / 1024.0
-}
-
-/// Resident memory of a process (VmRSS), in MiB.
-fn rss_mib(pid: u32) -> f64 {
-    status_mib(pid, "VmRSS")
 }
 
 /// A claim of an `/api/book` answer by id.

@@ -100,6 +100,55 @@ pub fn read(path: &Path) -> Result<Vec<u8>> {
     fs::read(path).map_err(|e| Error::read(path, e))
 }
 
+/// Read a file someone else's folder holds (a book chapter's result.json
+/// or figure): only a regular file, never through a symbolic link (a
+/// chapter listing `pw.svg -> /etc/passwd` must not serve it), opened
+/// without blocking (a FIFO is refused, not waited on), and at most `cap`
+/// bytes (`/dev/zero` or a 300 MB file is refused, not read).
+pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let link = fs::symlink_metadata(path).map_err(|e| Error::read(path, e))?;
+    if link.file_type().is_symlink() {
+        return Err(Error::bad(format!(
+            "{} is a symbolic link (not followed)",
+            path.display()
+        )));
+    }
+    let mut opts = fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let f = opts.open(path).map_err(|e| Error::read(path, e))?;
+    let meta = f.metadata().map_err(|e| Error::read(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::bad(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    if meta.len() > cap {
+        return Err(Error::bad(format!(
+            "{} is {} bytes, more than the {cap} read",
+            path.display(),
+            meta.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    f.take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::read(path, e))?;
+    if out.len() as u64 > cap {
+        return Err(Error::bad(format!(
+            "{} grew past the {cap} bytes read",
+            path.display()
+        )));
+    }
+    Ok(out)
+}
+
 /// Read a whole regular UTF-8 text file.
 pub fn read_to_string(path: &Path) -> Result<String> {
     check_regular(path)?;

@@ -8,7 +8,7 @@
 //! `--runs` lists them (`runs`: their ids on the dashboard, so the page can
 //! overlay them). Reading runs nothing.
 
-use super::state::{err, query, Lab, Shared};
+use super::state::{err, heavy, query, Lab, Shared};
 use axum::extract::{Path as AxPath, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 /// What the page says when the lab has no chapters.
 pub(super) const HOW_TO: &str = "no chapters here: normlab book --quick --out book (a few minutes), then normlab serve --book book; or normlab demo, then normlab serve --runs normlab-demo";
 
+/// Largest figure served or published (the book's largest is 300 KB).
+pub(super) const MAX_FIGURE_BYTES: u64 = 8 << 20;
+
 /// The folder the book is read from.
 fn book_dir(lab: &Lab) -> Option<&std::path::Path> {
     lab.book.as_deref().or(lab.runs.as_deref())
@@ -29,12 +32,16 @@ pub(super) async fn api_book(State(lab): State<Shared>, RawQuery(raw): RawQuery)
     if let Err(r) = query(raw, &[]) {
         return *r;
     }
-    let dir = book_dir(&lab);
-    let label = dir.map(|d| d.display().to_string());
-    match claims_page(dir, label.as_deref()) {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    let held = lab.clone();
+    heavy(&lab, move || {
+        let dir = book_dir(&held);
+        let label = dir.map(|d| d.display().to_string());
+        match claims_page(dir, label.as_deref()) {
+            Ok(v) => Json(v).into_response(),
+            Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    })
+    .await
 }
 
 /// The answer to `/api/book` (the served and the static lab's): the claims
@@ -71,6 +78,13 @@ pub(super) async fn api_chapter(
     if let Err(r) = query(raw, &[]) {
         return *r;
     }
+    let held = lab.clone();
+    heavy(&lab, move || chapter_answer(&held, &path)).await
+}
+
+/// A chapter's page or one of its figures (reads files: run on the
+/// blocking pool).
+fn chapter_answer(lab: &Lab, path: &str) -> Response {
     let parts: Vec<&str> = path.split('/').collect();
     let (id, figure) = match parts.as_slice() {
         [id] => (*id, None),
@@ -82,7 +96,7 @@ pub(super) async fn api_chapter(
             )
         }
     };
-    let Some(dir) = book_dir(&lab) else {
+    let Some(dir) = book_dir(lab) else {
         return err(StatusCode::NOT_FOUND, HOW_TO);
     };
     let chapter = match normlab_lab::book::view::chapter(dir, id) {
@@ -92,7 +106,7 @@ pub(super) async fn api_chapter(
     };
     let Some(stem) = figure else {
         let mut chapter = chapter;
-        chapter["runs"] = json!(chapter_runs(&lab, dir, id));
+        chapter["runs"] = json!(chapter_runs(lab, dir, id));
         return Json(chapter).into_response();
     };
     let Some(file) = figure_path(dir, id, &chapter, stem) else {
@@ -101,7 +115,7 @@ pub(super) async fn api_chapter(
             format!("chapter '{id}' has no figure '{stem}'"),
         );
     };
-    match std::fs::read(&file) {
+    match normlab::io::read_capped(&file, MAX_FIGURE_BYTES) {
         Ok(bytes) => ([(header::CONTENT_TYPE, "image/svg+xml")], bytes).into_response(),
         Err(e) => err(
             StatusCode::NOT_FOUND,

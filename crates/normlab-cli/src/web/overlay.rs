@@ -2,7 +2,7 @@
 //! folder, one metric: the loss curves, the gradient norm, the stream by
 //! block, and the sink and outlier diagnostics over steps.
 
-use super::state::{bad, err, query, scan, Shared, MAX_PLOT_RUNS, METRIC_POINTS};
+use super::state::{bad, err, heavy, query, scan, Lab, Shared, MAX_PLOT_RUNS, METRIC_POINTS};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -34,22 +34,32 @@ pub(super) async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery)
             PLOT_METRICS.join(", ")
         ));
     }
-    let ids: Vec<&str> = q
+    let ids: Vec<String> = q
         .get("ids")
-        .map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
+        .map(|s| {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default();
     if ids.is_empty() || ids.len() > MAX_PLOT_RUNS {
         return bad(format!("ids must name 1..={MAX_PLOT_RUNS} runs"));
     }
-    let runs = match scan(&lab) {
+    let metric = metric.to_string();
+    let held = lab.clone();
+    heavy(&lab, move || plot(&held, &ids, &metric)).await
+}
+
+/// The plot of `metric` over runs `ids` (reads their metrics: run on the
+/// blocking pool).
+fn plot(lab: &Lab, ids: &[String], metric: &str) -> Response {
+    let runs = match scan(lab) {
         Ok(r) => r,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let Ok(_permit) = lab.heavy.acquire().await else {
-        return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
-    };
     let mut series = Vec::new();
-    for id in &ids {
+    for id in ids {
         let Some(found) = runs.iter().find(|r| r.name == *id) else {
             return err(
                 StatusCode::NOT_FOUND,

@@ -17,7 +17,7 @@
 //! files in its folder are kept; a folder that holds anything but an
 //! earlier site is refused.
 
-use super::book::{claims_page, figure_path};
+use super::book::{claims_page, figure_path, MAX_FIGURE_BYTES};
 use super::state::{PAGE, TRANSLATIONS};
 use anyhow::{bail, Context};
 use clap::Args;
@@ -167,7 +167,7 @@ fn build(c: &SiteCmd, dir: &Path, wasm: &[(&str, Vec<u8>)]) -> anyhow::Result<(u
                     "chapter {id} lists a figure '{stem}' that is not a plain file name"
                 )
             })?;
-            let bytes = std::fs::read(&src)
+            let bytes = normlab::io::read_capped(&src, MAX_FIGURE_BYTES)
                 .with_context(|| format!("chapter {id}: cannot read figure {}", src.display()))?;
             put(dir, &format!("api/book/{id}/figure/{stem}.svg"), &bytes)?;
             figures += 1;

@@ -16,8 +16,11 @@ pub(super) struct Lab {
     pub(super) runs: Option<PathBuf>,
     /// A book folder for the book pages (else `runs`).
     pub(super) book: Option<PathBuf>,
-    /// Permits for the heavy requests.
-    pub(super) heavy: tokio::sync::Semaphore,
+    /// Permits for the heavy requests (file reads, simulations, plots):
+    /// a request holds one from its start until its answer has been
+    /// written (or its client is cut off), so never-reading clients cannot
+    /// pile answers up in memory.
+    pub(super) heavy: Arc<tokio::sync::Semaphore>,
 }
 
 pub(super) type Shared = Arc<Lab>;
@@ -29,6 +32,70 @@ pub(super) fn err(code: StatusCode, msg: impl Into<String>) -> Response {
 
 pub(super) fn bad(msg: impl Into<String>) -> Response {
     err(StatusCode::BAD_REQUEST, msg)
+}
+
+/// A heavy request's permit, carried in its response's extensions until
+/// [`bound_responses`](super::bound_responses) moves it into the body.
+#[derive(Clone)]
+pub(super) struct HeavyPermit {
+    _held: Arc<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Run `work` (which reads files or computes) on the blocking pool, off
+/// the async workers, once a heavy permit is free; the answer keeps the
+/// permit until it has been written.
+pub(super) async fn heavy<F>(lab: &Lab, work: F) -> Response
+where
+    F: FnOnce() -> Response + Send + 'static,
+{
+    let Ok(permit) = lab.heavy.clone().acquire_owned().await else {
+        return err(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    };
+    let mut r = match tokio::task::spawn_blocking(work).await {
+        Ok(r) => r,
+        Err(_) => err(StatusCode::INTERNAL_SERVER_ERROR, "the request failed"),
+    };
+    r.extensions_mut().insert(HeavyPermit {
+        _held: Arc::new(permit),
+    });
+    r
+}
+
+/// Answers larger than this hold their heavy permit until written; smaller
+/// ones give it back at once (hyper buffers them whole).
+pub(super) const HELD_ABOVE: usize = 256 << 10;
+
+/// A large answer's body: handed to hyper in 64 KiB chunks, so that hyper
+/// asks for the next only when the client has taken the last (a client
+/// that never reads leaves the rest here, not in hyper's write buffer),
+/// and holding its heavy permit until dropped (written out, or the
+/// connection cut off by the write timeout). At most HEAVY_CONCURRENCY
+/// large answers are thus in memory at once, however many clients wait.
+pub(super) struct HeldBody {
+    pub(super) data: axum::body::Bytes,
+    pub(super) _permit: HeavyPermit,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.data.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.data.len().min(64 << 10);
+        let chunk = self.data.split_to(n);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.data.len() as u64)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.data.is_empty()
+    }
 }
 
 /// The query string as key -> value (`widgets::parse_query`); a parameter

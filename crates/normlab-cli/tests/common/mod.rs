@@ -3,6 +3,7 @@
 //! the checks of an experiment's output folder.
 #![allow(dead_code)]
 
+pub mod lab;
 pub mod slurm;
 
 use serde_json::Value;

@@ -117,6 +117,10 @@ pub fn recorded_all(out: &Path) -> Result<Vec<(Recorded, bool)>> {
     Ok(v)
 }
 
+/// Largest result.json a book folder may hold (the published book's
+/// largest is under 100 KiB): a larger one is refused, not read.
+pub const MAX_RESULT_BYTES: u64 = 16 << 20;
+
 /// The recorded result of experiment `id` in the folder (None: not there),
 /// with whether it is a `--quick` one.
 pub fn read_recorded(out: &Path, id: &str) -> Result<Option<(Recorded, bool)>> {
@@ -124,9 +128,10 @@ pub fn read_recorded(out: &Path, id: &str) -> Result<Option<(Recorded, bool)>> {
         return Ok(None);
     };
     let path = out.join(e.id).join("result.json");
-    let Ok(bytes) = std::fs::read(&path) else {
+    if !path.exists() && path.symlink_metadata().is_err() {
         return Ok(None);
-    };
+    }
+    let bytes = normlab::io::read_capped(&path, MAX_RESULT_BYTES)?;
     let bad = |why: &str| {
         normlab::Error::BadInput(format!(
             "{}: {why}; run the book again with --only {}",

@@ -20,35 +20,93 @@ pub fn read_metrics(dir: &Path) -> Vec<StepRecord> {
         .collect()
 }
 
-/// At most about `max` records of `metrics.jsonl`, read as a stream (a long
-/// run's file is never held whole): every k-th line, the last one, and every
-/// evaluation. Returns them with the file's number of records.
-pub fn read_metrics_sampled(dir: &Path, max: usize) -> (Vec<StepRecord>, usize) {
+/// Longest metrics line read (a record of a 10,000-block run is about
+/// 1 MiB); a longer line is counted and skipped, never held whole.
+pub const MAX_METRICS_LINE: usize = 16 << 20;
+
+/// Call `f` with each non-blank line of `path` (without its newline) that
+/// is at most `cap` bytes; longer lines are passed as empty slices (so
+/// that they count but parse as nothing). Reads through a fixed buffer:
+/// memory does not grow with the file or with one line past `cap`.
+pub fn for_each_line(path: &Path, cap: usize, mut f: impl FnMut(&[u8])) -> bool {
     use std::io::BufRead;
+    let Ok(file) = fs::File::open(path) else {
+        return false;
+    };
+    let mut r = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut line = Vec::new();
+    let mut too_long = false;
+    let mut emit = |line: &mut Vec<u8>, too_long: &mut bool| {
+        if *too_long {
+            f(&[]);
+        } else if !line.trim_ascii().is_empty() {
+            f(line);
+        }
+        line.clear();
+        *too_long = false;
+    };
+    loop {
+        let buf = match r.fill_buf() {
+            Ok([]) => break,
+            Ok(b) => b,
+            Err(_) => break,
+        };
+        let (chunk, end) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if !too_long {
+            if line.len() + chunk.len() > cap {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = end.unwrap_or(buf.len());
+        r.consume(used);
+        if end.is_some() {
+            emit(&mut line, &mut too_long);
+        }
+    }
+    if too_long || !line.is_empty() {
+        emit(&mut line, &mut too_long);
+    }
+    true
+}
+
+/// At most about `max` records of `metrics.jsonl`, read as a stream (a long
+/// run's file is never held whole): every k-th line, the last one, and
+/// every evaluation, or every j-th when there are more than `max / 2` (so
+/// that at most about 1.5 `max` come back, however many lines carry an
+/// evaluation). Returns them with the file's number of records.
+pub fn read_metrics_sampled(dir: &Path, max: usize) -> (Vec<StepRecord>, usize) {
     let path = dir.join("metrics.jsonl");
+    let max = max.max(1);
     // Lines as bytes: a line that is not UTF-8 (a torn or foreign write) is
     // counted and skipped, not the end of the history.
-    let lines = || {
-        fs::File::open(&path).ok().map(|f| {
-            std::io::BufReader::new(f)
-                .split(b'\n')
-                .map_while(|l| l.ok())
-                .filter(|l| !l.trim_ascii().is_empty())
-        })
-    };
-    let Some(all) = lines() else {
+    let (mut total, mut evals) = (0usize, 0usize);
+    if !for_each_line(&path, MAX_METRICS_LINE, |l| {
+        total += 1;
+        evals += usize::from(is_evaluation(l));
+    }) {
         return (Vec::new(), 0);
-    };
-    let total = all.count();
-    let stride = total.div_ceil(max.max(1)).max(1);
+    }
+    let stride = total.div_ceil(max).max(1);
+    let eval_stride = evals.div_ceil(max.div_ceil(2)).max(1);
     let mut out = Vec::new();
-    for (i, line) in lines().into_iter().flatten().enumerate() {
-        if i % stride == 0 || i + 1 == total || is_evaluation(&line) {
-            if let Ok(r) = serde_json::from_slice(&line) {
+    let (mut i, mut e) = (0usize, 0usize);
+    for_each_line(&path, MAX_METRICS_LINE, |line| {
+        let eval = is_evaluation(line);
+        let keep = i % stride == 0 || i + 1 == total || (eval && e % eval_stride == 0);
+        if keep {
+            if let Ok(r) = serde_json::from_slice(line) {
                 out.push(r);
             }
         }
-    }
+        i += 1;
+        e += usize::from(eval);
+    });
     (out, total)
 }
 
@@ -190,6 +248,34 @@ mod tests {
         // Read whole, and from its end: the bad last line loses only itself.
         assert_eq!(read_metrics(&dir).len(), 600);
         assert_eq!(last_logged_step(&dir), 600);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Every line an evaluation (as a run evaluating at each step writes),
+    /// and a 20 MiB line: sampling to 10 still gives about 10 of each, and
+    /// the long line is counted, skipped, and never held whole.
+    #[test]
+    fn sampling_bounds_evaluations_and_long_lines_too() {
+        let dir = std::env::temp_dir().join(format!("normlab-sample-eval-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut text = Vec::new();
+        for s in 1..=20_000 {
+            text.extend(format!("{{\"step\":{s},\"loss\":2.0,\"lr\":0.001,\"grad_norm\":1.0,\"grad_norm_per_block\":[],\"residual_rms\":[],\"update_ratio\":null,\"update_ratio_per_block\":[],\"eval_loss\":1.5}}\n").bytes());
+        }
+        text.extend(b"{\"step\": 0, \"x\": \"");
+        text.resize(text.len() + (20 << 20), b'a');
+        text.extend(b"\"}\n");
+        fs::write(dir.join("metrics.jsonl"), &text).unwrap();
+        let (recs, total) = read_metrics_sampled(&dir, 10);
+        assert_eq!(total, 20_001);
+        assert!(recs.len() <= 10 + 5 + 1, "{} records", recs.len());
+        assert!(recs.len() >= 10, "{} records", recs.len());
+        let mut n = 0;
+        for_each_line(&dir.join("metrics.jsonl"), 1 << 20, |l| {
+            assert!(l.len() <= 1 << 20);
+            n += 1;
+        });
+        assert_eq!(n, 20_001);
         let _ = fs::remove_dir_all(&dir);
     }
 }
