@@ -25,7 +25,15 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
+    raise ModuleNotFoundError(
+        "normlab.torch needs PyTorch, which is not installed in this Python: "
+        "pip install torch (the CPU wheel: pip install torch --index-url "
+        "https://download.pytorch.org/whl/cpu); normlab's NumPy functions "
+        "(import normlab) work without it"
+    ) from e
 import torch.nn.functional as F
 from torch import Tensor, nn
 

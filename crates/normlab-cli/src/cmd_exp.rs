@@ -156,7 +156,7 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
     }
     let pb = progress(1, &c.id);
     if c.json {
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        pb.hide();
     }
     let r = exp::run(&c.id, &args, &|done, total, msg| {
         pb.set_length(total as u64);

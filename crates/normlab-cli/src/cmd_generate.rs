@@ -86,6 +86,7 @@ impl Weights {
 }
 
 pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
+    crate::ui::require_model(&c.model)?;
     if !c
         .model
         .extension()

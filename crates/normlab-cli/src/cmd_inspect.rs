@@ -39,6 +39,7 @@ pub struct InspectCmd {
 }
 
 pub fn run(c: InspectCmd) -> anyhow::Result<()> {
+    crate::ui::require_model(&c.model)?;
     if c.model.join(normlab::train::folder::CHECKPOINT).is_file() {
         return run_trained(&c);
     }

@@ -153,7 +153,7 @@ pub fn sweep_run(c: SweepCmd) -> anyhow::Result<()> {
     };
     let pb = progress(1, "sweep");
     if c.json {
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        pb.hide();
     }
     let t0 = std::time::Instant::now();
     let outcome = sweep::run_all(&specs, &opts, &|d, t, id| {

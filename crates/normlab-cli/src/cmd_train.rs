@@ -265,7 +265,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     let total = opts.steps_override.unwrap_or(cfg.steps) as u64;
     let pb = progress(total, "train");
     if a.quiet || a.json {
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        pb.hide();
     }
     let mut last_eval = None;
     let outcome = train::run(&cfg, &opts, &mut |rec, _| {

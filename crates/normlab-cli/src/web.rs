@@ -227,7 +227,11 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
     }
     if let Some(b) = &c.book {
         if !b.is_dir() {
-            return crate::ui::bad(format!("--book {} is not a folder", b.display()));
+            return crate::ui::bad(format!(
+                "--book {} is not a folder: the published book is docs/findings, or write one with normlab book --quick --out {} (a few minutes)",
+                b.display(),
+                b.display()
+            ));
         }
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

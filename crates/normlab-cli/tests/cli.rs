@@ -5,6 +5,34 @@ mod common;
 use common::{json, normlab, stdout_ok};
 use std::process::Command;
 
+/// Piped (not a terminal), a long command prints a progress line every
+/// NORMLAB_PROGRESS_SECS seconds: done/total, elapsed and what is left.
+#[test]
+fn piped_runs_print_progress_lines() {
+    let out = std::env::temp_dir().join(format!("normlab-progress-{}", std::process::id()));
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["train", "--model", "gpt", "--layers", "2", "--d-model", "32"])
+        .args(["--heads", "2", "--seq", "16", "--hidden", "64", "--steps", "4000", "--out"])
+        .arg(&out)
+        .env("NORMLAB_PROGRESS_SECS", "0.2")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("train: ")).collect();
+    assert!(!lines.is_empty(), "no progress lines: {err}");
+    assert!(lines[0].contains("/4000") && lines[0].contains("elapsed"), "{}", lines[0]);
+    // --quiet prints none.
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args(["train", "--steps", "300", "--quiet", "--out"])
+        .arg(out.join("q"))
+        .env("NORMLAB_PROGRESS_SECS", "0.01")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("train: "));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn calc_in_low_precision() {
     // A row of 1e-3s: its mean square 1e-6 is representable in f16, but

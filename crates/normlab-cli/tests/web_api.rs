@@ -582,17 +582,26 @@ fn demo_runs_show_on_the_dashboard() {
     let dir = std::env::temp_dir().join(format!("normlab-web-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let demo = dir.join("demo");
+    // Piped, as in a log: progress comes as lines (every 0.3 s here).
     let run_demo = || {
         let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
             .args(["demo", "--quick", "--out"])
             .arg(&demo)
+            .env("NORMLAB_PROGRESS_SECS", "0.3")
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
-    let first = run_demo();
+    let (first, progress) = run_demo();
     assert!(first.contains("Wrote"), "{first}");
+    assert!(
+        progress.lines().any(|l| l.contains("elapsed") && l.contains('/')),
+        "no progress line when piped: {progress}"
+    );
     let s = serve(Some(&demo));
     let (code, body) = get(&s, "/api/runs");
     assert_eq!(code, 200, "{body}");

@@ -43,6 +43,7 @@ pub struct DecoderBenchArgs {
 }
 
 pub(super) fn decoder(a: DecoderBenchArgs) -> anyhow::Result<()> {
+    crate::ui::require_model(&a.model)?;
     let threads = thread_counts(a.threads.as_deref())?;
     if a.reps == 0 || a.tokens == 0 {
         return bad("--reps and --tokens must be at least 1");

@@ -72,7 +72,11 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
     }
     if let Some(b) = &c.book {
         if !b.is_dir() {
-            bail!("--book {}: no such folder", b.display());
+            bail!(
+                "--book {}: no such folder; the published book is docs/findings, or write one with normlab book --quick --out {}",
+                b.display(),
+                b.display()
+            );
         }
     }
     check_folder(&c.out)?;
