@@ -724,3 +724,108 @@ fn the_cycle_check_finds_cycles_and_only_cycles() {
     assert_eq!(c.len(), 1, "{c:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---------------------------------------------------------------------
+// Experiment functions read in one sitting: none is over 150 lines.
+// ---------------------------------------------------------------------
+
+/// Every `fn` with a body in `text` (outside its tests): its name, the
+/// line it starts on (1-based) and how many lines it spans, from the line
+/// with `fn` to the line with its matching closing brace.
+fn fn_spans(text: &str) -> Vec<(String, usize, usize)> {
+    let c = code_only(non_test(text));
+    let line_at = |i: usize| 1 + c[..i].iter().filter(|&&x| x == '\n').count();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < c.len() {
+        let boundary = i == 0 || !(c[i - 1].is_alphanumeric() || c[i - 1] == '_');
+        let Some((id, j)) = boundary.then(|| ident_at(&c, i)).flatten() else {
+            i += 1;
+            continue;
+        };
+        let start = i;
+        i = j;
+        if id != "fn" {
+            continue;
+        }
+        // `fn name` (not the type `fn(..)`); the body is the first `{`
+        // before any `;` outside brackets (a declaration without a body
+        // has none; `[T; N]` in the signature is not its end).
+        let Some((name, k)) = ident_at(&c, skip_ws(&c, j)) else {
+            continue;
+        };
+        let mut nesting = 0i32;
+        let Some(open) = (k..c.len()).find(|&x| {
+            match c[x] {
+                '(' | '[' => nesting += 1,
+                ')' | ']' => nesting -= 1,
+                _ => {}
+            }
+            nesting == 0 && (c[x] == '{' || c[x] == ';')
+        }) else {
+            continue;
+        };
+        if c[open] == ';' {
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut close = c.len() - 1;
+        for (x, &ch) in c.iter().enumerate().skip(open) {
+            if ch == '{' {
+                depth += 1;
+            } else if ch == '}' {
+                depth -= 1;
+                if depth == 0 {
+                    close = x;
+                    break;
+                }
+            }
+        }
+        let first = line_at(start);
+        out.push((name, first, line_at(close) - first + 1));
+    }
+    out
+}
+
+/// No function under `exp/` spans more than 150 lines (files named
+/// `tests.rs` and code after the first `#[cfg(test)]` excepted): a long
+/// experiment is split into parts that read in order.
+#[test]
+fn no_experiment_function_is_over_150_lines() {
+    let exp = crate_src("normlab-lab").join("exp");
+    let mut files = Vec::new();
+    rust_files(&exp, &mut files);
+    files.sort();
+    let mut long = Vec::new();
+    for f in files {
+        if f.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (name, line, n) in fn_spans(&text) {
+            if n > 150 {
+                long.push(format!(
+                    "{}:{line} {name} ({n} lines)",
+                    f.strip_prefix(&exp).unwrap_or(&f).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these functions into parts (setting, runs, analysis, report):\n{}",
+        long.join("\n")
+    );
+}
+
+/// The span counter matches braces in code only, not in strings or
+/// comments, skips `fn(..)` types and bodiless declarations, and reads
+/// past a `;` inside a signature's brackets.
+#[test]
+fn the_span_counter_counts_from_fn_to_its_closing_brace() {
+    let text = "fn a() {\n    let s = \"}\";\n    // }\n    let f: fn(u8) = g;\n}\n\ntrait T {\n    fn b(&self);\n    fn c() {\n    }\n}\nfn d(x: [u8; 2]) -> [u8; 2] {\n    x\n}\n";
+    let spans = fn_spans(text);
+    let spans: Vec<(&str, usize, usize)> =
+        spans.iter().map(|(n, l, k)| (n.as_str(), *l, *k)).collect();
+    assert_eq!(spans, [("a", 1, 5), ("c", 9, 2), ("d", 12, 3)]);
+}

@@ -28,6 +28,24 @@ pub const EXPERIMENT: Experiment = Experiment {
 /// batch-dependence: one token's normalised output when the rest of its
 /// batch changes.
 fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
+    let s = setting(a)?;
+    let inputs = batches(&s);
+    let m = measure(&s, &inputs);
+    Ok(report(&s, &inputs, m))
+}
+
+/// What is normalised: feature width, sequences and positions of a batch,
+/// the seed, and the tracked token's position in sequence 0.
+struct Setting {
+    d: usize,
+    seqs: usize,
+    t: usize,
+    seed: u64,
+    tracked: usize,
+}
+
+/// The setting from the flags, after checking the memory it needs.
+fn setting(a: &ExpArgs) -> Result<Setting> {
     let d = a.d_model.unwrap_or(64);
     let seqs = a.rows.unwrap_or(8).max(2);
     let t = 16;
@@ -36,7 +54,40 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         normlab::limits::f32_bytes(16.0 * (seqs * t * d) as f64),
         &format!("batch-dependence ({seqs} sequences of {t} x {d})"),
     )?;
-    let mut rng = Rng::derive(seed, "batch-dependence");
+    let tracked = 5; // sequence 0, position 5
+    Ok(Setting {
+        d,
+        seqs,
+        t,
+        seed,
+        tracked,
+    })
+}
+
+/// The batches the tracked token is normalised in, and BatchNorm's
+/// parameters and running statistics.
+struct Inputs {
+    base: Vec<f32>,
+    replaced: Vec<f32>,
+    padded: Vec<f32>,
+    single: Vec<f32>,
+    bn_params: Vec<f32>,
+    bn_state: BatchNorm,
+}
+
+/// BatchNorm in training mode on `x` (its own batch statistics).
+fn bn_train(x: &[f32], bn_params: &[f32], bn: &mut BatchNorm) -> Vec<f32> {
+    let mut y = vec![0.0; x.len()];
+    bn.forward_train(x, bn_params, &mut y);
+    y
+}
+
+/// The baseline batch, the same with the other sequences replaced, with
+/// padding, and a batch of the tracked token alone; BatchNorm's running
+/// statistics as after training on batches like the baseline.
+fn batches(s: &Setting) -> Inputs {
+    let (d, seqs, t, tracked) = (s.d, s.seqs, s.t, s.tracked);
+    let mut rng = Rng::derive(s.seed, "batch-dependence");
     // Each sequence has its own feature offsets (sequences differ, as texts do).
     let make_seq = |rng: &mut Rng| -> Vec<f32> {
         let off = rng.normal_vec(d, 0.0, 1.0);
@@ -47,7 +98,6 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         v
     };
     let batch: Vec<Vec<f32>> = (0..seqs).map(|_| make_seq(&mut rng)).collect();
-    let tracked = 5; // sequence 0, position 5
     let flat = |b: &[Vec<f32>]| b.concat();
     let base = flat(&batch);
     let mut others = vec![batch[0].clone()];
@@ -56,36 +106,72 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let mut padded = base.clone();
     padded.extend(std::iter::repeat_n(0.0, seqs * 4 * d)); // 4 padding positions per sequence
     let single = batch[0][tracked * d..(tracked + 1) * d].to_vec();
-    let row = |x: &[f32], r: usize| x[r * d..(r + 1) * d].to_vec();
     let bn_params = {
         let mut p = vec![0.0; 2 * d];
         NormKind::BatchNorm.init_params(d, &mut p);
         p
     };
-    let bn_train = |x: &[f32], bn: &mut BatchNorm| {
-        let mut y = vec![0.0; x.len()];
-        bn.forward_train(x, &bn_params, &mut y);
-        y
-    };
     // Running statistics as after training on batches like the baseline.
     let mut bn_state = BatchNorm::new(d, 1e-5);
     for _ in 0..50 {
         let b: Vec<f32> = (0..seqs).flat_map(|_| make_seq(&mut rng)).collect();
-        bn_train(&b, &mut bn_state);
+        bn_train(&b, &bn_params, &mut bn_state);
     }
+    Inputs {
+        base,
+        replaced,
+        padded,
+        single,
+        bn_params,
+        bn_state,
+    }
+}
+
+/// The norms compared, in table and figure order.
+const KINDS: [&str; 4] = [
+    "batchnorm (train mode)",
+    "batchnorm (eval mode)",
+    "layernorm",
+    "rmsnorm",
+];
+
+/// The scenarios, in table and figure order.
+const SCENARIOS: [&str; 3] = [
+    "other sequences replaced",
+    "padding added",
+    "batch of one generated token",
+];
+
+/// What was measured: the table, one record per (norm, scenario), and
+/// BatchNorm's relative train/eval mismatch on the same batch.
+struct Measured {
+    table: Table,
+    records: Vec<serde_json::Value>,
+    mrel: f64,
+}
+
+/// The largest absolute difference of two outputs, and that relative to
+/// the first one's size.
+fn diff(u: &[f32], v: &[f32]) -> (f64, f64) {
+    let m = u
+        .iter()
+        .zip(v)
+        .fold(0f64, |m, (a, b)| m.max((a - b).abs() as f64));
+    let n = sum_squares(u).sqrt();
+    (m, m / n.max(1e-30))
+}
+
+/// The tracked token's output under each norm and scenario against its
+/// output in the baseline batch; BatchNorm's train/eval mismatch.
+fn measure(s: &Setting, inp: &Inputs) -> Measured {
+    let (d, tracked) = (s.d, s.tracked);
+    let row = |x: &[f32], r: usize| x[r * d..(r + 1) * d].to_vec();
+    let bn_params = &inp.bn_params;
     let mut bn_eval = |x: &[f32]| {
         let mut y = vec![0.0; x.len()];
-        let mut s = bn_state.clone();
-        s.forward_eval(x, &bn_params, &mut y);
+        let mut s = inp.bn_state.clone();
+        s.forward_eval(x, bn_params, &mut y);
         y
-    };
-    let diff = |u: &[f32], v: &[f32]| {
-        let m = u
-            .iter()
-            .zip(v)
-            .fold(0f64, |m, (a, b)| m.max((a - b).abs() as f64));
-        let n = sum_squares(u).sqrt();
-        (m, m / n.max(1e-30))
     };
     let mut table = Table::new(
         "Change of the tracked token's output (sequence 0, position 5) against its output in the original batch",
@@ -93,25 +179,20 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     );
     let mut records = Vec::new();
     let scenarios: [(&str, &[f32], usize); 3] = [
-        ("other sequences replaced", &replaced, tracked),
-        ("padding added", &padded, tracked),
-        ("batch of one generated token", &single, 0),
+        (SCENARIOS[0], &inp.replaced, tracked),
+        (SCENARIOS[1], &inp.padded, tracked),
+        (SCENARIOS[2], &inp.single, 0),
     ];
-    for kind in [
-        "batchnorm (train mode)",
-        "batchnorm (eval mode)",
-        "layernorm",
-        "rmsnorm",
-    ] {
+    for kind in KINDS {
         let apply = |x: &[f32], eval: &mut dyn FnMut(&[f32]) -> Vec<f32>| -> Vec<f32> {
             match kind {
                 "layernorm" => normalise_rows(NormKind::LayerNorm, d, x),
                 "rmsnorm" => normalise_rows(NormKind::RmsNorm, d, x),
-                "batchnorm (train mode)" => bn_train(x, &mut BatchNorm::new(d, 1e-5)),
+                "batchnorm (train mode)" => bn_train(x, bn_params, &mut BatchNorm::new(d, 1e-5)),
                 _ => eval(x),
             }
         };
-        let reference = row(&apply(&base, &mut bn_eval), tracked);
+        let reference = row(&apply(&inp.base, &mut bn_eval), tracked);
         for (name, x, r) in scenarios {
             let out = row(&apply(x, &mut bn_eval), r);
             let (m, rel) = diff(&reference, &out);
@@ -121,8 +202,11 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         }
     }
     // Train/inference mismatch of BatchNorm on the same batch.
-    let train_out = row(&bn_train(&base, &mut BatchNorm::new(d, 1e-5)), tracked);
-    let eval_out = row(&bn_eval(&base), tracked);
+    let train_out = row(
+        &bn_train(&inp.base, bn_params, &mut BatchNorm::new(d, 1e-5)),
+        tracked,
+    );
+    let eval_out = row(&bn_eval(&inp.base), tracked);
     let (mm, mrel) = diff(&train_out, &eval_out);
     table.row(vec![
         "batchnorm".into(),
@@ -131,13 +215,23 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         f(mrel, 4),
     ]);
     records.push(json!({"norm": "batchnorm", "scenario": "train vs eval mode", "max_abs_diff": mm, "rel_diff": mrel}));
-    let kinds_order = [
-        "batchnorm (train mode)",
-        "batchnorm (eval mode)",
-        "layernorm",
-        "rmsnorm",
-    ];
-    let scen: Vec<&str> = scenarios.iter().map(|s| s.0).collect();
+    Measured {
+        table,
+        records,
+        mrel,
+    }
+}
+
+/// The heatmap, the conclusion, claim C7's verdict and the result.
+fn report(s: &Setting, inp: &Inputs, m: Measured) -> ExpResult {
+    let (d, seqs, t, seed) = (s.d, s.seqs, s.t, s.seed);
+    let Measured {
+        table,
+        records,
+        mrel,
+    } = m;
+    let kinds_order = KINDS;
+    let scen: Vec<&str> = SCENARIOS.to_vec();
     let values: Vec<Vec<Option<f64>>> = kinds_order
         .iter()
         .map(|k| {
@@ -151,7 +245,11 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
                 .collect()
         })
         .collect();
-    let single_bn = row(&bn_train(&single, &mut BatchNorm::new(d, 1e-5)), 0);
+    let row = |x: &[f32], r: usize| x[r * d..(r + 1) * d].to_vec();
+    let single_bn = row(
+        &bn_train(&inp.single, &inp.bn_params, &mut BatchNorm::new(d, 1e-5)),
+        0,
+    );
     let single_zero = single_bn.iter().all(|&v| v == 0.0);
     let mut out = result(
         json!({"d": d, "sequences": seqs, "positions": t, "padding_positions_per_sequence": 4, "tracked": "sequence 0, position 5"}),
@@ -217,5 +315,5 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         ),
     ));
     out.tables.push(table);
-    Ok(out)
+    out
 }

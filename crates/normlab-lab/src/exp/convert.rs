@@ -79,11 +79,29 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
-    use normlab::convert;
     let calib_steps = a.calibrate.unwrap_or(if a.quick { 100 } else { 300 });
     let Settings { steps, seed, .. } = settings(a);
-    // Models: given run folders, or trained here.
-    let mut models: Vec<(String, TrainConfig, Model, Vec<f32>)> = Vec::new();
+    let models = models(a, progress)?;
+    let n_check = if a.quick { 32 } else { 128 };
+    let (table, records, panels) = convert_each(&models, calib_steps, n_check)?;
+    let mut out = report(
+        a,
+        (steps, seed, calib_steps, n_check),
+        table,
+        records,
+        panels,
+    );
+    // A real pretrained Post-LN model, when available.
+    pretrained_encoder(a, &mut out)?;
+    Ok(out)
+}
+
+/// A LayerNorm GPT to convert: its name, config, model and parameters.
+type Source = (String, TrainConfig, Model, Vec<f32>);
+
+/// Models: given run folders, or trained here.
+fn models(a: &ExpArgs, progress: Progress) -> Result<Vec<Source>> {
+    let mut models: Vec<Source> = Vec::new();
     match &a.runs {
         Some(dirs) => {
             let training = [
@@ -118,14 +136,25 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
         }
     }
-    let n_check = if a.quick { 32 } else { 128 };
+    Ok(models)
+}
+
+/// Each model converted to RMSNorm, beside the naive swap, and calibrated
+/// by distillation where the conversion is approximate: the table, one
+/// record per model and the calibration curves.
+fn convert_each(
+    models: &[Source],
+    calib_steps: usize,
+    n_check: usize,
+) -> Result<(Table, Vec<serde_json::Value>, Vec<Series>)> {
+    use normlab::convert;
     let mut table = Table::new(
         format!("LayerNorm -> RMSNorm on {n_check} held-out sequences; calibration: {calib_steps} distillation steps (Adam 1e-3)"),
         &["model", "naive swap: mean |logit diff|", "naive swap: eval loss", "exact norms", "conversion", "max |logit diff|", "mean |logit diff|", "eval loss original", "eval loss converted", "after calibration: mean |diff|", "eval loss"],
     );
     let mut records = Vec::new();
     let mut panels = Vec::new();
-    for (name, tc, model, params) in &models {
+    for (name, tc, model, params) in models {
         let data = load_data(tc)?;
         let c = convert::to_rmsnorm(&model.cfg, params, true)?;
         let new = Model::new(&c.cfg)?;
@@ -205,6 +234,18 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             panels.push(Series::new(model.cfg.placement.name(), curve));
         }
     }
+    Ok((table, records, panels))
+}
+
+/// The result: settings, the records, the calibration figure, the
+/// conclusion and claim C21's verdict.
+fn report(
+    a: &ExpArgs,
+    (steps, seed, calib_steps, n_check): (usize, u64, usize, usize),
+    table: Table,
+    records: Vec<serde_json::Value>,
+    panels: Vec<Series>,
+) -> ExpResult {
     let mut out = result(
         grid_settings(
             a,
@@ -257,7 +298,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     out.conclusion = format!("{}.", parts.join("; "));
     out.checks.push(check_c21(&records));
     out.tables.push(table);
-    // A real pretrained Post-LN model, when available.
+    out
+}
+
+/// The pretrained Post-LN encoder (all-MiniLM-L6-v2), when available: its
+/// norms converted to RMSNorm and calibrated, by sentence-embedding cosine.
+fn pretrained_encoder(a: &ExpArgs, out: &mut ExpResult) -> Result<()> {
     let bert_dir = a.bert.clone().or_else(|| {
         Some(std::path::PathBuf::from("models/all-MiniLM-L6-v2"))
             .filter(|p| p.join("model.safetensors").exists())
@@ -314,7 +360,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         out.data.insert("bert".into(), json!({"model": dir.display().to_string(), "calibration_sentences": nc, "held_out_sentences": nh, "variants": recs}));
         out.tables.push(t2);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// C21: the naive swap (same weights in an RMSNorm model) changes the

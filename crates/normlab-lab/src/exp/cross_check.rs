@@ -21,7 +21,7 @@ use super::cross_train::{self, Setting};
 use super::framework::{result, ExpResult, Experiment, Progress, Unavailable};
 use super::lesson_block::{MlpStack, StackInit};
 use super::residual_growth::{lesson_init_growth, spread};
-use crate::present::{f, Figure, LineChart, Series, Table};
+use crate::present::{f, Figure, LineChart, Panel, Series, Table};
 use normlab::error::{Error, Result};
 use normlab::io::sample_sentences;
 use normlab::kernels::matmul::linear_forward;
@@ -170,9 +170,46 @@ fn floats(v: &Value) -> Vec<f64> {
         .unwrap_or_default()
 }
 
+/// The SmolLM2 decoder and normlab's token ids of the texts it runs on.
+type Smol = (Decoder, Vec<Vec<u32>>);
+
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let [n1, n2, n3, n6] = seeds(a.quick);
     let setting = Setting::new(a);
+    let (text, request, llm) = request(a, &setting, [n1, n2, n3, n6])?;
+    let mut out = result(
+        json!({"seeds": {"C1": n1, "C2": n2, "C3": n3, "C6": n6, }, "training": setting.describe(), "smollm2_texts": llm.as_ref().map(|l| l.1.len()), "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4; SmolLM2: every block within 1e-3 relative"}),
+        vec![],
+    );
+    let torch = torch_side(&request);
+    let _ = std::fs::remove_file(&text);
+    let Some(torch) = torch? else {
+        let why = format!("no Python with torch (NORMLAB_PYTHON): {INSTALL}");
+        out.conclusion = format!("Nothing cross-checked: {why}.");
+        out.unavailable = Some(Unavailable {
+            needs: "torch",
+            why,
+        });
+        return Ok(out);
+    };
+    let stats = statistics(&setting, [n1, n2, n3, n6], &torch)?;
+    let (mut table, mut records, panels) = compare_statistics(&stats, &torch)?;
+    compare_invariances(&torch, &mut table, &mut records);
+    // C12 and C16 trained on both sides.
+    cross_train::compare(a, &setting, progress, &torch, &mut table, &mut records)?;
+    let notes = compare_smollm2(&llm, &torch, &mut table, &mut records)?;
+    conclude(&mut out, &torch, (table, records, panels), &notes);
+    Ok(out)
+}
+
+/// The request for the PyTorch side (seeds, the training setting and the
+/// GPT's text written to a file, whose path is returned), with SmolLM2's
+/// token ids when its file is here.
+fn request(
+    a: &ExpArgs,
+    setting: &Setting,
+    [n1, n2, n3, n6]: [usize; 4],
+) -> Result<(std::path::PathBuf, Value, Option<Smol>)> {
     // The GPT's text for the PyTorch side: the bundled text, as a file.
     let text = std::env::temp_dir().join(format!("normlab-cross-check-{}.txt", std::process::id()));
     normlab::io::atomic_write(&text, normlab::io::BUNDLED_TEXT)?;
@@ -203,21 +240,16 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         }
         None => None,
     };
-    let mut out = result(
-        json!({"seeds": {"C1": n1, "C2": n2, "C3": n3, "C6": n6, }, "training": setting.describe(), "smollm2_texts": llm.as_ref().map(|l| l.1.len()), "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4; SmolLM2: every block within 1e-3 relative"}),
-        vec![],
-    );
-    let torch = torch_side(&request);
-    let _ = std::fs::remove_file(&text);
-    let Some(torch) = torch? else {
-        let why = format!("no Python with torch (NORMLAB_PYTHON): {INSTALL}");
-        out.conclusion = format!("Nothing cross-checked: {why}.");
-        out.unavailable = Some(Unavailable {
-            needs: "torch",
-            why,
-        });
-        return Ok(out);
-    };
+    Ok((text, request, llm))
+}
+
+/// normlab's values of each compared statistic, seed by seed, beside
+/// PyTorch's.
+fn statistics(
+    setting: &Setting,
+    [n1, n2, n3, n6]: [usize; 4],
+    torch: &Value,
+) -> Result<Vec<Statistic>> {
     let seeds_of = |n: usize| 0..n as u64;
     let nl_c1: Vec<f64> = seeds_of(n1).map(c1).collect();
     let nl_c2: Vec<(f64, f64)> = seeds_of(n2).map(c2).collect();
@@ -225,7 +257,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .map(|s| lesson_init_growth(128, 12, s))
         .collect();
     let nl_c6: Vec<(f64, f64)> = seeds_of(n6).map(c6).collect();
-    let nl_c16 = cross_train::init_ratios(&setting)?;
+    let nl_c16 = cross_train::init_ratios(setting)?;
     let stats: Vec<Statistic> = vec![
         (
             "C1",
@@ -284,13 +316,22 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             floats(&torch["C16"]["init_ratio"]),
         ),
     ];
+    Ok(stats)
+}
+
+/// The statistics compared by the agreement rule: the table, one record
+/// and one figure panel each.
+fn compare_statistics(
+    stats: &[Statistic],
+    torch: &Value,
+) -> Result<(Table, Vec<Value>, Vec<Panel>)> {
     let mut table = Table::new(
         format!("normlab (its kernels and RNG) against an independent PyTorch {} implementation (torch's modules and RNG), seed by seed: median and range over the seeds", torch["torch"].as_str().unwrap_or("?")),
         &["claim", "statistic", "seeds", "normlab", "PyTorch", "lesson", "agrees"],
     );
     let mut records = Vec::new();
     let mut panels = Vec::new();
-    for (claim, stat, lesson, nl, pt) in &stats {
+    for (claim, stat, lesson, nl, pt) in stats {
         if pt.is_empty() {
             return Err(Error::Internal(format!(
                 "cross-check: PyTorch gave no values for {claim} ({stat})"
@@ -323,7 +364,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             .panel(),
         );
     }
-    // C5: the same invariances (unchanged to 1e-4) on both sides.
+    Ok((table, records, panels))
+}
+
+/// C5: the same invariances (unchanged to 1e-4) on both sides, as rows
+/// and records.
+fn compare_invariances(torch: &Value, table: &mut Table, records: &mut Vec<Value>) {
     let nl_c5 = c5();
     for kind in ["layernorm", "rmsnorm"] {
         for (t, key) in [("x -> 3x", "scale_change"), ("x -> x + 2", "shift_change")] {
@@ -348,8 +394,17 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             records.push(json!({"claim": "C5", "statistic": format!("{kind}: largest output change under {t}"), "agrees": agrees, "normlab": n, "torch": p}));
         }
     }
-    // C12 and C16 trained on both sides.
-    cross_train::compare(a, &setting, progress, &torch, &mut table, &mut records)?;
+}
+
+/// C3 on SmolLM2: the stream after each block, per text, as normlab's
+/// engine and transformers compute it, as rows and records; or a note on
+/// why it was not compared.
+fn compare_smollm2(
+    llm: &Option<Smol>,
+    torch: &Value,
+    table: &mut Table,
+    records: &mut Vec<Value>,
+) -> Result<Vec<String>> {
     // C3 on SmolLM2: the stream after each block, per text, as normlab's
     // engine and transformers compute it from the same file and tokens.
     let mut notes = Vec::new();
@@ -433,6 +488,17 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
         }
     }
+    Ok(notes)
+}
+
+/// The conclusion (how many statistics agree, which do not, the notes),
+/// the data, the table and the figure.
+fn conclude(
+    out: &mut ExpResult,
+    torch: &Value,
+    (table, records, panels): (Table, Vec<Value>, Vec<Panel>),
+    notes: &[String],
+) {
     let n_agree = records.iter().filter(|r| r["agrees"] == true).count();
     let disagree: Vec<String> = records
         .iter()
@@ -460,5 +526,4 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     out.data.insert("agreement".into(), json!(records));
     out.tables.push(table);
     out.figures.push(Figure::new("cross_check", panels, 2));
-    Ok(out)
 }

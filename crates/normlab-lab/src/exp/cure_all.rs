@@ -153,8 +153,21 @@ fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let s = settings(a);
     let rs = runs::run_grid(a, grid(a)?, false, progress)?;
+    let (table, costs) = costs(&s, &rs);
+    let mut out = report(a, &s, &rs, &costs);
+    judge(&s, &costs, &mut out);
+    out.tables.push(table);
+    Ok(out)
+}
+
+/// A problem's cost with one norm: (problem, norm, cost, seed spread).
+type Cost = (Problem, NormKind, Option<f64>, f64);
+
+/// The held-out loss of each condition and norm against its floor, and the
+/// cost of each problem over the same norm's baseline.
+fn costs(s: &Settings, rs: &[RunResult]) -> (Table, Vec<Cost>) {
     let groups: Vec<((Problem, NormKind), SeedGroup)> =
-        group_by(&rs, |r: &RunResult| (Problem::of(&r.cfg), r.cfg.model.norm))
+        group_by(rs, |r: &RunResult| (Problem::of(&r.cfg), r.cfg.model.norm))
             .into_iter()
             .map(|(k, g)| (k, SeedGroup::of_runs(g.iter().copied())))
             .collect();
@@ -170,7 +183,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         &["condition", "norm", "status", "held-out loss", "loss floor", "cost over baseline"],
     );
     // (problem, norm, cost, spread)
-    let mut costs: Vec<(Problem, NormKind, Option<f64>, f64)> = Vec::new();
+    let mut costs: Vec<Cost> = Vec::new();
     for p in Problem::ALL {
         for &n in &s.norms {
             let (Some(g), Some(b)) = (find(p, n), find(Problem::Baseline, n)) else {
@@ -198,6 +211,11 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
         }
     }
+    (table, costs)
+}
+
+/// The result: settings, runs, held-out curves per condition, the costs.
+fn report(a: &ExpArgs, s: &Settings, rs: &[RunResult], costs: &[Cost]) -> ExpResult {
     let mut out = result(
         grid_settings(
             a,
@@ -205,7 +223,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ),
         s.seeds.clone(),
     );
-    out.data.insert("runs".into(), runs::records(&rs));
+    out.data.insert("runs".into(), runs::records(rs));
     let panels = Problem::ALL
         .iter()
         .map(|&p| {
@@ -231,6 +249,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             .map(|(p, n, c, sp)| json!({"condition": p.short(), "norm": n.name(), "cost": c, "seed_std": sp}))
             .collect::<Vec<_>>()),
     );
+    out
+}
+
+/// Which problems bite and which norms cure them: the conclusion and
+/// claim C23's verdict.
+fn judge(s: &Settings, costs: &[Cost], out: &mut ExpResult) {
     // A problem costs nothing with a norm if its cost there is within the
     // seed spread (at least 0.05 nats) of nothing. A norm cures it only if it
     // costs the net without a norm: a problem free without one does not
@@ -313,6 +337,4 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             normed.len()
         ),
     ));
-    out.tables.push(table);
-    Ok(out)
 }

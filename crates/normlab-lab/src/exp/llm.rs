@@ -23,7 +23,7 @@ use super::framework::{result, ExpResult, Experiment, Progress};
 use super::llm_models::{combine, find, Measured, MODELS};
 use super::runs::{self, block_row_norms, final_params, gpt_base};
 use crate::present::{f, Figure, LineChart, Series, Table};
-use crate::sweep::RunSpec;
+use crate::sweep::{RunResult, RunSpec};
 use normlab::error::Result;
 use normlab::io::sample_sentences;
 use normlab::kernels::norm::NormKind;
@@ -80,13 +80,34 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         // The seed of normlab's own GPT (the models are deterministic).
         a.seed_list(1),
     );
+    let (measured, absent) = measure_models(&texts, tokens)?;
+    if measured.is_empty() {
+        nothing_measured(&mut out, &absent);
+        return Ok(out);
+    }
+    let missing = if absent.is_empty() {
+        String::new()
+    } else {
+        format!(" Not measured: {}.", absent.join("; "))
+    };
+    stream_report(&mut out, &measured);
+    let (r, growth) = own_gpt(a, progress, &mut out)?;
+    checks(&mut out, &measured, &missing);
+    out.tables.push(growth_table(&measured, &r, growth));
+    model_tables(&mut out, &measured);
+    Ok(out)
+}
+
+/// Each model whose file is here, loaded and inspected on the texts and
+/// the held-out tokens; the others named with how to get them.
+fn measure_models(texts: &[String], tokens: usize) -> Result<(Vec<Measured>, Vec<String>)> {
     let mut measured = Vec::new();
     let mut absent = Vec::new();
     for rm in &MODELS {
         match find(rm.file) {
             Some(path) => {
                 let mut m = Decoder::load(&path)?;
-                let insp = decoder::inspect(&mut m, &texts, decoder::held_out_text(), tokens)?;
+                let insp = decoder::inspect(&mut m, texts, decoder::held_out_text(), tokens)?;
                 measured.push(Measured {
                     name: rm.name,
                     cfg: m.cfg.clone(),
@@ -99,30 +120,32 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             )),
         }
     }
-    if measured.is_empty() {
-        let why = format!("no model file is here: {}", absent.join("; "));
-        out.conclusion = format!("{why}: nothing measured.");
-        out.unavailable = Some(super::framework::Unavailable {
-            needs: "model",
-            why: why.clone(),
-        });
-        let fetch: Vec<&str> = MODELS.iter().map(|m| m.fetch).collect();
-        for c in CLAIMS {
-            out.checks.push(ClaimCheck::new(
-                c,
-                Verdict::Inconclusive,
-                format!("needs the model files ({})", fetch.join(", ")),
-            ));
-        }
-        return Ok(out);
+    Ok((measured, absent))
+}
+
+/// No model file is here: the result says so, every claim inconclusive.
+fn nothing_measured(out: &mut ExpResult, absent: &[String]) {
+    let why = format!("no model file is here: {}", absent.join("; "));
+    out.conclusion = format!("{why}: nothing measured.");
+    out.unavailable = Some(super::framework::Unavailable {
+        needs: "model",
+        why: why.clone(),
+    });
+    let fetch: Vec<&str> = MODELS.iter().map(|m| m.fetch).collect();
+    for c in CLAIMS {
+        out.checks.push(ClaimCheck::new(
+            c,
+            Verdict::Inconclusive,
+            format!("needs the model files ({})", fetch.join(", ")),
+        ));
     }
-    let missing = if absent.is_empty() {
-        String::new()
-    } else {
-        format!(" Not measured: {}.", absent.join("; "))
-    };
+}
+
+/// Per model, the stream's size block by block (a table each and the
+/// figure) and the inspection's data.
+fn stream_report(out: &mut ExpResult, measured: &[Measured]) {
     let mut panels = Vec::new();
-    for me in &measured {
+    for me in measured {
         let mut table = Table::new(
             format!("{}: per block, the residual stream entering it and after it by the lesson's metric (the mean over tokens of each token's L2 norm) and by the RMS over all elements of all tokens, the largest |activation|, and the smallest row mean square entering its norms over eps", me.name),
             &["block", "token norm in", "token norm out", "median token norm out", "RMS in", "RMS out", "max |x|", "|row mean| of x/rms(x)", "min mean square / eps"],
@@ -171,7 +194,15 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         "models".into(),
         json!(measured.iter().map(|me| json!({"name": me.name, "config": me.cfg, "blocks": me.insp.blocks, "final_norm": me.insp.final_norm, "claims": me.insp.claims, "gains": me.insp.gains, "logit_lens": me.insp.lens, "sublayer_check": me.insp.sublayer_check})).collect::<Vec<_>>()),
     );
-    // normlab's own trained GPT of SmolLM2's design, for comparison.
+}
+
+/// The stream's growth in normlab's own GPT: total, per block, blocks
+/// growing it, and its depth.
+type Growth = (f64, f64, usize, usize);
+
+/// normlab's own trained GPT of SmolLM2's design, for comparison: its run
+/// and stream growth (also in the data).
+fn own_gpt(a: &ExpArgs, progress: Progress, out: &mut ExpResult) -> Result<(RunResult, Growth)> {
     let specs = grid(a)?;
     let r = runs::run_grid(a, specs, true, progress)?.remove(0);
     let gpt = block_row_norms(&r.cfg, &final_params(a, &r)?)?;
@@ -182,13 +213,21 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         "own_gpt".into(),
         json!({"run": runs::record(&r), "mean_row_norm": gpt, "growth_total": g_total, "growth_per_block": g_per, "blocks_growing": g_growing}),
     );
-    checks(&mut out, &measured, &missing);
+    Ok((r, (g_total, g_per, g_growing, g_layers)))
+}
+
+/// C3 side by side: the stream's growth in each model and in normlab's GPT.
+fn growth_table(
+    measured: &[Measured],
+    r: &RunResult,
+    (g_total, g_per, g_growing, g_layers): Growth,
+) -> Table {
     // C3 side by side.
     let mut t2 = Table::new(
         "C3 side by side: growth of the stream from block 1 to the last block, by the mean token norm (the lesson's metric) and by the RMS over all elements",
         &["model", "blocks", "x total", "x per block", "blocks growing it"],
     );
-    for me in &measured {
+    for me in measured {
         let (cl, span) = (&me.insp.claims, me.span());
         for (label, total, per, growing) in [
             (
@@ -223,7 +262,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         f(g_per, 3),
         format!("{g_growing} of {}", g_layers - 1),
     ]);
-    out.tables.push(t2);
+    t2
+}
+
+/// The massive activation, the trained gains (C17), and attention logits
+/// and sublayer writes (C18, C19), a table each.
+fn model_tables(out: &mut ExpResult, measured: &[Measured]) {
     let mut massive = Table::new(
         "The massive activation: the largest |value| in the residual stream over the texts",
         &[
@@ -237,7 +281,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             "over the mean token norm there",
         ],
     );
-    for me in &measured {
+    for me in measured {
         let ma = &me.insp.claims.massive;
         massive.row(vec![
             me.name.into(),
@@ -258,7 +302,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         "C17: every kind of norm's trained gains (the factor the model multiplies by; for zero-centred gains also w, which weight decay pulls toward 0)",
         &["model", "norm", "gain mean", "gain min", "gain max", "w mean", "w std"],
     );
-    for me in &measured {
+    for me in measured {
         for g in &me.insp.gains {
             let w = |i: usize| g.w.map_or("-".to_string(), |w| f(w[i], 3));
             gains.row(vec![
@@ -277,7 +321,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         "C18 and C19, per model: placement, QK-Norm, the largest attention logit (with and without QK-Norm on the same queries and keys), and the median over blocks of each sublayer's write over the stream it read",
         &["model", "placement", "QK-Norm", "max logit", "max logit without QK-Norm", "blocks where QK-Norm lowers it", "median attention write / stream", "median MLP write / stream"],
     );
-    for me in &measured {
+    for me in measured {
         let (with, without, _) = me.insp.qk_norm_effect();
         let (wa, wm) = me.median_writes();
         attn.row(vec![
@@ -297,7 +341,6 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ]);
     }
     out.tables.push(attn);
-    Ok(out)
 }
 
 /// The claims' verdicts from the measured models.

@@ -182,18 +182,7 @@ fn conclusion<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) ->
 /// C13 (the window), C14 (warm-up rescues Post-LN) and C22 (tuned Post-LN
 /// matches Pre-LN), from the cells.
 fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec<ClaimCheck> {
-    use Placement::{Post, Pre};
     let mut out = Vec::new();
-    let fails = |g: Option<&SeedGroup>| g.is_some_and(|g| g.status != Status::Converged);
-    let label = |g: Option<&SeedGroup>| match g {
-        Some(g) if g.status == Status::Converged => opt(g.mean, 3),
-        Some(g) => format!(
-            "{}{}",
-            g.status.name(),
-            g.mean.map(|m| format!(" {}", f(m, 2))).unwrap_or_default()
-        ),
-        None => "-".into(),
-    };
     // C13, warm-up 0, judged at the lesson's depth (12 layers, else the
     // shallowest); other depths are shown beside it. "An order of
     // magnitude": Pre-LN's best lr at least 10x Post-LN's (two steps of the
@@ -203,6 +192,38 @@ fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec
     } else {
         s.layers[0]
     };
+    out.push(check_c13(s, find, lesson_depth));
+    out.extend(check_c14(s, find, lesson_depth));
+    out.push(check_c22(s, find));
+    out
+}
+
+/// Whether a cell's runs failed (diverged or stalled).
+fn fails(g: Option<&SeedGroup>) -> bool {
+    g.is_some_and(|g| g.status != Status::Converged)
+}
+
+/// A cell's mean final loss, or its status when it did not converge.
+fn label(g: Option<&SeedGroup>) -> String {
+    match g {
+        Some(g) if g.status == Status::Converged => opt(g.mean, 3),
+        Some(g) => format!(
+            "{}{}",
+            g.status.name(),
+            g.mean.map(|m| format!(" {}", f(m, 2))).unwrap_or_default()
+        ),
+        None => "-".into(),
+    }
+}
+
+/// C13: without warm-up, Pre-LN trains at every lr while Post-LN fails at
+/// the high ones, and Pre-LN's best lr is 10x Post-LN's, at `lesson_depth`.
+fn check_c13<'a>(
+    s: &Settings,
+    find: &dyn Fn(Cell) -> Option<&'a SeedGroup>,
+    lesson_depth: usize,
+) -> ClaimCheck {
+    use Placement::{Post, Pre};
     let mut parts = Vec::new();
     let (mut pre_all, mut post_high_fails, mut ratio_ok) = (false, false, false);
     for &l in &s.layers {
@@ -236,7 +257,7 @@ fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec
     }
     let yes = |b: bool| if b { "yes" } else { "no" };
     let all = [pre_all, post_high_fails, ratio_ok];
-    out.push(ClaimCheck::new(
+    ClaimCheck::new(
         "C13",
         match all.iter().filter(|x| **x).count() {
             3 => Verdict::Holds,
@@ -250,7 +271,17 @@ fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec
             yes(post_high_fails),
             yes(ratio_ok)
         ),
-    ));
+    )
+}
+
+/// C14: warm-up rescues Post-LN at lr 1e-3 at `lesson_depth` (and in the
+/// other cells where it fails without); none without a warm-up in the grid.
+fn check_c14<'a>(
+    s: &Settings,
+    find: &dyn Fn(Cell) -> Option<&'a SeedGroup>,
+    lesson_depth: usize,
+) -> Option<ClaimCheck> {
+    use Placement::{Post, Pre};
     // C14: Post-LN 12 (or the shallowest) layers at lr 1e-3 with and without
     // warm-up (the lesson's cell); where Post-LN trains there without
     // warm-up, the grid's other cells where it fails show whether warm-up
@@ -258,65 +289,72 @@ fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec
     // a rescue, never stands in for one.
     let l = lesson_depth;
     let longest = s.warmups.iter().copied().max().unwrap_or(0);
-    if longest > 0 {
-        let (w0, wl, pre) = (
-            find((l, 0, Post, 1e-3)),
-            find((l, longest, Post, 1e-3)),
-            find((l, 0, Pre, 1e-3)),
-        );
-        let converged = |g: Option<&SeedGroup>| g.is_some_and(|g| g.status == Status::Converged);
-        let close = match (wl.and_then(|g| g.mean), pre.and_then(|g| g.mean)) {
-            (Some(a), Some(b)) => (a - b).abs() <= 0.1,
-            _ => false,
-        };
-        // Every other cell where Post-LN fails without warm-up: rescued?
-        let elsewhere: Vec<(usize, f32, bool)> = s
-            .layers
-            .iter()
-            .flat_map(|&d| s.lrs.iter().map(move |&lr| (d, lr)))
-            .filter(|&(d, lr)| (d, lr) != (l, 1e-3) && fails(find((d, 0, Post, lr))))
-            .map(|(d, lr)| (d, lr, converged(find((d, longest, Post, lr)))))
-            .collect();
-        let rescued_elsewhere = elsewhere.iter().filter(|c| c.2).count();
-        let verdict = if fails(w0) {
-            match (converged(wl), close) {
-                (true, true) => Verdict::Holds,
-                (true, false) => Verdict::Partly,
-                (false, _) if rescued_elsewhere > 0 => Verdict::Partly,
-                (false, _) => Verdict::DoesNotHold,
-            }
-        } else if rescued_elsewhere > 0 {
-            Verdict::Partly
-        } else {
-            Verdict::DoesNotHold
-        };
-        let others = if elsewhere.is_empty() {
-            "Post-LN trained without warm-up in every other cell too".to_string()
-        } else {
-            format!(
-                "elsewhere Post-LN failed without warm-up in {} cell(s) and {longest} warm-up steps rescued {rescued_elsewhere}: {}",
-                elsewhere.len(),
-                elsewhere
-                    .iter()
-                    .map(|(d, lr, r)| format!(
-                        "{d} layers lr {lr} {}",
-                        if *r { "rescued" } else { "not rescued" }
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
-        out.push(ClaimCheck::new(
-            "C14",
-            verdict,
-            format!(
-                "toy, {l} layers, lr 1e-3: Post-LN without warm-up {}, with {longest} warm-up steps {}; Pre-LN without warm-up {}; {others} (lesson: Post-LN diverges without warm-up; 2.44 with 1000 steps of it vs Pre-LN's 2.38).",
-                label(w0),
-                label(wl),
-                label(pre)
-            ),
-        ));
+    if longest == 0 {
+        return None;
     }
+    let (w0, wl, pre) = (
+        find((l, 0, Post, 1e-3)),
+        find((l, longest, Post, 1e-3)),
+        find((l, 0, Pre, 1e-3)),
+    );
+    let converged = |g: Option<&SeedGroup>| g.is_some_and(|g| g.status == Status::Converged);
+    let close = match (wl.and_then(|g| g.mean), pre.and_then(|g| g.mean)) {
+        (Some(a), Some(b)) => (a - b).abs() <= 0.1,
+        _ => false,
+    };
+    // Every other cell where Post-LN fails without warm-up: rescued?
+    let elsewhere: Vec<(usize, f32, bool)> = s
+        .layers
+        .iter()
+        .flat_map(|&d| s.lrs.iter().map(move |&lr| (d, lr)))
+        .filter(|&(d, lr)| (d, lr) != (l, 1e-3) && fails(find((d, 0, Post, lr))))
+        .map(|(d, lr)| (d, lr, converged(find((d, longest, Post, lr)))))
+        .collect();
+    let rescued_elsewhere = elsewhere.iter().filter(|c| c.2).count();
+    let verdict = if fails(w0) {
+        match (converged(wl), close) {
+            (true, true) => Verdict::Holds,
+            (true, false) => Verdict::Partly,
+            (false, _) if rescued_elsewhere > 0 => Verdict::Partly,
+            (false, _) => Verdict::DoesNotHold,
+        }
+    } else if rescued_elsewhere > 0 {
+        Verdict::Partly
+    } else {
+        Verdict::DoesNotHold
+    };
+    let others = if elsewhere.is_empty() {
+        "Post-LN trained without warm-up in every other cell too".to_string()
+    } else {
+        format!(
+            "elsewhere Post-LN failed without warm-up in {} cell(s) and {longest} warm-up steps rescued {rescued_elsewhere}: {}",
+            elsewhere.len(),
+            elsewhere
+                .iter()
+                .map(|(d, lr, r)| format!(
+                    "{d} layers lr {lr} {}",
+                    if *r { "rescued" } else { "not rescued" }
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Some(ClaimCheck::new(
+        "C14",
+        verdict,
+        format!(
+            "toy, {l} layers, lr 1e-3: Post-LN without warm-up {}, with {longest} warm-up steps {}; Pre-LN without warm-up {}; {others} (lesson: Post-LN diverges without warm-up; 2.44 with 1000 steps of it vs Pre-LN's 2.38).",
+            label(w0),
+            label(wl),
+            label(pre)
+        ),
+    ))
+}
+
+/// C22: the best tuned Post-LN (over lr and warm-up) matches the best
+/// Pre-LN, per depth.
+fn check_c22<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> ClaimCheck {
+    use Placement::{Post, Pre};
     // C22: the best tuned Post-LN against the best Pre-LN, per depth.
     let mut parts = Vec::new();
     let mut matches = 0;
@@ -341,15 +379,14 @@ fn checks<'a>(s: &Settings, find: &dyn Fn(Cell) -> Option<&'a SeedGroup>) -> Vec
             ));
         }
     }
-    out.push(ClaimCheck::new(
+    ClaimCheck::new(
         "C22",
         Verdict::of_count(matches, parts.len()),
         format!(
             "tuned over lr and warm-up: {} (matching = within 0.02 or twice the seed std).",
             parts.join("; ")
         ),
-    ));
-    out
+    )
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {

@@ -191,6 +191,28 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         json!({"d": d, "magnitudes": MAGNITUDES, "eps": EPSS, "dtypes": ["f32", "bf16", "f16"], "modes": ["upcast", "naive", "kernel"], "row": "magnitude * N(0, 1)"}),
         vec![seed],
     );
+    let worst = norm_grid(d, &z, &mut out);
+    let eps = eps_effect(&z, &mut out);
+    let ranges = offset_rows(d, &z, &mut out);
+    let f16_overflow_at = swiglu(&mut out);
+    conclude(&mut out, d, &worst, eps, ranges, f16_overflow_at);
+    Ok(out)
+}
+
+/// The grid's findings: where a naive norm's mean square underflowed and
+/// overflowed, and the worst error per dtype of upcast and kernel (eps 0)
+/// and of naive at unit scale.
+struct Worst {
+    naive_underflow: Vec<String>,
+    naive_overflow: Vec<String>,
+    upcast_worst: [f64; 3],
+    kernel_worst: [f64; 3],
+    naive_unit: [f64; 3],
+}
+
+/// Every norm, dtype, mode, eps and magnitude against f64: a table per
+/// norm, the figure and the cells' data.
+fn norm_grid(d: usize, z: &[f64], out: &mut ExpResult) -> Worst {
     let mag_labels: Vec<String> = MAGNITUDES.iter().map(|m| format!("{m:e}")).collect();
     let mut records = Vec::new();
     let mut naive_underflow: Vec<String> = Vec::new();
@@ -274,7 +296,20 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     }
     out.figures.push(Figure::new("precision", panels, 2));
     out.data.insert("cells".into(), json!(records));
+    Worst {
+        naive_underflow,
+        naive_overflow,
+        upcast_worst,
+        kernel_worst,
+        naive_unit,
+    }
+}
 
+/// When eps matters: the output change it causes, in f64, against the
+/// row's mean square (a table and data); whether it is as the theory says,
+/// and the smallest ms/eps where it changed the output by less than 1e-3
+/// and the largest where by more.
+fn eps_effect(z: &[f64], out: &mut ExpResult) -> (bool, Option<f64>, Option<f64>) {
     // When eps matters: the output change it causes, in f64, against the
     // row's mean square.
     let mut te = Table::new(
@@ -312,7 +347,12 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     }
     out.tables.push(te);
     out.data.insert("eps_effect".into(), json!(eps_rows));
+    (eps_ok, below, above)
+}
 
+/// f16 outputs of LayerNorm and RMSNorm on rows with a common offset (a
+/// table and data); the widest output span of each.
+fn offset_rows(d: usize, z: &[f64], out: &mut ExpResult) -> (f64, f64) {
     // f16 outputs of LayerNorm and RMSNorm on rows with a common offset.
     let mut to = Table::new(
         format!("f16 (upcast) outputs for rows c + N(0,1), d {d}: the range of the output, and how much of the row's variation (y - mean(y)) survives the rounding"),
@@ -355,9 +395,18 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     }
     out.tables.push(to);
     out.data.insert("offset_rows".into(), json!(offset_rows));
+    (ln_range_max, rms_range_max)
+}
 
+/// SiLU(v).
+fn silu(v: f64) -> f64 {
+    v / (1.0 + (-v).exp())
+}
+
+/// SwiGLU: SiLU(a) * b in each type (a table and data); the first tested
+/// value whose output overflows f16.
+fn swiglu(out: &mut ExpResult) -> Option<f64> {
     // SwiGLU: SiLU(a) * b in each type.
-    let silu = |v: f64| v / (1.0 + (-v).exp());
     let mut ts = Table::new(
         "SwiGLU's output SiLU(a) * b at a = b = v, computed in f64 and stored in each type",
         &["v", "f64", "bf16", "f16"],
@@ -380,7 +429,25 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     }
     out.tables.push(ts);
     out.data.insert("swiglu".into(), json!(swiglu));
+    f16_overflow_at
+}
 
+/// The conclusion, the kernel's worst errors and claim C8's verdict.
+fn conclude(
+    out: &mut ExpResult,
+    d: usize,
+    w: &Worst,
+    (eps_ok, below, above): (bool, Option<f64>, Option<f64>),
+    (ln_range_max, rms_range_max): (f64, f64),
+    f16_overflow_at: Option<f64>,
+) {
+    let Worst {
+        naive_underflow,
+        naive_overflow,
+        upcast_worst,
+        kernel_worst,
+        naive_unit,
+    } = w;
     let silu10 = silu(10.0) * 10.0;
     out.conclusion = format!(
         "Upcast (f32 statistics) keeps every norm as close to f64 as the output's own rounding allows (relative error at most {:.1e} f32, {:.1e} bf16, {:.1e} f16, eps 0) at every magnitude whose inputs the type can store; normlab's own kernel with that storage type does the same (at most {:.1e} f32, {:.1e} bf16, {:.1e} f16). A naive half-precision norm fails: its mean square underflows to 0 ({}) and overflows to inf ({}); at unit scale naive bf16 is off by {:.1e} (its running sum over d {d} terms keeps 8 significant bits, so later terms stop counting; naive f16 {:.1e}). eps changes the output by 1 - sqrt(ms/(ms + eps)), as measured: the change was below 1e-3 from mean square / eps = {} up, and 1e-3 or more at {} and below. In f16 the outputs span at most {:.2} (LayerNorm) and {:.2} (RMSNorm) over the offset rows; RMSNorm's output sits near 1 when the row has an offset, so f16 rounding removes most of its variation. SwiGLU's SiLU(10) * 10 = {silu10:.3}; its output overflows f16 (max {}) at a = b = {} and stays finite in bf16 (max {:.2e}).",
@@ -407,7 +474,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         json!({"f32": kernel_worst[0], "bf16": kernel_worst[1], "f16": kernel_worst[2]}),
     );
     out.checks.push(check_c8(
-        &naive_underflow,
+        naive_underflow,
         upcast_worst[1]
             .max(upcast_worst[2])
             .max(kernel_worst[1])
@@ -418,7 +485,6 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         f16_overflow_at,
         silu10,
     ));
-    Ok(out)
 }
 
 /// C8's four parts: the mean square underflows in half precision (naive

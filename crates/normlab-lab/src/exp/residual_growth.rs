@@ -13,8 +13,8 @@ use super::framework::{num, result, ExpResult, Experiment, Progress};
 use super::lesson_block::{MlpStack, LAYERNORM_EPS};
 use super::runs::{self, block_row_norms, final_params, gpt_base, grid_settings};
 use crate::bench::timing::median;
-use crate::present::{f, opt, Figure, LineChart, Series, Table};
-use crate::sweep::RunSpec;
+use crate::present::{f, opt, Figure, LineChart, Panel, Series, Table};
+use crate::sweep::{RunResult, RunSpec};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
 use normlab::kernels::rng::Rng;
@@ -157,7 +157,43 @@ fn without_final_norm(cfg: &normlab::train::TrainConfig, params: &[f32]) -> Resu
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let s = settings(a);
-    let (d, layers, steps) = (s.d, s.layers, s.steps);
+    let (lesson, t0) = lesson_at_init();
+    let rs = runs::run_grid(a, grid(a)?, true, progress)?;
+    let (table, panels, data, trained_of) = trained_gpts(a, &s, &rs)?;
+    let (mut out, init_pre, init_post) = report(a, &s, panels, data, &trained_of);
+    let removed = final_norm_removed(a, &rs)?;
+    let (loss_with, loss_removed, trained_without) = removed;
+    let (growths, monotone_seeds) =
+        check_c3(&mut out, &s, &lesson, (&init_pre, &init_post), &trained_of);
+    check_c20(&mut out, &s, removed, &trained_of[1]);
+    let Lesson {
+        lesson,
+        lesson_final,
+        ..
+    } = lesson;
+    out.data.insert(
+        "lesson_init".into(),
+        json!({"block": "x + MLP(LayerNorm(x)), one sublayer, no attention", "metric": "mean over tokens of each token's L2 norm", "seeds": LESSON_SEEDS, "mean_row_norm": lesson, "after_final_norm": lesson_final, "growth": growths, "monotone_seeds": monotone_seeds}),
+    );
+    out.data.insert("final_norm_removed".into(), json!({"eval_loss_with": loss_with, "eval_loss_removed": loss_removed, "trained_without": trained_without}));
+    out.tables.insert(0, t0);
+    out.tables.push(table);
+    Ok(out)
+}
+
+/// The lesson's setting at initialisation over its seeds: each seed's
+/// mean row norms and final-norm output, their medians per block and after
+/// the final norm.
+struct Lesson {
+    per_seed: Vec<(Vec<f64>, f64)>,
+    lesson: Vec<f64>,
+    finals: Vec<f64>,
+    lesson_final: f64,
+}
+
+/// The lesson's setting at initialisation, measured over its seeds, and
+/// its table.
+fn lesson_at_init() -> (Lesson, Table) {
     let per_seed: Vec<(Vec<f64>, f64)> = (0..LESSON_SEEDS)
         .map(|seed| lesson_init_growth(128, 12, seed))
         .collect();
@@ -194,7 +230,24 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         format!("{}-{}", f(flo, 3), f(fhi, 3)),
         "11.31 = sqrt(128)".into(),
     ]);
-    let rs = runs::run_grid(a, grid(a)?, true, progress)?;
+    let lesson = Lesson {
+        per_seed,
+        lesson,
+        finals,
+        lesson_final,
+    };
+    (lesson, t0)
+}
+
+/// The trained GPTs' mean row norms per block: a table, figure panels,
+/// data by variant, and the trained profiles in variant order.
+type Trained = (Table, Vec<Panel>, Map<String, Value>, Vec<Vec<f64>>);
+
+/// Each variant's trained GPT (its first seed): mean row norm per block at
+/// init and after training, as a table, figure panels and data; the
+/// trained profiles in variant order.
+fn trained_gpts(a: &ExpArgs, s: &Settings, rs: &[RunResult]) -> Result<Trained> {
+    let (d, layers, steps) = (s.d, s.layers, s.steps);
     let mut table = Table::new(
         format!("Mean row norm of the residual stream, GPT d {d}, {layers} blocks (sqrt(d) = {:.2}), seed {}", (d as f64).sqrt(), s.seeds[0]),
         &["variant", "when", "after embedding", "after block 1", "middle block", "last block", "last / first block"],
@@ -243,6 +296,19 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         );
         trained_of.push(trained);
     }
+    Ok((table, panels, data, trained_of))
+}
+
+/// The result: settings, the per-block data, the figure and the
+/// conclusion; with the pre-LN (final norm) and post-LN profiles at init.
+fn report(
+    a: &ExpArgs,
+    s: &Settings,
+    panels: Vec<Panel>,
+    data: Map<String, Value>,
+    trained_of: &[Vec<f64>],
+) -> (ExpResult, Vec<f64>, Vec<f64>) {
+    let (d, layers, steps) = (s.d, s.layers, s.steps);
     let init_pre: Vec<f64> =
         serde_json::from_value(data["pre, final norm"]["init"].clone()).unwrap_or_default();
     let init_post: Vec<f64> =
@@ -268,6 +334,12 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         f(post[1..].iter().copied().fold(0.0, f64::max), 2),
         (d as f64).sqrt()
     );
+    (out, init_pre, init_post)
+}
+
+/// C20's measurements: the trained pre-LN model's held-out loss with its
+/// final norm and with it taken out; a pre-LN GPT trained without one.
+fn final_norm_removed(a: &ExpArgs, rs: &[RunResult]) -> Result<(f64, f64, Option<f64>)> {
     // C20: the trained pre-LN model with its final norm taken out.
     let with_final = rs
         .iter()
@@ -279,6 +351,27 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .iter()
         .find(|r| r.cfg.model.placement == Placement::Pre && r.cfg.model.final_norm == Some(false))
         .and_then(|r| r.summary.final_eval_loss);
+    Ok((loss_with, loss_removed, trained_without))
+}
+
+/// C3: growth in the lesson's setting at init, the Post-LN stream pinned at
+/// sqrt(d), and training amplifying the growth; returns each seed's growth
+/// and how many seeds grew monotonically.
+fn check_c3(
+    out: &mut ExpResult,
+    s: &Settings,
+    lesson: &Lesson,
+    (init_pre, init_post): (&[f64], &[f64]),
+    trained_of: &[Vec<f64>],
+) -> (Vec<f64>, usize) {
+    let (d, layers) = (s.d, s.layers);
+    let Lesson {
+        per_seed,
+        lesson,
+        finals,
+        lesson_final,
+    } = lesson;
+    let (pre, post) = (&trained_of[0], &trained_of[2]);
     // C3.
     let growths: Vec<f64> = per_seed.iter().map(|p| p.0[12] / p.0[0]).collect();
     let (growth, growth_lo, growth_hi) = spread(&growths);
@@ -311,7 +404,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)))
     };
     let (post_min, post_max) = range(post);
-    let (init_post_min, init_post_max) = range(&init_post);
+    let (init_post_min, init_post_max) = range(init_post);
     let post_pinned = init_post.len() > 1
         && init_post[1..]
             .iter()
@@ -344,7 +437,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             growth_lo,
             growth_hi,
             100.0 * per_layer,
-            f(lesson_final, 2),
+            f(*lesson_final, 2),
             f(trained_growth, 2),
             f(init_growth, 2),
             100.0 * (trained_rate - 1.0),
@@ -354,6 +447,17 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             post_text
         ),
     ));
+    (growths, monotone_seeds)
+}
+
+/// C20: removing the final norm from the trained Pre-LN GPT.
+fn check_c20(
+    out: &mut ExpResult,
+    s: &Settings,
+    (loss_with, loss_removed, trained_without): (f64, f64, Option<f64>),
+    pre_nofinal: &[f64],
+) {
+    let (d, layers) = (s.d, s.layers);
     let removal_hurts = loss_removed > loss_with + 0.1;
     out.checks.push(ClaimCheck::new(
         "C20",
@@ -368,12 +472,4 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             (d as f64).sqrt()
         ),
     ));
-    out.data.insert(
-        "lesson_init".into(),
-        json!({"block": "x + MLP(LayerNorm(x)), one sublayer, no attention", "metric": "mean over tokens of each token's L2 norm", "seeds": LESSON_SEEDS, "mean_row_norm": lesson, "after_final_norm": lesson_final, "growth": growths, "monotone_seeds": monotone_seeds}),
-    );
-    out.data.insert("final_norm_removed".into(), json!({"eval_loss_with": loss_with, "eval_loss_removed": loss_removed, "trained_without": trained_without}));
-    out.tables.insert(0, t0);
-    out.tables.push(table);
-    Ok(out)
 }

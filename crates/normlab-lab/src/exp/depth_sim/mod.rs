@@ -23,7 +23,7 @@ use super::framework::{result, ExpResult, Experiment, Progress};
 use crate::present::{f, Figure, LineChart, Panel, Series, Table};
 use normlab::error::Result;
 use normlab::kernels::rng::Rng;
-use normlab::model::residual;
+use normlab::model::residual::{self, ResidualOption, SimKnob};
 use serde_json::json;
 
 mod config;
@@ -177,6 +177,22 @@ pub fn config(a: &ExpArgs, rows: usize) -> Result<SimConfig> {
 fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     let base = config(a, 64)?;
     let main = simulate(&base);
+    let (variants, simulated, first_option) = variants(&base);
+    let results: Vec<SimResult> = variants.iter().map(simulate).collect();
+    let table = table(&base, &main, &results);
+    let mut out = report(&base, &main, &results);
+    conclude(&base, &results, (&simulated, first_option), &mut out);
+    out.checks.push(check_c4(&base, &results));
+    out.tables.push(table);
+    Ok(out)
+}
+
+/// The residual options the simulator models, with their knobs.
+type Simulated = Vec<(&'static ResidualOption, &'static SimKnob)>;
+
+/// The settings compared with the requested one; the simulated options
+/// and the index of the first variant that shows one.
+fn variants(base: &SimConfig) -> (Vec<SimConfig>, Simulated, usize) {
     // The canonical settings at the same N and gain, for comparison: the
     // four of the lesson, DyT in the pre-norm's place, then each residual
     // option the simulator models at its example setting (with the
@@ -223,7 +239,11 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             .with(o.name, k.example),
         );
     }
-    let results: Vec<SimResult> = variants.iter().map(simulate).collect();
+    (variants, simulated, first_option)
+}
+
+/// The table: each setting's final residual RMS and gradient norms.
+fn table(base: &SimConfig, main: &SimResult, results: &[SimResult]) -> Table {
     let mut table = Table::new(
         format!(
             "N = {} sublayers, gain {}, d {}: residual-stream RMS and gradient",
@@ -237,8 +257,8 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             "bottom / top",
         ],
     );
-    for r in std::iter::once(&main).chain(results.iter()) {
-        let name = if std::ptr::eq(r, &main) {
+    for r in std::iter::once(main).chain(results.iter()) {
+        let name = if std::ptr::eq(r, main) {
             format!("{} (as requested)", label(&r.config))
         } else {
             label(&r.config)
@@ -251,6 +271,12 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             opt(r.grad_ratio_bottom_top),
         ]);
     }
+    table
+}
+
+/// The result: the requested setting's profiles, every variant's, and the
+/// figure of RMS and gradient per layer.
+fn report(base: &SimConfig, main: &SimResult, results: &[SimResult]) -> ExpResult {
     let pts = |v: &[Option<f64>]| {
         v.iter()
             .enumerate()
@@ -270,7 +296,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
             log_x: false,
         })
     };
-    let mut out = result(serde_json::to_value(&base).unwrap(), vec![base.seed]);
+    let mut out = result(serde_json::to_value(base).unwrap(), vec![base.seed]);
     out.data
         .insert("residual_rms".into(), json!(main.residual_rms));
     out.data.insert("grad_norm".into(), json!(main.grad_norm));
@@ -281,7 +307,7 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
     out.data
         .insert("final_residual_rms".into(), json!(main.final_residual_rms));
     out.data
-        .insert("variants".into(), serde_json::to_value(&results).unwrap());
+        .insert("variants".into(), serde_json::to_value(results).unwrap());
     out.figures.push(Figure {
         stem: "depth_sim".into(),
         panels: vec![
@@ -292,6 +318,17 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         ],
         cols: 2,
     });
+    out
+}
+
+/// The conclusion: each canonical setting and each option's stream and
+/// gradient at the end, and which gates start as the identity map.
+fn conclude(
+    base: &SimConfig,
+    results: &[SimResult],
+    (simulated, first_option): (&Simulated, usize),
+    out: &mut ExpResult,
+) {
     let v = |i: usize| &results[i];
     let at = |r: &SimResult| {
         format!(
@@ -339,9 +376,6 @@ fn run(a: &ExpArgs, _progress: Progress) -> Result<ExpResult> {
         at(v(4)),
         options.join("; "),
     );
-    out.checks.push(check_c4(&base, &results));
-    out.tables.push(table);
-    Ok(out)
 }
 
 /// Whether a simulated net is within `tol` of the identity map at init:

@@ -140,6 +140,91 @@ fn head(kind: StreamSim, n: usize, x: &[f64], rows: usize, d: usize, rng: &mut R
     }
 }
 
+/// What the forward and the backward pass share: the sizes, the stream
+/// design, the weights' std, the skip and write-back multipliers and the
+/// residual options.
+struct Pass<'a> {
+    c: &'a SimConfig,
+    layers: usize,
+    d: usize,
+    rows: usize,
+    streams: Option<(StreamSim, usize)>,
+    n: usize,
+    std: f64,
+    skip: f64,
+    writeback: f64,
+    options: Vec<(&'static residual::ResidualOption, f64)>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(c: &'a SimConfig) -> Pass<'a> {
+        let (layers, d, rows) = (c.sublayers, c.d, c.rows);
+        let streams = c.streams();
+        let n = streams.map_or(1, |s| s.1);
+        let std = c.gain / (d as f64).sqrt();
+        let skip = if c.residual { 1.0 } else { 0.0 };
+        let writeback = if c.scale_writeback {
+            1.0 / (layers as f64).sqrt()
+        } else {
+            1.0
+        };
+        // The residual options' multipliers at init, from their declarations.
+        let options = c.residual_options();
+        Pass {
+            c,
+            layers,
+            d,
+            rows,
+            streams,
+            n,
+            std,
+            skip,
+            writeback,
+            options,
+        }
+    }
+
+    /// A layer's d x d weights, drawn from `state`.
+    fn draw(&self, state: &mut Rng) -> Vec<f64> {
+        (0..self.d * self.d)
+            .map(|_| self.std * state.normal_portable())
+            .collect()
+    }
+
+    /// The residual options' effect at init on sublayer `l`.
+    fn effect(&self, l: usize) -> residual::InitEffect {
+        residual::at_init(&self.options, l, self.c.pre_norm)
+    }
+
+    /// A state's gradient summed over its streams (per row, d values).
+    fn summed(&self, g: &[f64]) -> Vec<f64> {
+        let (n, d) = (self.n, self.d);
+        if n == 1 {
+            return g.to_vec();
+        }
+        g.chunks_exact(n * d)
+            .flat_map(|gr| (0..d).map(move |j| (0..n).map(|m| gr[m * d + j]).sum::<f64>()))
+            .collect()
+    }
+
+    /// A gradient's norm per row.
+    fn norm(&self, g: &[f64]) -> f64 {
+        (g.iter().map(|v| v * v).sum::<f64>() / self.rows as f64).sqrt()
+    }
+}
+
+/// What the forward pass leaves: the last state, the stream RMS at each
+/// depth, and what the backward reads (each layer's read before its
+/// pre-norm, its routing, its rows' 1/rms, its generator state).
+struct Forward {
+    x: Vec<f64>,
+    residual: Vec<f64>,
+    xs: Vec<Vec<f64>>,
+    routes: Vec<Option<Route>>,
+    inv_rms: Vec<Vec<f64>>,
+    states: Vec<Rng>,
+}
+
 /// The pass from the inputs `x0` and the loss weights `r` (L = <r, the
 /// head's output>), the layers' weights drawn from `rng`: the result, the
 /// head's output and dL/dx_0.
@@ -149,23 +234,35 @@ pub(super) fn simulate_from(
     r: &[f64],
     mut rng: Rng,
 ) -> (SimResult, Vec<f64>, Vec<f64>) {
-    let (layers, d, rows) = (c.sublayers, c.d, c.rows);
-    let streams = c.streams();
-    let n = streams.map_or(1, |s| s.1);
-    let std = c.gain / (d as f64).sqrt();
-    let draw = |state: &mut Rng| -> Vec<f64> {
-        (0..d * d).map(|_| std * state.normal_portable()).collect()
+    let p = Pass::new(c);
+    let fwd = forward(&p, x0, &mut rng);
+    let (out, g) = top(&p, &fwd.x, r, &mut rng);
+    let (grads, g) = backward(&p, &fwd, g);
+    let layers = p.layers;
+    // dL/dx_0: the copies' gradients summed.
+    let g0 = p.summed(&g);
+    let residual_rms: Vec<Option<f64>> = fwd.residual.into_iter().map(finite).collect();
+    let grad_norm: Vec<Option<f64>> = grads.iter().map(|&v| finite(v)).collect();
+    let ratio = match (grad_norm[0], grad_norm[layers]) {
+        (Some(b), Some(t)) if t > 0.0 => finite(b / t),
+        _ => None,
     };
+    let res = SimResult {
+        config: c.clone(),
+        final_residual_rms: residual_rms[layers],
+        residual_rms,
+        grad_norm,
+        grad_ratio_bottom_top: ratio,
+    };
+    (res, out, g0)
+}
+
+/// The forward through the N sublayers from `x0`, each layer's weights
+/// drawn from `rng`.
+fn forward(p: &Pass, x0: Vec<f64>, rng: &mut Rng) -> Forward {
+    let (c, layers, d, rows, streams, n) = (p.c, p.layers, p.d, p.rows, p.streams, p.n);
+    let (skip, writeback) = (p.skip, p.writeback);
     let mut states = Vec::with_capacity(layers);
-    let skip = if c.residual { 1.0 } else { 0.0 };
-    let writeback = if c.scale_writeback {
-        1.0 / (layers as f64).sqrt()
-    } else {
-        1.0
-    };
-    // The residual options' multipliers at init, from their declarations.
-    let options = c.residual_options();
-    let effect = |l: usize| residual::at_init(&options, l, c.pre_norm);
     let rms = |v: &[f64]| (v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64).sqrt();
     // The state: each stream a copy of the input.
     let mut x = if n == 1 {
@@ -178,12 +275,12 @@ pub(super) fn simulate_from(
     let mut xs = Vec::new();
     let mut routes = Vec::new();
     let mut inv_rms = Vec::with_capacity(layers); // per layer, per row (pre-norm)
-    let lns = |l: usize| effect(l).read;
+    let lns = |l: usize| p.effect(l).read;
     for l in 0..layers {
-        let branch = writeback * effect(l).write;
+        let branch = writeback * p.effect(l).write;
         states.push(rng.clone());
-        let w = draw(&mut rng);
-        let rt = streams.map(|(kind, n)| route(kind, n, l, &x, rows, d, &mut rng));
+        let w = p.draw(rng);
+        let rt = streams.map(|(kind, n)| route(kind, n, l, &x, rows, d, rng));
         let mut a = match &rt {
             None => x.clone(),
             Some(rt) => x
@@ -241,11 +338,24 @@ pub(super) fn simulate_from(
             None => x = next,
         }
     }
+    Forward {
+        x,
+        residual,
+        xs,
+        routes,
+        inv_rms,
+        states,
+    }
+}
+
+/// The head's output from the last state `x`, and the gradient at the top.
+fn top(p: &Pass, x: &[f64], r: &[f64], rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let (d, rows) = (p.d, p.rows);
     // The head's output and the gradient at the top.
-    let (out, mut g) = match streams {
-        None => (x.clone(), r.to_vec()),
+    let (out, g) = match p.streams {
+        None => (x.to_vec(), r.to_vec()),
         Some((kind, n)) => {
-            let hw = head(kind, n, &x, rows, d, &mut rng);
+            let hw = head(kind, n, x, rows, d, rng);
             let mut out = vec![0.0; rows * d];
             let mut g = vec![0.0; rows * n * d];
             for i in 0..rows {
@@ -260,24 +370,34 @@ pub(super) fn simulate_from(
             (out, g)
         }
     };
+    (out, g)
+}
+
+/// The backward from the gradient at the top `g`, exact through the
+/// streams and the branches: the gradient norm at each depth (bottom
+/// first) and dL/dx_0 per stream.
+fn backward(p: &Pass, fwd: &Forward, mut g: Vec<f64>) -> (Vec<f64>, Vec<f64>) {
+    let (c, layers, d, rows, n) = (p.c, p.layers, p.d, p.rows, p.n);
+    let (skip, writeback) = (p.skip, p.writeback);
+    let Forward {
+        xs,
+        routes,
+        inv_rms,
+        states,
+        ..
+    } = fwd;
+    let lns = |l: usize| p.effect(l).read;
     // Backward: through the mixing, and through each branch from its
     // write to its read: g_l = comb g_{l+1} + pre In^T(W^T (branch post . g_{l+1})).
     // The gradient reported at each depth is that of a change made to
     // every stream alike (the streams' gradients summed): the one stream's
     // for n = 1, and for hyper-connections at init the plain residual's.
-    let summed = |g: &[f64]| -> Vec<f64> {
-        if n == 1 {
-            return g.to_vec();
-        }
-        g.chunks_exact(n * d)
-            .flat_map(|gr| (0..d).map(move |j| (0..n).map(|m| gr[m * d + j]).sum::<f64>()))
-            .collect()
-    };
-    let norm = |g: &[f64]| (g.iter().map(|v| v * v).sum::<f64>() / rows as f64).sqrt();
+    let summed = |g: &[f64]| p.summed(g);
+    let norm = |g: &[f64]| p.norm(g);
     let mut grads = vec![norm(&summed(&g))];
     for l in (0..layers).rev() {
-        let branch = writeback * effect(l).write;
-        let w = draw(&mut states[l].clone());
+        let branch = writeback * p.effect(l).write;
+        let w = p.draw(&mut states[l].clone());
         let mut next = vec![0.0; rows * n * d];
         for i in 0..rows {
             let grow = &g[i * n * d..(i + 1) * n * d];
@@ -334,20 +454,5 @@ pub(super) fn simulate_from(
         grads.push(if n == 1 { norm(&g) } else { norm(&summed(&g)) });
     }
     grads.reverse();
-    // dL/dx_0: the copies' gradients summed.
-    let g0 = summed(&g);
-    let residual_rms: Vec<Option<f64>> = residual.into_iter().map(finite).collect();
-    let grad_norm: Vec<Option<f64>> = grads.iter().map(|&v| finite(v)).collect();
-    let ratio = match (grad_norm[0], grad_norm[layers]) {
-        (Some(b), Some(t)) if t > 0.0 => finite(b / t),
-        _ => None,
-    };
-    let res = SimResult {
-        config: c.clone(),
-        final_residual_rms: residual_rms[layers],
-        residual_rms,
-        grad_norm,
-        grad_ratio_bottom_top: ratio,
-    };
-    (res, out, g0)
+    (grads, g)
 }

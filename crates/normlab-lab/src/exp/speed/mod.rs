@@ -15,14 +15,14 @@ use crate::bench::compare::{self, Direction, Ratio};
 use crate::bench::{NormBenchConfig, Pass};
 use crate::present::{f, Figure, LineChart, Series, Table};
 use normlab::error::Result;
-use normlab::kernels::buf::AlignedBuf;
-use normlab::kernels::norm::{self, NormKind};
-use normlab::kernels::rng::Rng;
+use normlab::kernels::norm::NormKind;
 use normlab::model::{Model, ModelConfig};
 use normlab::nn::{Activation, NormRole};
-use rayon::prelude::*;
-use serde::Serialize;
+use normlab::train::TrainConfig;
 use serde_json::json;
+
+mod kernels;
+use kernels::{kernel_point, KernelPoint};
 
 /// The experiment's registry row.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -34,223 +34,6 @@ pub const EXPERIMENT: Experiment = Experiment {
     hidden_training: None,
     quick_decides: false,
 };
-
-/// One kernel comparison: LayerNorm against RMSNorm (and the unfused
-/// RMSNorm) at one shape, thread count and pass.
-#[derive(Clone, Debug, Serialize)]
-struct KernelPoint {
-    rows: usize,
-    d: usize,
-    threads: usize,
-    pass: Pass,
-    layernorm_us: f64,
-    rmsnorm_us: f64,
-    unfused_rmsnorm_us: f64,
-    /// RMSNorm's speed-up over LayerNorm (t_ln / t_rms, per round).
-    rms_vs_ln: Ratio,
-    /// The fused LayerNorm's speed-up over the unfused RMSNorm.
-    ln_vs_unfused_rms: Ratio,
-}
-
-/// RMSNorm as a framework without a fused kernel computes it: one pass over
-/// memory per elementary operation (square, row mean, add eps and rsqrt,
-/// scale by the row factor, multiply by the gain), each writing a temporary.
-struct Unfused {
-    sq: Vec<f32>,
-    rstd: Vec<f32>,
-    tmp: Vec<f32>,
-    g: Vec<f32>,
-}
-
-impl Unfused {
-    fn new(n: usize, rows: usize) -> Unfused {
-        Unfused {
-            sq: vec![0.0; n],
-            rstd: vec![0.0; rows],
-            tmp: vec![0.0; n],
-            g: vec![0.0; n],
-        }
-    }
-
-    fn forward(&mut self, d: usize, x: &[f32], gamma: &[f32], y: &mut [f32]) {
-        let eps = 1e-6;
-        self.sq
-            .par_iter_mut()
-            .zip(x.par_iter())
-            .for_each(|(s, v)| *s = v * v);
-        self.rstd
-            .par_iter_mut()
-            .zip(self.sq.par_chunks(d))
-            .for_each(|(r, row)| *r = row.iter().sum::<f32>() / d as f32);
-        self.rstd
-            .par_iter_mut()
-            .for_each(|r| *r = 1.0 / (*r + eps).sqrt());
-        let rstd = &self.rstd;
-        self.tmp
-            .par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .zip(rstd.par_iter())
-            .for_each(|((t, xr), r)| t.iter_mut().zip(xr).for_each(|(o, v)| *o = v * r));
-        y.par_chunks_mut(d)
-            .zip(self.tmp.par_chunks(d))
-            .for_each(|(yr, tr)| {
-                yr.iter_mut()
-                    .zip(tr)
-                    .zip(gamma)
-                    .for_each(|((o, v), g)| *o = v * g)
-            });
-    }
-
-    /// Backward as autograd runs it: g = dy * gamma; xhat (recomputed);
-    /// mean(g * xhat) per row; dx = rstd * (g - xhat * mean), one pass each.
-    fn backward(&mut self, d: usize, x: &[f32], dy: &[f32], gamma: &[f32], dx: &mut [f32]) {
-        self.g
-            .par_chunks_mut(d)
-            .zip(dy.par_chunks(d))
-            .for_each(|(gr, dr)| {
-                gr.iter_mut()
-                    .zip(dr)
-                    .zip(gamma)
-                    .for_each(|((o, v), w)| *o = v * w)
-            });
-        let rstd = &self.rstd;
-        self.tmp
-            .par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .zip(rstd.par_iter())
-            .for_each(|((t, xr), r)| t.iter_mut().zip(xr).for_each(|(o, v)| *o = v * r));
-        self.sq
-            .par_iter_mut()
-            .zip(self.g.par_iter().zip(self.tmp.par_iter()))
-            .for_each(|(o, (a, b))| *o = a * b);
-        let means: Vec<f32> = self
-            .sq
-            .par_chunks(d)
-            .map(|r| r.iter().sum::<f32>() / d as f32)
-            .collect();
-        dx.par_chunks_mut(d)
-            .zip(self.g.par_chunks(d).zip(self.tmp.par_chunks(d)))
-            .zip(rstd.par_iter().zip(means.par_iter()))
-            .for_each(|((o, (gr, hr)), (r, m))| {
-                for ((ov, gv), hv) in o.iter_mut().zip(gr).zip(hr) {
-                    *ov = r * (gv - hv * m);
-                }
-            });
-    }
-}
-
-/// The buffers of one fused kernel at one shape.
-struct Fused {
-    kind: NormKind,
-    params: Vec<f32>,
-    y: AlignedBuf,
-    dx: AlignedBuf,
-    stats: Vec<f32>,
-    dparams: Vec<f32>,
-    scratch: Vec<f32>,
-}
-
-impl Fused {
-    fn new(kind: NormKind, rows: usize, d: usize) -> Fused {
-        let mut params = vec![0.0; kind.num_params(d)];
-        kind.init_params(d, &mut params);
-        Fused {
-            kind,
-            dparams: vec![0.0; params.len()],
-            params,
-            y: AlignedBuf::zeros(rows * d),
-            dx: AlignedBuf::zeros(rows * d),
-            stats: vec![0.0; norm::stats_len(rows)],
-            scratch: vec![0.0; norm::backward_scratch_len(kind, rows, d)],
-        }
-    }
-
-    fn run(&mut self, pass: Pass, d: usize, x: &[f32], dy: &[f32]) {
-        let k = self.kind;
-        norm::forward(
-            k,
-            d,
-            k.default_eps(),
-            x,
-            &self.params,
-            &mut self.y,
-            &mut self.stats,
-        );
-        if pass == Pass::ForwardBackward {
-            norm::backward(
-                k,
-                d,
-                x,
-                dy,
-                &self.params,
-                &self.stats,
-                &mut self.dx,
-                &mut self.dparams,
-                &mut self.scratch,
-            );
-        }
-    }
-}
-
-/// Time LayerNorm, RMSNorm and the unfused RMSNorm at one shape.
-fn kernel_point(
-    rows: usize,
-    d: usize,
-    threads: usize,
-    rounds: usize,
-    secs: f64,
-) -> Vec<KernelPoint> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("thread pool");
-    pool.install(|| {
-        let n = rows * d;
-        let mut rng = Rng::new(1);
-        let x = AlignedBuf::from_slice(&rng.normal_vec(n, 0.5, 2.0));
-        let dy = AlignedBuf::from_slice(&rng.normal_vec(n, 0.0, 1.0));
-        let mut ln = Fused::new(NormKind::LayerNorm, rows, d);
-        let mut rms = Fused::new(NormKind::RmsNorm, rows, d);
-        let gamma = vec![1.0f32; d];
-        let mut unfused = Unfused::new(n, rows);
-        let (mut uy, mut udx) = (vec![0.0f32; n], vec![0.0f32; n]);
-        let mut out = Vec::new();
-        for pass in [Pass::Forward, Pass::ForwardBackward] {
-            let rounds_of = {
-                let mut a = || ln.run(pass, d, &x, &dy);
-                let mut b = || rms.run(pass, d, &x, &dy);
-                let mut c = || {
-                    unfused.forward(d, &x, &gamma, &mut uy);
-                    if pass == Pass::ForwardBackward {
-                        unfused.backward(d, &x, &dy, &gamma, &mut udx);
-                    }
-                };
-                compare::interleaved(
-                    &mut [
-                        ("layernorm", &mut a),
-                        ("rmsnorm", &mut b),
-                        ("unfused rmsnorm", &mut c),
-                    ],
-                    rounds,
-                    secs,
-                )
-            };
-            out.push(KernelPoint {
-                rows,
-                d,
-                threads,
-                pass,
-                layernorm_us: rounds_of.median(0) * 1e6,
-                rmsnorm_us: rounds_of.median(1) * 1e6,
-                unfused_rmsnorm_us: rounds_of.median(2) * 1e6,
-                rms_vs_ln: rounds_of.ratio(0, 1),
-                ln_vs_unfused_rms: rounds_of.ratio(2, 0),
-            });
-        }
-        std::hint::black_box((&uy, &udx, &ln.y, &rms.y));
-        out
-    })
-}
 
 /// Norm parameters and all parameters of a model, with and without the
 /// final norm.
@@ -269,6 +52,33 @@ fn norm_params(cfg: &ModelConfig) -> Result<(usize, usize, usize)> {
 }
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
+    let s = setting(a)?;
+    let kernels = kernel_sweep(&s, progress);
+    let t1 = kernel_table(&s, &kernels);
+    let step = model_step(a, &s, progress)?;
+    let (t3, share_rows) = param_counts()?;
+    let mut out = report(&s, &kernels, &step, &share_rows);
+    conclude(&mut out, &kernels, &step, &share_rows);
+    out.tables.push(t1);
+    out.tables.push(step.table);
+    out.tables.push(t3);
+    Ok(out)
+}
+
+/// What is timed: thread counts, the kernels' shapes, the rounds (and
+/// seconds per round) of the kernel timings and of the model step, and the
+/// progress steps in all.
+struct Setting {
+    threads: Vec<usize>,
+    nb: NormBenchConfig,
+    rounds: usize,
+    secs: f64,
+    step_rounds: usize,
+    total: usize,
+}
+
+/// The setting from the flags (quick: two shapes, fewer rounds), checked.
+fn setting(a: &ExpArgs) -> Result<Setting> {
     let threads = a.threads.clone().unwrap_or(vec![1]);
     let mut nb = NormBenchConfig::standard();
     nb.threads = threads.clone();
@@ -284,20 +94,40 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         (41, 0.01, 30)
     };
     let total = nb.shapes.len() * threads.len() + 1;
+    Ok(Setting {
+        threads,
+        nb,
+        rounds,
+        secs,
+        step_rounds,
+        total,
+    })
+}
+
+/// Every shape at every thread count, timed.
+fn kernel_sweep(s: &Setting, progress: Progress) -> Vec<KernelPoint> {
+    let (threads, nb, rounds, secs, total) = (&s.threads, &s.nb, s.rounds, s.secs, s.total);
     let mut kernels: Vec<KernelPoint> = Vec::new();
     let mut done = 0;
     for &(rows, d) in &nb.shapes {
-        for &t in &threads {
+        for &t in threads {
             kernels.extend(kernel_point(rows, d, t, rounds, secs));
             done += 1;
             progress(done, total, &format!("kernels {rows}x{d} t{t}"));
         }
     }
+    kernels
+}
+
+/// The kernel times and RMSNorm's speed-up, per shape, thread count and
+/// pass.
+fn kernel_table(s: &Setting, kernels: &[KernelPoint]) -> Table {
+    let rounds = s.rounds;
     let mut t1 = Table::new(
         format!("Kernel time, median of {rounds} interleaved rounds; speed-up = per-round t_layernorm / t_rmsnorm (median and interquartile range)"),
         &["rows x d", "threads", "pass", "layernorm (us)", "rmsnorm (us)", "rmsnorm speed-up", "verdict", "unfused rmsnorm (us)"],
     );
-    for k in &kernels {
+    for k in kernels {
         let r = &k.rms_vs_ln;
         t1.row(vec![
             format!("{}x{}", k.rows, k.d),
@@ -314,6 +144,26 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             f(k.unfused_rmsnorm_us, 1),
         ]);
     }
+    t1
+}
+
+/// The whole-model step with each norm, and the norms' share of it from
+/// the kernel times at the model's shape.
+struct Step {
+    base: TrainConfig,
+    step_ratio: Ratio,
+    ms_ln: f64,
+    ms_rms: f64,
+    norms_per_step: usize,
+    share: f64,
+    predicted: f64,
+    table: Table,
+}
+
+/// A training step of the GPT with LayerNorm and with RMSNorm, timed in
+/// interleaved steps, and what the kernels predict of it.
+fn model_step(a: &ExpArgs, s: &Setting, progress: Progress) -> Result<Step> {
+    let (rounds, secs, step_rounds, total) = (s.rounds, s.secs, s.step_rounds, s.total);
     // Whole-model step, interleaved.
     let base = if a.quick {
         super::runs::full_gpt().with(|c| {
@@ -370,6 +220,21 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         f(norm_ms_rms, 3),
         format!("{:.1}%", 100.0 * norm_ms_rms / ms_rms),
     ]);
+    Ok(Step {
+        base,
+        step_ratio,
+        ms_ln,
+        ms_rms,
+        norms_per_step,
+        share,
+        predicted,
+        table: t2,
+    })
+}
+
+/// The norms' parameter counts in a d 4096, 32-layer model: a table and
+/// a record per norm.
+fn param_counts() -> Result<(Table, Vec<serde_json::Value>)> {
     // Parameter counts in a d 4096, 32-layer model (LLaMA-7B's shape).
     let mut big = ModelConfig::gpt();
     big.vocab = 32000;
@@ -393,6 +258,28 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ]);
         share_rows.push(json!({"norm": n.name(), "norm_params_blocks": blocks, "norm_params_with_final": with_final, "total_params": total_p, "share": with_final as f64 / total_p as f64}));
     }
+    Ok((t3, share_rows))
+}
+
+/// The result: settings, the kernels, the model step, the parameter
+/// shares and the kernel-time figure.
+fn report(
+    s: &Setting,
+    kernels: &[KernelPoint],
+    step: &Step,
+    share_rows: &[serde_json::Value],
+) -> ExpResult {
+    let (threads, nb, rounds, step_rounds) = (&s.threads, &s.nb, s.rounds, s.step_rounds);
+    let Step {
+        base,
+        step_ratio,
+        ms_ln,
+        ms_rms,
+        norms_per_step,
+        share,
+        predicted,
+        ..
+    } = step;
     let mut out = result(
         json!({"threads": threads, "shapes": nb.shapes, "rounds": rounds, "model": base.overrides(), "model_step_rounds": step_rounds, "large_model": {"d": 4096, "layers": 32, "hidden": 11008, "vocab": 32000}}),
         vec![],
@@ -436,6 +323,23 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         .panel()],
         1,
     ));
+    out
+}
+
+/// The conclusion and claims C9, C10 and C11's verdicts.
+fn conclude(
+    out: &mut ExpResult,
+    kernels: &[KernelPoint],
+    step: &Step,
+    share_rows: &[serde_json::Value],
+) {
+    let Step {
+        step_ratio,
+        share,
+        predicted,
+        ..
+    } = step;
+    let (share, predicted) = (*share, *predicted);
     let count = |dir: Direction| {
         kernels
             .iter()
@@ -460,14 +364,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         100.0 * share,
         predicted
     );
-    out.checks.push(check_c9(&share_rows));
+    out.checks.push(check_c9(share_rows));
     out.checks
-        .push(check_c10(&kernels, &step_ratio, share, predicted));
-    out.checks.push(check_c11(&kernels));
-    out.tables.push(t1);
-    out.tables.push(t2);
-    out.tables.push(t3);
-    Ok(out)
+        .push(check_c10(kernels, step_ratio, share, predicted));
+    out.checks.push(check_c11(kernels));
 }
 
 fn check_c9(share: &[serde_json::Value]) -> ClaimCheck {
