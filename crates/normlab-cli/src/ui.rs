@@ -188,13 +188,15 @@ impl Progress {
     pub fn hide(&self) {
         self.bar
             .set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        self.lines.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.lines
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        self.lines.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.lines
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -402,9 +402,24 @@ fn nan_checkpoints_are_not_converted() {
 fn missing_models_and_books_name_what_gets_them() {
     let smol = "models/SmolLM2-135M-Instruct/none.Q4_1.gguf";
     refused(&["inspect", smol], &["scripts/fetch_smollm2.sh"]);
-    refused(&["generate", smol, "--prompt", "hi"], &["scripts/fetch_smollm2.sh"]);
-    refused(&["bench", "decoder", "models/gemma-3-270m/none.gguf"], &["scripts/fetch_gemma3.sh"]);
-    refused(&["inspect", "models/all-MiniLM-L6-v2-none"], &["scripts/fetch_minilm.sh"]);
-    refused(&["inspect", "elsewhere.gguf"], &["scripts/fetch_smollm2.sh", "scripts/fetch_gemma3.sh"]);
-    refused(&["serve", "--book", "no-such-book"], &["docs/findings", "normlab book --quick"]);
+    refused(
+        &["generate", smol, "--prompt", "hi"],
+        &["scripts/fetch_smollm2.sh"],
+    );
+    refused(
+        &["bench", "decoder", "models/gemma-3-270m/none.gguf"],
+        &["scripts/fetch_gemma3.sh"],
+    );
+    refused(
+        &["inspect", "models/all-MiniLM-L6-v2-none"],
+        &["scripts/fetch_minilm.sh"],
+    );
+    refused(
+        &["inspect", "elsewhere.gguf"],
+        &["scripts/fetch_smollm2.sh", "scripts/fetch_gemma3.sh"],
+    );
+    refused(
+        &["serve", "--book", "no-such-book"],
+        &["docs/findings", "normlab book --quick"],
+    );
 }

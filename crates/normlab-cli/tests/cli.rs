@@ -11,8 +11,18 @@ use std::process::Command;
 fn piped_runs_print_progress_lines() {
     let out = std::env::temp_dir().join(format!("normlab-progress-{}", std::process::id()));
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args(["train", "--model", "gpt", "--layers", "2", "--d-model", "32"])
-        .args(["--heads", "2", "--seq", "16", "--hidden", "64", "--steps", "4000", "--out"])
+        .args([
+            "train",
+            "--model",
+            "gpt",
+            "--layers",
+            "2",
+            "--d-model",
+            "32",
+        ])
+        .args([
+            "--heads", "2", "--seq", "16", "--hidden", "64", "--steps", "4000", "--out",
+        ])
         .arg(&out)
         .env("NORMLAB_PROGRESS_SECS", "0.2")
         .output()
@@ -21,7 +31,11 @@ fn piped_runs_print_progress_lines() {
     let err = String::from_utf8_lossy(&o.stderr);
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("train: ")).collect();
     assert!(!lines.is_empty(), "no progress lines: {err}");
-    assert!(lines[0].contains("/4000") && lines[0].contains("elapsed"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("/4000") && lines[0].contains("elapsed"),
+        "{}",
+        lines[0]
+    );
     // --quiet prints none.
     let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
         .args(["train", "--steps", "300", "--quiet", "--out"])

@@ -23,11 +23,12 @@ fn model_or_skip(rel: &str, probe: &str, test: &str, fetch: &str) -> Option<std:
     if root.join(probe).exists() {
         return Some(root.join(rel));
     }
-    assert!(
-        std::env::var_os("NORMLAB_REQUIRE_MODEL").is_none(),
-        "model missing but NORMLAB_REQUIRE_MODEL is set"
+    common::skip::skip(
+        "NORMLAB_REQUIRE_MODEL",
+        test,
+        &format!("models/{probe} is missing"),
+        &format!("run scripts/{fetch}"),
     );
-    eprintln!("SKIPPED {test}: run scripts/{fetch}");
     None
 }
 
@@ -317,11 +318,12 @@ fn io_failures_exit_1_with_the_path_and_leave_no_temp_file() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !mounted {
-        assert!(
-            std::env::var_os("NORMLAB_REQUIRE_TMPFS").is_none(),
-            "cannot mount a tmpfs for the full-disk test"
+        common::skip::skip(
+            "NORMLAB_REQUIRE_TMPFS",
+            "the full-disk part of the resume test",
+            "a tmpfs cannot be mounted",
+            "run the tests as root",
         );
-        eprintln!("skipping the full-disk part: cannot mount a tmpfs (run the tests as root)");
         return;
     }
     let run = mnt.join("run");

@@ -17,12 +17,12 @@ fn minilm() -> Option<PathBuf> {
     if dir.join("model.safetensors").exists() {
         return Some(dir);
     }
-    assert!(
-        std::env::var_os("NORMLAB_REQUIRE_MODEL").is_none(),
-        "NORMLAB_REQUIRE_MODEL is set but {} is missing",
-        dir.display()
+    common::skip::skip(
+        "NORMLAB_REQUIRE_MODEL",
+        "exp convert --bert",
+        "models/all-MiniLM-L6-v2 is missing",
+        "run scripts/fetch_minilm.sh",
     );
-    eprintln!("skipping --bert: models/all-MiniLM-L6-v2 is absent (scripts/fetch_minilm.sh)");
     None
 }
 

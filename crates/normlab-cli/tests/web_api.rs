@@ -599,7 +599,9 @@ fn demo_runs_show_on_the_dashboard() {
     let (first, progress) = run_demo();
     assert!(first.contains("Wrote"), "{first}");
     assert!(
-        progress.lines().any(|l| l.contains("elapsed") && l.contains('/')),
+        progress
+            .lines()
+            .any(|l| l.contains("elapsed") && l.contains('/')),
         "no progress line when piped: {progress}"
     );
     let s = serve(Some(&demo));

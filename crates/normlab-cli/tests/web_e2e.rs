@@ -3,6 +3,9 @@
 //! and sets NORMLAB_REQUIRE_BROWSER=1 so a missing browser fails there).
 //! Screenshots of each part go to `<target>/tmp/web-e2e/`.
 
+#[path = "../../normlab/tests/common/skip.rs"]
+mod skip;
+
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -186,10 +189,12 @@ async fn web_lab_in_headless_chromium() {
         find(&["chromedriver"]),
         find(&["chromium", "chromium-browser"]),
     ) else {
-        if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
-            panic!("chromium / chromedriver not found but NORMLAB_REQUIRE_BROWSER is set");
-        }
-        eprintln!("SKIPPED web_lab_in_headless_chromium: chromium and chromedriver are not installed (apt-get install chromium chromium-driver)");
+        skip::skip(
+            "NORMLAB_REQUIRE_BROWSER",
+            "the web lab's browser test",
+            "chromium and chromedriver are not installed",
+            "apt-get install chromium chromium-driver",
+        );
         return;
     };
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-e2e");
@@ -675,13 +680,12 @@ async fn static_lab(c: &Client, base: &Path, ln0: &str) {
         _ => None,
     };
     if let Some(why) = why_not {
-        if std::env::var_os("NORMLAB_REQUIRE_BROWSER").is_some() {
-            panic!(
-                "{why} ({}) but NORMLAB_REQUIRE_BROWSER is set: run scripts/build_site_wasm.sh",
-                pkg.display()
-            );
-        }
-        eprintln!("SKIPPED the static lab: {why} (scripts/build_site_wasm.sh)");
+        skip::skip(
+            "NORMLAB_REQUIRE_BROWSER",
+            "the static lab's part of the browser test",
+            &format!("{why} ({})", pkg.display()),
+            "run scripts/build_site_wasm.sh (needs the wasm32 target and wasm-bindgen-cli: see .ci/run)",
+        );
         return;
     }
     let served_presets = run_presets(c).await;

@@ -12,6 +12,8 @@ use normlab::gguf::qdot::ActBits;
 use normlab::gguf::Gguf;
 use normlab::kernels::norm::NormKind;
 use normlab::model::decoder::{argmax, KvCache};
+mod common;
+
 use normlab::model::decoder::{Decoder, DecoderTrace};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -23,10 +25,12 @@ fn model_path(rel: &str, fetch: &str) -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    if std::env::var("NORMLAB_REQUIRE_MODEL").as_deref() == Ok("1") {
-        panic!("{} missing (run {fetch})", p.display());
-    }
-    eprintln!("skipping: {} missing ({fetch})", p.display());
+    common::skip::skip(
+        "NORMLAB_REQUIRE_MODEL",
+        "the GGUF model tests",
+        &format!("models/{rel} is missing"),
+        &format!("run {fetch}"),
+    );
     None
 }
 

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod lab;
+#[path = "../../../normlab/tests/common/skip.rs"]
+pub mod skip;
 pub mod slurm;
 
 use serde_json::Value;

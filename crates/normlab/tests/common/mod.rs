@@ -4,4 +4,5 @@
 pub mod fixtures;
 pub mod fuzz;
 pub mod gguf_writer;
+pub mod skip;
 pub mod tiny_gguf;
