@@ -2,7 +2,6 @@
 
 use crate::ui::{bad, progress};
 use clap::Args;
-use normlab_lab::exp::args::FlagShape;
 use normlab_lab::exp::{self, ExpArgs, ExpFlag, EXPERIMENTS};
 use std::path::PathBuf;
 
@@ -33,11 +32,6 @@ pub struct ExpCmd {
 #[derive(Clone, Debug, Default)]
 pub struct ExpFlagArgs(Vec<(ExpFlag, String)>);
 
-/// The clap id of the `--no-<name>` form of an on/off flag.
-fn no_id(f: ExpFlag) -> String {
-    format!("no-{}", f.name())
-}
-
 impl clap::FromArgMatches for ExpFlagArgs {
     fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
         let mut v = Self::default();
@@ -46,59 +40,18 @@ impl clap::FromArgMatches for ExpFlagArgs {
     }
 
     fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
-        for f in ExpFlag::all() {
-            match f.shape() {
-                FlagShape::Value | FlagShape::List => {
-                    if let Some(t) = m.get_one::<String>(f.name()) {
-                        self.0.push((f, t.clone()));
-                    }
-                }
-                FlagShape::Switch => {
-                    if m.get_flag(f.name()) {
-                        self.0.push((f, "true".into()));
-                    }
-                }
-                FlagShape::OnOff => {
-                    // The later of --name / --no-name wins (overrides_with).
-                    if m.get_flag(&no_id(f)) {
-                        self.0.push((f, "false".into()));
-                    } else if m.get_flag(f.name()) {
-                        self.0.push((f, "true".into()));
-                    }
-                }
-            }
+        let fields = ExpFlag::all().into_iter().map(ExpFlag::field);
+        for g in crate::flags::given(m, fields) {
+            let f = ExpFlag::find(g.key).expect("a declared flag");
+            self.0.push((f, g.text));
         }
         Ok(())
     }
 }
 
 impl clap::Args for ExpFlagArgs {
-    fn augment_args(mut cmd: clap::Command) -> clap::Command {
-        use clap::{Arg, ArgAction};
-        for f in ExpFlag::all() {
-            let help = f.help().trim_end_matches('.');
-            let arg = Arg::new(f.name()).long(f.name()).help(help);
-            let value_name = f.name().to_uppercase().replace('-', "_");
-            cmd = match f.shape() {
-                FlagShape::Value => cmd.arg(arg.action(ArgAction::Set).value_name(value_name)),
-                FlagShape::List => cmd.arg(
-                    arg.action(ArgAction::Set)
-                        .value_name(format!("{value_name},.."))
-                        .help(format!("{help}; comma-separated")),
-                ),
-                FlagShape::Switch => cmd.arg(arg.action(ArgAction::SetTrue)),
-                FlagShape::OnOff => cmd
-                    .arg(arg.action(ArgAction::SetTrue).overrides_with(no_id(f)))
-                    .arg(
-                        Arg::new(no_id(f))
-                            .long(no_id(f))
-                            .action(ArgAction::SetTrue)
-                            .overrides_with(f.name())
-                            .help(format!("The opposite of --{}.", f.name())),
-                    ),
-            };
-        }
-        cmd
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        crate::flags::augment(cmd, ExpFlag::all().into_iter().map(ExpFlag::field))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {

@@ -88,53 +88,9 @@ fn invocation_args(cmd: Command) -> Command {
     )
 }
 
-/// The id of the flag that sets `key` to `on` (for on/off flags).
-fn switch_id(key: &str, on: bool) -> String {
-    if on {
-        key.to_string()
-    } else {
-        format!("no_{key}")
-    }
-}
-
 impl Args for TrainArgs {
     fn augment_args(cmd: Command) -> Command {
-        let mut cmd = invocation_args(cmd);
-        for f in TrainConfig::fields() {
-            let (name, help) = (f.flag_name(), f.help());
-            let switch = |on: bool, help: String| {
-                let id = switch_id(f.key, on);
-                Arg::new(id)
-                    .long(if on {
-                        name.clone()
-                    } else {
-                        format!("no-{name}")
-                    })
-                    .action(ArgAction::SetTrue)
-                    .help(help)
-            };
-            cmd = match f.flag {
-                Flag::Hidden => cmd,
-                Flag::Num | Flag::NumOr(_) | Flag::Text | Flag::Choice(_) => cmd.arg(
-                    Arg::new(f.key)
-                        .long(name.clone())
-                        .value_name(match f.flag {
-                            Flag::Num | Flag::NumOr(_) => "N",
-                            _ => "NAME",
-                        })
-                        .allow_hyphen_values(true)
-                        .help(help),
-                ),
-                Flag::On => cmd.arg(switch(true, help)),
-                Flag::Off => cmd.arg(switch(false, format!("Off (on by default): {help}"))),
-                Flag::OnOff => cmd
-                    .arg(
-                        switch(true, format!("On: {help}")).conflicts_with(switch_id(f.key, false)),
-                    )
-                    .arg(switch(false, format!("Off: {help}"))),
-            };
-        }
-        cmd
+        crate::flags::augment(invocation_args(cmd), TrainConfig::fields().copied())
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -154,27 +110,19 @@ impl FromArgMatches for TrainArgs {
             quiet: m.get_flag("quiet"),
             ..TrainArgs::default()
         };
-        for f in TrainConfig::fields() {
-            match f.flag {
-                Flag::Hidden => {}
-                Flag::Num | Flag::NumOr(_) | Flag::Text | Flag::Choice(_) => {
-                    if let Some(v) = m.get_one::<String>(f.key) {
-                        // Parsed (and refused with the flag's name) in `overrides`.
-                        a.flags.insert(f.key.to_string(), Value::from(v.clone()));
-                        a.given.push(format!("--{}", f.flag_name()));
-                    }
-                }
-                Flag::On | Flag::Off | Flag::OnOff => {
-                    for on in [true, false] {
-                        let id = switch_id(f.key, on);
-                        if m.try_get_one::<bool>(&id).ok().flatten() == Some(&true) {
-                            a.flags.insert(f.key.to_string(), Value::from(on));
-                            let prefix = if on { "" } else { "no-" };
-                            a.given.push(format!("--{prefix}{}", f.flag_name()));
-                        }
-                    }
-                }
-            }
+        for g in crate::flags::given(m, TrainConfig::fields().copied()) {
+            let switch = TrainConfig::fields()
+                .into_iter()
+                .any(|f| f.key == g.key && matches!(f.flag, Flag::On | Flag::Off | Flag::OnOff));
+            // Values are parsed (and refused with the flag's name) in
+            // `overrides`; switches are their truth value.
+            let v = if switch {
+                Value::from(g.text == "true")
+            } else {
+                Value::from(g.text)
+            };
+            a.flags.insert(g.key.to_string(), v);
+            a.given.push(g.written);
         }
         Ok(a)
     }

@@ -10,6 +10,7 @@ mod cmd_generate;
 mod cmd_inspect;
 mod cmd_sweep;
 mod cmd_train;
+mod flags;
 mod ui;
 mod web;
 

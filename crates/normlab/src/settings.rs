@@ -1,8 +1,11 @@
-//! Settings structs declared once. [`settings!`](crate::settings!) writes a
-//! struct (with its serde attributes) and a table of its fields: the key used
-//! in TOML files, sweep grids and `config.json`, the help text (the field's
-//! doc comment) and how a command-line flag sets it. `normlab train` builds
-//! its flags from these tables, so a new option is one field with its doc
+//! Options declared once. Every option normlab takes is a [`Field`]: its
+//! key, its help (a doc comment) and how a command-line flag sets it
+//! ([`Flag`]). [`settings!`](crate::settings!) writes a settings struct
+//! (with its serde attributes) and the table of its fields: the key used in
+//! TOML files, sweep grids and `config.json`. The experiment flags
+//! (`normlab_lab::exp::args`) describe themselves as fields too, so that
+//! the binary has one generator of command-line flags for both (one `--no-`
+//! rule, one value check), and a new option is one field with its doc
 //! comment and its default.
 //!
 //! Also here: turning flag strings and TOML values into the JSON overrides
@@ -28,8 +31,12 @@ pub enum Flag {
     On,
     /// `--no-key` sets false (the default is true).
     Off,
-    /// `--key` sets true, `--no-key` false (the default depends on others).
+    /// `--key` sets true, `--no-key` false (the default depends on others;
+    /// the later of the two wins).
     OnOff,
+    /// `--key A,B,C`: a non-empty comma-separated list (parsed by the
+    /// option's own type).
+    List,
     /// No flag: set by normlab itself (e.g. by checkpoint conversion).
     Hidden,
 }
@@ -143,6 +150,12 @@ pub fn flag_value(f: &Field, text: &str) -> Result<Value> {
                     }
                 ))),
             }
+        }
+        Flag::List => {
+            if text.split(',').all(|p| p.trim().is_empty()) {
+                return Err(Error::bad(format!("--{key} is empty")));
+            }
+            Ok(Value::from(text.to_string()))
         }
         Flag::Choice(names) => {
             let t = text.trim();

@@ -161,7 +161,7 @@ pub(super) fn chapters(opts: &BookOptions) -> Result<Vec<Chapter>> {
             out: Some(opts.out.join(e.id)),
             jobs: opts
                 .jobs
-                .filter(|_| e.flags.contains(&crate::exp::args::ExpFlag::Jobs)),
+                .filter(|_| e.all_flags().contains(&crate::exp::args::ExpFlag::Jobs)),
             stop: opts.stop.clone(),
             ..ExpArgs::default()
         };

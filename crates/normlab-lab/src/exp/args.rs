@@ -12,6 +12,7 @@ use normlab::limits::check_count;
 use normlab::model::residual::{ResidualOption, SimKnob, OPTIONS};
 use normlab::model::{InitScheme, ModelKind};
 use normlab::nn::Placement;
+use normlab::settings::{Field, Flag};
 use std::path::PathBuf;
 
 /// How a flag is written on the command line.
@@ -115,6 +116,9 @@ macro_rules! exp_flags {
             /// `model::residual::OPTIONS` that the simulator models, one
             /// [`ExpFlag::ResOption`] flag each (not a flag itself).
             ResOptions,
+            /// In an experiment's flag list: the flags every training
+            /// experiment's grid takes, [`GRID_FLAGS`] (not a flag itself).
+            Grid,
         }
 
         impl ExpFlag {
@@ -136,13 +140,15 @@ macro_rules! exp_flags {
                     .map(|(i, _)| ExpFlag::ResOption(i))
             }
 
-            /// An experiment's flag list with [`ExpFlag::ResOptions`]
+            /// An experiment's flag list with [`ExpFlag::ResOptions`] and
+            /// [`ExpFlag::Grid`]
             /// replaced by the flags it stands for.
             pub fn expand(flags: &[ExpFlag]) -> Vec<ExpFlag> {
                 flags
                     .iter()
                     .flat_map(|&f| match f {
                         ExpFlag::ResOptions => Self::residual_flags().collect(),
+                        ExpFlag::Grid => GRID_FLAGS.to_vec(),
                         f => vec![f],
                     })
                     .collect()
@@ -161,6 +167,7 @@ macro_rules! exp_flags {
                     $(ExpFlag::$variant => $name,)*
                     ExpFlag::ResOption(i) => Self::knob(i).0.name,
                     ExpFlag::ResOptions => "residual-options",
+                    ExpFlag::Grid => "grid",
                 }
             }
 
@@ -170,6 +177,23 @@ macro_rules! exp_flags {
                     $(ExpFlag::$variant => concat!($($doc),+).trim_ascii(),)*
                     ExpFlag::ResOption(i) => Self::knob(i).1.help,
                     ExpFlag::ResOptions => "the residual options the depth simulator models",
+                    ExpFlag::Grid => "the grid flags of a training experiment",
+                }
+            }
+
+            /// The flag as an option declaration ([`Field`]): what the
+            /// binary's one flag generator reads (the key is the flag's
+            /// name; values are parsed by [`ExpFlag::set`]).
+            pub fn field(self) -> Field {
+                Field {
+                    key: self.name(),
+                    doc: self.help(),
+                    flag: match self.shape() {
+                        FlagShape::Value => Flag::Text,
+                        FlagShape::List => Flag::List,
+                        FlagShape::Switch => Flag::On,
+                        FlagShape::OnOff => Flag::OnOff,
+                    },
                 }
             }
 
@@ -181,7 +205,7 @@ macro_rules! exp_flags {
                         Some(_) => FlagShape::Switch,
                         None => FlagShape::Value,
                     },
-                    ExpFlag::ResOptions => FlagShape::Switch,
+                    ExpFlag::ResOptions | ExpFlag::Grid => FlagShape::Switch,
                 }
             }
 
@@ -198,7 +222,7 @@ macro_rules! exp_flags {
                         let k = Self::knob(i).1;
                         k.switch.is_none().then(|| k.example.to_string())
                     }
-                    ExpFlag::ResOptions => None,
+                    ExpFlag::ResOptions | ExpFlag::Grid => None,
                 }
             }
 
@@ -207,7 +231,7 @@ macro_rules! exp_flags {
                 match self {
                     $(ExpFlag::$variant => a.$field.is_some(),)*
                     ExpFlag::ResOption(i) => a.res_options.iter().any(|(j, _)| *j == i),
-                    ExpFlag::ResOptions => false,
+                    ExpFlag::ResOptions | ExpFlag::Grid => false,
                 }
             }
 
@@ -240,7 +264,7 @@ macro_rules! exp_flags {
                             a.res_options.sort_by_key(|(j, _)| *j);
                         }
                     }
-                    ExpFlag::ResOptions => {
+                    ExpFlag::ResOptions | ExpFlag::Grid => {
                         return Err(Error::bad(format!("{label} is not a flag")));
                     }
                 }
@@ -307,7 +331,8 @@ exp_flags! {
     Inits inits: Vec<InitScheme> = "inits", List, Some("torch");
 }
 
-/// The flags every training experiment takes (its grid and how it runs).
+/// The flags every training experiment takes (its grid and how it runs):
+/// its registry row names them all as [`ExpFlag::Grid`].
 pub const GRID_FLAGS: [ExpFlag; 4] = [ExpFlag::Steps, ExpFlag::Seeds, ExpFlag::Seed, ExpFlag::Jobs];
 
 impl ExpArgs {

@@ -30,13 +30,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "attention-sink",
     question: "Does a sigmoid gate on the attention output remove the attention sink?",
-    flags: &[
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-        ExpFlag::Layers,
-    ],
+    flags: &[ExpFlag::Grid, ExpFlag::Layers],
     run,
     grid: Some(grid),
     hidden_training: None,

@@ -27,13 +27,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "cure-all",
     question: "Does a norm fix label noise, a bad schedule or too little capacity?",
-    flags: &[
-        ExpFlag::Norms,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-    ],
+    flags: &[ExpFlag::Norms, ExpFlag::Grid],
     run,
     grid: Some(grid),
     hidden_training: None,

@@ -27,14 +27,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "depth-use",
     question: "Do deep blocks still change the stream after training (the curse of depth)?",
-    flags: &[
-        ExpFlag::Layers,
-        ExpFlag::Lrs,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-    ],
+    flags: &[ExpFlag::Layers, ExpFlag::Lrs, ExpFlag::Grid],
     run,
     grid: Some(grid),
     hidden_training: None,

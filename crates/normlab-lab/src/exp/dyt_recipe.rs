@@ -23,13 +23,7 @@ use serde_json::{json, Value};
 pub const EXPERIMENT: Experiment = Experiment {
     id: "dyt-recipe",
     question: "What is each part of DyT's LLaMA recipe worth?",
-    flags: &[
-        ExpFlag::Lrs,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-    ],
+    flags: &[ExpFlag::Lrs, ExpFlag::Grid],
     run,
     grid: Some(grid),
     hidden_training: None,

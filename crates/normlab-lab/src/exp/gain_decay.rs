@@ -23,13 +23,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "gain-decay",
     question: "Why zero-centred RMSNorm (1 + w)?",
-    flags: &[
-        ExpFlag::Steps,
-        ExpFlag::Lrs,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-    ],
+    flags: &[ExpFlag::Grid, ExpFlag::Lrs],
     run,
     grid: Some(grid),
     hidden_training: None,

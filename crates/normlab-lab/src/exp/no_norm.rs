@@ -25,14 +25,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     id: "no-norm",
     question:
         "Which normalization-free designs train a deep net, and how close do they get to Pre-LN?",
-    flags: &[
-        ExpFlag::Layers,
-        ExpFlag::Lrs,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-    ],
+    flags: &[ExpFlag::Layers, ExpFlag::Lrs, ExpFlag::Grid],
     run,
     grid: Some(grid),
     hidden_training: None,

@@ -20,15 +20,7 @@ use serde_json::{json, Map};
 pub const EXPERIMENT: Experiment = Experiment {
     id: "norm-kind",
     question: "Does the norm kind change quality?",
-    flags: &[
-        ExpFlag::Norms,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-        ExpFlag::Layers,
-        ExpFlag::Lrs,
-    ],
+    flags: &[ExpFlag::Norms, ExpFlag::Grid, ExpFlag::Layers, ExpFlag::Lrs],
     run,
     grid: Some(grid),
     hidden_training: None,

@@ -25,7 +25,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "precision-train",
     question: "Does a net train with activations stored in bf16 or f16?",
-    flags: &[ExpFlag::Steps, ExpFlag::Seeds, ExpFlag::Seed, ExpFlag::Jobs],
+    flags: &[ExpFlag::Grid],
     run,
     grid: Some(grid),
     hidden_training: None,

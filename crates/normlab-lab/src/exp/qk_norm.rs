@@ -16,14 +16,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "qk-norm",
     question: "What does QK-Norm hold down?",
-    flags: &[
-        ExpFlag::Lrs,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-        ExpFlag::Layers,
-    ],
+    flags: &[ExpFlag::Lrs, ExpFlag::Grid, ExpFlag::Layers],
     run,
     grid: Some(grid),
     hidden_training: None,

@@ -32,10 +32,7 @@ pub const EXPERIMENT: Experiment = Experiment {
     flags: &[
         ExpFlag::DModel,
         ExpFlag::Layers,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
+        ExpFlag::Grid,
         ExpFlag::Lrs,
     ],
     run,

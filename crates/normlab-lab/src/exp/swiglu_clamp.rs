@@ -29,14 +29,7 @@ use serde_json::json;
 pub const EXPERIMENT: Experiment = Experiment {
     id: "swiglu-clamp",
     question: "How large do SwiGLU activations get, and what does clamping them cost?",
-    flags: &[
-        ExpFlag::Lrs,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-        ExpFlag::Layers,
-    ],
+    flags: &[ExpFlag::Lrs, ExpFlag::Grid, ExpFlag::Layers],
     run,
     grid: Some(grid),
     hidden_training: None,

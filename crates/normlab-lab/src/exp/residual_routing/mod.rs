@@ -32,14 +32,7 @@ use verdict::{check_c27, conclusion};
 pub const EXPERIMENT: Experiment = Experiment {
     id: "residual-routing",
     question: "Do wider or routed residual streams (hyper-connections, mHC, Attention Residuals) beat the plain Pre-LN residual?",
-    flags: &[
-        ExpFlag::Model,
-        ExpFlag::Lrs,
-        ExpFlag::Steps,
-        ExpFlag::Seeds,
-        ExpFlag::Seed,
-        ExpFlag::Jobs,
-    ],
+    flags: &[ExpFlag::Model, ExpFlag::Lrs, ExpFlag::Grid],
     run,
     grid: Some(grid),
     hidden_training: None,
