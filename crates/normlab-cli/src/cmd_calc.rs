@@ -1,75 +1,80 @@
 //! `normlab calc`: normalise a vector given on the command line.
 
 use crate::ui::{bad, fmt_vec};
-use clap::Args;
-use normlab::calc::{self, CalcRequest};
+use normlab::calc;
+use normlab::calc_options::{self, CALC_OPTIONS};
 use normlab::kernels::norm::NormKind;
 
 /// Normalise one vector and show the invariances (LayerNorm under a*x + c,
 /// RMSNorm under a*x).
 ///
-/// Example: `normlab calc --x 1,2,3,6 --norm rmsnorm --scale 3 --shift 2`
-#[derive(Args, Debug)]
+/// Example: `normlab calc 1,2,3,6 --norm rmsnorm --scale 3 --shift 2` (or
+/// `--x 1,2,3,6`). The options are the calculator's one declaration
+/// (`normlab::calc_options`), which the web lab's `/api/calc` shares.
+#[derive(Debug, Default)]
 pub struct CalcArgs {
-    /// The vector, comma-separated (e.g. 1,2,3,6). Use --x=-1,2 for a leading minus.
-    #[arg(long, allow_hyphen_values = true)]
-    x: String,
-    /// Norm kind (default layernorm). The kinds and their default eps:
-    #[arg(long, default_value = "layernorm", long_help = format!("Norm kind. The kinds, with their default eps and formula: {}", NormKind::describe_all()))]
-    norm: String,
-    /// eps (default: the kind's, listed under --norm).
-    #[arg(long, allow_hyphen_values = true)]
-    eps: Option<f32>,
-    /// Gain: one value (broadcast) or d values; the kind's gain tensor as
-    /// stored (for zrmsnorm w, the gain being 1 + w; for scalenorm the scalar g).
-    #[arg(long, allow_hyphen_values = true)]
-    gamma: Option<String>,
-    /// Bias, for kinds with one: one value or d values.
-    #[arg(long, allow_hyphen_values = true)]
-    beta: Option<String>,
-    /// Also normalise scale * x (+ shift) and say whether the output changed.
-    #[arg(long, allow_hyphen_values = true)]
-    scale: Option<f32>,
-    /// Also normalise x + shift (with --scale: scale * x + shift).
-    #[arg(long, allow_hyphen_values = true)]
-    shift: Option<f32>,
-    /// Also compute the norm with the input, gain and bias stored in bf16 or
-    /// f16 (or f32), statistics in f32 (layernorm, rmsnorm, zrmsnorm).
-    #[arg(long)]
-    dtype: Option<String>,
-    /// With --dtype: round every intermediate (squares, running sums, mean,
-    /// variance, eps, rstd) to the type, as a naive half-precision norm does.
-    #[arg(long)]
-    naive: bool,
+    /// The options given (key, text).
+    given: Vec<(&'static str, String)>,
     /// Print the result as JSON.
-    #[arg(long)]
     json: bool,
 }
 
+impl clap::Args for CalcArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd = cmd
+            .arg(
+                clap::Arg::new("vector")
+                    .value_name("X")
+                    .allow_hyphen_values(true)
+                    .conflicts_with("x")
+                    .help("The vector, comma-separated (the same as --x)"),
+            )
+            .arg(
+                clap::Arg::new("json")
+                    .long("json")
+                    .action(clap::ArgAction::SetTrue)
+                    .help("Print the result as JSON"),
+            );
+        crate::flags::augment(cmd, CALC_OPTIONS.iter().copied()).mut_arg("norm", |a| {
+            a.long_help(format!(
+                "Norm kind (default layernorm). The kinds, with their default eps and formula: {}",
+                NormKind::describe_all()
+            ))
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for CalcArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut a = CalcArgs {
+            json: m.get_flag("json"),
+            ..CalcArgs::default()
+        };
+        if let Some(v) = m.get_one::<String>("vector") {
+            a.given.push(("x", v.clone()));
+        }
+        for g in crate::flags::given(m, CALC_OPTIONS.iter().copied()) {
+            a.given.push((g.key, g.text));
+        }
+        Ok(a)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
 pub fn run(a: CalcArgs) -> anyhow::Result<()> {
-    let kind: NormKind = match a.norm.parse() {
-        Ok(k) => k,
-        Err(e) => return bad(format!("{e}")),
-    };
-    let parse = |what: &str, s: &str| calc::parse_vector(what, s);
-    let x = match parse("--x", &a.x) {
-        Ok(v) => v,
+    let given: Vec<(&str, &str)> = a.given.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let req = match calc_options::request(&given, |k| format!("--{k}"), usize::MAX) {
+        Ok(r) => r,
         Err(e) => return bad(e),
     };
-    let mut req = CalcRequest::new(kind, x);
-    req.eps = a.eps;
-    req.scale = a.scale;
-    req.shift = a.shift;
-    req.naive = a.naive;
-    if let Some(t) = &a.dtype {
-        req.dtype = Some(t.parse().or_else(bad)?);
-    }
-    if let Some(g) = &a.gamma {
-        req.gamma = Some(parse("--gamma", g).or_else(bad)?);
-    }
-    if let Some(b) = &a.beta {
-        req.beta = Some(parse("--beta", b).or_else(bad)?);
-    }
     let r = match calc::calc(&req) {
         Ok(r) => r,
         Err(e) => return bad(e.to_string()),
@@ -117,7 +122,7 @@ pub fn run(a: CalcArgs) -> anyhow::Result<()> {
         println!("-> max |diff| from the f32 output: {:.3e}", lp.max_abs_diff);
     }
     if let Some(t) = &r.transformed {
-        let what = match (a.scale, a.shift) {
+        let what = match (req.scale, req.shift) {
             (Some(s), Some(c)) => format!("{s} * x + {c}"),
             (Some(s), None) => format!("{s} * x"),
             _ => format!("x + {}", t.shift),

@@ -13,7 +13,7 @@
 //! API:
 //! - `GET /api/kinds` — the norm kinds a model can use, with their formulas.
 //! - `GET /api/calc?norm=&x=&eps=&scale=&shift=&dtype=&naive=` — the norm
-//!   calculator (`widgets::CALC_PARAMS`).
+//!   calculator (`normlab::calc_options::CALC_OPTIONS`, as `normlab calc`).
 //! - `GET /api/simulate?sublayers=&gain=&residual=&pre_norm=&scale_writeback=&dyt=&lns=&rezero=&layerscale=&d_model=&rows=&seed=` —
 //!   the depth simulator, with an SVG chart: the parameters are `normlab exp
 //!   depth-sim`'s flags (one declaration, `exp::args`; the residual

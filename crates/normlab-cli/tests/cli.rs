@@ -47,6 +47,16 @@ fn piped_runs_print_progress_lines() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The vector may be given bare (`normlab calc 1,2,3,6`) or as --x; the
+/// options are the web lab's /api/calc parameters, parsed alike.
+#[test]
+fn calc_takes_the_vector_bare_or_as_x() {
+    let a = json(&["calc", "1,2,3,6", "--norm", "rmsnorm", "--json"]);
+    let b = json(&["calc", "--x", "1,2,3,6", "--norm", "rmsnorm", "--json"]);
+    assert_eq!(a, b);
+    assert_eq!(a["d"], 4);
+}
+
 #[test]
 fn calc_in_low_precision() {
     // A row of 1e-3s: its mean square 1e-6 is representable in f16, but

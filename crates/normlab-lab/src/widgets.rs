@@ -7,20 +7,17 @@
 //! arithmetic, and the depth simulator's transcendental functions go
 //! through the `libm` crate, whose bits are the same on every target).
 
-use crate::exp::args::FlagValue;
 use crate::exp::depth_sim::{self, SimConfig};
 use crate::exp::{ExpArgs, ExpFlag};
 use crate::present::plot::{self, Figure, LineChart, Panel, Series};
-use normlab::calc::{self, CalcRequest};
+use normlab::calc;
+use normlab::calc_options::{self, CALC_OPTIONS};
 use normlab::kernels::norm::NormKind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
 /// Longest vector the calculator accepts.
 pub const MAX_CALC_LEN: usize = 4096;
-
-/// The parameters of `calc`.
-pub const CALC_PARAMS: &[&str] = &["norm", "x", "eps", "scale", "shift", "dtype", "naive"];
 
 /// A parsed query string: key -> value.
 pub type Query = HashMap<String, String>;
@@ -59,55 +56,18 @@ pub fn residual_options() -> Value {
     json!({ "options": normlab::model::residual::simulated_json() })
 }
 
-fn parse_f32(name: &str, v: Option<&String>) -> Result<Option<f32>, String> {
-    match v.map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        None => Ok(None),
-        Some(s) => s
-            .parse::<f32>()
-            .map(Some)
-            .map_err(|_| format!("{name}: '{s}' is not a number")),
-    }
-}
-
-/// A switch parameter (the experiment flags' parsing of true/false), or
-/// `default` when absent or empty.
-fn parse_bool(name: &str, v: Option<&String>, default: bool) -> Result<bool, String> {
-    match v.map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        None => Ok(default),
-        Some(s) => <bool as FlagValue>::parse_flag(name, s).map_err(|e| e.to_string()),
-    }
-}
-
-/// The norm calculator ([`CALC_PARAMS`]).
+/// The norm calculator: its parameters are `normlab calc`'s options
+/// ([`CALC_OPTIONS`]: one declaration, one parser).
 pub fn calc(q: &Query) -> Result<Value, String> {
-    let kind: NormKind = q
-        .get("norm")
-        .map_or("layernorm", String::as_str)
-        .parse()
-        .map_err(|e| format!("{e}"))?;
-    let xs = q
-        .get("x")
-        .ok_or("missing parameter x (comma-separated numbers)")?;
-    if xs.len() > MAX_CALC_LEN * 32 {
-        return Err(format!("x is too long (at most {MAX_CALC_LEN} values)"));
-    }
-    let x = calc::parse_vector("x", xs)?;
-    if x.len() > MAX_CALC_LEN {
-        return Err(format!(
-            "x has {} values; at most {MAX_CALC_LEN} are allowed",
-            x.len()
-        ));
-    }
-    let mut req = CalcRequest::new(kind, x);
-    if let Some(t) = q.get("dtype").filter(|t| !t.is_empty()) {
-        req.dtype = Some(t.parse()?);
-    }
-    req.naive = parse_bool("naive", q.get("naive"), false)?;
-    req.eps = parse_f32("eps", q.get("eps"))?;
-    req.scale = parse_f32("scale", q.get("scale"))?;
-    req.shift = parse_f32("shift", q.get("shift"))?;
+    let given: Vec<(&str, &str)> = q.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let req = calc_options::request(&given, |k| k.to_string(), MAX_CALC_LEN)?;
     let r = calc::calc(&req).map_err(|e| e.to_string())?;
     serde_json::to_value(r).map_err(|e| e.to_string())
+}
+
+/// The calculator's parameter names ([`CALC_OPTIONS`]' keys).
+pub fn calc_params() -> Vec<&'static str> {
+    CALC_OPTIONS.iter().map(|f| f.key).collect()
 }
 
 /// The depth simulator's parameters: `normlab exp depth-sim`'s flags (one
@@ -191,7 +151,7 @@ pub fn call(route: &str, raw: &str) -> Result<Value, String> {
     match route {
         "kinds" => parse_query(raw, &[]).map(|_| kinds()),
         "residual-options" => parse_query(raw, &[]).map(|_| residual_options()),
-        "calc" => calc(&parse_query(raw, CALC_PARAMS)?),
+        "calc" => calc(&parse_query(raw, &calc_params())?),
         "simulate" => Ok(simulate(&simulate_query(raw)?)),
         _ => Err(format!("no such route: /api/{route}")),
     }

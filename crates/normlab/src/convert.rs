@@ -70,7 +70,7 @@ pub fn classify(model: &Model) -> Vec<NormInfo> {
             let (role, exact, why) = match site.role {
                 NormRole::In | NormRole::Final => (Role::ReadsStream, centred, reads_why.clone()),
                 NormRole::Out => (Role::BranchOutput, true, "normalises only this branch's output: centring the branch's output projection makes its input zero-mean; beta is kept as a bias after the RMSNorm".into()),
-                NormRole::Post | NormRole::QkNorm | NormRole::Stream => (Role::OnStream, false, "sits on the residual stream itself: it subtracts the mean of x + S(x), which no centring of weights can make zero".into()),
+                NormRole::Post | NormRole::QkNorm | NormRole::Stream | NormRole::Embedding => (Role::OnStream, false, "sits on the residual stream itself: it subtracts the mean of x + S(x), which no centring of weights can make zero".into()),
             };
             NormInfo {
                 name: site.norm.name.clone(),

@@ -14,6 +14,7 @@ pub use error::{Error, Result};
 pub use normlab_kernels as kernels;
 
 pub mod calc;
+pub mod calc_options;
 pub mod convert;
 pub mod error;
 pub mod gguf;

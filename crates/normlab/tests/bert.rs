@@ -114,7 +114,7 @@ fn minilm_trace_is_exact_per_sublayer() {
         .encode("Residual connections keep deep networks trainable.")
         .unwrap();
     let mut tr = bert::Trace::default();
-    bert.forward(&ids, &bert.norms, Some(&mut tr));
+    bert.forward(&ids, &bert.norms, &mut tr);
     assert_eq!(tr.sublayers.len(), 2 * bert.cfg.num_hidden_layers);
     for s in &tr.sublayers {
         assert!(s.check < 1e-5 && s.write_rms > 0.0, "{s:?}");

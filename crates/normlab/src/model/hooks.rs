@@ -13,7 +13,9 @@
 //! embedded(x)                         the scaled token embeddings
 //! per block l, per sublayer s (0 attention, 1 MLP):
 //!   sublayer_in(l, s, x)              the stream the sublayer reads
-//!   norm_input(l, role, x, width)     every norm's input (In, QkNorm, Out)
+//!   norm_input(l, role, x, width)     every norm's input (In, QkNorm, Out,
+//!                                     Post), then
+//!   norm_output(l, role, y, width)    its output
 //!   queries_keys(l, q, k, geom)       before QK-Norm (when the block has it)
 //!   attention(pattern)                per head: probabilities, largest logit
 //!   mlp_hidden(l, h)                  act(gate) * up, after any clamp
@@ -21,6 +23,11 @@
 //!   sublayer_out(l, s, x)             the stream after the add
 //! final_stream(x)                     the stream the final norm reads
 //! ```
+//!
+//! A Post-LN encoder (BERT) calls them in its order: `embedded`, the
+//! embedding norm (`NormRole::Embedding`, block 0), then per sublayer
+//! `sublayer_in`, `write` (the sublayer's output), its Post norm over the
+//! sum, `sublayer_out` (the normed stream).
 
 use crate::nn::NormRole;
 
@@ -113,6 +120,8 @@ pub trait Observer {
     /// A norm's input: rows of `width` (QK-Norm normalises each head's
     /// query or key, so its rows are head_dim wide).
     fn norm_input(&mut self, _block: usize, _role: NormRole, _x: &[f32], _width: usize) {}
+    /// A norm's output (rows of `width`), right after its input.
+    fn norm_output(&mut self, _block: usize, _role: NormRole, _y: &[f32], _width: usize) {}
     /// Queries and keys before QK-Norm (blocks with QK-Norm only).
     fn queries_keys(&mut self, _block: usize, _q: &[f32], _k: &[f32], _geom: &QkGeometry) {}
     /// One head's attention pattern.

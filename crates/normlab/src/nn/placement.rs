@@ -136,4 +136,7 @@ pub enum NormRole {
     /// On each of n residual streams, for the read/write weights they
     /// set (dynamic hyper-connections).
     Stream,
+    /// On the summed token, position and type embeddings, before the first
+    /// block (BERT's embedding LayerNorm).
+    Embedding,
 }

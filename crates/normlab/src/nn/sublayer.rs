@@ -204,7 +204,7 @@ impl SublayerCache {
             NormRole::Out => self.out_c.as_ref(),
             NormRole::Post => self.res.post_cache(),
             NormRole::Stream => self.res.stream_cache(),
-            NormRole::Final | NormRole::QkNorm => None,
+            NormRole::Final | NormRole::QkNorm | NormRole::Embedding => None,
         }
     }
 

@@ -41,7 +41,7 @@ pub fn calibrate_rms(bert: &Bert, sentences: &[Vec<u32>]) -> Vec<NormParams> {
         .iter()
         .map(|ids| {
             let mut tr = Trace::default();
-            bert.forward(ids, &bert.norms, Some(&mut tr));
+            bert.forward(ids, &bert.norms, &mut tr);
             tr
         })
         .collect();
@@ -56,7 +56,7 @@ pub fn calibrate_rms(bert: &Bert, sentences: &[Vec<u32>]) -> Vec<NormParams> {
         );
         for (ids, orig) in sentences.iter().zip(&originals) {
             let mut tr = Trace::default();
-            bert.forward(ids, &conv, Some(&mut tr));
+            bert.forward(ids, &conv, &mut tr);
             let (input, target) = (&tr.norm_in[k], &orig.norm_out[k]);
             for (row, yrow) in input.chunks_exact(d).zip(target.chunks_exact(d)) {
                 let rms = (row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / d as f64

@@ -1,12 +1,16 @@
 //! The encoder's forward pass (Post-LN, bidirectional multi-head
 //! attention, exact GELU) with any norms (the model's own or converted
-//! ones), recording what `inspect.rs` and the conversion read.
+//! ones), handing its tensors to an observer at the hook points of
+//! `model/hooks.rs`; the [`Trace`] that `inspect.rs` and the conversion
+//! read is one.
 
 use super::{Bert, NormParams, Trace};
 use crate::error::Result;
 use crate::kernels::act;
 use crate::kernels::matmul::{gemm, linear_forward, Mat};
+use crate::model::hooks::{NoObserver, Observer, Pass};
 use crate::model::SublayerTrace;
+use crate::nn::NormRole;
 
 /// Head `hh` of a `[t, heads * hd]` row-major matrix, as a `t x hd` view.
 fn head(m: &[f32], hh: usize, t: usize, hd: usize) -> Mat<'_> {
@@ -21,12 +25,13 @@ fn head(m: &[f32], hh: usize, t: usize, hd: usize) -> Mat<'_> {
 
 impl Bert {
     /// Last hidden state `[T, d]` of `ids`, using `norms` (the model's own,
-    /// or converted ones); fills `trace` when given.
-    pub fn forward(
+    /// or converted ones); `obs` receives the pass's tensors at its hook
+    /// points ([`NoObserver`]: none).
+    pub fn forward<O: Observer + ?Sized>(
         &self,
         ids: &[u32],
         norms: &[NormParams],
-        mut trace: Option<&mut Trace>,
+        obs: &mut O,
     ) -> Vec<f32> {
         let (d, t) = (self.cfg.hidden_size, ids.len());
         let h = self.cfg.num_attention_heads;
@@ -38,16 +43,34 @@ impl Bert {
                 x[i * d + j] = self.word[id * d + j] + self.pos[i * d + j] + self.types[j];
             }
         }
-        let apply_norm = |k: usize, input: &[f32], tr: &mut Option<&mut Trace>| -> Vec<f32> {
+        let observed = obs.active();
+        if observed {
+            obs.begin(Pass {
+                past: 0,
+                tokens: t,
+                d,
+                blocks: self.layers.len(),
+                heads: h,
+            });
+            obs.embedded(&x);
+        }
+        // Norm k (0: the embeddings', then two per block) over `input`.
+        let apply_norm = |k: usize, input: &[f32], obs: &mut O| -> Vec<f32> {
+            let (block, role) = match k {
+                0 => (0, NormRole::Embedding),
+                k => ((k - 1) / 2, NormRole::Post),
+            };
+            if observed {
+                obs.norm_input(block, role, input, d);
+            }
             let mut y = vec![0.0; input.len()];
             norms[k].apply(input, &mut y);
-            if let Some(tr) = tr.as_deref_mut() {
-                tr.norm_in.push(input.to_vec());
-                tr.norm_out.push(y.clone());
+            if observed {
+                obs.norm_output(block, role, &y, d);
             }
             y
         };
-        x = apply_norm(0, &x, &mut trace);
+        x = apply_norm(0, &x, obs);
         let scale = 1.0 / (hd as f32).sqrt();
         for (li, l) in self.layers.iter().enumerate() {
             let lin = |w: &(Vec<f32>, Vec<f32>), inp: &[f32], din: usize, dout: usize| {
@@ -86,26 +109,34 @@ impl Bert {
                 );
             }
             let attn = lin(&l.o, &ctx, d, d);
-            if let Some(tr) = trace.as_deref_mut() {
-                tr.stream_in.push(x.clone());
-                tr.writes.push(attn.clone());
+            if observed {
+                obs.sublayer_in(li, 0, &x);
+                obs.write(li, 0, &attn);
             }
             let sum: Vec<f32> = x.iter().zip(&attn).map(|(a, b)| a + b).collect();
-            let y = apply_norm(1 + 2 * li, &sum, &mut trace);
-            record(&mut trace, li, 0, &x, &y);
+            let y = apply_norm(1 + 2 * li, &sum, obs);
+            if observed {
+                obs.sublayer_out(li, 0, &y);
+            }
             x = y;
             let pre = lin(&l.fc, &x, d, self.cfg.intermediate_size);
             let mut g = vec![0.0; pre.len()];
             act::gelu_erf_forward(&pre, &mut g);
             let out = lin(&l.out, &g, self.cfg.intermediate_size, d);
-            if let Some(tr) = trace.as_deref_mut() {
-                tr.stream_in.push(x.clone());
-                tr.writes.push(out.clone());
+            if observed {
+                obs.sublayer_in(li, 1, &x);
+                obs.mlp_hidden(li, &g);
+                obs.write(li, 1, &out);
             }
             let sum: Vec<f32> = x.iter().zip(&out).map(|(a, b)| a + b).collect();
-            let y = apply_norm(2 + 2 * li, &sum, &mut trace);
-            record(&mut trace, li, 1, &x, &y);
+            let y = apply_norm(2 + 2 * li, &sum, obs);
+            if observed {
+                obs.sublayer_out(li, 1, &y);
+            }
             x = y;
+        }
+        if observed {
+            obs.final_stream(&x);
         }
         x
     }
@@ -113,7 +144,7 @@ impl Bert {
     /// Sentence embedding: mean of the last hidden state over tokens, L2-normalised.
     pub fn embed_ids(&self, ids: &[u32], norms: &[NormParams]) -> Vec<f32> {
         let d = self.cfg.hidden_size;
-        let hs = self.forward(ids, norms, None);
+        let hs = self.forward(ids, norms, &mut NoObserver);
         let mut e = vec![0f64; d];
         for row in hs.chunks_exact(d) {
             for (a, &b) in e.iter_mut().zip(row) {
@@ -130,11 +161,31 @@ impl Bert {
     }
 }
 
-/// A Post-LN sublayer's trace: the write is the change across it.
-fn record(trace: &mut Option<&mut Trace>, block: usize, sub: usize, before: &[f32], after: &[f32]) {
-    if let Some(tr) = trace.as_deref_mut() {
+/// The trace is an observer: each norm's input and output, each
+/// sublayer's stream and write, and per sublayer the stream before, the
+/// change across it (a Post-LN sublayer's write is not added as is) and the
+/// stream after.
+impl Observer for Trace {
+    fn norm_input(&mut self, _block: usize, _role: NormRole, x: &[f32], _width: usize) {
+        self.norm_in.push(x.to_vec());
+    }
+
+    fn norm_output(&mut self, _block: usize, _role: NormRole, y: &[f32], _width: usize) {
+        self.norm_out.push(y.to_vec());
+    }
+
+    fn sublayer_in(&mut self, _block: usize, _sub: usize, x: &[f32]) {
+        self.stream_in.push(x.to_vec());
+    }
+
+    fn write(&mut self, _block: usize, _sub: usize, w: &[f32]) {
+        self.writes.push(w.to_vec());
+    }
+
+    fn sublayer_out(&mut self, block: usize, sub: usize, after: &[f32]) {
+        let before = self.stream_in.last().expect("sublayer_in came first");
         let change: Vec<f32> = after.iter().zip(before).map(|(a, b)| a - b).collect();
-        tr.sublayers
+        self.sublayers
             .push(SublayerTrace::of(block, sub, before, &change, after));
     }
 }

@@ -52,7 +52,7 @@ pub fn inspect(bert: &Bert, texts: &[String]) -> Result<Vec<InspectRow>> {
     for text in texts {
         let ids = bert.encode(text)?;
         let mut tr = Trace::default();
-        bert.forward(&ids, &bert.norms, Some(&mut tr));
+        bert.forward(&ids, &bert.norms, &mut tr);
         let rms = |v: &[f32]| {
             (v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
         };

@@ -148,6 +148,9 @@ impl Decoder {
                 obs.norm_input(l, NormRole::In, &h, d);
             }
             self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
+            if observed {
+                obs.norm_output(l, NormRole::In, &a, d);
+            }
             self.apply(&layer.wq, &a, t, &mut q);
             self.apply(&layer.wk, &a, t, &mut k);
             self.apply(&layer.wv, &a, t, &mut v);
@@ -171,6 +174,9 @@ impl Decoder {
                     let n = x.len();
                     self.apply_norm(NormKind::RmsNorm, x, g, &mut qk_tmp[..n], &mut stats);
                     x.copy_from_slice(&qk_tmp[..n]);
+                    if observed {
+                        obs.norm_output(l, NormRole::QkNorm, x, hd);
+                    }
                 }
             }
             rotate(&mut q, c.heads);
@@ -267,6 +273,9 @@ impl Decoder {
                 obs.norm_input(l, NormRole::In, &h, d);
             }
             self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
+            if observed {
+                obs.norm_output(l, NormRole::In, &a, d);
+            }
             self.apply(&layer.gate, &a, t, &mut gb);
             self.apply(&layer.up, &a, t, &mut ub);
             if let Some(lim) = self.ffn_clamp {
@@ -334,6 +343,9 @@ impl Decoder {
                     obs.norm_input(block, NormRole::Out, o, g.len());
                 }
                 self.apply_norm(kind, o, g, normed, stats);
+                if observed {
+                    obs.norm_output(block, NormRole::Out, normed, g.len());
+                }
                 normed
             }
             None => o,

@@ -87,6 +87,7 @@ enum Call {
     Embedded(Vec<f32>),
     In(usize, usize, Vec<f32>),
     Norm(usize, NormRole, Vec<f32>, usize),
+    NormOut(usize, NormRole, Vec<f32>, usize),
     /// Queries and keys already rotated by the pass's RoPE for replay, and
     /// the geometry without its rotation.
     Qk(usize, Vec<f32>, Vec<f32>, [usize; 4], f32, Option<usize>),
@@ -121,6 +122,9 @@ impl Observer for Capture {
     }
     fn norm_input(&mut self, b: usize, r: NormRole, x: &[f32], w: usize) {
         self.0.push(Call::Norm(b, r, x.to_vec(), w));
+    }
+    fn norm_output(&mut self, b: usize, r: NormRole, y: &[f32], w: usize) {
+        self.0.push(Call::NormOut(b, r, y.to_vec(), w));
     }
     fn queries_keys(&mut self, b: usize, q: &[f32], k: &[f32], g: &QkGeometry) {
         let (mut rq, mut rk) = (q.to_vec(), k.to_vec());
@@ -166,6 +170,7 @@ fn replay(calls: &[Call], obs: &mut impl Observer) {
             Call::Embedded(x) => obs.embedded(x),
             Call::In(b, s, x) => obs.sublayer_in(*b, *s, x),
             Call::Norm(b, r, x, w) => obs.norm_input(*b, *r, x, *w),
+            Call::NormOut(b, r, y, w) => obs.norm_output(*b, *r, y, *w),
             Call::Qk(b, q, k, [t, h, kvh, hd], scale, window) => obs.queries_keys(
                 *b,
                 q,
@@ -240,8 +245,9 @@ fn a_trace_from_tensors_captured_at_the_hook_points_equals_the_live_one() {
         .map(|c| format!("{c:?}").split('(').next().unwrap().to_string())
         .collect();
     let block: Vec<&str> = [
-        "In", "Norm", "Qk", "Norm", "Norm", "Attn", "Attn", "Norm", "Write", "Out", "In", "Norm",
-        "Mlp", "Norm", "Write", "Out",
+        "In", "Norm", "NormOut", "Qk", "Norm", "NormOut", "Norm", "NormOut", "Attn", "Attn",
+        "Norm", "NormOut", "Write", "Out", "In", "Norm", "NormOut", "Mlp", "Norm", "NormOut",
+        "Write", "Out",
     ]
     .to_vec();
     let mut want = vec!["Begin", "Embedded"];
