@@ -260,7 +260,9 @@ fn emit(c: &BookCmd, opts: &BookOptions) -> anyhow::Result<()> {
         out: out.clone(),
         ..opts.clone()
     };
-    let plan = book_cluster::write_plan(&opts, c.min_task_minutes * 60.0)?;
+    // Everything checked (the scripts' paths included) before anything is
+    // written.
+    let plan = book_cluster::make_plan(&opts, c.min_task_minutes * 60.0)?;
     let cpus = c.jobs.unwrap_or(1);
     let workdir = std::env::current_dir()?;
     let files: Vec<(&str, String, bool)> = if c.emit_slurm {
@@ -279,6 +281,7 @@ fn emit(c: &BookCmd, opts: &BookOptions) -> anyhow::Result<()> {
             .map(|(n, t)| (n, t, false))
             .collect()
     };
+    book_cluster::save_plan(&out, &plan)?;
     let paths = book_emit::write_files(&out, &files)?;
     let units = plan.units().count();
     let cost: f64 = plan.units().map(|u| u.cost).sum();

@@ -3,7 +3,7 @@
 //! ([`Flag`]). [`settings!`](crate::settings!) writes a settings struct
 //! (with its serde attributes) and the table of its fields: the key used in
 //! TOML files, sweep grids and `config.json`. The experiment flags
-//! (`normlab_lab::exp::args`) describe themselves as fields too, so that
+//! (in the lab crate's `exp::args`) describe themselves as fields too, so that
 //! the binary has one generator of command-line flags for both (one `--no-`
 //! rule, one value check), and a new option is one field with its doc
 //! comment and its default.

@@ -200,7 +200,7 @@ fn bad_folders_are_one_line_errors() {
         ("model_type", Value::from("mamba"), "not supported"),
         ("hidden_activation", Value::from("relu"), "not supported"),
         ("rms_norm_eps", Value::from(-1.0), "eps"),
-        ("intermediate_size", Value::from(47), "values, expected"),
+        ("intermediate_size", Value::from(47), "has shape"),
     ] {
         let mut c = cfg.clone();
         c[key] = val;

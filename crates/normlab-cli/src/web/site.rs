@@ -19,6 +19,7 @@
 
 use super::book::{claims_page, figure_path, MAX_FIGURE_BYTES};
 use super::state::{PAGE, TRANSLATIONS};
+use crate::ui::bad;
 use anyhow::{bail, Context};
 use clap::Args;
 use normlab::io::{atomic_write, create_dir_all};
@@ -72,11 +73,11 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
     }
     if let Some(b) = &c.book {
         if !b.is_dir() {
-            bail!(
+            return bad(format!(
                 "--book {}: no such folder; the published book is docs/findings, or write one with normlab book --quick --out {}",
                 b.display(),
                 b.display()
-            );
+            ));
         }
     }
     check_folder(&c.out)?;
@@ -91,16 +92,7 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
         .with_file_name(format!(".{name}.normlab-site-{}", std::process::id()));
     let built = build(&c, &tmp, &wasm_files);
     let moved = built.and_then(|summary| {
-        create_dir_all(&c.out)?;
-        for entry in ENTRIES {
-            let (from, to) = (tmp.join(entry), c.out.join(entry));
-            if to.is_dir() {
-                std::fs::remove_dir_all(&to)
-                    .with_context(|| format!("cannot replace {}", to.display()))?;
-            }
-            std::fs::rename(&from, &to)
-                .with_context(|| format!("cannot move {} into place", to.display()))?;
-        }
+        replace_entries(&tmp, &c.out)?;
         Ok(summary)
     });
     let _ = std::fs::remove_dir_all(&tmp);
@@ -115,6 +107,46 @@ pub fn run(c: SiteCmd) -> anyhow::Result<()> {
         c.out.display()
     );
     Ok(())
+}
+
+/// Move the complete site in `new` into `out`: an earlier site's entries
+/// are first moved aside (into `new/.old`), then the new ones moved in;
+/// if a move fails, what was moved in is taken out and the earlier
+/// entries are put back, so `out` holds the old site or the new one, never
+/// a mix.
+fn replace_entries(new: &Path, out: &Path) -> anyhow::Result<()> {
+    create_dir_all(out)?;
+    let old = new.join(".old");
+    create_dir_all(&old)?;
+    let mut aside = Vec::new();
+    let mut placed = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for entry in ENTRIES {
+            let to = out.join(entry);
+            if to.symlink_metadata().is_ok() {
+                std::fs::rename(&to, old.join(entry))
+                    .with_context(|| format!("cannot move {} aside", to.display()))?;
+                aside.push(entry);
+            }
+        }
+        for entry in ENTRIES {
+            let to = out.join(entry);
+            std::fs::rename(new.join(entry), &to)
+                .with_context(|| format!("cannot move {} into place", to.display()))?;
+            placed.push(entry);
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        for entry in placed {
+            let p = out.join(entry);
+            let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+        }
+        for entry in aside {
+            let _ = std::fs::rename(old.join(entry), out.join(entry));
+        }
+    }
+    result
 }
 
 /// What a site consists of (the entries an earlier site's are replaced by).
@@ -166,11 +198,11 @@ fn build(c: &SiteCmd, dir: &Path, wasm: &[(&str, Vec<u8>)]) -> anyhow::Result<(u
         )?;
         for stem in ch["figures"].as_array().into_iter().flatten() {
             let stem = stem.as_str().unwrap_or_default();
-            let src = figure_path(book, id, &ch, stem).ok_or_else(|| {
-                anyhow::anyhow!(
+            let Some(src) = figure_path(book, id, &ch, stem) else {
+                return bad(format!(
                     "chapter {id} lists a figure '{stem}' that is not a plain file name"
-                )
-            })?;
+                ));
+            };
             let bytes = normlab::io::read_capped(&src, MAX_FIGURE_BYTES)
                 .with_context(|| format!("chapter {id}: cannot read figure {}", src.display()))?;
             put(dir, &format!("api/book/{id}/figure/{stem}.svg"), &bytes)?;
@@ -186,17 +218,20 @@ fn check_folder(out: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     if !out.is_dir() {
-        bail!("--out {}: exists and is not a folder", out.display());
+        return bad(format!(
+            "--out {}: exists and is not a folder",
+            out.display()
+        ));
     }
     let empty = std::fs::read_dir(out)
         .with_context(|| format!("cannot read {}", out.display()))?
         .next()
         .is_none();
     if !empty && !out.join(MARK).is_file() {
-        bail!(
+        return bad(format!(
             "--out {}: the folder holds other files (not an earlier normlab site); choose a new or empty folder",
             out.display()
-        );
+        ));
     }
     Ok(())
 }

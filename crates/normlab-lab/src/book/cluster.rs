@@ -144,21 +144,29 @@ pub fn group(units: Vec<Unit>, min_cost: f64) -> Vec<Vec<Unit>> {
 }
 
 /// Cut the book of `opts` into tasks of at least `min_task_seconds` of
-/// estimated work each and write the plan into its folder.
-pub fn write_plan(opts: &super::run::BookOptions, min_task_seconds: f64) -> Result<Plan> {
-    let plan = Plan {
+/// estimated work each (nothing written: [`save_plan`] writes it).
+pub fn make_plan(opts: &super::run::BookOptions, min_task_seconds: f64) -> Result<Plan> {
+    Ok(Plan {
         version: PLAN_VERSION,
         quick: opts.quick,
         only: opts.only.clone(),
         tasks: group(units(&chapters(opts)?), min_task_seconds),
-    };
-    normlab::io::create_dir_all(&opts.out)?;
+    })
+}
+
+/// Write `plan` into the book folder `out`.
+pub fn save_plan(out: &Path, plan: &Plan) -> Result<()> {
+    normlab::io::create_dir_all(out)?;
     normlab::io::atomic_write(
-        &opts.out.join(PLAN),
-        serde_json::to_string_pretty(&plan)
-            .expect("json")
-            .as_bytes(),
-    )?;
+        &out.join(PLAN),
+        serde_json::to_string_pretty(plan).expect("json").as_bytes(),
+    )
+}
+
+/// [`make_plan`], then [`save_plan`] into its folder.
+pub fn write_plan(opts: &super::run::BookOptions, min_task_seconds: f64) -> Result<Plan> {
+    let plan = make_plan(opts, min_task_seconds)?;
+    save_plan(&opts.out, &plan)?;
     Ok(plan)
 }
 
@@ -181,7 +189,63 @@ pub fn read_plan(out: &Path) -> Result<Plan> {
             plan.version
         )));
     }
+    plan.validate()
+        .map_err(|why| Error::bad(format!("{}: {why}; emit the plan again", path.display())))?;
     Ok(plan)
+}
+
+impl Plan {
+    /// Check everything before acting on the plan (an edited plan must
+    /// not start the whole book, or name a folder outside the book):
+    /// tasks and their units present, chapters that are experiments, run
+    /// ids that are plain names, each unit once, finite costs.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.tasks.is_empty() {
+            return Err("the plan has no tasks".into());
+        }
+        if let Some(i) = self.tasks.iter().position(Vec::is_empty) {
+            return Err(format!("task {i} has no units"));
+        }
+        if let Some(only) = &self.only {
+            if only.is_empty() {
+                return Err("\"only\" lists no chapter".into());
+            }
+            for id in only {
+                if registry::find(id).is_none() {
+                    return Err(format!("\"only\" names '{id}', which is not an experiment"));
+                }
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for u in self.units() {
+            if registry::find(&u.chapter).is_none() {
+                return Err(format!(
+                    "a unit names '{}', which is not an experiment",
+                    u.chapter
+                ));
+            }
+            if let Some(r) = &u.run {
+                let plain = !r.is_empty() && !r.starts_with('.') && !r.contains(['/', '\\', '\0']);
+                if !plain {
+                    return Err(format!("run id '{r}' is not a plain name"));
+                }
+            }
+            if !(u.cost.is_finite() && u.cost >= 0.0) {
+                return Err(format!("a unit of '{}' has cost {}", u.chapter, u.cost));
+            }
+            if !seen.insert((u.chapter.as_str(), u.run.as_deref())) {
+                return Err(format!(
+                    "'{}'{} is planned twice",
+                    u.chapter,
+                    u.run
+                        .as_deref()
+                        .map(|r| format!(" run {r}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The task index from the scheduler's environment: a Slurm array task

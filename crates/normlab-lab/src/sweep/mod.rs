@@ -76,14 +76,23 @@ pub fn slurm_array_index() -> Result<Option<usize>> {
     let Some(id) = get("SLURM_ARRAY_TASK_ID") else {
         return Ok(None);
     };
-    let min = get("SLURM_ARRAY_TASK_MIN")
-        .and_then(|m| m.parse::<usize>().ok())
-        .unwrap_or(0);
+    // A variable that is set must be a number (garbage read as 0 would run
+    // another task's share).
+    let min = match get("SLURM_ARRAY_TASK_MIN") {
+        None => 0,
+        Some(m) => m
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("bad SLURM_ARRAY_TASK_MIN '{m}'"))?,
+    };
     let id: usize = id
         .trim()
         .parse()
         .map_err(|_| format!("bad SLURM_ARRAY_TASK_ID '{id}'"))?;
-    Ok(Some(id.saturating_sub(min)))
+    if id < min {
+        return Err(format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}").into());
+    }
+    Ok(Some(id - min))
 }
 
 /// How to run a set of specs.
