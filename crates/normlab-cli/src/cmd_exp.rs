@@ -59,6 +59,54 @@ impl clap::Args for ExpFlagArgs {
     }
 }
 
+/// `normlab exp <id> --help`: that experiment's question, the claims it
+/// checks (with the lesson's statement) and only the flags it takes, from
+/// the same declarations as the generic `exp` help (`cli`: the binary's
+/// command). None when `argv` is not such a request.
+pub fn experiment_help(argv: &[String], cli: &clap::Command) -> Option<String> {
+    if argv.get(1).map(String::as_str) != Some("exp")
+        || !argv.iter().any(|a| a == "--help" || a == "-h")
+    {
+        return None;
+    }
+    let e = EXPERIMENTS
+        .iter()
+        .find(|e| argv.iter().skip(2).any(|a| a == e.id))?;
+    let takes: Vec<&str> = e.all_flags().iter().map(|f| f.field().key).collect();
+    let exp_cmd = cli.find_subcommand("exp")?;
+    let mut cmd = clap::Command::new(format!("normlab exp {}", e.id))
+        .bin_name(format!("normlab exp {}", e.id))
+        .about(e.question)
+        .disable_help_flag(false);
+    for a in exp_cmd.get_arguments() {
+        let id = a.get_id().as_str();
+        let own = ["quick", "out", "json"].contains(&id);
+        let flag = takes.contains(&id) || takes.contains(&id.trim_start_matches("no-"));
+        if own || flag {
+            cmd = cmd.arg(a.clone());
+        }
+    }
+    let claims: Vec<String> = normlab_lab::exp::claims::CLAIMS
+        .iter()
+        .filter(|c| {
+            matches!(c.coverage, normlab_lab::exp::claims::Coverage::Experiments(ids) if ids.contains(&e.id))
+        })
+        .map(|c| format!("  {} {}: {}", c.id, c.title, c.statement))
+        .collect();
+    let mut after = String::new();
+    if !claims.is_empty() {
+        after.push_str("Claims it checks (the lesson's statement):\n");
+        after.push_str(&claims.join("\n"));
+        after.push_str("\n\n");
+    }
+    after.push_str(&format!(
+        "Its chapter of the published book: docs/findings/{}/report.md. Every experiment: `normlab exp list`.",
+        e.id
+    ));
+    cmd = cmd.after_help(after);
+    Some(cmd.render_help().to_string())
+}
+
 impl ExpCmd {
     fn args(&self) -> anyhow::Result<ExpArgs> {
         let mut a = ExpArgs {
@@ -135,7 +183,8 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The headline results in about two minutes: depth-sim with its toggles,
+/// The headline results (about 3 minutes on 2 cores; docs/times.md):
+/// depth-sim with its toggles,
 /// collapse and lr-sensitivity in reduced size, and speed. The training
 /// runs stay in `<out>/<experiment>/runs/` for the lab's dashboard
 /// (`normlab serve --runs <out>`); a second demo reuses them.
@@ -147,8 +196,8 @@ pub struct DemoCmd {
     /// Runs in parallel (default: all cores).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Each experiment's --quick setting instead (seconds): a first look,
-    /// and the tests.
+    /// Each experiment's --quick setting instead (about 20 seconds): a
+    /// first look, and the tests.
     #[arg(long)]
     quick: bool,
 }

@@ -35,7 +35,7 @@ enum Command {
     /// Every option can also be given in a TOML file (`--config run.toml`,
     /// keys as the flags with '_' or '-'); flags override the file.
     Train(Box<cmd_train::TrainArgs>),
-    /// The headline results in about two minutes, written to normlab-demo/report.md.
+    /// The headline results, written to normlab-demo/report.md: about 3 minutes on 2 cores (--quick: about 20 seconds).
     Demo(cmd_exp::DemoCmd),
     /// Run a built-in experiment (`normlab exp list` names them).
     Exp(Box<cmd_exp::ExpCmd>),
@@ -72,6 +72,11 @@ fn main() -> ExitCode {
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(help) = cmd_exp::experiment_help(&argv, &<Cli as clap::CommandFactory>::command()) {
+        print!("{help}");
+        return ExitCode::SUCCESS;
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,

@@ -237,7 +237,7 @@ pub fn refused_by_convert(cfg: &ModelConfig) -> Vec<String> {
 
 /// Which placements each option combines with (its example setting
 /// validated with each placement, in a GPT with LayerNorm), as a Markdown
-/// table; docs/commands.md carries it and a test keeps the two equal.
+/// table; docs/commands/train.md carries it and a test keeps the two equal.
 pub fn placements_table() -> String {
     let mut s = String::from("| option |");
     Placement::ALL.iter().for_each(|p| s += &format!(" {p} |"));
@@ -344,12 +344,15 @@ mod tests {
         assert_eq!(label(&c), "+layerscale=0.0001+mhc=4,sinkhorn=5");
     }
 
-    /// docs/commands.md shows the table the validations give.
+    /// docs/commands/train.md shows the table the validations give.
     #[test]
     fn docs_show_which_placements_each_option_combines_with() {
-        let docs = include_str!("../../../../../docs/commands.md");
+        let docs = include_str!("../../../../../docs/commands/train.md");
         let t = placements_table();
-        assert!(docs.contains(&t), "docs/commands.md lacks this table:\n{t}");
+        assert!(
+            docs.contains(&t),
+            "docs/commands/train.md lacks this table:\n{t}"
+        );
         assert!(t.contains("| Hyper-connections | yes | - | yes |"), "{t}");
     }
 
