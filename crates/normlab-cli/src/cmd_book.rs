@@ -65,6 +65,11 @@ pub struct BookCmd {
     /// (findings.md) from their work, running nothing again.
     #[arg(long, conflicts_with_all = ["quick", "only", "dry_run"])]
     assemble: bool,
+    /// Write findings.md again from the chapters' results in --out, running
+    /// nothing (after an update of normlab changed how findings are
+    /// written); with --publish, publish it too.
+    #[arg(long, conflicts_with_all = ["only", "dry_run", "assemble", "task", "emit_slurm", "emit_k8s"])]
+    rewrite_findings: bool,
 }
 
 fn parse_only(s: &Option<String>) -> anyhow::Result<Option<Vec<String>>> {
@@ -102,6 +107,15 @@ pub fn book(c: BookCmd) -> anyhow::Result<()> {
     }
     if let Some(t) = &c.task {
         return task(&c, t);
+    }
+    if c.rewrite_findings {
+        book::rewrite_findings(&c.out, c.quick)?;
+        println!("findings: {}/findings.md", c.out.display());
+        if let Some(p) = &c.publish {
+            book::publish(&c.out, p)?;
+            println!("published: {}/findings.md", p.display());
+        }
+        return Ok(());
     }
     let opts = BookOptions {
         out: c.out.clone(),

@@ -6,8 +6,9 @@
 //! lesson.
 
 use crate::exp::claims::{Coverage, Verdict, CLAIMS};
-use crate::exp::provenance::{machine, other_machines, today};
+use crate::exp::provenance::{machine, today};
 use crate::exp::registry::EXPERIMENTS;
+use crate::present::prose::readable;
 use normlab::error::Result;
 use serde::Serialize;
 use serde_json::json;
@@ -48,6 +49,8 @@ pub struct Recorded {
     pub ran_on: Option<(String, String)>,
     /// The cross-check chapter's agreement records (null elsewhere).
     pub agreement: serde_json::Value,
+    /// How many training runs the chapter analysed (None: it trains none).
+    pub runs: Option<usize>,
 }
 
 /// The cross-check's records of one claim (statistic, agrees, and the two
@@ -170,6 +173,7 @@ pub fn read_recorded(out: &Path, id: &str) -> Result<Option<(Recorded, bool)>> {
             checks,
             seconds: j["elapsed_seconds"].as_f64().unwrap_or(0.0),
             agreement: j["agreement"].clone(),
+            runs: j["runs"].as_array().map(Vec::len),
             ran_on: j["machine"]
                 .as_str()
                 .map(|m| (m.to_string(), j["date"].as_str().unwrap_or("?").to_string())),
@@ -201,27 +205,19 @@ fn settings_line(r: &Recorded) -> String {
 
 /// Write `findings.md` and `findings.json` into the book's folder `out`,
 /// from every experiment result it holds at this setting (`quick`); the
-/// header gives the wall time and sessions of the book.
-pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Result<()> {
+/// provenance section gives each chapter's date, machine and time, and the
+/// book's wall time and sessions (`totals`) when known.
+pub fn write(out: &Path, quick: bool, totals: Option<(f64, usize)>) -> Result<()> {
     let recorded = recorded(out, quick)?;
     let list = findings(&recorded);
     let mut md = String::new();
     md.push_str("# What normlab finds: the lesson's claims, checked\n\n");
-    md.push_str(&format!(
-        "Written by `normlab book{}` on {} ({}), in {:.0} min of wall time over {} session(s) (the book resumes where an interrupted one stopped); every number below was measured by that run. Each experiment states its settings and seeds; its full tables are in `<id>/report.md` beside this file. A difference is called only beyond the seed-to-seed (losses) or round-to-round (timings) spread.\n\n",
-        if quick { " --quick" } else { "" },
-        today(),
-        machine(),
-        total_seconds / 60.0,
-        sessions
-    ));
-    md.push_str(&other_machines(
-        recorded.iter().map(|r| (r.id.as_str(), r.ran_on.as_ref())),
-    ));
+    md.push_str(&summary(&recorded));
     if quick {
         md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
     }
-    md.push_str("One verdict per claim: the chapter on the lesson's own setting (the first listed) decides; the other chapters are evidence beside it and can only qualify it (a chapter whose verdict differs is named after the verdict). An inconclusive chapter hands the decision to the next. \"cross-checked\": the cross-check chapter computed the claim's statistics again in an independent PyTorch implementation; they agree when, over seeds, PyTorch's median lies inside normlab's seed range and normlab's median inside PyTorch's (an invariance: both find the same outputs unchanged to 1e-4; a training comparison: the same most common run status, and mean final held-out losses within twice the pooled seed standard deviation, at least 0.05 nats).\n\n");
+    md.push_str("One verdict per claim: the chapter on the lesson's own setting (the first listed) decides. The other chapters are evidence beside it and can only qualify it (a chapter whose verdict differs is named after the verdict); an inconclusive chapter hands the decision to the next. Each chapter states its settings and seeds, and its full tables are in `<id>/report.md` beside this file. A difference is called only beyond the seed-to-seed (losses) or round-to-round (timings) spread.\n\n");
+    md.push_str("\"cross-checked\": the cross-check chapter computed the claim's statistics again in an independent PyTorch implementation. They agree when, over seeds, PyTorch's median lies inside normlab's seed range and normlab's median inside PyTorch's. For an invariance, both must find the same outputs unchanged to 1e-4; for a training comparison, the same most common run status, and mean final held-out losses within twice the pooled seed standard deviation (at least 0.05 nats).\n\n");
     md.push_str("| claim | | verdict | each chapter |\n|---|---|---|---|\n");
     let mut overall = Vec::new();
     for c in CLAIMS {
@@ -303,22 +299,22 @@ pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Re
             for stem in &r.figures {
                 md.push_str(&format!("![{stem}]({}/{stem}.png)\n\n", r.id));
             }
-            md.push_str(&format!(
-                "**Verdict: {}.** {}\n\n",
-                k.verdict.label(),
-                k.evidence
-            ));
+            let lead = format!("**Verdict: {}.**", k.verdict.label());
+            md.push_str(&readable(&lead, &k.evidence));
+            md.push_str("\n\n");
         }
         let xc = cross_checked(&recorded, c.id);
         if !xc.is_empty() {
             let lines: Vec<String> = xc.iter().map(|a| agreement_line(a)).collect();
-            md.push_str(&format!(
-                "**Cross-checked against PyTorch ([cross-check](cross-check/report.md)): {}.** {}.\n\n",
-                agreement(&xc),
-                lines.join("; ")
-            ));
+            let lead = format!(
+                "**Cross-checked against PyTorch ([cross-check](cross-check/report.md)): {}.**",
+                agreement(&xc)
+            );
+            md.push_str(&readable(&lead, &format!("{}.", lines.join("; "))));
+            md.push_str("\n\n");
         }
     }
+    md.push_str(&provenance(&recorded, quick, totals));
     md.push_str("## Where normlab departs from the lesson\n\nEach chapter against the lesson's own setting (the claims above give it): what the lesson gives, what normlab runs, why, and whether the verdict could depend on it. A verdict is whatever normlab's setting gives; where the answer is \"yes\", read it as a verdict on normlab's setting.\n\n");
     md.push_str(&super::departures::markdown(|id| {
         recorded.iter().any(|r| r.id == id)
@@ -328,8 +324,8 @@ pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Re
         "quick": quick,
         "date": today(),
         "machine": machine(),
-        "seconds": total_seconds,
-        "sessions": sessions,
+        "seconds": totals.map(|t| t.0),
+        "sessions": totals.map(|t| t.1),
         "findings": list,
         "claims": overall,
         "experiments": recorded.iter().map(|r| json!({"id": r.id, "seconds": r.seconds, "seeds": r.seeds})).collect::<Vec<_>>(),
@@ -338,4 +334,125 @@ pub fn write(out: &Path, quick: bool, total_seconds: f64, sessions: usize) -> Re
         &out.join("findings.json"),
         serde_json::to_string_pretty(&j).expect("json").as_bytes(),
     )
+}
+
+/// The opening: what was found, counted over the claims.
+fn summary(recorded: &[Recorded]) -> String {
+    let list = findings(recorded);
+    let order = [
+        Verdict::Holds,
+        Verdict::Partly,
+        Verdict::DoesNotHold,
+        Verdict::Inconclusive,
+    ];
+    let mut counts = [0usize; 4];
+    let mut crossed = 0;
+    let mut not_run = 0;
+    for c in CLAIMS {
+        let checks: Vec<(&str, Verdict)> = list
+            .iter()
+            .filter(|f| f.claim == c.id)
+            .map(|f| (f.experiment.as_str(), f.verdict))
+            .collect();
+        match c.overall(&checks) {
+            Some(o) => {
+                if let Some(i) = order.iter().position(|v| *v == o.verdict) {
+                    counts[i] += 1;
+                }
+                if !cross_checked(recorded, c.id).is_empty() {
+                    crossed += 1;
+                }
+            }
+            None => not_run += 1,
+        }
+    }
+    let counts: Vec<(&str, usize)> = order
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .map(|(v, n)| {
+            let plural = match v {
+                Verdict::Holds => "hold",
+                Verdict::Partly => "hold partly",
+                Verdict::DoesNotHold => "do not hold",
+                Verdict::Inconclusive => "inconclusive",
+            };
+            (if n == 1 { v.label() } else { plural }, n)
+        })
+        .collect();
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(l, n)| match *l {
+            "inconclusive" => format!("{n} {} inconclusive", if *n == 1 { "is" } else { "are" }),
+            _ => format!("{n} {l}"),
+        })
+        .collect();
+    let mut s = format!(
+        "Of the lesson's {} checkable claims, {}.",
+        CLAIMS.len(),
+        parts.join(", ")
+    );
+    if not_run > 0 {
+        s.push_str(&format!(" {not_run} were not run in this book."));
+    }
+    if crossed > 0 {
+        s.push_str(&format!(
+            " {crossed} verdicts are cross-checked against an independent PyTorch implementation."
+        ));
+    }
+    s.push_str(" Where and when each chapter ran is at the end.\n\n");
+    s
+}
+
+/// Where and when each chapter ran: its date, machine, wall time and runs
+/// (from its result.json), then the book's own total.
+fn provenance(recorded: &[Recorded], quick: bool, totals: Option<(f64, usize)>) -> String {
+    let mut s = String::from("## Where and when each chapter ran\n\n");
+    s.push_str("Each chapter records the machine and date of its last session and that session's wall time (runs already finished in its folder are read, not trained again, so a resumed chapter's time is only its last part). Only timings depend on the machine: every SIMD level gives the same bits.\n\n");
+    s.push_str("| chapter | date | machine | wall time of that session | training runs |\n|---|---|---|---:|---:|\n");
+    for r in recorded {
+        let (m, d) = r
+            .ran_on
+            .clone()
+            .unwrap_or_else(|| ("not recorded".into(), "not recorded".into()));
+        s.push_str(&format!(
+            "| [{}]({}/report.md) | {d} | {m} | {} | {} |\n",
+            r.id,
+            r.id,
+            minutes(r.seconds),
+            r.runs.map_or("-".to_string(), |n| n.to_string())
+        ));
+    }
+    s.push_str(&format!(
+        "\nThis page was last written by `normlab book{}{}` on {} ({})",
+        if quick { " --quick" } else { "" },
+        if totals.is_none() {
+            " --rewrite-findings"
+        } else {
+            ""
+        },
+        today(),
+        machine(),
+    ));
+    match totals {
+        Some((seconds, sessions)) => s.push_str(&format!(
+            "; its book folder saw {} of wall time over {sessions} session(s).\n\n",
+            minutes(seconds)
+        )),
+        None => s.push_str(" from the chapters' results.\n\n"),
+    }
+    s
+}
+
+/// Seconds as a short duration: "42 s", "12 min", "1.9 h".
+fn minutes(seconds: f64) -> String {
+    if seconds < 1.0 {
+        "under 1 s".to_string()
+    } else if seconds < 90.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 90.0 * 60.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
 }

@@ -26,6 +26,6 @@ pub mod view;
 pub use estimate::GFLOPS_PER_CORE;
 pub use findings::{findings, recorded, Finding, Recorded};
 pub use run::{
-    estimate, has_findings, publish, run, uncovered_claims, Book, BookOptions, BookProgress,
-    PlanRow,
+    estimate, has_findings, publish, rewrite_findings, run, uncovered_claims, Book, BookOptions,
+    BookProgress, PlanRow,
 };

@@ -246,8 +246,47 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
         seconds: elapsed(),
         total_seconds,
     };
-    super::findings::write(&opts.out, opts.quick, book.total_seconds, sessions(opts))?;
+    super::findings::write(
+        &opts.out,
+        opts.quick,
+        Some((book.total_seconds, sessions(opts))),
+    )?;
     Ok(book)
+}
+
+/// Write findings.md and findings.json of the book folder `out` again from
+/// the chapters' results it holds (at this setting), running nothing: for
+/// a published folder after a change to how findings are written. The
+/// book's own wall time is named when the folder records its sessions.
+pub fn rewrite_findings(out: &Path, quick: bool) -> Result<()> {
+    if !out.is_dir() {
+        return Err(normlab::Error::bad(format!(
+            "{} is not a book folder",
+            out.display()
+        )));
+    }
+    if super::findings::recorded(out, quick)?.is_empty() {
+        return Err(normlab::Error::bad(format!(
+            "{} holds no chapter results at this setting ({}); run `normlab book --out {}` first",
+            out.display(),
+            if quick { "--quick" } else { "full" },
+            out.display()
+        )));
+    }
+    let totals = std::fs::read(out.join(SESSIONS))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Vec<serde_json::Value>>(&b).ok())
+        .map(|l| {
+            let mine: Vec<&serde_json::Value> = l.iter().filter(|v| v["quick"] == quick).collect();
+            (
+                mine.iter()
+                    .filter_map(|v| v["seconds"].as_f64())
+                    .sum::<f64>(),
+                mine.len(),
+            )
+        })
+        .filter(|(_, n)| *n > 0);
+    super::findings::write(out, quick, totals)
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it).

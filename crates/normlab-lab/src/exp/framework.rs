@@ -260,10 +260,11 @@ pub fn report_markdown(r: &ExpResult) -> String {
         s.push_str(&t.markdown());
         s.push('\n');
     }
-    s.push_str(&format!(
-        "**Conclusion (from the numbers above):** {}\n",
-        r.conclusion
+    s.push_str(&crate::present::prose::readable(
+        "**Conclusion (from the numbers above):**",
+        &r.conclusion,
     ));
+    s.push('\n');
     if !r.checks.is_empty() {
         s.push_str("\n| claim | verdict | evidence |\n|---|---|---|\n");
         for c in &r.checks {

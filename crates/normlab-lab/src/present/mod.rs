@@ -5,6 +5,7 @@
 
 pub mod grid;
 pub mod plot;
+pub mod prose;
 pub mod table;
 
 pub use plot::{Figure, Heatmap, LineChart, Panel, Series};
