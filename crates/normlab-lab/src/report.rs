@@ -231,6 +231,11 @@ pub fn build(runs: &[FoundRun]) -> Report {
         }
     };
     let shown: Vec<&FoundRun> = runs.iter().take(12).collect();
+    let diverged = |r: &FoundRun| {
+        r.summary
+            .as_ref()
+            .is_some_and(|s| s.status == normlab::train::Status::Diverged)
+    };
     let curve = |r: &FoundRun, sel: &dyn Fn(&StepRecord) -> Option<f64>| {
         r.metrics
             .iter()
@@ -244,7 +249,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
             y_label: "loss".into(),
             series: shown
                 .iter()
-                .map(|r| Series::new(label(r), curve(r, &|m| Some(m.loss))))
+                .map(|r| Series::new(label(r), curve(r, &|m| Some(m.loss))).diverged(diverged(r)))
                 .collect(),
             log_y: false,
             log_x: false,
@@ -255,7 +260,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
             y_label: "eval loss".into(),
             series: shown
                 .iter()
-                .map(|r| Series::new(label(r), curve(r, &|m| m.eval_loss)))
+                .map(|r| Series::new(label(r), curve(r, &|m| m.eval_loss)).diverged(diverged(r)))
                 .collect(),
             log_y: false,
             log_x: false,
@@ -266,7 +271,9 @@ pub fn build(runs: &[FoundRun]) -> Report {
             y_label: "grad norm".into(),
             series: shown
                 .iter()
-                .map(|r| Series::new(label(r), curve(r, &|m| Some(m.grad_norm))))
+                .map(|r| {
+                    Series::new(label(r), curve(r, &|m| Some(m.grad_norm))).diverged(diverged(r))
+                })
                 .collect(),
             log_y: true,
             log_x: false,
@@ -350,7 +357,7 @@ pub fn build(runs: &[FoundRun]) -> Report {
                 y_label: y.into(),
                 series: shown
                     .iter()
-                    .map(|r| Series::new(label(r), curve(r, sel)))
+                    .map(|r| Series::new(label(r), curve(r, sel)).diverged(diverged(r)))
                     .collect(),
                 log_y,
                 log_x: false,
@@ -440,6 +447,7 @@ fn lr_grid(runs: &[FoundRun], keys: &[String]) -> (Figure, Table) {
         "report_lr_grid",
         vec![grid::heat_panel(
             "learning-rate sensitivity",
+            ("learning rate", "setting"),
             x_labels,
             rows.clone(),
             &cells,

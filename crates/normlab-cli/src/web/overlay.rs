@@ -121,10 +121,15 @@ fn plot(lab: &Lab, ids: &[String], metric: &str) -> Response {
                 })
                 .unwrap_or_default(),
         };
+        let diverged = r
+            .summary
+            .as_ref()
+            .is_some_and(|s| s.status == normlab::train::Status::Diverged);
         series.push(Series {
             name: id.to_string(),
             markers: metric == "residual_rms",
             points: pts,
+            diverged,
         });
     }
     let (x_label, title) = if metric == "residual_rms" {

@@ -269,6 +269,8 @@ fn report(s: &Setting, inp: &Inputs, m: Measured) -> ExpResult {
             marks: vec![vec![String::new(); 3]; 4],
             values,
             value_label: "|change| / |output|".into(),
+            x_title: "what the batch does to the token".into(),
+            y_title: "norm".into(),
         })],
         cols: 1,
     });

@@ -185,7 +185,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 }
                 _ => norm.name().to_string(),
             };
-            series.push(Series::new(name, mean_curve(g, &eval_curve)));
+            series.push(
+                Series::new(name, mean_curve(g, &eval_curve))
+                    .diverged(sg.status == Status::Diverged),
+            );
         }
         panels.push(runs::eval_panel(
             format!("{l} layers, lr {lr}, {} init", init.name()),

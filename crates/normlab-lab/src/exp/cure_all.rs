@@ -14,7 +14,7 @@ use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
 use super::runs::{self, grid_settings};
-use crate::present::{f, opt, Figure, Series, Table};
+use crate::present::{f, opt, Figure, Table};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
@@ -229,7 +229,7 @@ fn report(a: &ExpArgs, s: &Settings, rs: &[RunResult], costs: &[Cost]) -> ExpRes
                         .iter()
                         .filter(|r| Problem::of(&r.cfg) == p && r.cfg.model.norm == n)
                         .collect();
-                    Series::new(n.name(), runs::mean_curve(&g, &runs::eval_curve))
+                    runs::group_series(n.name(), &g, &runs::eval_curve)
                 })
                 .collect();
             runs::eval_panel(p.label(), series)

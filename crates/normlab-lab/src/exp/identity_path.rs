@@ -206,11 +206,13 @@ fn report(
                     name: "with residual".into(),
                     points: s_res.to_vec(),
                     markers: true,
+                    diverged: false,
                 },
                 Series {
                     name: "without residual".into(),
                     points: s_plain.to_vec(),
                     markers: true,
+                    diverged: false,
                 },
             ],
             log_y: true,

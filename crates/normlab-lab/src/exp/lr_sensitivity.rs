@@ -427,6 +427,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             }
             panels.push(heat::heat_panel(
                 format!("{l} layers, warm-up {w}"),
+                ("learning rate", "placement"),
                 s.lrs.iter().map(|v| format!("{v}")).collect(),
                 s.placements.iter().map(|p| p.name().to_string()).collect(),
                 &cells,

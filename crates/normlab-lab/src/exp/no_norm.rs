@@ -11,8 +11,8 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{result, ExpResult, Experiment, Progress};
-use super::runs::{self, eval_curve, gpt_base, grid_settings, lrs_json, mean_curve};
-use crate::present::{f, grid as cells, Figure, Series};
+use super::runs::{self, eval_curve, gpt_base, grid_settings, group_series, lrs_json};
+use crate::present::{f, grid as cells, Figure};
 use crate::sweep::{group_by, RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::model::ModelConfig;
@@ -258,6 +258,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         ));
         heat.push(cells::heat_panel(
             m.clone(),
+            ("learning rate", "design"),
             lr_labels.clone(),
             v_labels.clone(),
             &cells,
@@ -270,7 +271,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     groups
                         .iter()
                         .find(|((gm, gv, glr), _, _)| gm == m && *gv == v.name() && *glr == lr)
-                        .map(|(_, _, g)| Series::new(v.name(), mean_curve(g, &eval_curve)))
+                        .map(|(_, _, g)| group_series(v.name(), g, &eval_curve))
                 })
                 .collect();
             curves.push(runs::eval_panel(

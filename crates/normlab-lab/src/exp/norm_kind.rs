@@ -6,9 +6,9 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, eval_curve, gpt_base, grid_settings, mean_curve};
+use super::runs::{self, eval_curve, gpt_base, grid_settings, group_series};
 use crate::bench::compare;
-use crate::present::{f, opt, Figure, LineChart, Series, Table};
+use crate::present::{f, opt, Figure, LineChart, Table};
 use crate::sweep::{group_by, RunSpec, SeedGroup};
 use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
@@ -114,7 +114,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                 format!("{:.2}x ({:.2}-{:.2})", r.median, r.q1, r.q3)
             }),
         ]);
-        series.push(Series::new(norm.name(), mean_curve(g, &eval_curve)));
+        series.push(group_series(norm.name(), g, &eval_curve));
         by_norm.push((
             *norm,
             ByNorm {

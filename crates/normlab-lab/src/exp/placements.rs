@@ -185,6 +185,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         }
         heat_panels.push(heat::heat_panel(
             format!("{m}"),
+            ("learning rate", "placement"),
             s.lrs.iter().map(|v| format!("lr {v}")).collect(),
             s.presets.iter().map(|p| p.name().to_string()).collect(),
             &grid_cells,

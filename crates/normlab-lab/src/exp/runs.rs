@@ -123,6 +123,18 @@ pub fn train_curve(r: &RunResult) -> Vec<(f64, f64)> {
     r.metrics.iter().map(|m| (m.step as f64, m.loss)).collect()
 }
 
+/// A seed group's mean curve as a series, marked diverged when most of its
+/// seeds diverged (the group's status), so it never sets a chart's range.
+pub fn group_series(
+    name: impl Into<String>,
+    g: &[&RunResult],
+    sel: &dyn Fn(&RunResult) -> Vec<(f64, f64)>,
+) -> Series {
+    let diverged = crate::sweep::SeedGroup::of_runs(g.iter().copied()).status
+        == normlab::train::Status::Diverged;
+    Series::new(name, mean_curve(g, sel)).diverged(diverged)
+}
+
 /// The mean over runs of a curve (points present in all).
 pub fn mean_curve(
     g: &[&RunResult],

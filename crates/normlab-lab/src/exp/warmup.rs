@@ -9,7 +9,7 @@
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::{ClaimCheck, Verdict};
 use super::framework::{num, result, ExpResult, Experiment, Progress};
-use super::runs::{self, gpt_base, grid_settings, lrs_json, mean_curve, train_curve};
+use super::runs::{self, gpt_base, grid_settings, group_series, lrs_json, mean_curve, train_curve};
 use crate::present::{f, opt, opt_step, Figure, LineChart, Series, Table};
 use crate::sweep::{RunResult, RunSpec, SeedGroup};
 use normlab::error::Result;
@@ -186,7 +186,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     diverged_at_step: sg.diverged_at,
                 });
                 let name = format!("{} warm-up {w}", p.name());
-                series.push(Series::new(name.clone(), mean_curve(&g, &train_curve)));
+                series.push(group_series(name.clone(), &g, &train_curve));
                 if lr == last_lr {
                     gn_series.push(Series::new(
                         name,

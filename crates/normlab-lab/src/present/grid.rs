@@ -21,15 +21,19 @@ pub fn cell_text(g: Option<&SeedGroup>) -> String {
     }
 }
 
-/// A heat-map panel of `cells[row][col]`.
+/// A heat-map panel of `cells[row][col]`; `axes` names what the columns
+/// and the rows are (the axis titles).
 pub fn heat_panel(
     title: impl Into<String>,
+    axes: (&str, &str),
     x_labels: Vec<String>,
     y_labels: Vec<String>,
     cells: &[Vec<Option<SeedGroup>>],
 ) -> Panel {
     Panel::Heat(Heatmap {
         title: title.into(),
+        x_title: axes.0.into(),
+        y_title: axes.1.into(),
         x_labels,
         y_labels,
         values: cells
@@ -48,7 +52,7 @@ pub fn heat_panel(
                     .collect()
             })
             .collect(),
-        value_label: "final eval loss".into(),
+        value_label: "held-out loss (seed mean)".into(),
     })
 }
 

@@ -3,7 +3,9 @@
 //! heat map of a grid of seed groups ([`grid`]). Nothing here computes a
 //! result; it lays out what was measured.
 
+mod axis;
 pub mod grid;
+mod heat;
 pub mod plot;
 pub mod prose;
 pub mod table;

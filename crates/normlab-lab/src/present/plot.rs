@@ -1,14 +1,21 @@
 //! Figures for experiments and reports, drawn with `plotters` into SVG and
 //! PNG side by side: line charts (optionally log-scaled) and heat maps with
-//! per-cell marks, arranged as panels of one figure. The font (DejaVu Sans)
-//! is embedded, so nothing has to be installed.
+//! per-cell marks, axis titles and a colour bar, arranged as panels of one
+//! figure. A diverged run's line never sets a chart's range: the axes fit
+//! the other lines and the diverged one is drawn clipped at the edge,
+//! marked where it leaves the range ([`line_axes`]). Whole-number ticks
+//! print as whole numbers ([`tick`]). The font (DejaVu Sans) is embedded,
+//! so nothing has to be installed.
 
 use image::ImageEncoder;
-use normlab::error::{Error, Result};
+use normlab::error::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
+
+use super::axis::err;
+pub use super::axis::tick;
+pub use super::heat::Heatmap;
 use std::path::{Path, PathBuf};
 
 /// One line of a chart.
@@ -20,6 +27,8 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Draw markers at the points.
     pub markers: bool,
+    /// A diverged run: drawn clipped to the range the other lines set.
+    pub diverged: bool,
 }
 
 impl Series {
@@ -29,6 +38,7 @@ impl Series {
             name: name.into(),
             points: ys.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect(),
             markers: true,
+            diverged: false,
         }
     }
 
@@ -38,7 +48,15 @@ impl Series {
             name: name.into(),
             points,
             markers: false,
+            diverged: false,
         }
+    }
+
+    /// Marked as a diverged run (or not): it does not set the chart's
+    /// range and is drawn clipped, its legend saying so.
+    pub fn diverged(mut self, yes: bool) -> Series {
+        self.diverged = yes;
+        self
     }
 }
 
@@ -93,23 +111,6 @@ impl LineChart {
     pub fn panel(self) -> Panel {
         Panel::Line(self)
     }
-}
-
-/// A heat-map panel: `values[row][col]`, with optional marks (e.g. "div").
-#[derive(Clone, Debug, Serialize)]
-pub struct Heatmap {
-    /// Panel title.
-    pub title: String,
-    /// Column labels (x).
-    pub x_labels: Vec<String>,
-    /// Row labels (y).
-    pub y_labels: Vec<String>,
-    /// Cell values (None: no value, drawn grey).
-    pub values: Vec<Vec<Option<f64>>>,
-    /// Text drawn in each cell (empty for none).
-    pub marks: Vec<Vec<String>>,
-    /// What the colour means.
-    pub value_label: String,
 }
 
 /// A panel.
@@ -175,10 +176,6 @@ fn register_font() {
     }
 }
 
-fn err<E: std::fmt::Display>(e: E) -> Error {
-    Error::Internal(format!("cannot draw figure: {e}"))
-}
-
 /// Write `<dir>/<stem>.svg` and `<dir>/<stem>.png` (each atomically);
 /// returns both paths.
 pub fn save(fig: &Figure, dir: &Path) -> Result<Vec<PathBuf>> {
@@ -237,7 +234,7 @@ fn draw<DB: DrawingBackend>(
     for (panel, area) in fig.panels.iter().zip(areas.iter()) {
         match panel {
             Panel::Line(c) => draw_line(c, area)?,
-            Panel::Heat(h) => draw_heat(h, area)?,
+            Panel::Heat(h) => super::heat::draw_heat(h, area)?,
         }
     }
     Ok(())
@@ -267,20 +264,58 @@ fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
-fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -> Result<()> {
-    let ok = |x: f64, y: f64| {
-        x.is_finite() && y.is_finite() && (!c.log_y || y > 0.0) && (!c.log_x || x > 0.0)
+/// The axes a line chart is drawn with: x and y ranges, and the series
+/// drawn clipped (diverged ones with points outside the y range).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axes {
+    /// X range.
+    pub x: (f64, f64),
+    /// Y range.
+    pub y: (f64, f64),
+    /// Indices of the series with points clipped at the y range's edge.
+    pub clipped: Vec<usize>,
+}
+
+/// Whether a point can be drawn on the chart's axes.
+fn drawable(c: &LineChart, (x, y): (f64, f64)) -> bool {
+    x.is_finite() && y.is_finite() && (!c.log_y || y > 0.0) && (!c.log_x || x > 0.0)
+}
+
+/// The axes of a line chart: x over every series; y over the series that
+/// did not diverge (all of them when every one did), so one exploding
+/// run cannot flatten the others.
+pub fn line_axes(c: &LineChart) -> Axes {
+    let pts = |s: &Series| -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .copied()
+            .filter(|p| drawable(c, *p))
+            .collect()
     };
-    let xs = c
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().filter(|p| ok(p.0, p.1)).map(|p| p.0));
+    let xs = c.series.iter().flat_map(&pts).map(|p| p.0);
+    let x = bounds(xs, c.log_x);
+    let calm = c.series.iter().any(|s| !s.diverged && !pts(s).is_empty());
     let ys = c
         .series
         .iter()
-        .flat_map(|s| s.points.iter().filter(|p| ok(p.0, p.1)).map(|p| p.1));
-    let (x0, x1) = bounds(xs, c.log_x);
-    let (y0, y1) = bounds(ys, c.log_y);
+        .filter(|s| !calm || !s.diverged)
+        .flat_map(&pts)
+        .map(|p| p.1);
+    let y = bounds(ys, c.log_y);
+    let clipped = c
+        .series
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| pts(s).iter().any(|p| p.1 < y.0 || p.1 > y.1))
+        .map(|(i, _)| i)
+        .collect();
+    Axes { x, y, clipped }
+}
+
+fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -> Result<()> {
+    let ok = |x: f64, y: f64| drawable(c, (x, y));
+    let axes = line_axes(c);
+    let ((x0, x1), (y0, y1)) = (axes.x, axes.y);
     let mut b = ChartBuilder::on(area);
     b.caption(&c.title, ("sans-serif", 17))
         .margin(8)
@@ -293,6 +328,8 @@ fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -
                 .configure_mesh()
                 .x_desc(c.x_label.as_str())
                 .y_desc(c.y_label.as_str())
+                .x_label_formatter(&|v| tick(*v))
+                .y_label_formatter(&|v| tick(*v))
                 .label_style(("sans-serif", 12))
                 .axis_desc_style(("sans-serif", 13))
                 .light_line_style(RGBColor(235, 235, 235))
@@ -300,12 +337,28 @@ fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -
                 .map_err(err)?;
             for (i, s) in c.series.iter().enumerate() {
                 let col = PALETTE[i % PALETTE.len()];
-                let pts: Vec<(f64, f64)> =
-                    s.points.iter().copied().filter(|p| ok(p.0, p.1)).collect();
+                let pts: Vec<(f64, f64)> = s
+                    .points
+                    .iter()
+                    .copied()
+                    .filter(|p| ok(p.0, p.1))
+                    .map(|(x, y)| (x, y.clamp(y0, y1)))
+                    .collect();
+                let clipped = axes.clipped.contains(&i);
+                let name = if clipped {
+                    format!("{} (clipped)", s.name)
+                } else {
+                    s.name.clone()
+                };
+                let style = if s.diverged {
+                    col.stroke_width(1)
+                } else {
+                    col.stroke_width(2)
+                };
                 chart
-                    .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+                    .draw_series(LineSeries::new(pts.clone(), style))
                     .map_err(err)?
-                    .label(s.name.as_str())
+                    .label(name)
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2))
                     });
@@ -313,6 +366,21 @@ fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -
                     chart
                         .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
                         .map_err(err)?;
+                }
+                if clipped {
+                    // A cross where the line leaves the range.
+                    let edge = s
+                        .points
+                        .iter()
+                        .copied()
+                        .filter(|p| ok(p.0, p.1))
+                        .find(|p| p.1 < y0 || p.1 > y1)
+                        .map(|(x, y)| (x, y.clamp(y0, y1)));
+                    if let Some(p) = edge {
+                        chart
+                            .draw_series(std::iter::once(Cross::new(p, 6, col.stroke_width(2))))
+                            .map_err(err)?;
+                    }
                 }
             }
             if c.series.len() > 1 {
@@ -338,132 +406,6 @@ fn draw_line<DB: DrawingBackend>(c: &LineChart, area: &DrawingArea<DB, Shift>) -
         (true, true) => body!(b
             .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
             .map_err(err)?),
-    }
-    Ok(())
-}
-
-/// Viridis-like colour for t in [0, 1].
-fn colour(t: f64) -> RGBColor {
-    let stops = [
-        (68.0, 1.0, 84.0),
-        (59.0, 82.0, 139.0),
-        (33.0, 145.0, 140.0),
-        (94.0, 201.0, 98.0),
-        (253.0, 231.0, 37.0),
-    ];
-    let t = t.clamp(0.0, 1.0) * (stops.len() - 1) as f64;
-    let i = (t.floor() as usize).min(stops.len() - 2);
-    let f = t - i as f64;
-    let (a, b) = (stops[i], stops[i + 1]);
-    RGBColor(
-        (a.0 + f * (b.0 - a.0)) as u8,
-        (a.1 + f * (b.1 - a.1)) as u8,
-        (a.2 + f * (b.2 - a.2)) as u8,
-    )
-}
-
-fn draw_heat<DB: DrawingBackend>(h: &Heatmap, area: &DrawingArea<DB, Shift>) -> Result<()> {
-    let (nr, nc) = (h.y_labels.len().max(1), h.x_labels.len().max(1));
-    let vals = h
-        .values
-        .iter()
-        .flatten()
-        .filter_map(|v| *v)
-        .filter(|v| v.is_finite());
-    let (lo, hi) = bounds(vals, false);
-    let max_label = h
-        .y_labels
-        .iter()
-        .map(|l| l.chars().count())
-        .max()
-        .unwrap_or(4) as u32;
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("{} (colour: {})", h.title, h.value_label),
-            ("sans-serif", 16),
-        )
-        .margin(8)
-        .x_label_area_size(36)
-        .y_label_area_size((max_label * 7 + 12).clamp(40, 260))
-        .build_cartesian_2d(
-            (0..nc as i32 - 1).into_segmented(),
-            (0..nr as i32 - 1).into_segmented(),
-        )
-        .map_err(err)?;
-    let xl = h.x_labels.clone();
-    let yl = h.y_labels.clone();
-    let lab = |labels: &[String], v: &SegmentValue<i32>| match v {
-        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
-            labels.get(*i as usize).cloned().unwrap_or_default()
-        }
-        SegmentValue::Last => String::new(),
-    };
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_labels(nc)
-        .y_labels(nr)
-        .x_label_formatter(&|v| lab(&xl, v))
-        .y_label_formatter(&|v| lab(&yl, v))
-        .label_style(("sans-serif", 12))
-        .draw()
-        .map_err(err)?;
-    for r in 0..nr {
-        for c in 0..nc {
-            let v = h
-                .values
-                .get(r)
-                .and_then(|row| row.get(c))
-                .copied()
-                .flatten();
-            let fill = match v {
-                Some(v) if v.is_finite() => {
-                    colour(if hi > lo { (v - lo) / (hi - lo) } else { 0.5 })
-                }
-                _ => RGBColor(200, 200, 200),
-            };
-            let (c0, r0) = (c as i32, r as i32);
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [
-                        (SegmentValue::Exact(c0), SegmentValue::Exact(r0)),
-                        (SegmentValue::Exact(c0 + 1), SegmentValue::Exact(r0 + 1)),
-                    ],
-                    fill.filled(),
-                )))
-                .map_err(err)?;
-            let mut text = v
-                .filter(|x| x.is_finite())
-                .map(|x| format!("{x:.3}"))
-                .unwrap_or_default();
-            if let Some(m) = h
-                .marks
-                .get(r)
-                .and_then(|row| row.get(c))
-                .filter(|m| !m.is_empty())
-            {
-                text = if text.is_empty() {
-                    m.clone()
-                } else {
-                    format!("{text} {m}")
-                };
-            }
-            if !text.is_empty() {
-                let light_cell = v
-                    .map(|x| hi > lo && (x - lo) / (hi - lo) > 0.6)
-                    .unwrap_or(true);
-                let style = TextStyle::from(("sans-serif", 14).into_font())
-                    .color(if light_cell { &BLACK } else { &WHITE })
-                    .pos(Pos::new(HPos::Center, VPos::Center));
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        text,
-                        (SegmentValue::CenterOf(c0), SegmentValue::CenterOf(r0)),
-                        style,
-                    )))
-                    .map_err(err)?;
-            }
-        }
     }
     Ok(())
 }

@@ -197,9 +197,10 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     mixing_gain: mean_std(&gain).0,
                 });
                 if lr == s.lrs[0] {
-                    series.push(Series::new(
+                    series.push(runs::group_series(
                         format!("{} {}", d.name(), m),
-                        runs::mean_curve(&g, &runs::eval_curve),
+                        &g,
+                        &runs::eval_curve,
                     ));
                     let mut per = Vec::new();
                     for r in g.iter().filter(|r| r.summary.status != Status::Diverged) {

@@ -305,16 +305,19 @@ fn report(
                     name: "layernorm".into(),
                     points: pts(|k| k.layernorm_us),
                     markers: true,
+                    diverged: false,
                 },
                 Series {
                     name: "rmsnorm".into(),
                     points: pts(|k| k.rmsnorm_us),
                     markers: true,
+                    diverged: false,
                 },
                 Series {
                     name: "unfused rmsnorm".into(),
                     points: pts(|k| k.unfused_rmsnorm_us),
                     markers: true,
+                    diverged: false,
                 },
             ],
         )
