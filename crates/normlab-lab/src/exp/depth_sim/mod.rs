@@ -257,9 +257,14 @@ fn table(base: &SimConfig, main: &SimResult, results: &[SimResult]) -> Table {
             "bottom / top",
         ],
     );
-    for r in std::iter::once(main).chain(results.iter()) {
-        let name = if std::ptr::eq(r, main) {
-            format!("{} (as requested)", label(&r.config))
+    // The requested setting is marked in its row among the variants, or
+    // listed first when it is none of them.
+    let asked = label(&main.config);
+    let among = results.iter().any(|r| label(&r.config) == asked);
+    let first = (!among).then_some(main);
+    for r in first.into_iter().chain(results.iter()) {
+        let name = if label(&r.config) == asked {
+            format!("{asked} (as requested)")
         } else {
             label(&r.config)
         };
