@@ -3,13 +3,12 @@
 use crate::ui::bad;
 use clap::Args;
 use normlab::convert::{self, Agreement};
-use normlab::io::{atomic_write, safetensors_bytes};
+use normlab::io::atomic_write;
 use normlab::kernels::norm::NormKind;
 use normlab::model::Model;
 use normlab::train::run::load_model;
 use normlab::train::trainer::load_data;
 use serde_json::json;
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// Convert a checkpoint between LayerNorm and RMSNorm, verified on held-out data.
@@ -150,9 +149,7 @@ pub fn run(c: ConvertCmd) -> anyhow::Result<()> {
     // Write the new run folder.
     normlab::io::create_dir_all(&c.output)?;
     tc.model = conv.cfg.clone();
-    let mut meta = HashMap::new();
-    meta.insert("normlab_config".to_string(), serde_json::to_string(&tc)?);
-    let bytes = safetensors_bytes(&new.layout, &[("", &final_params)], meta)
+    let bytes = normlab::train::folder::checkpoint_bytes(&new.layout, &final_params, &tc)
         .map_err(|e| anyhow::anyhow!(e))?;
     atomic_write(
         &c.output.join("config.json"),

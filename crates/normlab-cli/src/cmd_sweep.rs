@@ -51,6 +51,10 @@ pub struct ReportCmd {
     /// Print one JSON record per run instead of the table.
     #[arg(long)]
     json: bool,
+    /// Exit 2 when any run folder is damaged (its files fail their
+    /// checksums, or its metrics cannot be read), after the report.
+    #[arg(long)]
+    strict: bool,
 }
 
 fn grid_specs(grid: &str) -> anyhow::Result<Vec<RunSpec>> {
@@ -246,6 +250,21 @@ pub fn report_run(c: ReportCmd) -> anyhow::Result<()> {
             out.display(),
             rep.figures.len()
         );
+    }
+    let damaged: Vec<&report::FoundRun> = runs.iter().filter(|r| r.damage.is_some()).collect();
+    for r in &damaged {
+        eprintln!(
+            "warning: {} is damaged: {}",
+            r.dir.display(),
+            r.damage.as_deref().unwrap_or_default()
+        );
+    }
+    if c.strict && !damaged.is_empty() {
+        return bad(format!(
+            "{} of {} run folder(s) are damaged (--strict)",
+            damaged.len(),
+            runs.len()
+        ));
     }
     Ok(())
 }

@@ -886,3 +886,63 @@ fn book_k8s_manifest_parses_and_its_tasks_cover_every_run_once() {
     assert_eq!(units, expected);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `report` shows a run whose files are damaged as "damaged: <reason>"
+/// (never as a result, never "unfinished"), warns, and `--strict` exits 2.
+#[test]
+fn report_names_damaged_runs_and_strict_refuses_them() {
+    let dir = common::tmp("report-damaged");
+    let train = |name: &str| {
+        stdout_ok(&[
+            "train",
+            "--layers",
+            "1",
+            "--steps",
+            "5",
+            "--batch",
+            "4",
+            "--eval-sequences",
+            "4",
+            "--quiet",
+            "--out",
+            dir.join(name).to_str().unwrap(),
+        ]);
+    };
+    train("sound");
+    train("flipped");
+    let ck = dir.join("flipped/checkpoint.safetensors");
+    let mut b = std::fs::read(&ck).unwrap();
+    let start = 8 + u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    b[start + 7] ^= 0x10;
+    std::fs::write(&ck, b).unwrap();
+    let d = dir.to_str().unwrap();
+    let o = normlab(&["report", d, "--out", dir.join("rep").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    let row = out.lines().find(|l| l.starts_with("flipped")).unwrap();
+    assert!(
+        row.contains("damaged: checkpoint.safetensors fails its checksum"),
+        "{out}"
+    );
+    assert!(!row.contains("unfinished"), "{row}");
+    assert!(!out
+        .lines()
+        .find(|l| l.starts_with("sound"))
+        .unwrap()
+        .contains("damaged"));
+    assert!(err.contains("flipped is damaged"), "{err}");
+    let o = normlab(&[
+        "report",
+        d,
+        "--strict",
+        "--out",
+        dir.join("rep2").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("1 of 2 run folder(s) are damaged"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -25,8 +25,12 @@ pub struct FoundRun {
     pub cfg: TrainConfig,
     /// Who recorded the run when not normlab (`pytorch`: the Python logger).
     pub source: Option<String>,
-    /// Summary (None: unfinished).
+    /// Summary (None: unfinished, or damaged).
     pub summary: Option<Summary>,
+    /// What is damaged in the folder (its files against their checksums,
+    /// unreadable metric lines; `normlab::train::run::damage`); checked by
+    /// the full scan only.
+    pub damage: Option<String>,
     /// Metrics.
     pub metrics: Vec<StepRecord>,
 }
@@ -75,6 +79,11 @@ fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)>
                     cfg,
                     source,
                     summary: read_summary(&dir),
+                    damage: if metrics {
+                        normlab::train::run::damage(&dir)
+                    } else {
+                        None
+                    },
                     metrics: if metrics {
                         read_metrics(&dir)
                     } else {
@@ -179,15 +188,23 @@ pub fn build(runs: &[FoundRun]) -> Report {
             settings.insert(k.clone(), cfgv[k].clone());
         }
         rec.insert("settings".into(), Value::Object(settings));
-        let (status, fe, be, div, steps) = match &r.summary {
-            Some(s) => (
+        let (status, fe, be, div, steps) = match (&r.summary, &r.damage) {
+            // A damaged folder is never shown as a result or as unfinished.
+            (_, Some(why)) => (
+                format!("damaged: {why}"),
+                None,
+                None,
+                None,
+                r.metrics.last().map(|m| m.step).unwrap_or(0),
+            ),
+            (Some(s), None) => (
                 s.status.name().to_string(),
                 s.final_eval_loss,
                 s.best_eval_loss,
                 s.diverged_at_step,
                 s.steps,
             ),
-            None => (
+            (None, None) => (
                 "unfinished".into(),
                 None,
                 None,

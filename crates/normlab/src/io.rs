@@ -236,6 +236,30 @@ pub fn load_tensors(
     Ok(())
 }
 
+/// The checksum normlab records for a file's contents: CRC-32 of `parts`
+/// in order, as "crc32:xxxxxxxx" (a flipped bit always changes it).
+pub fn checksum(parts: &[&[u8]]) -> String {
+    let mut h = crc32fast::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    format!("crc32:{:08x}", h.finalize())
+}
+
+/// The data section of a safetensors file (the tensors' bytes, after the
+/// header); empty when the header's length does not fit the file.
+pub fn safetensors_data(bytes: &[u8]) -> &[u8] {
+    let Some(len) = bytes.get(..8) else {
+        return &[];
+    };
+    let n = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .and_then(|start| bytes.get(start..))
+        .unwrap_or(&[])
+}
+
 /// Metadata of a safetensors file.
 pub fn read_metadata(bytes: &[u8], what: &str) -> Result<HashMap<String, String>> {
     let (_, meta) = SafeTensors::read_metadata(bytes)

@@ -22,6 +22,14 @@
 //! complete snapshot. Folders of normlab before the snapshot (weights in
 //! `checkpoint.safetensors`, moments in `optimizer.safetensors`) still read
 //! and resume.
+//!
+//! Each of the snapshot, the weights and the summary carries a checksum of
+//! its contents (CRC-32, [`crate::io::checksum`]): the snapshot's over its
+//! record and tensors, the weights' over their tensors (in the
+//! `normlab_config` record), the summary's over its other fields. A
+//! resume, a load of the weights and [`damage`] verify them, so a flipped
+//! bit is refused with the file's name, never trained on or reported as a
+//! result. Files written before checksums load with a warning.
 
 pub use super::metrics_file::{last_logged_step, read_metrics, read_metrics_sampled};
 pub(crate) use super::metrics_file::{metric_lines_up_to, write_metrics};
@@ -267,31 +275,138 @@ pub(crate) fn write_config(dir: &Path, cfg: &TrainConfig) -> Result<()> {
     )
 }
 
-/// Read `summary.json` of a run folder, if finished.
+/// Read `summary.json` of a run folder, if finished (None also when it is
+/// damaged: [`check_summary`] says how).
 pub fn read_summary(dir: &Path) -> Option<Summary> {
-    serde_json::from_str(&fs::read_to_string(dir.join("summary.json")).ok()?).ok()
+    check_summary(dir).ok().flatten()
 }
 
-/// Write `summary.json` (last: it marks the run finished).
+/// The key of the checksum in a record (summary.json, the snapshot's and
+/// the weights' metadata records).
+const CHECKSUM: &str = "checksum";
+
+/// The checksum of a JSON record without its checksum field (its compact
+/// form: keys in the order serde_json keeps them).
+fn record_checksum(record: &serde_json::Value, data: &[u8]) -> String {
+    let mut bare = record.clone();
+    if let Some(o) = bare.as_object_mut() {
+        o.remove(CHECKSUM);
+    }
+    crate::io::checksum(&[bare.to_string().as_bytes(), data])
+}
+
+/// A record's checksum against its contents: Ok(true) verified, Ok(false)
+/// none recorded (written before checksums), Err(why) damaged.
+fn verify_record(record: &serde_json::Value, data: &[u8]) -> std::result::Result<bool, String> {
+    match record.get(CHECKSUM) {
+        None | Some(serde_json::Value::Null) => Ok(false),
+        Some(c) if c.as_str() == Some(record_checksum(record, data).as_str()) => Ok(true),
+        Some(_) => Err("fails its checksum (the file is damaged)".into()),
+    }
+}
+
+/// `summary.json` of a run folder: None when the run has not finished,
+/// Err(why) when the file is there but damaged (unreadable, or failing its
+/// checksum).
+pub fn check_summary(dir: &Path) -> std::result::Result<Option<Summary>, String> {
+    let path = dir.join("summary.json");
+    let text = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("summary.json cannot be read: {e}")),
+    };
+    let v: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| format!("summary.json is not JSON: {e}"))?;
+    verify_record(&v, &[]).map_err(|why| format!("summary.json {why}"))?;
+    let mut bare = v;
+    if let Some(o) = bare.as_object_mut() {
+        o.remove(CHECKSUM);
+    }
+    serde_json::from_value(bare)
+        .map(Some)
+        .map_err(|e| format!("summary.json is not a run summary: {e}"))
+}
+
+/// Write `summary.json` (last: it marks the run finished), with the
+/// checksum of its fields.
 pub(crate) fn write_summary(dir: &Path, s: &Summary) -> Result<()> {
+    let mut v = serde_json::to_value(s).expect("summary serialises");
+    let sum = record_checksum(&v, &[]);
+    v[CHECKSUM] = sum.into();
     atomic_write(
         &dir.join("summary.json"),
-        serde_json::to_string_pretty(s)
+        serde_json::to_string_pretty(&v)
             .expect("summary serialises")
             .as_bytes(),
     )
 }
 
+/// `checkpoint.safetensors` bytes: the weights of `layout` from `params`,
+/// and one metadata record, `normlab_config` (the run's config, with the
+/// checksum of the tensors). One metadata key per file: safetensors stores
+/// metadata as a hash map, and a single key keeps the bytes deterministic.
+pub fn checkpoint_bytes(
+    layout: &crate::params::ParamLayout,
+    params: &[f32],
+    cfg: &TrainConfig,
+) -> Result<Vec<u8>> {
+    let record = serde_json::to_value(cfg).expect("config serialises");
+    let build = |record: &serde_json::Value| {
+        let mut meta = HashMap::new();
+        meta.insert("normlab_config".to_string(), record.to_string());
+        safetensors_bytes(layout, &[("", params)], meta)
+    };
+    // The tensors' bytes do not depend on the metadata: checksum them,
+    // then write the record with it.
+    let first = build(&record)?;
+    let mut record = record;
+    record[CHECKSUM] = record_checksum(&record, crate::io::safetensors_data(&first)).into();
+    build(&record)
+}
+
 /// The weights as `checkpoint.safetensors` bytes.
 fn weights_bytes(tr: &Trainer) -> Result<Vec<u8>> {
-    // One metadata key per file: safetensors stores metadata as a hash map,
-    // and a single key keeps the bytes deterministic.
-    let mut meta = HashMap::new();
-    meta.insert(
-        "normlab_config".to_string(),
-        serde_json::to_string(&tr.cfg).expect("config serialises"),
-    );
-    safetensors_bytes(&tr.model.layout, &[("", &tr.params)], meta)
+    checkpoint_bytes(&tr.model.layout, &tr.params, &tr.cfg)
+}
+
+/// Verify a safetensors file of a run folder against the checksum in its
+/// metadata record `key`: Ok(true) verified, Ok(false) none recorded.
+fn verify_file(bytes: &[u8], key: &str, name: &str) -> std::result::Result<bool, String> {
+    let meta = read_metadata(bytes, name).map_err(|e| e.to_string())?;
+    let Some(text) = meta.get(key) else {
+        return Ok(false);
+    };
+    let record: serde_json::Value =
+        serde_json::from_str(text).map_err(|_| format!("{name}'s {key} record is not JSON"))?;
+    verify_record(&record, crate::io::safetensors_data(bytes))
+        .map_err(|why| format!("{name} {why}"))
+}
+
+/// What is damaged in a run folder, if anything: the summary, the weights
+/// and the snapshot against their checksums, and metrics.jsonl's lines
+/// (each must be a step record). None for a sound folder (an unfinished
+/// one included); files written before checksums count as sound.
+pub fn damage(dir: &Path) -> Option<String> {
+    if let Err(why) = check_summary(dir) {
+        return Some(why);
+    }
+    for (name, key) in [(CHECKPOINT, "normlab_config"), (SNAPSHOT, "normlab_resume")] {
+        let path = dir.join(name);
+        if !path.exists() {
+            continue;
+        }
+        let bytes = match crate::io::read(&path) {
+            Ok(b) => b,
+            Err(e) => return Some(format!("{name} cannot be read: {e}")),
+        };
+        if let Err(why) = verify_file(&bytes, key, name) {
+            return Some(why);
+        }
+    }
+    match super::metrics_file::unreadable_lines(dir) {
+        0 => None,
+        n => Some(format!("{n} line(s) of metrics.jsonl are not step records")),
+    }
 }
 
 /// Write a checkpoint: the resume snapshot, then the weights.
@@ -307,13 +422,20 @@ pub(crate) fn write_checkpoint(dir: &Path, tr: &Trainer, prog: &Progress) -> Res
         // Only f16 runs have one: other snapshots keep their exact bytes.
         state["scaler"] = serde_json::json!(sc);
     }
-    let mut meta = HashMap::new();
-    meta.insert("normlab_resume".to_string(), state.to_string());
-    let snap = safetensors_bytes(
-        &tr.model.layout,
-        &[("", &tr.params), ("m.", &tr.opt.m), ("v.", &tr.opt.v)],
-        meta,
-    )?;
+    let build = |state: &serde_json::Value| {
+        let mut meta = HashMap::new();
+        meta.insert("normlab_resume".to_string(), state.to_string());
+        safetensors_bytes(
+            &tr.model.layout,
+            &[("", &tr.params), ("m.", &tr.opt.m), ("v.", &tr.opt.v)],
+            meta,
+        )
+    };
+    // The checksum covers the record and the tensors (whose bytes do not
+    // depend on the metadata).
+    let first = build(&state)?;
+    state[CHECKSUM] = record_checksum(&state, crate::io::safetensors_data(&first)).into();
+    let snap = build(&state)?;
     atomic_write(&dir.join(SNAPSHOT), &snap)?;
     // The snapshot is the only resume state from now on.
     let _ = fs::remove_file(dir.join(LEGACY_OPTIMIZER));
@@ -344,6 +466,19 @@ pub(crate) fn load_checkpoint(dir: &Path, tr: &mut Trainer) -> Result<Progress> 
         .get("normlab_resume")
         .and_then(|p| serde_json::from_str(p).ok())
         .ok_or_else(|| corrupt("lacks its normlab_resume record"))?;
+    match verify_record(&state, crate::io::safetensors_data(&bytes)) {
+        Ok(true) => {}
+        Ok(false) => eprintln!(
+            "warning: {}/{SNAPSHOT} has no checksum (written before normlab recorded them): not verified",
+            dir.display()
+        ),
+        Err(why) => {
+            return Err(Error::bad(format!(
+                "{}/{SNAPSHOT} {why}: refused; resume from a copy of the folder, or start the run again",
+                dir.display()
+            )))
+        }
+    }
     let format = state["format"].as_u64().unwrap_or(0);
     if format != SNAPSHOT_FORMAT {
         return Err(Error::bad(format!(
@@ -437,6 +572,14 @@ pub fn load_model(dir: &Path) -> Result<(TrainConfig, Model, Vec<f32>)> {
     let cfg = read_config(dir)?;
     let model = Model::new(&cfg.model)?;
     let bytes = crate::io::read(&dir.join(CHECKPOINT))?;
+    match verify_file(&bytes, "normlab_config", CHECKPOINT) {
+        Ok(true) => {}
+        Ok(false) => eprintln!(
+            "warning: {}/{CHECKPOINT} has no checksum (written before normlab recorded them): not verified",
+            dir.display()
+        ),
+        Err(why) => return Err(Error::bad(format!("{}/{why}: refused", dir.display()))),
+    }
     let mut params = vec![0.0; model.layout.buffer_len()];
     load_tensors(&bytes, &model.layout, "", &mut params, CHECKPOINT)?;
     Ok((cfg, model, params))

@@ -204,6 +204,24 @@ pub(crate) fn metric_lines_up_to(
     (lines, (!problems.is_empty()).then(|| problems.join("; ")))
 }
 
+/// How many non-empty lines of `metrics.jsonl` are not step records (0
+/// when the file is absent).
+pub(crate) fn unreadable_lines(dir: &Path) -> usize {
+    let Ok(bytes) = fs::read(dir.join("metrics.jsonl")) else {
+        return 0;
+    };
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+        .filter(|l| {
+            std::str::from_utf8(l)
+                .ok()
+                .and_then(|t| serde_json::from_str::<StepRecord>(t).ok())
+                .is_none()
+        })
+        .count()
+}
+
 /// Write `metrics.jsonl` with these lines.
 pub(crate) fn write_metrics(dir: &Path, lines: &[String]) -> Result<()> {
     let mut text = lines.join("\n");
