@@ -183,7 +183,7 @@ pub fn run(c: ExpCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The headline results (about 3 minutes on 2 cores; docs/times.md):
+/// The headline results (about 2.5 minutes on 2 cores; docs/times.md):
 /// depth-sim with its toggles,
 /// collapse and lr-sensitivity in reduced size, and speed. The training
 /// runs stay in `<out>/<experiment>/runs/` for the lab's dashboard
@@ -219,6 +219,7 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
         }
     }
     let t0 = std::time::Instant::now();
+    let published = normlab_lab::book::view::published();
     let plan: Vec<(&str, &str, ExpArgs)> = vec![
         ("depth-sim", "Depth simulator (N = 32 sublayers, gain 1)", ExpArgs::default()),
         (
@@ -270,6 +271,10 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
             md.push('\n');
         }
         md.push_str(&format!("**Conclusion:** {}\n\nDetails: [{id}/report.md]({id}/report.md), [{id}/result.json]({id}/result.json).\n\n", r.conclusion));
+        if let Some(line) = beside_the_book(published.as_deref(), &dir, id, &r) {
+            println!("{line}\n");
+            md.push_str(&format!("{line}\n\n"));
+        }
     }
     md.push_str(&format!(
         "Total time: {:.0} s.\n",
@@ -282,4 +287,60 @@ pub fn demo(c: DemoCmd) -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The published book's verdicts beside a demo chapter's: which setting
+/// each rests on (the demo's is smaller than the book's unless they are
+/// the same), so a reader never takes a demo verdict for the book's. None
+/// without a published book or a chapter of it.
+fn beside_the_book(
+    book: Option<&std::path::Path>,
+    dir: &std::path::Path,
+    id: &str,
+    r: &normlab_lab::exp::ExpResult,
+) -> Option<String> {
+    let book = book?;
+    let (theirs, _) = normlab_lab::book::findings::read_recorded(book, id).ok()??;
+    if r.checks.is_empty() && theirs.checks.is_empty() {
+        return None;
+    }
+    let list = |v: Vec<(&str, &str)>| {
+        v.iter()
+            .map(|(c, verdict)| format!("{c} {verdict}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let here = list(
+        r.checks
+            .iter()
+            .map(|c| (c.claim, c.verdict.label()))
+            .collect(),
+    );
+    let there = list(
+        theirs
+            .checks
+            .iter()
+            .map(|c| (c.claim, c.verdict.label()))
+            .collect(),
+    );
+    let smaller = normlab_lab::book::view::other_setting(dir, book, id);
+    Some(format!(
+        "{} Here: {}; the published book ({}/{id}/report.md): {}.",
+        if smaller {
+            "This runs a smaller setting than the book's chapter, so its verdicts can differ."
+        } else {
+            "This runs the book's setting."
+        },
+        if here.is_empty() {
+            "no verdict".to_string()
+        } else {
+            here
+        },
+        book.display(),
+        if there.is_empty() {
+            "no verdict".to_string()
+        } else {
+            there
+        },
+    ))
 }

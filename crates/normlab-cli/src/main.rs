@@ -35,7 +35,7 @@ enum Command {
     /// Every option can also be given in a TOML file (`--config run.toml`,
     /// keys as the flags with '_' or '-'); flags override the file.
     Train(Box<cmd_train::TrainArgs>),
-    /// The headline results, written to normlab-demo/report.md: about 3 minutes on 2 cores (--quick: about 20 seconds).
+    /// The headline results, written to normlab-demo/report.md: about 2.5 minutes on 2 cores (--quick: about 20 seconds).
     Demo(cmd_exp::DemoCmd),
     /// Run a built-in experiment (`normlab exp list` names them).
     Exp(Box<cmd_exp::ExpCmd>),

@@ -85,9 +85,16 @@ pub struct ServeCmd {
     #[arg(long)]
     runs: Option<PathBuf>,
     /// A book folder (`normlab book --out`) for the book pages: the claims
-    /// table and each chapter with its figures.
+    /// table and each chapter with its figures. Without it the pages show
+    /// the published book (the checkout's docs/findings, found beside the
+    /// current folder or the binary), with the chapters under --runs
+    /// beside its verdicts as your own.
     #[arg(long)]
     book: Option<PathBuf>,
+    /// Without --book: do not show the published book (only the chapters
+    /// under --runs).
+    #[arg(long, conflicts_with = "book")]
+    no_published: bool,
     /// Seconds a client may take to send a request's header (from the
     /// connection's start, or from the previous response); a slower one is
     /// disconnected.
@@ -168,10 +175,11 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 }
 
 /// The router (also used by tests).
-pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>) -> Router {
+pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>, published: Option<PathBuf>) -> Router {
     let state = Arc::new(Lab {
         runs,
         book,
+        published,
         heavy: Arc::new(tokio::sync::Semaphore::new(HEAVY_CONCURRENCY)),
     });
     Router::new()
@@ -258,9 +266,14 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
             max_connections: c.max_connections as usize,
         };
         let allowed = Arc::new(c.allow_host.clone());
-        let app = router(c.runs.clone(), c.book.clone()).layer(axum::middleware::from_fn(
-            move |req, next| check_host(allowed.clone(), req, next),
-        ));
+        let published = if c.book.is_some() || c.no_published {
+            None
+        } else {
+            normlab_lab::book::view::published()
+        };
+        let app = router(c.runs.clone(), c.book.clone(), published).layer(
+            axum::middleware::from_fn(move |req, next| check_host(allowed.clone(), req, next)),
+        );
         serve(listener, app, limits).await;
         Ok(())
     })
@@ -377,7 +390,8 @@ fn runs_list(lab: &Lab) -> Response {
                 "id": r.name,
                 "model": r.source.clone().unwrap_or_else(|| r.cfg.model.kind.to_string()), "source": r.source.as_deref().unwrap_or("normlab"), "norm": r.cfg.model.norm.name(), "placement": r.cfg.model.placement.name(), "layers": r.cfg.model.layers, "lr": normlab_lab::exp::num(r.cfg.lr),
                 "varying": varying,
-                "status": r.summary.as_ref().map(|s| s.status.name()).unwrap_or("unfinished"),
+                "status": if r.damage.is_some() { "damaged" } else { r.summary.as_ref().map(|s| s.status.name()).unwrap_or("unfinished") },
+                "damage": r.damage,
                 "final_eval_loss": r.summary.as_ref().and_then(|s| s.final_eval_loss),
                 "steps": r.summary.as_ref().map_or_else(|| normlab::train::run::last_logged_step(&r.dir), |s| s.steps),
             })
@@ -422,7 +436,11 @@ fn run_answer(lab: &Lab, id: &str, max_points: usize) -> Response {
     match runs.iter().find(|r| r.name == id) {
         Some(r) => {
             let (metrics, total) = normlab::train::run::read_metrics_sampled(&r.dir, max_points);
-            let status = r.summary.as_ref().map_or("unfinished", |s| s.status.name());
+            let status = if r.damage.is_some() {
+                "damaged"
+            } else {
+                r.summary.as_ref().map_or("unfinished", |s| s.status.name())
+            };
             // Serialised straight to bytes (no JSON tree of 20,000 records).
             #[derive(serde::Serialize)]
             struct RunAnswer<'a> {

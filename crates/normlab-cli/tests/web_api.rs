@@ -239,6 +239,10 @@ fn nan_diverged_runs_show_as_diverged() {
         v[k] = serde_json::Value::Null;
     }
     v["diverged_at_step"] = 3.into();
+    // Edited by hand, so without the checksum normlab would write (a
+    // summary with one that no longer matches is damaged: checked below).
+    let edited = v.to_string();
+    v.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&p, v.to_string()).unwrap();
     let s = serve(Some(&dir));
     let (code, body) = get(&s, "/api/runs");
@@ -256,6 +260,20 @@ fn nan_diverged_runs_show_as_diverged() {
         .unwrap();
     let recs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(recs[0]["status"], "diverged");
+    drop(s);
+    // With the checksum of the summary as trained, the edit is damage.
+    std::fs::write(&p, edited).unwrap();
+    let s = serve(Some(&dir));
+    let (_, body) = get(&s, "/api/runs");
+    let run = &json_body(&body)["runs"][0];
+    assert_eq!(run["status"], "damaged", "{body}");
+    assert!(
+        run["damage"]
+            .as_str()
+            .unwrap()
+            .contains("summary.json fails its checksum"),
+        "{body}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -622,11 +640,18 @@ fn demo_runs_show_on_the_dashboard() {
         assert!(mine.len() >= 2, "{exp}: {body}");
         assert!(mine.iter().all(|r| r["status"] != "unfinished"), "{body}");
     }
-    // Its chapters make the book pages of the same folder.
+    // The book pages show the published book's verdicts (the checkout's
+    // docs/findings), and the demo's chapters beside them as the reader's
+    // own, each marked as run at the smaller --quick setting.
     let (code, body) = get(&s, "/api/book");
     assert_eq!(code, 200, "{body}");
     let book = json_body(&body);
-    let chapters: Vec<&str> = book["chapters"]
+    assert_eq!(book["published"], true, "{body}");
+    assert!(
+        book["chapters"].as_array().unwrap().len() >= 20,
+        "the published book's chapters: {body}"
+    );
+    let chapters: Vec<&str> = book["yours"]["chapters"]
         .as_array()
         .unwrap()
         .iter()
@@ -636,12 +661,28 @@ fn demo_runs_show_on_the_dashboard() {
         chapters,
         ["depth-sim", "collapse", "lr-sensitivity", "speed"]
     );
+    let c12 = claim_of(&book, "C12");
+    assert!(c12["overall"].is_string(), "{c12}");
+    let mine = c12["yours"].as_array().unwrap();
+    assert!(
+        mine.iter()
+            .any(|h| h["experiment"] == "collapse" && h["other_setting"] == true),
+        "{c12}"
+    );
+    // Without the published book: the demo's chapters alone.
+    let alone = serve_with(Some(&demo), &["--no-published"]);
+    let (_, body) = get(&alone, "/api/book");
+    let b = json_body(&body);
+    assert_eq!(b["published"], false, "{body}");
+    assert_eq!(b["chapters"].as_array().unwrap().len(), 4, "{body}");
+    drop(alone);
     // A chapter lists its runs by their dashboard ids (the page overlays
     // them); a chapter without runs lists none.
     let ids: Vec<&str> = runs.iter().map(|r| r["id"].as_str().unwrap()).collect();
-    let (code, body) = get(&s, "/api/book/collapse");
+    let (code, body) = get(&s, "/api/book/collapse?source=yours");
     assert_eq!(code, 200, "{body}");
     let ch = json_body(&body);
+    assert_eq!(ch["quick"], true, "{body}");
     let mine: Vec<&str> = ch["runs"]
         .as_array()
         .unwrap()
@@ -654,8 +695,14 @@ fn demo_runs_show_on_the_dashboard() {
             .all(|r| r.starts_with("collapse/runs/") && ids.contains(r)),
         "{mine:?} vs {ids:?}"
     );
-    let (_, body) = get(&s, "/api/book/speed");
+    let (_, body) = get(&s, "/api/book/speed?source=yours");
     assert_eq!(json_body(&body)["runs"], serde_json::json!([]), "{body}");
+    // The published chapter of the same id: the book's setting, no runs here.
+    let (code, body) = get(&s, "/api/book/collapse");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json_body(&body)["quick"], false, "{body}");
+    let (code, _) = get(&s, "/api/book/collapse?source=other");
+    assert_eq!(code, 400);
     // Reused: the same run folders, their summaries untouched.
     let summary = |r: &serde_json::Value| {
         let p = demo.join(r["id"].as_str().unwrap()).join("summary.json");
@@ -739,8 +786,15 @@ fn book_pages_read_a_book_folder() {
         assert!(json_body(&body)["error"].is_string(), "{bad}: {body}");
     }
     drop(s);
-    // Neither --book nor --runs: how to get a book.
+    // Neither --book nor --runs: the published book; without it either,
+    // how to get a book.
     let s = serve(None);
+    let (code, body) = get(&s, "/api/book");
+    assert_eq!(code, 200);
+    assert_eq!(json_body(&body)["published"], true, "{body}");
+    assert!(json_body(&body)["yours"].is_null(), "{body}");
+    drop(s);
+    let s = serve_with(None, &["--no-published"]);
     let (code, body) = get(&s, "/api/book");
     assert_eq!(code, 200);
     assert!(json_body(&body)["how_to"]

@@ -588,6 +588,54 @@ async fn web_lab_in_headless_chromium() {
     }
     let full = c.screenshot().await.unwrap();
     std::fs::write(base.join("page.png"), full).unwrap();
+    // Without --book: the published book's verdicts (the checkout's
+    // docs/findings), the quick book under --runs beside them as the
+    // reader's own, marked as a smaller setting; ?lang=zh opens the page
+    // in Chinese.
+    {
+        let own = runs.join("book");
+        let (_own_lab, own_url) = serve_lab(&["--runs".as_ref(), own.as_os_str()]);
+        c.goto(&format!("{own_url}?lang=en")).await.unwrap();
+        let smaller = en["ui"]["book.smaller"].as_str().unwrap().to_string();
+        let row = wait_for("the published verdicts with yours beside them", || async {
+            let row = c
+                .find(Locator::Css("#claim-C17"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (row.contains("gain-decay") && row.contains(&smaller)).then_some(row)
+        })
+        .await;
+        assert!(!row.contains("not run here"), "{row}");
+        click(&c, "#claim-C17").await;
+        let h = wait_for("your chapter under the claim", || async {
+            c.find(Locator::Css("#chapter-yours-gain-decay h4"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()
+        })
+        .await;
+        let mine = en["ui"]["book.yours_smaller"].as_str().unwrap();
+        assert!(h.contains(mine), "{h}");
+        assert!(c.find(Locator::Css("#chapter-gain-decay")).await.is_ok());
+        c.goto(&format!("{own_url}?lang=zh")).await.unwrap();
+        wait_for("the page in the language of ?lang=zh", || async {
+            let h = c
+                .find(Locator::Css("#book h2"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (h == heading_zh).then_some(())
+        })
+        .await;
+        c.goto(&format!("{url}?lang=en")).await.unwrap();
+    }
     static_lab(&c, &base, &ln0).await;
     c.close().await.unwrap();
 

@@ -28,8 +28,8 @@ pub struct FoundRun {
     /// Summary (None: unfinished, or damaged).
     pub summary: Option<Summary>,
     /// What is damaged in the folder (its files against their checksums,
-    /// unreadable metric lines; `normlab::train::run::damage`); checked by
-    /// the full scan only.
+    /// unreadable metric lines; `normlab::train::run::damage`); the header
+    /// scan checks the summary only.
     pub damage: Option<String>,
     /// Metrics.
     pub metrics: Vec<StepRecord>,
@@ -79,10 +79,12 @@ fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)>
                     cfg,
                     source,
                     summary: read_summary(&dir),
+                    // The full scan checks every file; the header scan
+                    // (the dashboard's listing) the summary only.
                     damage: if metrics {
                         normlab::train::run::damage(&dir)
                     } else {
-                        None
+                        normlab::train::run::check_summary(&dir).err()
                     },
                     metrics: if metrics {
                         read_metrics(&dir)

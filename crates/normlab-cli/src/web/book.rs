@@ -1,12 +1,17 @@
-//! The web lab's book pages: `GET /api/book` (the claims table of the
-//! chapters in `--book DIR`, or without it in `--runs DIR`: each claim's
-//! statement, its verdict and each chapter's; with neither, how to get a
-//! book), `GET /api/book/{id}` (one chapter: question, settings, seeds,
-//! verdicts with evidence, figures, machine and date, departures) and `GET
+//! The web lab's book pages: `GET /api/book` (the claims table: each
+//! claim's statement, its verdict and each chapter's), `GET
+//! /api/book/{id}` (one chapter: question, settings, seeds, verdicts with
+//! evidence, figures, machine and date, departures) and `GET
 //! /api/book/{id}/figure/{stem}` (a figure of that chapter, as SVG, by the
-//! name its result.json lists). A chapter whose run folders lie under
-//! `--runs` lists them (`runs`: their ids on the dashboard, so the page can
-//! overlay them). Reading runs nothing.
+//! name its result.json lists). The verdicts are those of `--book DIR`;
+//! without it, of the published book (the checkout's docs/findings), with
+//! the chapters under `--runs` (a demo, a quick book) beside them as the
+//! reader's own (`yours`; their pages with `?source=yours`), each marked
+//! when it ran at the smaller `--quick` setting; without a published book,
+//! of the chapters under `--runs`; with nothing, how to get a book. A
+//! chapter whose run folders lie under `--runs` lists them (`runs`: their
+//! ids on the dashboard, so the page can overlay them). Reading runs
+//! nothing.
 
 use super::state::{err, heavy, query, Lab, Shared};
 use axum::extract::{Path as AxPath, RawQuery, State};
@@ -23,9 +28,14 @@ pub(super) const HOW_TO: &str = "no chapters here: normlab book --quick --out bo
 /// Largest figure served or published (the book's largest is 300 KB).
 pub(super) const MAX_FIGURE_BYTES: u64 = 8 << 20;
 
-/// The folder the book is read from.
-fn book_dir(lab: &Lab) -> Option<&std::path::Path> {
-    lab.book.as_deref().or(lab.runs.as_deref())
+/// Where the book pages read from: the book whose verdicts lead, and the
+/// reader's own chapters shown beside them (None: no such column).
+fn sources(lab: &Lab) -> (Option<&Path>, Option<&Path>) {
+    match (&lab.book, &lab.published) {
+        (Some(b), _) => (Some(b), None),
+        (None, Some(p)) => (Some(p), lab.runs.as_deref()),
+        (None, None) => (lab.runs.as_deref(), None),
+    }
 }
 
 pub(super) async fn api_book(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
@@ -34,9 +44,16 @@ pub(super) async fn api_book(State(lab): State<Shared>, RawQuery(raw): RawQuery)
     }
     let held = lab.clone();
     heavy(&lab, move || {
-        let dir = book_dir(&held);
+        let (dir, yours) = sources(&held);
         let label = dir.map(|d| d.display().to_string());
-        match claims_page(dir, label.as_deref()) {
+        let page = claims_page(dir, label.as_deref()).and_then(|mut v| {
+            if let (Some(y), Some(b)) = (yours, dir) {
+                add_yours(&mut v, y, b)?;
+            }
+            v["published"] = json!(held.book.is_none() && held.published.is_some());
+            Ok(v)
+        });
+        match page {
             Ok(v) => Json(v).into_response(),
             Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         }
@@ -59,6 +76,54 @@ pub(super) fn claims_page(dir: Option<&Path>, label: Option<&str>) -> normlab::R
     Ok(v)
 }
 
+/// Beside the book's verdicts, the reader's own chapters (a demo, a
+/// quick book under --runs): per claim `yours` (each chapter's verdict and
+/// `other_setting`: whether it ran at another, smaller setting than the
+/// book's chapter, --quick or reduced like the demo's), and `yours` at the
+/// top (the folder and its chapters, each with the same mark). Nothing is
+/// added when it holds none.
+fn add_yours(page: &mut Value, dir: &Path, book: &Path) -> normlab::Result<()> {
+    let own = normlab_lab::book::view::claims_table(dir)?;
+    let mut chapters = own["chapters"].as_array().cloned().unwrap_or_default();
+    if chapters.is_empty() {
+        return Ok(());
+    }
+    for c in &mut chapters {
+        let id = c["id"].as_str().unwrap_or_default().to_string();
+        c["other_setting"] = json!(normlab_lab::book::view::other_setting(dir, book, &id));
+    }
+    let quick = |id: &Value| {
+        chapters
+            .iter()
+            .any(|c| &c["id"] == id && c["other_setting"] == true)
+    };
+    let empty = Vec::new();
+    let own_claims = own["claims"].as_array().unwrap_or(&empty);
+    if let Some(claims) = page["claims"].as_array_mut() {
+        for c in claims {
+            let mine: Vec<Value> = own_claims
+                .iter()
+                .find(|o| o["id"] == c["id"])
+                .and_then(|o| o["chapters"].as_array())
+                .map(|list| {
+                    list.iter()
+                        .map(|h| {
+                            json!({
+                                "experiment": h["experiment"],
+                                "verdict": h["verdict"],
+                                "other_setting": quick(&h["experiment"]),
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            c["yours"] = json!(mine);
+        }
+    }
+    page["yours"] = json!({"folder": dir.display().to_string(), "chapters": chapters});
+    Ok(())
+}
+
 /// The file of chapter `id`'s figure `stem` in the book `dir`: only a plain
 /// file name (no folder part, not hidden) that the chapter lists.
 pub(super) fn figure_path(dir: &Path, id: &str, chapter: &Value, stem: &str) -> Option<PathBuf> {
@@ -75,16 +140,27 @@ pub(super) async fn api_chapter(
     AxPath(path): AxPath<String>,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(r) = query(raw, &[]) {
-        return *r;
-    }
+    let q = match query(raw, &["source"]) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let yours = match q.get("source").map(String::as_str) {
+        None | Some("book") => false,
+        Some("yours") => true,
+        Some(other) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                format!("source must be book or yours, not '{other}'"),
+            )
+        }
+    };
     let held = lab.clone();
-    heavy(&lab, move || chapter_answer(&held, &path)).await
+    heavy(&lab, move || chapter_answer(&held, &path, yours)).await
 }
 
 /// A chapter's page or one of its figures (reads files: run on the
 /// blocking pool).
-fn chapter_answer(lab: &Lab, path: &str) -> Response {
+fn chapter_answer(lab: &Lab, path: &str, yours: bool) -> Response {
     let parts: Vec<&str> = path.split('/').collect();
     let (id, figure) = match parts.as_slice() {
         [id] => (*id, None),
@@ -96,8 +172,17 @@ fn chapter_answer(lab: &Lab, path: &str) -> Response {
             )
         }
     };
-    let Some(dir) = book_dir(lab) else {
-        return err(StatusCode::NOT_FOUND, HOW_TO);
+    let (book, own) = sources(lab);
+    let dir = if yours { own } else { book };
+    let Some(dir) = dir else {
+        return err(
+            StatusCode::NOT_FOUND,
+            if yours {
+                "no chapters of your own here (serve --runs DIR with a demo or a book in it)"
+            } else {
+                HOW_TO
+            },
+        );
     };
     let chapter = match normlab_lab::book::view::chapter(dir, id) {
         Ok(Some(c)) => c,

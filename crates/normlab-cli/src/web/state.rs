@@ -16,6 +16,10 @@ pub(super) struct Lab {
     pub(super) runs: Option<PathBuf>,
     /// A book folder for the book pages (else `runs`).
     pub(super) book: Option<PathBuf>,
+    /// The published book (the checkout's docs/findings) whose verdicts
+    /// the book pages show when no --book is given, with the chapters
+    /// under `runs` beside them as the reader's own.
+    pub(super) published: Option<PathBuf>,
     /// Permits for the heavy requests (file reads, simulations, plots):
     /// a request holds one from its start until its answer has been
     /// written (or its client is cut off), so never-reading clients cannot

@@ -13,7 +13,38 @@ use super::findings::{agreement, agreement_line, cross_checked, read_recorded, r
 use crate::exp::claims::{Coverage, Verdict, CLAIMS};
 use normlab::error::Result;
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The published book of the checkout normlab runs from: `docs/findings`
+/// under the current folder, else three levels above the binary
+/// (`target/release/normlab`), when it holds findings.
+pub fn published() -> Option<PathBuf> {
+    let here = std::env::current_dir()
+        .ok()
+        .map(|d| d.join("docs/findings"));
+    let beside = std::env::current_exe().ok().and_then(|e| {
+        e.parent()?
+            .parent()?
+            .parent()
+            .map(|r| r.join("docs/findings"))
+    });
+    [here, beside]
+        .into_iter()
+        .flatten()
+        .find(|d| super::run::has_findings(d))
+}
+
+/// Whether chapter `id` of `dir` ran at another setting than the same
+/// chapter of the book `book` (at --quick, or with other settings): its
+/// verdict then rests on a smaller setting than the book's.
+pub fn other_setting(dir: &Path, book: &Path, id: &str) -> bool {
+    let (Ok(Some((mine, q1))), Ok(Some((theirs, q2)))) =
+        (read_recorded(dir, id), read_recorded(book, id))
+    else {
+        return true;
+    };
+    q1 != q2 || mine.settings != theirs.settings
+}
 
 /// The claims table of the chapters in `dir`: per claim its id, title,
 /// statement, overall verdict (and the chapter deciding it), and each
