@@ -11,7 +11,7 @@
 # part that was skipped because this machine lacks something (a model, a
 # browser, Slurm, torch), with the command that gets it. The tests write
 # those lines themselves (tests/common/skip.rs) to $NORMLAB_SKIP_LOG.
-# About 20 minutes on a 2-core machine with the build done (docs/times.md).
+# About 15 minutes on a 2-core machine after the build (docs/times.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NORMLAB_SKIP_LOG="$(mktemp)"
