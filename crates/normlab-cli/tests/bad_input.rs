@@ -380,8 +380,9 @@ fn nan_checkpoints_are_not_converted() {
     let offset = view.data().as_ptr() as usize - bytes.as_ptr() as usize;
     let mut bytes = bytes.clone();
     bytes[offset..offset + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    std::fs::write(&path, bytes).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
     let out = dir.join("converted");
+    // Its checksum catches the change first...
     refused(
         &[
             "convert",
@@ -390,7 +391,46 @@ fn nan_checkpoints_are_not_converted() {
             "--to",
             "rmsnorm",
         ],
-        &["lm_head.weight", "non-finite"],
+        &["checkpoint.safetensors", "fails its checksum"],
+    );
+    assert!(!out.exists(), "nothing is written");
+    // ...and without one (a file written before checksums), the NaN check.
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let mut record: serde_json::Value =
+        serde_json::from_str(&meta.metadata().as_ref().unwrap()["normlab_config"]).unwrap();
+    record.as_object_mut().unwrap().remove("checksum");
+    let views: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| {
+            let t = safetensors::tensor::TensorView::new(v.dtype(), v.shape().to_vec(), v.data());
+            (n, t.unwrap())
+        })
+        .collect();
+    let mut m = std::collections::HashMap::new();
+    m.insert("normlab_config".to_string(), record.to_string());
+    std::fs::write(
+        &path,
+        safetensors::tensor::serialize(views, Some(m)).unwrap(),
+    )
+    .unwrap();
+    let o = normlab(&[
+        "convert",
+        run.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--to",
+        "rmsnorm",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // The warning that the file is not verified, then the refusal.
+    let lines: Vec<&str> = err.trim().lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("not verified"), "{err}");
+    assert!(
+        lines[1].contains("lm_head.weight") && lines[1].contains("non-finite"),
+        "{err}"
     );
     assert!(!out.exists(), "nothing is written");
     let _ = std::fs::remove_dir_all(&dir);
