@@ -255,8 +255,10 @@ pub fn run(opts: &BookOptions, progress: BookProgress) -> Result<Book> {
 }
 
 /// Write findings.md and findings.json of the book folder `out` again from
-/// the chapters' results it holds (at this setting), running nothing: for
-/// a published folder after a change to how findings are written. The
+/// the chapters' results it holds (at this setting), and lay out each
+/// chapter's report.md conclusion as reports are now written, running
+/// nothing: for a published folder after a change to how findings and
+/// reports are written. The
 /// book's own wall time is named when the folder records its sessions.
 pub fn rewrite_findings(out: &Path, quick: bool) -> Result<()> {
     if !out.is_dir() {
@@ -286,7 +288,35 @@ pub fn rewrite_findings(out: &Path, quick: bool) -> Result<()> {
             )
         })
         .filter(|(_, n)| *n > 0);
+    for r in super::findings::recorded(out, quick)? {
+        reflow_report(&out.join(&r.id).join("report.md"))?;
+    }
     super::findings::write(out, quick, totals)
+}
+
+/// A chapter's report.md with its conclusion laid out as reports are now
+/// written (a long one as a list of its clauses, every word kept;
+/// `present::prose`); the file is left alone when nothing changes.
+fn reflow_report(path: &Path) -> Result<()> {
+    const LEAD: &str = "**Conclusion (from the numbers above):**";
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| match l.strip_prefix(LEAD) {
+            Some(rest) => crate::present::prose::readable(LEAD, rest.trim()),
+            None => l.to_string(),
+        })
+        .collect();
+    let mut new = lines.join("\n");
+    if text.ends_with('\n') {
+        new.push('\n');
+    }
+    if new != text {
+        normlab::io::atomic_write(path, new.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
