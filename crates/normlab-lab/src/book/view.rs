@@ -16,19 +16,22 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 /// The published book of the checkout normlab runs from: `docs/findings`
-/// under the current folder, else three levels above the binary
-/// (`target/release/normlab`), when it holds findings.
+/// under the current folder, else in the checkout the binary was built
+/// from (wherever cargo put the build: CARGO_TARGET_DIR may lie outside
+/// it), else three levels above the binary (`target/release/normlab`),
+/// the first that holds findings.
 pub fn published() -> Option<PathBuf> {
     let here = std::env::current_dir()
         .ok()
         .map(|d| d.join("docs/findings"));
+    let built_from = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/findings"));
     let beside = std::env::current_exe().ok().and_then(|e| {
         e.parent()?
             .parent()?
             .parent()
             .map(|r| r.join("docs/findings"))
     });
-    [here, beside]
+    [here, built_from, beside]
         .into_iter()
         .flatten()
         .find(|d| super::run::has_findings(d))
