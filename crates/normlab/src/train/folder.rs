@@ -350,7 +350,11 @@ pub fn checkpoint_bytes(
     params: &[f32],
     cfg: &TrainConfig,
 ) -> Result<Vec<u8>> {
-    let record = serde_json::to_value(cfg).expect("config serialises");
+    // Through the config's own text, so that its f32 values keep their
+    // short form (0.001, not 0.0010000000474974513).
+    let record: serde_json::Value =
+        serde_json::from_str(&serde_json::to_string(cfg).expect("config serialises"))
+            .expect("config parses");
     let build = |record: &serde_json::Value| {
         let mut meta = HashMap::new();
         meta.insert("normlab_config".to_string(), record.to_string());
