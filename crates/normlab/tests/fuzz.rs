@@ -1,9 +1,12 @@
 //! The readers of files a user may be handed, fuzzed (see common/fuzz.rs):
 //! GGUF (the reader, every tensor's dequantisation, and the Llama checks,
 //! with the weights dequantised and kept in their blocks),
+//! tokenizer metadata (tiny GGUF files whose bulk is a byte-level BPE or a
+//! SentencePiece vocabulary, loaded, then encoding and decoding a text),
 //! a Hugging Face decoder folder (Gemma 3's config.json and safetensors,
 //! loaded and run on three tokens), a run folder's checkpoint
-//! (safetensors) and config.json, and a TOML
+//! (safetensors: its tensors read past the checksum too) and config.json,
+//! and a TOML
 //! training config. No input may panic or make a reader hold more than the
 //! stated bound at once; bad input is an `Err`. One test, so that the
 //! allocation counts are this work's alone.
@@ -50,6 +53,24 @@ fn readers_survive_mutated_files() {
         let _ = Decoder::load_as(&file, WeightStorage::Quantised);
     });
 
+    // Tokenizer metadata: tiny files with a byte-level BPE (Llama) and a
+    // SentencePiece (Gemma 3) vocabulary, mutated; whatever loads must
+    // encode and decode a text without panicking.
+    let tok_seeds = vec![
+        common::gguf_writer::tiny_llama_bpe().bytes(),
+        common::gguf_writer::tiny_gemma3().bytes(),
+    ];
+    let tok_file = dir.join("tok.gguf");
+    fuzz("tokenizer metadata", &tok_seeds, 256 * MIB, |b| {
+        std::fs::write(&tok_file, b).unwrap();
+        if let Ok(m) = Decoder::load(&tok_file) {
+            if let Ok(ids) = m.encode("the cat ab <|endoftext|> zz\u{e9}") {
+                let _ = m.decode(&ids);
+            }
+            let _ = m.decode(&[0, 1, 2, 3, u32::MAX]);
+        }
+    });
+
     // A run folder: a real checkpoint and config.json, mutated.
     let run = tmp("run");
     let cfg = TrainConfig::defaults(normlab::model::ModelKind::Toy)
@@ -75,8 +96,14 @@ fn readers_survive_mutated_files() {
     let config = std::fs::read(run.join("config.json")).unwrap();
     let target = tmp("target");
     std::fs::write(target.join("config.json"), &config).unwrap();
+    // Most mutations now fail the checkpoint's checksum at once: its
+    // tensors are also read directly, so the safetensors reader itself
+    // stays fuzzed.
+    let layout = normlab::model::Model::new(&cfg.model).unwrap().layout;
     fuzz("checkpoint", &[ckpt], 64 * MIB, |b| {
         let _ = normlab::io::read_metadata(b, "fuzz");
+        let mut params = vec![0.0f32; layout.buffer_len()];
+        let _ = normlab::io::load_tensors(b, &layout, "", &mut params, "fuzz");
         std::fs::write(target.join("checkpoint.safetensors"), b).unwrap();
         let _ = folder::load_model(&target);
     });
