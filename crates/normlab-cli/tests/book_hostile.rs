@@ -28,9 +28,10 @@ fn refused(o: &std::process::Output, want: &[&str]) {
     }
 }
 
-/// A quick book plan of one chapter (depth-sim: no training) in `out`.
-fn plan(out: &Path) -> serde_json::Value {
-    let o = normlab(&[
+/// `book --quick --only depth-sim --out OUT --emit-slurm`: the scripts of
+/// a one-chapter book (depth-sim: no training).
+fn emit(out: &Path) -> std::process::Output {
+    normlab(&[
         "book",
         "--quick",
         "--only",
@@ -38,7 +39,12 @@ fn plan(out: &Path) -> serde_json::Value {
         "--out",
         out.to_str().unwrap(),
         "--emit-slurm",
-    ]);
+    ])
+}
+
+/// A quick book plan of one chapter in `out` ([`emit`]).
+fn plan(out: &Path) -> serde_json::Value {
+    let o = emit(out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_str(&std::fs::read_to_string(out.join("book-plan.json")).unwrap()).unwrap()
 }
@@ -112,15 +118,7 @@ fn garbage_in_the_schedulers_variables_is_refused() {
 fn a_path_the_scripts_cannot_hold_is_refused_before_writing() {
     let dir = tmp("quote");
     let out = dir.join("say \"hi\"");
-    let o = normlab(&[
-        "book",
-        "--quick",
-        "--only",
-        "depth-sim",
-        "--out",
-        out.to_str().unwrap(),
-        "--emit-slurm",
-    ]);
+    let o = emit(&out);
     assert_eq!(
         o.status.code(),
         Some(2),

@@ -892,22 +892,7 @@ fn book_k8s_manifest_parses_and_its_tasks_cover_every_run_once() {
 #[test]
 fn report_names_damaged_runs_and_strict_refuses_them() {
     let dir = common::tmp("report-damaged");
-    let train = |name: &str| {
-        stdout_ok(&[
-            "train",
-            "--layers",
-            "1",
-            "--steps",
-            "5",
-            "--batch",
-            "4",
-            "--eval-sequences",
-            "4",
-            "--quiet",
-            "--out",
-            dir.join(name).to_str().unwrap(),
-        ]);
-    };
+    let train = |name: &str| common::lab::train_tiny(&dir.join(name));
     train("sound");
     train("flipped");
     let ck = dir.join("flipped/checkpoint.safetensors");

@@ -118,12 +118,15 @@ async fn click_and_log(c: &Client, sel: &str, rows_wanted: usize) {
 }
 
 async fn text(c: &Client, css: &str) -> String {
-    c.find(Locator::Css(css))
+    try_text(c, css)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+        .unwrap_or_else(|| panic!("no element {css} (or no text)"))
+}
+
+/// The text of the element `css` selects, or None while there is none
+/// (for polling a page that is still being drawn).
+async fn try_text(c: &Client, css: &str) -> Option<String> {
+    c.find(Locator::Css(css)).await.ok()?.text().await.ok()
 }
 
 /// Poll until `f` returns Some or the timeout passes.
@@ -598,25 +601,14 @@ async fn web_lab_in_headless_chromium() {
         c.goto(&format!("{own_url}?lang=en")).await.unwrap();
         let smaller = en["ui"]["book.smaller"].as_str().unwrap().to_string();
         let row = wait_for("the published verdicts with yours beside them", || async {
-            let row = c
-                .find(Locator::Css("#claim-C17"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let row = try_text(&c, "#claim-C17").await?;
             (row.contains("gain-decay") && row.contains(&smaller)).then_some(row)
         })
         .await;
         assert!(!row.contains("not run here"), "{row}");
         click(&c, "#claim-C17").await;
         let h = wait_for("your chapter under the claim", || async {
-            c.find(Locator::Css("#chapter-yours-gain-decay h4"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()
+            try_text(&c, "#chapter-yours-gain-decay h4").await
         })
         .await;
         let mine = en["ui"]["book.yours_smaller"].as_str().unwrap();
@@ -624,13 +616,7 @@ async fn web_lab_in_headless_chromium() {
         assert!(c.find(Locator::Css("#chapter-gain-decay")).await.is_ok());
         c.goto(&format!("{own_url}?lang=zh")).await.unwrap();
         wait_for("the page in the language of ?lang=zh", || async {
-            let h = c
-                .find(Locator::Css("#book h2"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let h = try_text(&c, "#book h2").await?;
             (h == heading_zh).then_some(())
         })
         .await;

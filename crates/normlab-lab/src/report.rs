@@ -8,7 +8,7 @@
 use crate::present::{f, grid, plot, Figure, LineChart, Panel, Series, Table};
 use crate::sweep::SeedGroup;
 use normlab::error::{Error, Result};
-use normlab::train::run::{read_metrics, read_run_config, read_summary};
+use normlab::train::run::{read_metrics_counted, read_run_config};
 use normlab::train::Summary;
 use normlab::train::{StepRecord, TrainConfig};
 use serde_json::{json, Map, Value};
@@ -74,23 +74,30 @@ fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)>
                     .strip_prefix(root)
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
+                // One read of the summary and of the metrics; the full scan
+                // checks every file, the header scan (the dashboard's
+                // listing) the summary only.
+                let (summary, broken) = match normlab::train::run::check_summary(&dir) {
+                    Ok(s) => (s, None),
+                    Err(why) => (None, Some(why)),
+                };
+                let (records, unreadable) = if metrics {
+                    read_metrics_counted(&dir)
+                } else {
+                    (Vec::new(), 0)
+                };
+                let damage = broken.or_else(|| {
+                    metrics
+                        .then(|| normlab::train::run::file_damage(&dir, unreadable))
+                        .flatten()
+                });
                 out.push(FoundRun {
                     name: if name.is_empty() { ".".into() } else { name },
                     cfg,
                     source,
-                    summary: read_summary(&dir),
-                    // The full scan checks every file; the header scan
-                    // (the dashboard's listing) the summary only.
-                    damage: if metrics {
-                        normlab::train::run::damage(&dir)
-                    } else {
-                        normlab::train::run::check_summary(&dir).err()
-                    },
-                    metrics: if metrics {
-                        read_metrics(&dir)
-                    } else {
-                        Vec::new()
-                    },
+                    summary,
+                    damage,
+                    metrics: records,
                     dir: dir.clone(),
                 });
             }

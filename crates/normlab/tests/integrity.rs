@@ -5,6 +5,8 @@
 //! snapshot recorded and read line by line. Folders written before
 //! checksums still load, with a warning.
 
+mod common;
+
 use normlab::train::{self, RunOptions, RunOutcome, TrainConfig};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -187,31 +189,10 @@ fn a_changed_config_is_refused_on_resume() {
 
 #[test]
 fn folders_written_before_checksums_still_resume() {
-    use safetensors::tensor::{serialize, Dtype, TensorView};
     let (half, done) = folders("old");
     // The snapshot as normlab wrote it before checksums: the same record
     // without its checksum.
-    let path = half.join("resume.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-    let mut state: serde_json::Value =
-        serde_json::from_str(&meta.metadata().as_ref().unwrap()["normlab_resume"]).unwrap();
-    assert!(state["checksum"].as_str().unwrap().starts_with("crc32:"));
-    state.as_object_mut().unwrap().remove("checksum");
-    let views: Vec<(String, TensorView)> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| {
-            (
-                n,
-                TensorView::new(Dtype::F32, v.shape().to_vec(), v.data()).unwrap(),
-            )
-        })
-        .collect();
-    let mut m = std::collections::HashMap::new();
-    m.insert("normlab_resume".to_string(), state.to_string());
-    std::fs::write(&path, serialize(views, Some(m)).unwrap()).unwrap();
+    common::run_folder::without_checksum(&half.join("resume.safetensors"), "normlab_resume");
     assert_eq!(train::run::damage(&half), None, "no checksum is not damage");
     let out = resume(&half).unwrap();
     assert!(matches!(out, RunOutcome::Finished(_)), "{out:?}");

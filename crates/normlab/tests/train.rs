@@ -1,6 +1,8 @@
 //! Training: determinism across thread counts, bit-identical resume,
 //! divergence as a result, run-folder safety.
 
+mod common;
+
 use normlab::train::{self, RunOptions, RunOutcome, StepRecord, TrainConfig, Trainer};
 use serde_json::json;
 use std::path::PathBuf;
@@ -667,8 +669,24 @@ fn a_snapshot_with_non_finite_values_is_refused() {
     )
     .unwrap_err();
     assert!(err.is_bad_input(), "{err}");
-    // The snapshot's checksum catches the change first.
+    // The snapshot's checksum catches the change first...
     assert!(err.to_string().contains("checksum"), "{err}");
+    // ...and in a snapshot without one (written before checksums), the
+    // non-finite check.
+    common::run_folder::without_checksum(&path, "normlab_resume");
+    let err = train::run(
+        &c,
+        &RunOptions {
+            out: Some(d.clone()),
+            resume: true,
+            threads: 1,
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.is_bad_input(), "{err}");
+    assert!(err.to_string().contains("non-finite"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

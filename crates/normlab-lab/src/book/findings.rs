@@ -212,7 +212,7 @@ pub fn write(out: &Path, quick: bool, totals: Option<(f64, usize)>) -> Result<()
     let list = findings(&recorded);
     let mut md = String::new();
     md.push_str("# What normlab finds: the lesson's claims, checked\n\n");
-    md.push_str(&summary(&recorded));
+    md.push_str(&summary(&recorded, &list));
     if quick {
         md.push_str("**These are the reduced `--quick` settings: too short to decide some claims; the full book is `normlab book`.**\n\n");
     }
@@ -336,9 +336,9 @@ pub fn write(out: &Path, quick: bool, totals: Option<(f64, usize)>) -> Result<()
     )
 }
 
-/// The opening: what was found, counted over the claims.
-fn summary(recorded: &[Recorded]) -> String {
-    let list = findings(recorded);
+/// The opening: what was found, counted over the claims (`list`: the
+/// verdicts of `recorded`).
+fn summary(recorded: &[Recorded], list: &[Finding]) -> String {
     let order = [
         Verdict::Holds,
         Verdict::Partly,

@@ -267,7 +267,8 @@ pub fn rewrite_findings(out: &Path, quick: bool) -> Result<()> {
             out.display()
         )));
     }
-    if super::findings::recorded(out, quick)?.is_empty() {
+    let chapters = super::findings::recorded(out, quick)?;
+    if chapters.is_empty() {
         return Err(normlab::Error::bad(format!(
             "{} holds no chapter results at this setting ({}); run `normlab book --out {}` first",
             out.display(),
@@ -288,7 +289,7 @@ pub fn rewrite_findings(out: &Path, quick: bool) -> Result<()> {
             )
         })
         .filter(|(_, n)| *n > 0);
-    for r in super::findings::recorded(out, quick)? {
+    for r in &chapters {
         reflow_report(&out.join(&r.id).join("report.md"))?;
     }
     super::findings::write(out, quick, totals)

@@ -31,7 +31,9 @@
 //! bit is refused with the file's name, never trained on or reported as a
 //! result. Files written before checksums load with a warning.
 
-pub use super::metrics_file::{last_logged_step, read_metrics, read_metrics_sampled};
+pub use super::metrics_file::{
+    last_logged_step, read_metrics, read_metrics_counted, read_metrics_sampled,
+};
 pub(crate) use super::metrics_file::{metric_lines_up_to, write_metrics};
 use crate::error::{Error, Result};
 use crate::io::{atomic_write, load_tensors, read_metadata, safetensors_bytes};
@@ -391,9 +393,15 @@ fn verify_file(bytes: &[u8], key: &str, name: &str) -> std::result::Result<bool,
 /// (each must be a step record). None for a sound folder (an unfinished
 /// one included); files written before checksums count as sound.
 pub fn damage(dir: &Path) -> Option<String> {
-    if let Err(why) = check_summary(dir) {
-        return Some(why);
-    }
+    check_summary(dir)
+        .err()
+        .or_else(|| file_damage(dir, read_metrics_counted(dir).1))
+}
+
+/// [`damage`] past the summary, for a reader that has checked the summary
+/// and counted metrics.jsonl's unreadable lines already: the weights and
+/// the snapshot against their checksums, then that count.
+pub fn file_damage(dir: &Path, unreadable_metric_lines: usize) -> Option<String> {
     for (name, key) in [(CHECKPOINT, "normlab_config"), (SNAPSHOT, "normlab_resume")] {
         let path = dir.join(name);
         if !path.exists() {
@@ -407,7 +415,7 @@ pub fn damage(dir: &Path) -> Option<String> {
             return Some(why);
         }
     }
-    match super::metrics_file::unreadable_lines(dir) {
+    match unreadable_metric_lines {
         0 => None,
         n => Some(format!("{n} line(s) of metrics.jsonl are not step records")),
     }

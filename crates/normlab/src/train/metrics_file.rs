@@ -13,11 +13,24 @@ use std::path::Path;
 /// Read `metrics.jsonl` (lines that do not parse are skipped, one at a
 /// time: a line that is not UTF-8 loses only itself).
 pub fn read_metrics(dir: &Path) -> Vec<StepRecord> {
-    fs::read(dir.join("metrics.jsonl"))
-        .unwrap_or_default()
+    read_metrics_counted(dir).0
+}
+
+/// [`read_metrics`], with how many non-blank lines are not step records
+/// (a damaged file's count, from the same read).
+pub fn read_metrics_counted(dir: &Path) -> (Vec<StepRecord>, usize) {
+    let bytes = fs::read(dir.join("metrics.jsonl")).unwrap_or_default();
+    let mut unreadable = 0;
+    let records = bytes
         .split(|&b| b == b'\n')
-        .filter_map(|l| serde_json::from_slice(l).ok())
-        .collect()
+        .filter(|l| !l.trim_ascii().is_empty())
+        .filter_map(|l| {
+            let r = serde_json::from_slice(l).ok();
+            unreadable += usize::from(r.is_none());
+            r
+        })
+        .collect();
+    (records, unreadable)
 }
 
 /// Longest metrics line read (a record of a 10,000-block run is about
@@ -202,24 +215,6 @@ pub(crate) fn metric_lines_up_to(
         ));
     }
     (lines, (!problems.is_empty()).then(|| problems.join("; ")))
-}
-
-/// How many non-empty lines of `metrics.jsonl` are not step records (0
-/// when the file is absent).
-pub(crate) fn unreadable_lines(dir: &Path) -> usize {
-    let Ok(bytes) = fs::read(dir.join("metrics.jsonl")) else {
-        return 0;
-    };
-    bytes
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.trim_ascii().is_empty())
-        .filter(|l| {
-            std::str::from_utf8(l)
-                .ok()
-                .and_then(|t| serde_json::from_str::<StepRecord>(t).ok())
-                .is_none()
-        })
-        .count()
 }
 
 /// Write `metrics.jsonl` with these lines.

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::train::folder::{
-    check_summary, damage, last_logged_step, load_model, read_config, read_metrics,
-    read_metrics_sampled, read_run_config, read_summary,
+    check_summary, damage, file_damage, last_logged_step, load_model, read_config, read_metrics,
+    read_metrics_counted, read_metrics_sampled, read_run_config, read_summary,
 };
 pub use crate::train::status::DIVERGENCE_WINDOW;
 

@@ -4,5 +4,6 @@
 pub mod fixtures;
 pub mod fuzz;
 pub mod gguf_writer;
+pub mod run_folder;
 pub mod skip;
 pub mod tiny_gguf;
