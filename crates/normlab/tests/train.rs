@@ -657,34 +657,27 @@ fn a_snapshot_with_non_finite_values_is_refused() {
     let at = 8 + header;
     bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
-    let err = train::run(
-        &c,
-        &RunOptions {
-            out: Some(d.clone()),
-            resume: true,
-            threads: 1,
-            ..Default::default()
-        },
-        &mut |_, _| {},
-    )
-    .unwrap_err();
+    let resume = || {
+        train::run(
+            &c,
+            &RunOptions {
+                out: Some(d.clone()),
+                resume: true,
+                threads: 1,
+                ..Default::default()
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err()
+    };
+    let err = resume();
     assert!(err.is_bad_input(), "{err}");
     // The snapshot's checksum catches the change first...
     assert!(err.to_string().contains("checksum"), "{err}");
     // ...and in a snapshot without one (written before checksums), the
     // non-finite check.
     common::run_folder::without_checksum(&path, "normlab_resume");
-    let err = train::run(
-        &c,
-        &RunOptions {
-            out: Some(d.clone()),
-            resume: true,
-            threads: 1,
-            ..Default::default()
-        },
-        &mut |_, _| {},
-    )
-    .unwrap_err();
+    let err = resume();
     assert!(err.is_bad_input(), "{err}");
     assert!(err.to_string().contains("non-finite"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
