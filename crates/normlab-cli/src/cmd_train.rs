@@ -286,6 +286,12 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
                 s.unigram_entropy,
                 s.loss_floor.map(|x| format!("  floor {x:.3}")).unwrap_or_default()
             );
+            if let Some([copy, bigram]) = s.eval_loss_parts {
+                println!(
+                    "  held out: copy targets {copy:.4}, bigram targets {bigram:.4}  ({})",
+                    normlab::train::trainer::load_data(&cfg)?.describe()
+                );
+            }
             println!(
                 "  {:.1} steps/s  {:.0} tokens/s  {} threads  {} params  {:.1} s",
                 s.steps_per_sec, s.tokens_per_sec, s.threads, s.params, s.wall_seconds

@@ -8,7 +8,7 @@
 mod common;
 
 use common::fixtures::{close, floats};
-use normlab::nn::{Attention, OutputGate};
+use normlab::nn::{Attention, AttnKind, AttnOptions, OutputGate};
 use normlab::params::{Init, ParamLayout};
 use serde_json::Value;
 
@@ -29,8 +29,11 @@ fn output_gate_matches_pytorch() {
             "attn",
             d,
             heads,
-            qk,
-            Some(form),
+            AttnOptions {
+                qk_norm: qk,
+                gate: Some(form),
+                kind: AttnKind::Softmax,
+            },
             None,
             Init::Const(0.0),
             Init::Const(0.0),

@@ -504,6 +504,8 @@ fn metric_lines_with_non_finite_values_are_read_back() {
         update_ratio: Some(f64::NAN),
         update_ratio_per_block: vec![f64::NAN],
         eval_loss: None,
+        eval_loss_copy: None,
+        eval_loss_bigram: None,
         attn_max_logit: vec![f64::NAN],
         attn_entropy: vec![],
         attn_sink: vec![f64::NAN],
@@ -521,6 +523,11 @@ fn metric_lines_with_non_finite_values_are_read_back() {
         streams: Some(normlab::model::StreamStats {
             read: vec![vec![f64::NAN, 0.5]],
             gain_fwd_max: f64::INFINITY,
+            ..Default::default()
+        }),
+        sinks: Some(normlab::model::sinks::SinkStats {
+            head_share: vec![vec![f64::NAN, 0.5]],
+            massive0: vec![f64::INFINITY],
             ..Default::default()
         }),
     };

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
-use crate::nn::{Activation, OutputGate, Placement};
+use crate::nn::{Activation, AttnKind, OutputGate, Placement};
 use crate::settings::Flag;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -244,6 +244,14 @@ crate::settings! {
         /// output a source; the paper's runs use about 8 blocks).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub attnres: Option<usize> => Flag::Num,
+        /// How attention turns scores into weights (gpt): softmax;
+        /// sink-logit (the softmax with one learned logit per head in its
+        /// denominator, gpt-oss's sinks, starting at 0: "softmax off by
+        /// one"); sigmoid (elementwise, unnormalised; Gu et al. 2024); relu
+        /// (ReLU of the scores over the number of keys, unnormalised; Guo
+        /// et al. 2024). The last three are the attention sink's removers.
+        #[serde(default, skip_serializing_if = "AttnKind::is_softmax")]
+        pub attn_kind: AttnKind => Flag::Choice(AttnKind::names),
     }
 }
 
@@ -291,6 +299,7 @@ impl ModelConfig {
             mhc: None,
             mhc_sinkhorn: None,
             attnres: None,
+            attn_kind: AttnKind::Softmax,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod decoder;
 pub mod hooks;
 mod init;
 pub mod residual;
+pub mod sinks;
 mod stream_trace;
 mod streams;
 mod validate;
@@ -25,9 +26,9 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Block, BlockCache, DepthAttn, DepthHead, DepthSlots, Embedding, Gate, HeadCache,
-    Hyper, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op, Placement, Residual, Scratch,
-    StreamHead, Sublayer, ToyMixer,
+    Attention, AttnOptions, Block, BlockCache, DepthAttn, DepthHead, DepthSlots, Embedding, Gate,
+    HeadCache, Hyper, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op, Placement, Residual,
+    Scratch, StreamHead, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
 use residual::StreamsPlan;
@@ -176,8 +177,11 @@ impl Model {
                             &format!("{base}.attn"),
                             d,
                             cfg.heads,
-                            cfg.qk_norm,
-                            cfg.attn_gate,
+                            AttnOptions {
+                                qk_norm: cfg.qk_norm,
+                                gate: cfg.attn_gate,
+                                kind: cfg.attn_kind,
+                            },
                             blk,
                             qkv_init,
                             proj_init.clone(),

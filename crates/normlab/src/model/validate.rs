@@ -52,6 +52,13 @@ impl ModelConfig {
                 .into());
             }
         }
+        if self.kind == ModelKind::Toy && !self.attn_kind.is_softmax() {
+            return Err(format!(
+                "--attn-kind {} changes attention (model gpt); the toy net has no attention",
+                self.attn_kind
+            )
+            .into());
+        }
         if self.kind == ModelKind::Toy && self.attn_gate.is_some() {
             return Err(
                 "--attn-gate gates attention's output (model gpt); the toy net has no attention"

@@ -1,9 +1,11 @@
-//! Causal multi-head self-attention with optional QK-Norm and output gate.
+//! Causal multi-head self-attention with optional QK-Norm, output gate and
+//! a choice of score-to-weight map ([`AttnKind`], attn_fn.rs).
 //!
 //! ```text
 //! [q | k | v] = c_attn(a)                     (Linear d -> 3d)
 //! q, k <- RMSNorm_hd(q), RMSNorm_hd(k)        (QK-Norm, per head, optional)
-//! P = causal_softmax(q k^T / sqrt(hd))        (per sequence and head)
+//! P = causal_softmax(q k^T / sqrt(hd))        (per sequence and head; or
+//!                                              sink-logit, sigmoid, relu)
 //! ctx = P v, heads merged
 //! ctx <- sigmoid(a W_g^T) * ctx               (output gate, optional)
 //! out = c_proj(ctx)                           (Linear d -> d)
@@ -14,18 +16,20 @@
 //! dimension) or d -> heads (headwise: one per head), from the sublayer's
 //! normalised input a, initialised as c_attn.
 //!
-//! Backward: dP = dctx v^T, dv = P^T dctx, dS = P (dP - rowsum(P dP)),
+//! Backward: dP = dctx v^T, dv = P^T dctx, dS = P (dP - rowsum(P dP))
+//! (softmax; the other kinds' in attn_fn.rs),
 //! dq = dS k / sqrt(hd), dk = dS^T q / sqrt(hd); with the gate,
 //! dctx = g dgated, dz = sum(dgated ctx) g (1 - g) (summed over the head's
 //! dimensions when headwise), da += dz W_g.
 
+use super::attn_fn::AttnKind;
 use super::linear::Linear;
 use super::norm::{buf, Norm, NormCache};
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul::{gemm, Mat};
 use crate::kernels::norm::NormKind;
-use crate::params::{Init, ParamLayout};
+use crate::params::{Init, ParamKind, ParamLayout, ParamRef};
 use serde::{Deserialize, Serialize};
 
 /// The attention output gate's form.
@@ -51,6 +55,17 @@ impl OutputGate {
     }
 }
 
+/// The attention's options beyond its size.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttnOptions {
+    /// QK-Norm on q and k.
+    pub qk_norm: bool,
+    /// The output gate.
+    pub gate: Option<OutputGate>,
+    /// How scores become weights.
+    pub kind: AttnKind,
+}
+
 /// Attention parameters.
 #[derive(Clone, Debug)]
 pub struct Attention {
@@ -66,6 +81,10 @@ pub struct Attention {
     pub qk_norm: Option<(Norm, Norm)>,
     /// The output gate: its form and `{name}.gate` (d -> d or heads).
     pub gate: Option<(OutputGate, Linear)>,
+    /// How scores become weights.
+    pub kind: AttnKind,
+    /// `{name}.sinks`: one logit per head (`AttnKind::SinkLogit`).
+    pub sinks: Option<ParamRef>,
 }
 
 /// Activations of one attention sublayer in one shard.
@@ -98,6 +117,10 @@ pub struct AttentionCache {
     g: AlignedBuf,
     gated: AlignedBuf,
     dz: AlignedBuf,
+    /// With sink logits: per sequence, head and query, the share the
+    /// head's sink logit took.
+    absorbed: AlignedBuf,
+    kind: AttnKind,
     /// Largest pre-softmax logit of the last forward.
     pub max_logit: f32,
 }
@@ -105,10 +128,20 @@ pub struct AttentionCache {
 impl AttentionCache {
     /// Share of attention on position 0 (the sink), averaged over every
     /// sequence, head and query position t >= 1 (query 0 sees only itself)
-    /// of the last forward; uniform attention would give
-    /// [`uniform_sink_share`].
+    /// of the last forward (unnormalised kinds: of each row's sum, as
+    /// [`first_share`](crate::model::sinks::first_share)); uniform
+    /// attention would give [`uniform_sink_share`].
     pub fn sink_share(&self) -> f64 {
         let t = self.t;
+        if !self.kind.normalised() {
+            // Each row's weight over its sum (model::sinks::first_share).
+            let blocks = self.probs.chunks_exact(t * t);
+            let n = blocks.len().max(1) as f64;
+            return blocks
+                .map(|p| crate::model::sinks::first_share(p, t, false))
+                .sum::<f64>()
+                / n;
+        }
         let (mut total, mut n) = (0f64, 0usize);
         for p in self.probs.chunks_exact(t * t) {
             for i in 1..t {
@@ -120,18 +153,49 @@ impl AttentionCache {
     }
 
     /// Mean entropy (nats) of the attention rows of the last forward, over
-    /// every sequence, head and query position.
+    /// every sequence, head and query position. Rows that do not sum to 1
+    /// (kinds other than the softmax) are first divided by their sum; a
+    /// row of zeros counts as 0.
     pub fn mean_entropy(&self) -> f64 {
         let t = self.t;
         let mut total = 0f64;
         let mut n = 0usize;
+        let mut row_n = Vec::new();
         for p in self.probs.chunks_exact(t * t) {
             for (i, row) in p.chunks_exact(t).enumerate() {
-                total += act::entropy(&row[..=i]);
+                let row = &row[..=i];
+                total += if self.kind.normalised() {
+                    act::entropy(row)
+                } else {
+                    let sum: f32 = row.iter().sum();
+                    row_n.clear();
+                    row_n.extend(row.iter().map(|&v| if sum > 0.0 { v / sum } else { 0.0 }));
+                    act::entropy(&row_n)
+                };
                 n += 1;
             }
         }
         total / n.max(1) as f64
+    }
+
+    /// The last forward's weights: `[batch, heads, t, t]`, causal.
+    pub fn probs(&self) -> &[f32] {
+        &self.probs
+    }
+
+    /// The last forward's fused `[batch * t, 3d]` projection (q | k | v).
+    pub fn qkv(&self) -> &[f32] {
+        &self.qkv
+    }
+
+    /// How the weights were made.
+    pub fn kind(&self) -> AttnKind {
+        self.kind
+    }
+
+    /// Sequences and positions of the last forward.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.batch, self.t)
     }
 }
 
@@ -147,15 +211,15 @@ const BLOCK: usize = 64;
 
 impl Attention {
     /// Register `{name}.c_attn`, `{name}.c_proj` and, with QK-Norm,
-    /// `{name}.q_norm`, `{name}.k_norm`.
+    /// `{name}.q_norm`, `{name}.k_norm`; with the gate `{name}.gate`; with
+    /// sink logits `{name}.sinks`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         layout: &mut ParamLayout,
         name: &str,
         d: usize,
         heads: usize,
-        qk_norm: bool,
-        gate: Option<OutputGate>,
+        opts: AttnOptions,
         block: Option<usize>,
         qkv_init: Init,
         proj_init: Init,
@@ -180,6 +244,11 @@ impl Attention {
             proj_init,
         );
         let hd = d / heads;
+        let AttnOptions {
+            qk_norm,
+            gate,
+            kind,
+        } = opts;
         let qk_norm = qk_norm.then(|| {
             let kind = NormKind::RmsNorm;
             let eps = kind.default_eps();
@@ -202,6 +271,15 @@ impl Attention {
             let w = Linear::new(layout, &format!("{name}.gate"), d, out, false, block, init);
             (g, w)
         });
+        let sinks = (kind == AttnKind::SinkLogit).then(|| {
+            layout.add(
+                format!("{name}.sinks"),
+                &[heads],
+                ParamKind::Gate,
+                block,
+                Init::Const(0.0),
+            )
+        });
         Attention {
             d,
             heads,
@@ -209,6 +287,8 @@ impl Attention {
             proj,
             qk_norm,
             gate,
+            kind,
+            sinks,
         }
     }
 
@@ -248,6 +328,12 @@ impl Attention {
             g: buf(rows * self.gate_width()),
             gated: buf(if self.gate.is_some() { rows * d } else { 0 }),
             dz: buf(rows * self.gate_width()),
+            absorbed: buf(if self.sinks.is_some() {
+                batch * h * t
+            } else {
+                0
+            }),
+            kind: self.kind,
             max_logit: 0.0,
         }
     }
@@ -288,7 +374,13 @@ impl Attention {
                         t,
                     );
                 }
-                max_logit = max_logit.max(act::causal_softmax(pb, t));
+                let sink = self.sinks.as_ref().map_or(0.0, |s| s.get(params)[hh]);
+                let ab = &mut c.absorbed[if self.sinks.is_some() {
+                    (b * h + hh) * t..(b * h + hh + 1) * t
+                } else {
+                    0..0
+                }];
+                max_logit = max_logit.max(self.kind.forward(pb, t, sink, ab));
                 for i0 in (0..t).step_by(BLOCK) {
                     let i1 = (i0 + BLOCK).min(t);
                     let p = Mat {
@@ -391,8 +483,10 @@ impl Attention {
             dq,
             dk,
             dqkv,
+            absorbed,
             ..
         } = c;
+        let mut dsinks = vec![0f64; if self.sinks.is_some() { h } else { 0 }];
         let (qs, ks) = if qk {
             ((&q[..], d, 0), (&k[..], d, 0))
         } else {
@@ -445,7 +539,15 @@ impl Attention {
                         3 * d,
                     );
                 }
-                act::causal_softmax_backward(pb, dp, t);
+                let ab = if self.sinks.is_some() {
+                    &absorbed[(b * h + hh) * t..(b * h + hh + 1) * t]
+                } else {
+                    &absorbed[0..0]
+                };
+                let ds = self.kind.backward(pb, dp, t, ab);
+                if let Some(v) = dsinks.get_mut(hh) {
+                    *v += ds;
+                }
                 for i0 in (0..t).step_by(BLOCK) {
                     let i1 = (i0 + BLOCK).min(t);
                     let ds_rows = Mat {
@@ -475,6 +577,11 @@ impl Attention {
                     };
                     gemm(scale, ds_cols.t(), view(qs, i0, t - i0), 0.0, dk_out, dk_rs);
                 }
+            }
+        }
+        if let Some(s) = &self.sinks {
+            for (g, v) in s.get_mut(grads).iter_mut().zip(&dsinks) {
+                *g += *v as f32;
             }
         }
         if let Some((qn, kn)) = &self.qk_norm {

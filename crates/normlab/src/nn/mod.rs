@@ -8,6 +8,7 @@
 //! `d_input` and **accumulates** into `grads`.
 
 pub mod attention;
+pub mod attn_fn;
 pub mod attnres;
 pub mod block;
 pub mod embedding;
@@ -26,7 +27,8 @@ pub mod sinkhorn;
 pub mod stream_head;
 pub mod sublayer;
 
-pub use attention::{uniform_sink_share, Attention, AttentionCache, OutputGate};
+pub use attention::{uniform_sink_share, Attention, AttentionCache, AttnOptions, OutputGate};
+pub use attn_fn::AttnKind;
 pub use attnres::{DepthAttn, DepthCache, DepthHead, DepthSlots};
 pub use block::{Block, BlockCache, NormSite};
 pub use embedding::Embedding;

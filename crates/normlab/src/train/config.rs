@@ -11,6 +11,9 @@ use crate::train::optim::{OptimizerKind, ScheduleKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The `data` value that selects Bigram-Backcopy.
+pub const BACKCOPY: &str = "bigram-backcopy";
+
 crate::settings! {
     /// All settings of one training run: the model's ([`ModelConfig`], whose
     /// keys appear at the top level in files, flags and grids) and the
@@ -20,7 +23,9 @@ crate::settings! {
         /// The model.
         #[serde(flatten)]
         pub model: ModelConfig => Flag::Hidden,
-        /// Text file to train a gpt on (default: the bundled Shakespeare).
+        /// Text file to train a gpt on (default: the bundled Shakespeare),
+        /// or `bigram-backcopy` for the synthetic task of docs/bigram-backcopy.md
+        /// (BOS at position 0; a file of that name is `./bigram-backcopy`).
         pub data: Option<String> => Flag::Text,
         /// gpt: begin every sequence with this byte (0-255), a fixed
         /// BOS-like first token, so that position 0 always holds the same
@@ -84,6 +89,10 @@ crate::settings! {
         /// on an inf/NaN gradient, doubled after 2000 good steps).
         #[serde(default, skip_serializing_if = "Dtype::is_f32")]
         pub dtype: Dtype => Flag::Choice(Dtype::names),
+        /// With `--data bigram-backcopy`: the number k of triggers, the k
+        /// most frequent characters (default 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub backcopy_triggers: Option<usize> => Flag::Num,
     }
 }
 
@@ -125,7 +134,19 @@ impl TrainConfig {
             log_every: 10,
             checkpoint_every: 0,
             dtype: Dtype::F32,
+            backcopy_triggers: None,
         }
+    }
+
+    /// Whether position 0 always holds the same token (`bos_byte`, or
+    /// Bigram-Backcopy's BOS): such runs log the sink measures.
+    pub fn fixed_first_token(&self) -> bool {
+        self.model.kind == ModelKind::Gpt && (self.bos_byte.is_some() || self.backcopy())
+    }
+
+    /// Whether the data is Bigram-Backcopy.
+    pub fn backcopy(&self) -> bool {
+        self.data.as_deref() == Some(BACKCOPY)
     }
 
     /// Every option's field description: the model's, then the training ones.
@@ -318,6 +339,15 @@ impl TrainConfig {
             if self.model.kind == ModelKind::Toy {
                 return Err("bos_byte applies to gpt models (the toy task has no text)".into());
             }
+        }
+        if self.backcopy_triggers.is_some() && !self.backcopy() {
+            return Err(format!("backcopy_triggers applies to --data {BACKCOPY}").into());
+        }
+        if self.backcopy() && self.bos_byte.is_some() {
+            return Err(format!(
+                "bos_byte does not apply to --data {BACKCOPY}, whose sequences start with their own BOS"
+            )
+            .into());
         }
         if self.model.kind == ModelKind::Toy && self.data.is_some() {
             return Err("--data applies to gpt models (the toy task is generated)".into());

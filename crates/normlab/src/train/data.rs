@@ -1,10 +1,11 @@
-//! Training data: the toy task (synthetic, generated from a seed) and byte-
-//! level text. Every training sequence is a pure function of
+//! Training data: the toy task (synthetic, generated from a seed), byte-
+//! level text and Bigram-Backcopy (`backcopy.rs`). Every training sequence is a pure function of
 //! (seed, step, index), so runs resume bit-identically and do not depend on
 //! how sequences are spread over threads.
 
 use crate::error::Result;
 use crate::kernels::rng::Rng;
+use crate::train::backcopy::Backcopy;
 use crate::train::toy_task::ToyTask;
 use std::path::Path;
 
@@ -15,6 +16,8 @@ pub enum Data {
     Toy(ToyTask),
     /// Byte-level text.
     Text(TextData),
+    /// Bigram-Backcopy (bytes, BOS at position 0).
+    Backcopy(Box<Backcopy>),
 }
 
 impl Data {
@@ -22,7 +25,7 @@ impl Data {
     pub fn vocab(&self) -> usize {
         match self {
             Data::Toy(t) => t.vocab(),
-            Data::Text(_) => 256,
+            Data::Text(_) | Data::Backcopy(_) => 256,
         }
     }
 
@@ -38,6 +41,7 @@ impl Data {
         match self {
             Data::Toy(d) => d.train_sequence(step, index, t, tokens, targets),
             Data::Text(d) => d.train_sequence(step, index, t, tokens, targets),
+            Data::Backcopy(d) => d.train_sequence(step, index, &mut tokens[..t], &mut targets[..t]),
         }
     }
 
@@ -46,6 +50,7 @@ impl Data {
         match self {
             Data::Toy(d) => d.eval_sequence(index, t, tokens, targets),
             Data::Text(d) => d.eval_sequence(index, t, tokens, targets),
+            Data::Backcopy(d) => d.eval_sequence(index, &mut tokens[..t], &mut targets[..t]),
         }
     }
 
@@ -55,6 +60,7 @@ impl Data {
         match self {
             Data::Toy(d) => d.unigram_entropy(),
             Data::Text(d) => d.unigram_entropy,
+            Data::Backcopy(d) => d.unigram_entropy(),
         }
     }
 
@@ -63,6 +69,7 @@ impl Data {
         match self {
             Data::Toy(d) => Some(d.loss_floor()),
             Data::Text(_) => None,
+            Data::Backcopy(d) => Some(d.loss_floor()),
         }
     }
 
@@ -70,6 +77,7 @@ impl Data {
     pub fn describe(&self) -> String {
         match self {
             Data::Toy(d) => d.describe(),
+            Data::Backcopy(d) => d.describe(),
             Data::Text(d) => format!(
                 "text {} ({} bytes: {} train, {} held out){}",
                 d.name,

@@ -128,6 +128,10 @@ pub struct Summary {
     /// below it within the divergence window.
     #[serde(default)]
     pub spikes: Vec<Spike>,
+    /// Bigram-Backcopy: the final held-out loss over the copy targets and
+    /// over the bigram targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_loss_parts: Option<[f64; 2]>,
 }
 
 /// An excursion of the training loss above the divergence bound.

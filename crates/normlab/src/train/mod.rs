@@ -1,5 +1,6 @@
 //! Training: configuration, data, optimiser, the step loop, run folders.
 
+pub mod backcopy;
 pub mod config;
 pub mod data;
 pub mod folder;

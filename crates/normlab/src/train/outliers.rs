@@ -9,6 +9,7 @@
 //! each row's slots. A NaN anywhere makes the maximum NaN.
 
 use super::record::StepRecord;
+use crate::model::sinks::{self, SinkStats};
 use crate::model::{Model, ModelKind, Workspace};
 use crate::nn::{Op, Residual};
 use crate::params::nan_max;
@@ -77,6 +78,53 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
         rec.stream_max_ratio.push(f64::from(top) / median);
         rec.stream_max_position.push(at);
     }
+}
+
+/// The sink measures ([`SinkStats`]) of the step's forward, over every
+/// shard's sequences; each block's stream as in [`fill`].
+pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
+    let (d, heads) = (model.cfg.d_model, model.cfg.heads);
+    let hd = d / heads;
+    let mut st = SinkStats::default();
+    let mut t_seen = 0;
+    for (b, block) in model.blocks.iter().enumerate() {
+        let (mut share, mut drain, mut n) = (vec![0f64; heads], vec![0f64; heads], 0usize);
+        for c in shards.iter().filter_map(|w| w.blocks[b].mix.attention()) {
+            let (batch, t) = c.shape();
+            t_seen = t;
+            let (probs, qkv) = (c.probs(), c.qkv());
+            for s in 0..batch {
+                for h in 0..heads {
+                    let p = &probs[(s * heads + h) * t * t..(s * heads + h + 1) * t * t];
+                    share[h] += sinks::first_share(p, t, c.kind().normalised());
+                    let col = 2 * d + h * hd;
+                    drain[h] += sinks::value_drain(|j| &qkv[(s * t + j) * 3 * d + col..][..hd], t);
+                }
+                n += 1;
+            }
+        }
+        let n = n.max(1) as f64;
+        st.head_share.push(share.iter().map(|v| v / n).collect());
+        st.value_drain.push(drain.iter().map(|v| v / n).collect());
+        let parts: Vec<(Cow<[f32]>, usize)> = shards
+            .iter()
+            .map(|w| {
+                let x = stream(block, w.blocks[b].output(), d);
+                let width = x.len() / w.tokens.len().max(1);
+                (x, width)
+            })
+            .collect();
+        let top = sinks::position0_ratio(
+            parts
+                .iter()
+                .zip(shards)
+                .map(|((x, width), w)| (&x[..], *width, w.t)),
+        );
+        st.massive0.push(top);
+    }
+    st.uniform = crate::nn::uniform_sink_share(t_seen);
+    st.sink_rate = sinks::sink_rate(st.head_share.iter().flatten());
+    st
 }
 
 #[cfg(test)]

@@ -30,6 +30,13 @@ pub struct StepRecord {
     pub update_ratio_per_block: Vec<f64>,
     /// Held-out loss, on evaluation steps.
     pub eval_loss: Option<f64>,
+    /// Bigram-Backcopy: the held-out loss over the copy targets (after a
+    /// trigger; a perfect model's is 0), on evaluation steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_loss_copy: Option<f64>,
+    /// Bigram-Backcopy: the held-out loss over the bigram targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_loss_bigram: Option<f64>,
     /// Largest pre-softmax attention logit per block (gpt, logged steps).
     #[serde(
         default,
@@ -119,19 +126,34 @@ pub struct StepRecord {
     /// gain (logged steps; see [`StreamStats`](crate::model::StreamStats)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<crate::model::StreamStats>,
+    /// The attention-sink measures (gpt runs whose position 0 always holds
+    /// the same token: `--bos-byte` or `--data bigram-backcopy`; logged
+    /// steps; see [`SinkStats`](crate::model::sinks::SinkStats)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sinks: Option<crate::model::sinks::SinkStats>,
 }
 
 /// An f64 written by serde_json, which writes NaN and infinities as null:
 /// null reads back as NaN (a diverged step is a result to show, not a line
 /// to drop).
-fn f64_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+pub(crate) fn f64_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// A list of f64 with nulls read as NaN (see [`f64_or_nan`]).
-fn vec_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+pub(crate) fn vec_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
     Ok(Vec::<Option<f64>>::deserialize(d)?
         .into_iter()
         .map(|v| v.unwrap_or(f64::NAN))
+        .collect())
+}
+
+/// A list of lists of f64 with nulls read as NaN (see [`f64_or_nan`]).
+pub(crate) fn vecs_or_nan<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<Vec<f64>>, D::Error> {
+    Ok(Vec::<Vec<Option<f64>>>::deserialize(d)?
+        .into_iter()
+        .map(|v| v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
         .collect())
 }

@@ -44,6 +44,8 @@ pub struct RunOptions {
 
 /// What a `run` call produced.
 #[derive(Clone, Debug)]
+// One per run, never in a loop: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum RunOutcome {
     /// The run is complete.
     Finished(Summary),
@@ -131,6 +133,9 @@ pub fn run(
     let cfg = tr.cfg.clone();
     let mut diverged_at = None;
     let mut steps_this_run = 0;
+    // The last evaluation's split by target kind (Bigram-Backcopy), when
+    // it ran in this process.
+    let mut last_split = None;
     let mut last_eval_step = if prog.last_eval_loss.is_some() {
         prog.step
     } else {
@@ -175,8 +180,13 @@ pub fn run(
         prog.last_loss = Some(rec.loss);
         prog.best_loss = Some(prog.best_loss.map_or(rec.loss, |b| b.min(rec.loss)));
         if tr.step % cfg.eval_every == 0 || tr.step == cfg.steps {
-            let e = tr.evaluate();
+            let (e, split) = tr.evaluate_parts();
+            last_split = split;
             rec.eval_loss = Some(e);
+            if let Some([copy, bigram]) = split {
+                rec.eval_loss_copy = Some(copy);
+                rec.eval_loss_bigram = Some(bigram);
+            }
             prog.last_eval_loss = Some(e);
             last_eval_step = tr.step;
             if e.is_finite() {
@@ -215,12 +225,14 @@ pub fn run(
             by_signal,
         });
     }
-    let eval_loss = if diverged_at.is_some() {
-        None
-    } else if last_eval_step == tr.step {
-        prog.last_eval_loss
+    let needs_split = matches!(tr.data, crate::train::data::Data::Backcopy(_));
+    let (eval_loss, eval_loss_parts) = if diverged_at.is_some() {
+        (None, None)
+    } else if last_eval_step == tr.step && (last_split.is_some() || !needs_split) {
+        (prog.last_eval_loss, last_split)
     } else {
-        Some(tr.evaluate())
+        let (e, split) = tr.evaluate_parts();
+        (Some(e), split)
     };
     let status = classify(
         diverged_at.is_some(),
@@ -248,6 +260,7 @@ pub fn run(
         loss_floor: tr.data.loss_floor(),
         first_loss: prog.first_loss.unwrap_or(f64::NAN),
         spikes: prog.spikes.clone(),
+        eval_loss_parts,
     };
     if let Some(dir) = &opts.out {
         folder::write_metrics(dir, &metrics_lines)?;

@@ -7,6 +7,7 @@
 use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
 use crate::model::{Model, ModelKind, Workspace};
+use crate::train::backcopy::{Backcopy, Target};
 use crate::train::config::TrainConfig;
 use crate::train::data::{Data, TextData};
 use crate::train::loss_scale::LossScaler;
@@ -55,6 +56,12 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
             cfg.toy_noise,
             cfg.toy_eval_noise.unwrap_or(cfg.toy_noise),
         ))),
+        ModelKind::Gpt if cfg.backcopy() => Ok(Data::Backcopy(Box::new(Backcopy::bundled(
+            cfg.backcopy_triggers
+                .unwrap_or(crate::train::backcopy::DEFAULT_TRIGGERS),
+            cfg.seed,
+            cfg.model.seq,
+        )?))),
         ModelKind::Gpt => {
             let text = match &cfg.data {
                 Some(p) => TextData::load(Path::new(p), cfg.seed, cfg.model.seq)?,
@@ -250,6 +257,8 @@ impl Trainer {
             update_ratio: None,
             update_ratio_per_block: Vec::new(),
             eval_loss: None,
+            eval_loss_copy: None,
+            eval_loss_bigram: None,
             attn_max_logit: Vec::new(),
             attn_entropy: Vec::new(),
             attn_sink: Vec::new(),
@@ -264,6 +273,7 @@ impl Trainer {
             loss_scale: self.scaler.map(|_| loss_scale),
             skipped_steps: self.scaler.map(|s| s.skipped),
             streams: None,
+            sinks: None,
         };
         if want_stats {
             rec.streams = self.model.stream_stats(&self.shards);
@@ -292,6 +302,9 @@ impl Trainer {
         }
         if want_stats {
             super::outliers::fill(&self.model, &self.shards, self.cfg.model.seq, &mut rec);
+            if self.cfg.fixed_first_token() {
+                rec.sinks = Some(super::outliers::sinks(&self.model, &self.shards));
+            }
         }
         if !loss.is_finite() || !grad_norm.is_finite() {
             return (rec, true);
@@ -352,13 +365,22 @@ impl Trainer {
 
     /// Mean loss on the held-out split.
     pub fn evaluate(&mut self) -> f64 {
+        self.evaluate_parts().0
+    }
+
+    /// Mean loss on the held-out split and, for Bigram-Backcopy, its mean
+    /// over the copy targets and over the bigram targets.
+    pub fn evaluate_parts(&mut self) -> (f64, Option<[f64; 2]>) {
         let n = self.cfg.eval_sequences_rounded();
         let (per, t) = (self.cfg.batch / self.cfg.shards, self.cfg.model.seq);
         let rounds = n / self.cfg.batch;
         let (model, params, data) = (&self.model, &self.params, &self.data);
+        let vocab = self.cfg.model.vocab;
         let mut total = 0f64;
+        // Per kind: summed loss and count (copy, bigram).
+        let mut parts = [(0f64, 0usize); 2];
         for r in 0..rounds {
-            let sums: Vec<f64> = self.pool.install(|| {
+            let sums: Vec<(f64, [(f64, usize); 2])> = self.pool.install(|| {
                 self.shards
                     .par_iter_mut()
                     .enumerate()
@@ -372,13 +394,42 @@ impl Trainer {
                                 &mut ws.targets[rr],
                             );
                         }
-                        model.forward(params, ws)
+                        let loss = model.forward(params, ws);
+                        let mut kinds = [(0f64, 0usize); 2];
+                        if let Data::Backcopy(bb) = data {
+                            for (row, (seq, tgt)) in ws
+                                .tokens
+                                .chunks_exact(t)
+                                .zip(ws.targets.chunks_exact(t))
+                                .enumerate()
+                            {
+                                for (i, &y) in tgt.iter().enumerate() {
+                                    let k = match bb.target_kind(seq, i) {
+                                        Target::Copy => 0,
+                                        Target::Bigram => 1,
+                                        Target::First => continue,
+                                    };
+                                    let p = ws.probs()[(row * t + i) * vocab + y as usize];
+                                    kinds[k].0 -= f64::from(p.max(f32::MIN_POSITIVE)).ln();
+                                    kinds[k].1 += 1;
+                                }
+                            }
+                        }
+                        (loss, kinds)
                     })
                     .collect()
             });
-            total += sums.iter().sum::<f64>();
+            for (loss, kinds) in sums {
+                total += loss;
+                for (acc, k) in parts.iter_mut().zip(kinds) {
+                    acc.0 += k.0;
+                    acc.1 += k.1;
+                }
+            }
         }
-        total / (n * t) as f64
+        let split =
+            matches!(self.data, Data::Backcopy(_)).then(|| parts.map(|(s, c)| s / c.max(1) as f64));
+        (total / (n * t) as f64, split)
     }
 
     /// Shard workspaces (diagnostics read their caches after a step).
