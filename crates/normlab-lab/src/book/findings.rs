@@ -5,7 +5,7 @@
 //! chapter ran, its agreement, and the table of departures from the
 //! lesson.
 
-use crate::exp::claims::{Coverage, Verdict, CLAIMS};
+use crate::exp::claims::{decision_rule, Coverage, Verdict, CLAIMS};
 use crate::exp::provenance::{machine, today};
 use crate::exp::registry::EXPERIMENTS;
 use crate::present::prose::readable;
@@ -267,6 +267,13 @@ pub fn write(out: &Path, quick: bool, totals: Option<(f64, usize)>) -> Result<()
     for c in CLAIMS {
         md.push_str(&format!("## {} — {}\n\n", c.id, c.title));
         md.push_str(&format!("**The lesson:** {}\n\n", c.statement));
+        if let Some(rule) = decision_rule(c.id) {
+            md.push_str("**Decision rule (fixed before the runs):**\n\n");
+            for clause in rule {
+                md.push_str(&format!("- {clause}\n"));
+            }
+            md.push('\n');
+        }
         let checks: Vec<(&Recorded, &Finding)> = recorded
             .iter()
             .flat_map(|r| {

@@ -79,6 +79,7 @@ pub fn claims_table(dir: &Path) -> Result<Value> {
             "id": c.id,
             "title": c.title,
             "statement": c.statement,
+            "decision_rule": crate::exp::claims::decision_rule(c.id),
             "overall": overall.as_ref().map(|o| o.verdict.label()),
             "overall_label": overall.as_ref().map(|o| o.label()),
             "decided_by": overall.as_ref().map(|o| o.decided_by.clone()),

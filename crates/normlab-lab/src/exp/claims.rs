@@ -271,6 +271,28 @@ pub static CLAIMS: &[Claim] = &[
     },
 ];
 
+/// Decision rules fixed before a chapter's runs (claim id, rule), so that
+/// the setting and the threshold cannot be picked to suit the result; the
+/// experiment implements its claim's rule and findings.md prints it.
+pub static DECISION_RULES: &[(&str, &[&str])] = &[(
+    "C26",
+    &[
+        "Settings: exp attention-sink's Bigram-Backcopy GPTs (SPEC 2c: BOS at position 0, triggers the 3 most frequent characters), 3 seeds each, every design trained for the same steps.",
+        "A setting has a sink when its ungated softmax model's largest first-token share over (layer, head) pairs at the end of training is at least 0.3 on every seed.",
+        "On a setting with a sink, a design removes the sink when its largest first-token share (mean over seeds) is at most twice the uniform share and below the ungated model's by more than the seed spread (twice the larger of the two standard deviations over seeds); it lowers the sink when only the gap holds.",
+        "C26 holds when the elementwise output gate (the lesson's q_proj widened to 2x) removes the sink on every setting with a sink; it holds partly when the gate removes it on some but not all of them, or only lowers it; it does not hold when it does neither on any; it is inconclusive when no setting has a sink.",
+        "Reported beside the verdict, without deciding it: the held-out loss on copy and bigram targets, the massive activation at position 0, the value drain, the other removers (headwise gate, sink logit, sigmoid, ReLU attention), the byte-level GPT with a fixed first byte and the pretrained models.",
+    ],
+)];
+
+/// A claim's decision rule (its clauses), if one was fixed before its runs.
+pub fn decision_rule(id: &str) -> Option<&'static [&'static str]> {
+    DECISION_RULES
+        .iter()
+        .find(|(c, _)| *c == id)
+        .map(|(_, r)| *r)
+}
+
 /// Look a claim up.
 pub fn claim(id: &str) -> Option<&'static Claim> {
     CLAIMS.iter().find(|c| c.id == id)
