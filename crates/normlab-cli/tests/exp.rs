@@ -172,10 +172,14 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
         assert!(!r["conclusion"].as_str().unwrap().is_empty(), "{}", e.id);
     }
     // The quick chapters' known effects (read here rather than run again).
-    // attention-sink: every design reports a share in [0, 1] beside the
-    // uniform baseline of its sequence length (the mean of 1/(t+1) over
-    // t = 1..63); the pretrained models, where present, park far more than
-    // uniform attention would on position 0 (the known sink).
+    // attention-sink: the documented quick setting (Bigram-Backcopy, one
+    // layer, one head) forms a sink: on each of 3 seeds the ungated model's
+    // largest first-token share ends at 0.3 or more, from at most twice the
+    // uniform share at step 1, each seed training in at most 60 s. Every
+    // design reports a share in [0, 1] beside the uniform baseline of its
+    // sequence length (the mean of 1/(t+1) over t = 1..63); the pretrained
+    // models, where present, park far more than uniform attention would on
+    // position 0 (the known sink).
     let result = |id: &str| -> Value {
         serde_json::from_str(&std::fs::read_to_string(out.join(id).join("result.json")).unwrap())
             .unwrap()
@@ -184,10 +188,22 @@ fn quick_book_covers_every_claim_and_agrees_with_the_full_book() {
     let uniform: f64 = (1..64).map(|t| 1.0 / (t + 1) as f64).sum::<f64>() / 63.0;
     assert!((num(&r["uniform"]) - uniform).abs() < 1e-12);
     let cfgs = r["configs"].as_array().unwrap();
-    assert_eq!(cfgs.len(), 9);
+    assert_eq!(cfgs.len(), 6);
     for c in cfgs {
-        let s = num(&c["sink"]);
+        let s = num(&c["share"]);
         assert!((0.0..=1.0).contains(&s), "{c}");
+    }
+    let base = &cfgs[0];
+    assert_eq!(base["design"], "softmax (no gate)");
+    let shares = base["share_by_seed"].as_array().unwrap();
+    assert_eq!(shares.len(), 3, "{base}");
+    for s in shares {
+        assert!(num(s) >= 0.3, "no sink on a seed: {base}");
+    }
+    assert!(num(&base["share_start"]) <= 2.0 * uniform, "{base}");
+    for run in r["runs"].as_array().unwrap() {
+        let secs = num(&run["steps"]) / num(&run["steps_per_sec"]);
+        assert!(secs <= 60.0, "a quick run trained for {secs} s: {run}");
     }
     // (CI's second stage has both files.)
     for m in r["real_models"].as_array().unwrap() {
