@@ -31,7 +31,7 @@
 //! - `GET /api/book`, `GET /api/book/{id}`, `GET /api/book/{id}/figure/{stem}`
 //!   — the book pages (`web/book.rs`): the claims table, a chapter (with
 //!   the dashboard ids of its runs when they lie under `--runs`), a figure.
-//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max|f16_overflow` —
+//! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max|f16_overflow|sink_head_share|sink_rate|massive0|value_drain` —
 //!   an SVG overlaying those runs.
 
 use axum::extract::{Path as AxPath, RawQuery, State};

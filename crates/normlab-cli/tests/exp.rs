@@ -467,6 +467,10 @@ fn fake_python(dir: &Path) -> PathBuf {
                 "pre": [{"status": "stalled", "final_eval_loss": 3.03},
                         {"status": "stalled", "final_eval_loss": 3.04}],
                 "init_ratio": (0..20).map(|i| 0.33 + 0.005 * i as f64).collect::<Vec<_>>()},
+        "C24": {"peak_std2": (0..10).map(|i| 0.40 + 0.01 * i as f64).collect::<Vec<_>>(), "peak_std20": 1.0},
+        "C25": {"std": (0..10).map(|i| 11.33 + 0.006 * i as f64).collect::<Vec<_>>()},
+        "C26": {"ungated": [{"status": "converged", "final_eval_loss": 1.8, "share": 0.41}],
+                "gated": [{"status": "converged", "final_eval_loss": 1.8, "share": 0.09}]},
     });
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(&fake, format!("#!/bin/sh\necho '{body}'\n")).unwrap();

@@ -20,6 +20,37 @@ fn api_answers_and_validates() {
     let dir = std::env::temp_dir().join(format!("normlab-web-api-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     train_tiny(&dir.join("a"));
+    // A Bigram-Backcopy run logs the sink measures.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .args([
+            "train",
+            "--model",
+            "gpt",
+            "--data",
+            "bigram-backcopy",
+            "--layers",
+            "1",
+            "--d-model",
+            "32",
+            "--heads",
+            "2",
+            "--seq",
+            "16",
+            "--hidden",
+            "64",
+            "--steps",
+            "4",
+            "--batch",
+            "4",
+            "--eval-sequences",
+            "4",
+            "--quiet",
+            "--out",
+        ])
+        .arg(dir.join("b"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = serve(Some(&dir));
     let (code, page) = get(&s, "/");
     assert_eq!(code, 200);
@@ -155,6 +186,7 @@ fn api_answers_and_validates() {
     let (code, body) = get(&s, "/api/runs");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["runs"][0]["id"], "a");
+    assert_eq!(json_body(&body)["runs"][1]["id"], "b");
     let (code, body) = get(&s, "/api/runs/a");
     assert_eq!(code, 200);
     assert_eq!(json_body(&body)["summary"]["steps"], 5);
@@ -168,6 +200,14 @@ fn api_answers_and_validates() {
         let (code, body) = get(&s, &format!("/api/plot?ids=a&metric={metric}"));
         assert_eq!(code, 200, "{metric}");
         assert!(body.contains("<svg"));
+    }
+    for metric in ["sink_head_share", "sink_rate", "massive0", "value_drain"] {
+        let (code, body) = get(&s, &format!("/api/plot?ids=b&metric={metric}"));
+        assert_eq!(code, 200, "{metric}");
+        assert!(body.contains("<svg"));
+        // The toy run has no attention: nothing to draw.
+        let (code, _) = get(&s, &format!("/api/plot?ids=a&metric={metric}"));
+        assert_eq!(code, 204, "{metric}");
     }
     let (code, body) = get(&s, "/api/plot?ids=a&metric=nonsense");
     assert_eq!(code, 400);

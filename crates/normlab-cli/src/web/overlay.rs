@@ -11,7 +11,7 @@ use normlab_lab::report;
 
 /// What `/api/plot` draws: the loss curves, the gradient norm, the stream
 /// by block, and the sink and outlier diagnostics over steps.
-const PLOT_METRICS: [&str; 8] = [
+const PLOT_METRICS: [&str; 12] = [
     "loss",
     "eval_loss",
     "grad_norm",
@@ -20,6 +20,10 @@ const PLOT_METRICS: [&str; 8] = [
     "stream_max_ratio",
     "ffn_max",
     "f16_overflow",
+    "sink_head_share",
+    "sink_rate",
+    "massive0",
+    "value_drain",
 ];
 
 pub(super) async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery) -> Response {
@@ -102,6 +106,24 @@ fn plot(lab: &Lab, ids: &[String], metric: &str) -> Response {
                     (!v.is_empty()).then_some((m.step as f64, y))
                 })
                 .collect(),
+            // The sink measures (model/sinks.rs) of runs that log them: the
+            // largest head's first-token share, the Sink metric, the
+            // largest block's massive activation at position 0, the
+            // smallest head's value drain.
+            "sink_head_share" | "sink_rate" | "massive0" | "value_drain" => r
+                .metrics
+                .iter()
+                .filter_map(|m| {
+                    let s = m.sinks.as_ref()?;
+                    let y = match metric {
+                        "sink_head_share" => normlab::train::nan_max(s.top_share()),
+                        "sink_rate" => s.sink_rate,
+                        "massive0" => normlab::train::nan_max(s.massive0.iter().copied()),
+                        _ => s.min_drain().into_iter().fold(f64::INFINITY, f64::min),
+                    };
+                    Some((m.step as f64, y))
+                })
+                .collect(),
             // Values f16 cannot store, summed over blocks.
             "f16_overflow" => r
                 .metrics
@@ -132,6 +154,12 @@ fn plot(lab: &Lab, ids: &[String], metric: &str) -> Response {
             diverged,
         });
     }
+    // Runs that log no sink measures (no fixed first token): nothing to draw.
+    if metric.starts_with("sink_") || ["massive0", "value_drain"].contains(&metric) {
+        if series.iter().all(|s| s.points.is_empty()) {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+    }
     let (x_label, title) = if metric == "residual_rms" {
         (
             "block",
@@ -147,7 +175,15 @@ fn plot(lab: &Lab, ids: &[String], metric: &str) -> Response {
             x_label: x_label.into(),
             y_label: metric.into(),
             series,
-            log_y: !["loss", "eval_loss", "attn_sink"].contains(&metric),
+            log_y: ![
+                "loss",
+                "eval_loss",
+                "attn_sink",
+                "sink_head_share",
+                "sink_rate",
+                "value_drain",
+            ]
+            .contains(&metric),
             log_x: false,
         })],
         cols: 1,

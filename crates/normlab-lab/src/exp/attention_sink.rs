@@ -175,6 +175,19 @@ fn text_configs(a: &ExpArgs) -> Result<Vec<TrainConfig>> {
         .collect()
 }
 
+/// The first setting's run (1 layer, 1 head) with `gate` and `seed`, as
+/// this chapter trains it (the cross-check chapter's C26 comparison).
+pub(super) fn sink_config(a: &ExpArgs, gate: Option<OutputGate>, seed: u64) -> Result<TrainConfig> {
+    let d = Design { gate, ..DESIGNS[0] };
+    backcopy_config(&backcopy_base(a)?, &settings(a)[0], &d, seed)
+}
+
+/// A run's largest first-token share over (layer, head) at its last
+/// logged step (NaN without sink measures).
+pub(super) fn final_share(r: &RunResult) -> f64 {
+    last_sinks(r).map_or(f64::NAN, top_share)
+}
+
 /// Setting x design x seed, then the byte-level GPT.
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let b = backcopy_base(a)?;

@@ -442,6 +442,146 @@ def init_grad(data, g, post, seed):
     return sum(b) / len(b)
 
 
+# C24: SwiGLU's clamp in DeepSeek V4's form, silu(min(g, L)) * clamp(u, -L, L):
+# its largest |value| over 2^18 gate and up pre-activations N(0, std^2),
+# relative to the bound SiLU(L) * L.
+
+def c24_peak(seed, std, limit=10.0, n=1 << 18):
+    gen = torch.Generator().manual_seed(4000 + seed)
+    g = torch.randn(n, generator=gen) * std
+    u = torch.randn(n, generator=gen) * std
+    act = F.silu(torch.clamp(g, max=limit)) * torch.clamp(u, -limit, limit)
+    return float(act.abs().max()) / (limit * limit / (1.0 + math.exp(-limit)))
+
+
+# C25: the std of a unit-variance embedding plus 128 independent
+# unit-variance writes (2^18 elements each).
+
+def c25_std(seed, writes=128, n=1 << 18):
+    gen = torch.Generator().manual_seed(5000 + seed)
+    acc = torch.zeros(n, dtype=torch.float64)
+    for _ in range(writes + 1):
+        acc += torch.randn(n, generator=gen).double()
+    return float(acc.std(unbiased=False))
+
+
+# C26: Bigram-Backcopy (docs/bigram-backcopy.md; Guo et al. 2024): BOS
+# (byte 0) at position 0, a first character from the corpus's unigram
+# without the triggers (its k most frequent characters), then after a
+# trigger a copy of the character before it, otherwise a draw from the
+# corpus's bigram table. A Pre-LN GPT (the C16 model's blocks with an
+# explicit softmax attention and, optionally, the elementwise output gate
+# sigmoid(a W_g) on the merged heads, W_g d x d without bias, a the
+# attention's normalised input), AdamW (0.9, 0.95, eps 1e-8, weight decay
+# 1e-4 on weights and embeddings), constant lr, no warm-up or clipping,
+# fresh sequences every step from torch's RNG. The first-token share of a
+# head: the mean over queries t >= 1 of the weight on position 0, over 64
+# fresh sequences after training; the largest over (layer, head).
+
+def bb_tables(path, k):
+    data = text_bytes(path)
+    uni = torch.bincount(data, minlength=256).double()
+    chars = [b for b in range(256) if uni[b] > 0]
+    triggers = sorted(chars, key=lambda b: (-float(uni[b]), b))[:k]
+    first = uni.clone()
+    first[triggers] = 0
+    pairs = torch.zeros(256 * 256, dtype=torch.float64)
+    pairs.index_add_(0, data[:-1] * 256 + data[1:], torch.ones(len(data) - 1, dtype=torch.float64))
+    pairs = pairs.view(256, 256)
+    empty = pairs.sum(1) == 0
+    pairs[empty] = first
+    trig = torch.zeros(256, dtype=torch.bool)
+    trig[triggers] = True
+    return {"first": first / first.sum(), "bigram": pairs / pairs.sum(1, keepdim=True), "trigger": trig}
+
+
+def bb_batch(tabs, b, t, gen):
+    x = torch.zeros(b, t + 1, dtype=torch.long)
+    x[:, 1] = torch.multinomial(tabs["first"], b, replacement=True, generator=gen)
+    for i in range(2, t + 1):
+        prev = x[:, i - 1]
+        drawn = torch.multinomial(tabs["bigram"][prev], 1, generator=gen).squeeze(1)
+        x[:, i] = torch.where(tabs["trigger"][prev], x[:, i - 2], drawn)
+    return x[:, :-1], x[:, 1:]
+
+
+class SinkAttn(nn.Module):
+    def __init__(s, d, heads, gate):
+        super().__init__()
+        s.h = heads
+        s.c_attn, s.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        s.gate = nn.Linear(d, d, bias=False) if gate else None
+        s.probs = None
+
+    def forward(s, a):
+        b, t, d = a.shape
+        q, k, v = s.c_attn(a).split(d, dim=2)
+        q, k, v = (z.view(b, t, s.h, d // s.h).transpose(1, 2) for z in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d // s.h)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        p = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        s.probs = p.detach()
+        y = (p @ v).transpose(1, 2).reshape(b, t, d)
+        if s.gate is not None:
+            y = y * torch.sigmoid(s.gate(a))
+        return s.c_proj(y)
+
+
+class SinkBlock(nn.Module):
+    def __init__(s, d, heads, hidden, gate):
+        super().__init__()
+        s.ln_1, s.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        s.attn = SinkAttn(d, heads, gate)
+        s.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, d))
+
+    def forward(s, x):
+        x = x + s.attn(s.ln_1(x))
+        return x + s.mlp(s.ln_2(x))
+
+
+class SinkGpt(nn.Module):
+    def __init__(s, g, gate, vocab=256, std=0.02):
+        super().__init__()
+        d = g["d"]
+        s.wte, s.wpe = nn.Embedding(vocab, d), nn.Embedding(g["seq"], d)
+        s.blocks = nn.ModuleList(SinkBlock(d, g["heads"], g["hidden"], gate) for _ in range(g["layers"]))
+        s.ln_f = nn.LayerNorm(d)
+        s.lm_head = nn.Linear(d, vocab, bias=False)
+        out_std = std / math.sqrt(2 * g["layers"])
+        for name, p in s.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif ".ln_" in name or name.startswith("ln_f"):
+                nn.init.ones_(p)
+            elif name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, 0.0, out_std)
+            else:
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(s, x):
+        h = s.wte(x) + s.wpe(torch.arange(x.shape[1]))
+        for b in s.blocks:
+            h = b(h)
+        return s.lm_head(s.ln_f(h))
+
+
+def train_sink(tabs, g, gate, lr, steps, seed):
+    torch.manual_seed(seed)
+    m = SinkGpt(g, gate)
+    decays = lambda n: n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f")
+    decay = [p for n, p in m.named_parameters() if decays(n)]
+    rest = [p for n, p in m.named_parameters() if not decays(n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    gen = torch.Generator().manual_seed(6000 + seed)
+    status = fit(m, opt, lambda step: bb_batch(tabs, g["batch"], g["seq"], gen), 256, steps)
+    with torch.no_grad():
+        x, y = bb_batch(tabs, 64, g["seq"], torch.Generator().manual_seed(7000 + seed))
+        ev = F.cross_entropy(m(x).reshape(-1, 256), y.reshape(-1)).item()
+        shares = [float(b.attn.probs[:, :, 1:, 0].mean(dim=(0, 2)).max()) for b in m.blocks]
+    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None, "share": max(shares)}
+
+
 def main():
     req = json.loads(sys.argv[1])
     out = {"torch": torch.__version__}
@@ -475,6 +615,18 @@ def main():
         out["C16"]["init_ratio"] = [
             init_grad(data, g, True, s) / init_grad(data, g, False, s) for s in range(r["init_seeds"])
         ]
+    if req.get("C24"):
+        r = req["C24"]
+        out["C24"] = {"peak_std2": [c24_peak(s, 2.0) for s in range(r)], "peak_std20": max(c24_peak(s, 20.0) for s in range(r))}
+    if req.get("C25"):
+        out["C25"] = {"std": [c25_std(s) for s in range(req["C25"])]}
+    if req.get("C26"):
+        r = req["C26"]
+        tabs = bb_tables(r["text"], r["triggers"])
+        out["C26"] = {
+            gate: [train_sink(tabs, r["gpt"], gate == "gated", r["lr"], r["steps"], s) for s in range(r["seeds"])]
+            for gate in ["ungated", "gated"]
+        }
     if req.get("smollm2"):
         out["smollm2"] = smollm2(req["smollm2"])
     print(json.dumps(out))

@@ -1,4 +1,4 @@
-//! cross-check (claims C1, C2, C3, C5, C6, C12, C16): do normlab's numbers agree with
+//! cross-check (claims C1, C2, C3, C5, C6, C12, C16, C24, C25, C26): do normlab's numbers agree with
 //! an independent PyTorch implementation? `cross_check.py` (beside this
 //! file, compiled in and run by `NORMLAB_PYTHON`, default `python3`) is
 //! written from the lesson and normlab's documented settings with torch's
@@ -13,8 +13,11 @@
 //! (+ gguf, accelerate) there, C3's stream on the real model is compared
 //! too: transformers loads the same GGUF file and runs normlab's token ids;
 //! per block, the mean and median token norm and the largest activation
-//! agree within 1e-3 relative. Without torch the chapter says so (and how
-//! to install it) and measures nothing.
+//! agree within 1e-3 relative. C24: the SwiGLU clamp's largest activation
+//! against its bound; C25: the std of 128 independent writes; C26: sink
+//! formation on Bigram-Backcopy and the output gate's effect, trained on
+//! both sides (`cross_train.rs`). Without torch the chapter says so (and
+//! how to install it) and measures nothing.
 
 use super::args::ExpArgs;
 use super::cross_train::{self, Setting};
@@ -47,6 +50,30 @@ const SCRIPT: &str = include_str!("cross_check.py");
 
 /// The installation line printed when torch is missing.
 const INSTALL: &str = "python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy (and transformers gguf accelerate for SmolLM2), then NORMLAB_PYTHON=/tmp/venv/bin/python";
+
+/// Seeds of C24's and C25's arithmetic.
+fn arithmetic_seeds(quick: bool) -> usize {
+    if quick {
+        10
+    } else {
+        30
+    }
+}
+
+/// The clamp limit of C24's comparison (DeepSeek V4's).
+const C24_LIMIT: f32 = 10.0;
+
+/// C24: the largest |silu(min(g, L)) clamp(u, -L, L)| over 2^18 gate and
+/// up pre-activations N(0, std^2), over the bound SiLU(L) L.
+fn c24(seed: u64, std: f32) -> f64 {
+    let n = 1 << 18;
+    let mut rng = Rng::derive(seed, "cross-check-c24");
+    let ab = rng.normal_vec(2 * n, 0.0, std);
+    let mut y = vec![0.0; n];
+    normlab::kernels::act::swiglu_clamped_forward(&ab, n, C24_LIMIT, &mut y);
+    let l = f64::from(C24_LIMIT);
+    y.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))) / (l * l / (1.0 + (-l).exp()))
+}
 
 /// Seeds per claim: (C1, C2, C3, C6).
 fn seeds(quick: bool) -> [usize; 4] {
@@ -175,7 +202,7 @@ type Smol = (Decoder, Vec<Vec<u32>>);
 
 fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     let [n1, n2, n3, n6] = seeds(a.quick);
-    let setting = Setting::new(a);
+    let setting = Setting::new(a)?;
     let (text, request, llm) = request(a, &setting, [n1, n2, n3, n6])?;
     let mut out = result(
         json!({"seeds": {"C1": n1, "C2": n2, "C3": n3, "C6": n6, }, "training": setting.describe(), "smollm2_texts": llm.as_ref().map(|l| l.1.len()), "rule": "PyTorch's median inside normlab's seed range and normlab's median inside PyTorch's; invariances: the same outputs unchanged to 1e-4; SmolLM2: every block within 1e-3 relative"}),
@@ -213,7 +240,9 @@ fn request(
     // The GPT's text for the PyTorch side: the bundled text, as a file.
     let text = std::env::temp_dir().join(format!("normlab-cross-check-{}.txt", std::process::id()));
     normlab::io::atomic_write(&text, normlab::io::BUNDLED_TEXT)?;
-    let mut request = json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1});
+    let na = arithmetic_seeds(a.quick);
+    let mut request =
+        json!({"C1": n1, "C2": n2, "C3": n3, "C6": n6, "C5": 1, "C24": na, "C25": na});
     for (k, v) in setting
         .request(&text.display().to_string())
         .as_object()
@@ -258,6 +287,9 @@ fn statistics(
         .collect();
     let nl_c6: Vec<(f64, f64)> = seeds_of(n6).map(c6).collect();
     let nl_c16 = cross_train::init_ratios(setting)?;
+    let na = floats(&torch["C25"]["std"]).len().max(1) as u64;
+    let nl_c24: Vec<f64> = (0..na).map(|s| c24(s, 2.0)).collect();
+    let nl_c25: Vec<f64> = (0..na).map(super::stream_sum::sum_of_writes).collect();
     let stats: Vec<Statistic> = vec![
         (
             "C1",
@@ -315,6 +347,20 @@ fn statistics(
             nl_c16,
             floats(&torch["C16"]["init_ratio"]),
         ),
+        (
+            "C24",
+            "SwiGLU clamped at 10 (DeepSeek V4's form): largest |activation| / (SiLU(10) x 10), 2^18 pre-activations N(0, 2^2)",
+            "bounded by SiLU(10) x 10 = 99.995",
+            nl_c24,
+            floats(&torch["C24"]["peak_std2"]),
+        ),
+        (
+            "C25",
+            "std of a unit-variance embedding plus 128 independent unit-variance writes (2^18 elements)",
+            "sqrt(129) = 11.36",
+            nl_c25,
+            floats(&torch["C25"]["std"]),
+        ),
     ];
     Ok(stats)
 }
@@ -368,8 +414,27 @@ fn compare_statistics(
 }
 
 /// C5: the same invariances (unchanged to 1e-4) on both sides, as rows
-/// and records.
+/// and records; C24: the clamp's bound, reached and never exceeded (to
+/// 1e-6) with pre-activations N(0, 20^2), on both sides.
 fn compare_invariances(torch: &Value, table: &mut Table, records: &mut Vec<Value>) {
+    let na = floats(&torch["C25"]["std"]).len().max(1) as u64;
+    let n = (0..na).map(|s| c24(s, 20.0)).fold(0f64, f64::max);
+    let p = torch["C24"]["peak_std20"].as_f64().unwrap_or(f64::NAN);
+    let at_bound = |v: f64| (v - 1.0).abs() <= 1e-6;
+    let agrees = at_bound(n) && at_bound(p);
+    let stat = "SwiGLU clamped at 10: largest |activation| / (SiLU(10) x 10) with pre-activations N(0, 20^2): the bound, reached and not exceeded (to 1e-6)";
+    table.row(vec![
+        "C24".into(),
+        stat.into(),
+        na.to_string(),
+        format!("{n:.7}"),
+        format!("{p:.7}"),
+        "at most SiLU(L) x L".into(),
+        if agrees { "agrees" } else { "disagrees" }.into(),
+    ]);
+    records.push(
+        json!({"claim": "C24", "statistic": stat, "agrees": agrees, "normlab": n, "torch": p}),
+    );
     let nl_c5 = c5();
     for kind in ["layernorm", "rmsnorm"] {
         for (t, key) in [("x -> 3x", "scale_change"), ("x -> x + 2", "shift_change")] {

@@ -17,8 +17,9 @@ use crate::present::{f, Table};
 use crate::sweep::{RunResult, RunSpec};
 use normlab::error::{Error, Result};
 use normlab::kernels::norm::NormKind;
+use normlab::model::sinks::SINK_EPS;
 use normlab::model::InitScheme;
-use normlab::nn::Placement;
+use normlab::nn::{OutputGate, Placement};
 use normlab::train::optim::ScheduleKind;
 use normlab::train::trainer::Trainer;
 use normlab::train::TrainConfig;
@@ -45,23 +46,38 @@ pub struct C16 {
     pub init_seeds: u64,
 }
 
+/// C26's comparison: Bigram-Backcopy without and with the gate.
+pub struct C26 {
+    /// The ungated configuration of seed 0 (the attention-sink chapter's).
+    pub base: TrainConfig,
+    /// Seeds per side and design.
+    pub seeds: u64,
+}
+
 /// The comparisons' sizes.
 pub struct Setting {
     /// C12.
     pub c12: C12,
     /// C16.
     pub c16: C16,
+    /// C26.
+    pub c26: C26,
 }
 
 impl Setting {
     /// Full (the book) or quick.
-    pub fn new(a: &ExpArgs) -> Setting {
+    pub fn new(a: &ExpArgs) -> Result<Setting> {
+        let c26 = C26 {
+            base: super::attention_sink::sink_config(a, None, 0)?,
+            seeds: if a.quick { 1 } else { 3 },
+        };
         let mut gpt = runs::gpt_base(a);
         if !a.quick {
             gpt.model.layers = 8;
         }
-        if a.quick {
+        Ok(if a.quick {
             Setting {
+                c26,
                 c12: C12 {
                     steps: 200,
                     seeds: 2,
@@ -75,6 +91,7 @@ impl Setting {
             }
         } else {
             Setting {
+                c26,
                 c12: C12 {
                     steps: 3000,
                     seeds: 3,
@@ -86,14 +103,17 @@ impl Setting {
                     init_seeds: 30,
                 },
             }
-        }
+        })
     }
 
     /// What the PyTorch side is asked (`text`: the bundled text's path).
     pub fn request(&self, text: &str) -> Value {
         let c = &self.c16;
         let (g, m) = (&c.gpt, &c.gpt.model);
+        let (b, bm) = (&self.c26.base, &self.c26.base.model);
         json!({
+            "C26": {"gpt": {"layers": bm.layers, "d": bm.d_model, "heads": bm.heads, "seq": bm.seq, "hidden": bm.hidden, "batch": b.batch},
+                    "lr": b.lr, "steps": b.steps, "seeds": self.c26.seeds, "triggers": b.backcopy_triggers.unwrap_or(normlab::train::backcopy::DEFAULT_TRIGGERS), "text": text},
             "C12": {"layers": 20, "lr": 1e-3, "steps": self.c12.steps, "seeds": self.c12.seeds, "norms": ["none", "layernorm"]},
             "C16": {"gpt": {"layers": m.layers, "d": m.d_model, "heads": m.heads, "seq": m.seq, "hidden": m.hidden, "batch": g.batch},
                     "lr": 1e-2, "steps": c.steps, "seeds": c.seeds, "init_seeds": c.init_seeds, "eval": g.eval_sequences, "text": text},
@@ -103,7 +123,8 @@ impl Setting {
     /// The settings as result.json records them.
     pub fn describe(&self) -> Value {
         let c = &self.c16;
-        json!({"C12": {"steps": self.c12.steps, "seeds": self.c12.seeds},
+        json!({"C26": {"layers": self.c26.base.model.layers, "heads": self.c26.base.model.heads, "steps": self.c26.base.steps, "seeds": self.c26.seeds, "data": "bigram-backcopy"},
+               "C12": {"steps": self.c12.steps, "seeds": self.c12.seeds},
                "C16": {"layers": c.gpt.model.layers, "d_model": c.gpt.model.d_model, "steps": c.steps, "seeds": c.seeds, "init_seeds": c.init_seeds, "lr": 1e-2, "warmup": 0}})
     }
 
@@ -114,6 +135,14 @@ impl Setting {
         for p in [Placement::Post, Placement::Pre] {
             for seed in 0..self.c16.seeds {
                 v.push(self.c16_config(p, seed)?);
+            }
+        }
+        for gate in [None, Some(OutputGate::Elementwise)] {
+            for seed in 0..self.c26.seeds {
+                v.push(self.c26.base.with(|c| {
+                    c.model.attn_gate = gate;
+                    c.seed = seed;
+                })?);
             }
         }
         Ok(v)
@@ -270,6 +299,9 @@ pub fn compare(
     records: &mut Vec<Value>,
 ) -> Result<()> {
     let rs = runs::run_grid(a, runs::specs(s.training_configs()?), false, progress)?;
+    let (sinks, rs): (Vec<RunResult>, Vec<RunResult>) =
+        rs.into_iter().partition(|r| r.cfg.backcopy());
+    compare_sinks(s, &sinks, torch, table, records)?;
     let toy = |r: &&RunResult| r.cfg.model.kind == normlab::model::ModelKind::Toy;
     for (norm, lesson) in [
         (NormKind::None, "NaN near step 300, never recovers"),
@@ -310,6 +342,82 @@ pub fn compare(
     Ok(())
 }
 
+/// C26: sink formation and the gate's effect, each side's largest
+/// first-token share per seed (normlab's from its runs' last logged sink
+/// measures), compared in direction.
+fn compare_sinks(
+    s: &Setting,
+    rs: &[RunResult],
+    torch: &Value,
+    table: &mut Table,
+    records: &mut Vec<Value>,
+) -> Result<()> {
+    let nl_side = |gated: bool| -> Vec<f64> {
+        rs.iter()
+            .filter(|r| r.cfg.model.attn_gate.is_some() == gated)
+            .map(super::attention_sink::final_share)
+            .collect()
+    };
+    let pt_side = |key: &str| -> Result<Vec<f64>> {
+        Ok(torch_runs(torch, "C26", key)?
+            .iter()
+            .map(|r| r["share"].as_f64().unwrap_or(f64::NAN))
+            .collect())
+    };
+    let (nl0, nl1, pt0, pt1) = (
+        nl_side(false),
+        nl_side(true),
+        pt_side("ungated")?,
+        pt_side("gated")?,
+    );
+    let forms = |v: &[f64]| !v.is_empty() && v.iter().all(|&x| x >= SINK_EPS);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let lowers = |a: &[f64], b: &[f64]| mean(b) < mean(a);
+    let b = &s.c26.base;
+    let setting = format!(
+        "Bigram-Backcopy, {} layer(s), {} head(s), {} steps",
+        b.model.layers, b.model.heads, b.steps
+    );
+    let side = |v: &[f64]| {
+        let (m, lo, hi) = range(v);
+        format!("{} [{}, {}]", f(m, 3), f(lo, 3), f(hi, 3))
+    };
+    for (stat, lesson, nl, pt, agrees, rule) in [
+        (
+            format!("{setting}: the ungated model's largest first-token share (a sink when >= 0.3 on every seed)"),
+            "a sink forms",
+            &nl0,
+            &pt0,
+            forms(&nl0) == forms(&pt0),
+            "both sides form a sink or neither does",
+        ),
+        (
+            format!("{setting}: with the elementwise output gate"),
+            "46.7% -> 4.8% (Qwen)",
+            &nl1,
+            &pt1,
+            lowers(&nl0, &nl1) == lowers(&pt0, &pt1),
+            "the gate lowers the mean share on both sides or on neither",
+        ),
+    ] {
+        table.row(vec![
+            "C26".into(),
+            stat.clone(),
+            nl.len().to_string(),
+            side(nl),
+            side(pt),
+            lesson.into(),
+            if agrees { "agrees" } else { "disagrees" }.into(),
+        ]);
+        let (nm, nlo, nhi) = range(nl);
+        let (pm, plo, phi) = range(pt);
+        records.push(json!({"claim": "C26", "statistic": stat, "agrees": agrees, "rule": rule,
+            "normlab": {"median": nm, "min": nlo, "max": nhi, "values": nl},
+            "torch": {"median": pm, "min": plo, "max": phi, "values": pt}}));
+    }
+    Ok(())
+}
+
 /// C16 at initialisation on normlab's side: per seed, each block's gradient
 /// norm (the first step's, before clipping) averaged over blocks, Post-LN
 /// over Pre-LN.
@@ -342,7 +450,7 @@ const TORCH_OVER_NORMLAB: f64 = 1.5;
 /// configurations; then normlab's runs side by side (with their run ids,
 /// so finished ones count as done).
 pub fn hidden_training(a: &ExpArgs) -> Result<Hidden> {
-    let cfgs = Setting::new(a).training_configs()?;
+    let cfgs = Setting::new(a)?.training_configs()?;
     let serial = cfgs
         .iter()
         .enumerate()

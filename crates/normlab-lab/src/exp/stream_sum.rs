@@ -53,7 +53,7 @@ pub(super) struct StreamSum {
 
 /// The std of a unit-variance embedding plus [`WRITES`] independent
 /// unit-variance writes ([`ELEMENTS`] elements each), measured.
-fn sum_of_writes(seed: u64) -> f64 {
+pub(super) fn sum_of_writes(seed: u64) -> f64 {
     let mut rng = Rng::derive(seed, "stream-sum");
     let mut acc = vec![0f64; ELEMENTS];
     let mut w = vec![0f32; ELEMENTS];
