@@ -78,6 +78,11 @@ fn same_config_same_losses_for_1_and_2_threads() {
         cfg(
             json!({"model": "gpt", "layers": 2, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 4, "batch": 4, "shards": 2, "eval_sequences": 8, "norm": "derf", "placement": "none", "rezero": true}),
         ),
+        // Bigram-Backcopy and a sink remover: the sink logits' gradients
+        // are sums over rows, per shard.
+        cfg(
+            json!({"model": "gpt", "data": "bigram-backcopy", "layers": 1, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 6, "batch": 4, "shards": 2, "eval_every": 3, "eval_sequences": 8, "log_every": 1, "attn_kind": "sink-logit"}),
+        ),
         // Low-precision storage (rounding is elementwise; f16's loss scaler
         // sees the shard-summed gradient).
         cfg(
@@ -196,6 +201,17 @@ fn resume_is_bit_identical() {
         ),
         "attn-gate",
     );
+    // Bigram-Backcopy with each attention kind: the data is a function of
+    // (seed, step, index), the sink logits travel with the parameters, and
+    // the logged sink measures and split held-out loss come out the same.
+    for kind in ["softmax", "sink-logit", "sigmoid", "relu"] {
+        resume_matches_uninterrupted(
+            &cfg(
+                json!({"model": "gpt", "data": "bigram-backcopy", "layers": 1, "d_model": 32, "heads": 2, "seq": 32, "hidden": 64, "steps": 8, "batch": 4, "eval_every": 4, "eval_sequences": 8, "log_every": 1, "attn_kind": kind}),
+            ),
+            &format!("backcopy-{kind}"),
+        );
+    }
 }
 
 fn resume_matches_uninterrupted(c: &TrainConfig, tag: &str) {

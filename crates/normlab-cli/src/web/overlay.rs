@@ -155,10 +155,9 @@ fn plot(lab: &Lab, ids: &[String], metric: &str) -> Response {
         });
     }
     // Runs that log no sink measures (no fixed first token): nothing to draw.
-    if metric.starts_with("sink_") || ["massive0", "value_drain"].contains(&metric) {
-        if series.iter().all(|s| s.points.is_empty()) {
-            return StatusCode::NO_CONTENT.into_response();
-        }
+    let sink_metric = metric.starts_with("sink_") || ["massive0", "value_drain"].contains(&metric);
+    if sink_metric && series.iter().all(|s| s.points.is_empty()) {
+        return StatusCode::NO_CONTENT.into_response();
     }
     let (x_label, title) = if metric == "residual_rms" {
         (
