@@ -1,6 +1,6 @@
 """The one place that calls the native kernels: kind descriptions (from the
 kernels' own ``KindSpec``), argument checks, and the forward/backward calls
-on raw float32 buffers shared by the NumPy and PyTorch front ends."""
+on NumPy arrays shared by the NumPy and PyTorch front ends."""
 
 from __future__ import annotations
 
@@ -94,22 +94,21 @@ def check_threads(threads) -> int:
     return threads
 
 
-def _forward_raw(kind: str, d: int, eps: float, n: int, x: int, params: int, np_: int,
-                 y: int, stats: int, threads: int, dtype: str = "f32") -> None:
-    """Forward over buffers at these addresses, which the caller (the NumPy
-    and PyTorch front ends) has checked: private, since wrong addresses
-    crash the interpreter. x and y stored as ``dtype`` ("f32", "bf16",
-    "f16"), params and stats f32."""
-    _native.forward(kind, d, float(eps), n, x, params, np_, y, stats, check_threads(threads), dtype)
+def _forward(kind: str, d: int, eps: float, x, params, y, stats, threads: int,
+             dtype: str = "f32") -> None:
+    """Forward over NumPy arrays (the PyTorch front end passes its tensors'
+    NumPy views): x and y stored as ``dtype`` ("f32", "bf16" viewed as
+    int16, "f16"), params and stats float32. The native call locates each
+    buffer from the array itself and checks type, size, contiguity and
+    overlap before touching it."""
+    _native.forward(kind, d, float(eps), x, params, y, stats, check_threads(threads), dtype)
 
 
-def _backward_raw(kind: str, d: int, n: int, x: int, dy: int, params: int, np_: int,
-                  stats: int, dx: int, dparams: int, threads: int, dtype: str = "f32") -> None:
-    """Backward over buffers at these addresses (private, as
-    :func:`_forward_raw`); ``dparams`` (f32) is added to; x, dy, dx stored
-    as ``dtype``."""
-    _native.backward(kind, d, n, x, dy, params, np_, stats, dx, dparams, check_threads(threads),
-                     dtype)
+def _backward(kind: str, d: int, x, dy, params, stats, dx, dparams, threads: int,
+              dtype: str = "f32") -> None:
+    """Backward over NumPy arrays (as :func:`_forward`); ``dparams``
+    (float32) is added to; x, dy, dx stored as ``dtype``."""
+    _native.backward(kind, d, x, dy, params, stats, dx, dparams, check_threads(threads), dtype)
 
 
 def isa() -> str:

@@ -69,9 +69,8 @@ def norm_forward(kind: str, x: np.ndarray, params: np.ndarray, eps: float | None
     y = np.empty_like(x)
     stats = np.empty(rows * STATS, dtype=np.float32)
     if x.size:
-        _core._forward_raw(info.name, d, info.default_eps if eps is None else eps, x.size,
-                    x.ctypes.data, params.ctypes.data if params.size else 16, params.size,
-                    y.ctypes.data, stats.ctypes.data, default_threads() if threads is None else threads)
+        _core._forward(info.name, d, info.default_eps if eps is None else eps, x, params, y, stats,
+                       default_threads() if threads is None else threads)
     return y, stats
 
 
@@ -93,10 +92,8 @@ def norm_backward(kind: str, x: np.ndarray, dy: np.ndarray, params: np.ndarray,
     dx = np.empty_like(x)
     dparams = np.zeros(params.size, dtype=np.float32)
     if x.size:
-        _core._backward_raw(info.name, d, x.size, x.ctypes.data, dy.ctypes.data,
-                     params.ctypes.data if params.size else 16, params.size, stats.ctypes.data,
-                     dx.ctypes.data, dparams.ctypes.data if params.size else 16,
-                     default_threads() if threads is None else threads)
+        _core._backward(info.name, d, x, dy, params, stats, dx, dparams,
+                        default_threads() if threads is None else threads)
     return dx, dparams
 
 

@@ -60,6 +60,15 @@ def _check_tensor(t: Tensor, what: str) -> None:
             "(convert with .float(), or keep torch.nn's norm for this dtype)")
 
 
+def _view(t: Tensor):
+    """The NumPy view of a CPU tensor's memory (no copy): bfloat16, which
+    NumPy lacks, viewed as int16."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
 def _fwd_impl(x: Tensor, params: Tensor, kind: str, d: int, eps: float) -> tuple[Tensor, Tensor]:
     x = x.contiguous()
     params = params.contiguous()
@@ -67,8 +76,8 @@ def _fwd_impl(x: Tensor, params: Tensor, kind: str, d: int, eps: float) -> tuple
     rows = x.numel() // d
     stats = torch.empty(rows * STATS, dtype=torch.float32)
     if x.numel():
-        _core._forward_raw(kind, d, eps, x.numel(), x.data_ptr(), params.data_ptr(), params.numel(),
-                    y.data_ptr(), stats.data_ptr(), min(torch.get_num_threads(), _core.MAX_THREADS), _DTYPES[x.dtype])
+        _core._forward(kind, d, eps, _view(x), _view(params), _view(y), _view(stats),
+                       min(torch.get_num_threads(), _core.MAX_THREADS), _DTYPES[x.dtype])
     return y, stats
 
 
@@ -93,9 +102,8 @@ def _bwd_impl(dy: Tensor, x: Tensor, params: Tensor, stats: Tensor, kind: str,
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     dparams = torch.zeros_like(params)
     if x.numel():
-        _core._backward_raw(kind, d, x.numel(), x.data_ptr(), dy.data_ptr(), params.data_ptr(),
-                     params.numel(), stats.data_ptr(), dx.data_ptr(), dparams.data_ptr(),
-                     min(torch.get_num_threads(), _core.MAX_THREADS), _DTYPES[x.dtype])
+        _core._backward(kind, d, _view(x), _view(dy), _view(params), _view(stats), _view(dx),
+                        _view(dparams), min(torch.get_num_threads(), _core.MAX_THREADS), _DTYPES[x.dtype])
     return dx, dparams
 
 

@@ -5,16 +5,18 @@
 //! PyTorch run is classified by the same code as a normlab run, and over
 //! normlab's GGUF decoder (`gguf.rs`: a model's residual stream).
 //!
-//! The functions take the *addresses* of float32 buffers (or bfloat16 /
-//! float16 ones for x, y, dy, dx with `dtype` "bf16" / "f16": parameters,
-//! their gradients and statistics stay float32), so that PyTorch
-//! tensors and NumPy arrays are read and written in place (zero-copy). They
-//! are private: the Python wrappers (`normlab/_core.py`) check dtype,
-//! device, contiguity, shapes and aliasing before calling them, and keep the
-//! buffers alive for the call. The GIL is released while a kernel runs, and
-//! the kernel runs on a rayon pool of the requested size (results are
-//! bit-identical for any thread count: the kernels' chunking depends only on
-//! the shape).
+//! The kernel functions take NumPy arrays (PyTorch tensors reach them as
+//! the NumPy views `Tensor.numpy()` gives, bfloat16 ones viewed as int16):
+//! float32 for parameters, their gradients and statistics, and float32,
+//! bfloat16 or float16 for x, y, dy, dx (`dtype` "f32", "bf16", "f16"), so
+//! that both are read and written in place (zero-copy). No address crosses
+//! from Python: each array's buffer is located by reading its own
+//! `__array_interface__` here, and checked before any memory is touched
+//! (type, C-contiguity, element count against the shapes given, outputs
+//! writable and overlapping nothing else, alignment). The arrays are held
+//! for the call. The GIL is released while a kernel runs, and the kernel
+//! runs on a rayon pool of the requested size (results are bit-identical
+//! for any thread count: the kernels' chunking depends only on the shape).
 //!
 //! Outputs of 4 MiB or more are first advised to Linux as candidates for
 //! transparent huge pages (`madvise(MADV_HUGEPAGE)` on their 2 MiB-aligned
@@ -72,30 +74,108 @@ fn check(k: NormKind, d: usize, n: usize, np: usize) -> PyResult<usize> {
     Ok(n / d)
 }
 
-/// A raw buffer address handed across the GIL release (the caller keeps the
-/// buffer alive and unaliased for the call).
+/// A buffer located in an array this call holds (see [`array`]): its
+/// address and element count, handed across the GIL release.
 #[derive(Clone, Copy)]
-struct Addr(usize);
+struct Buf {
+    addr: usize,
+    len: usize,
+}
 
-impl Addr {
+impl Buf {
     /// # Safety
-    /// `self` must point to `len` readable, initialised, aligned values of `T`.
-    unsafe fn slice<'a, T>(self, len: usize) -> &'a [T] {
-        if len == 0 {
+    /// `self` must come from [`array`] with element type `T`, and its
+    /// array must stay alive for the returned lifetime.
+    unsafe fn slice<'a, T>(self) -> &'a [T] {
+        if self.len == 0 {
             return &[];
         }
-        std::slice::from_raw_parts(self.0 as *const T, len)
+        std::slice::from_raw_parts(self.addr as *const T, self.len)
     }
     /// # Safety
-    /// `self` must point to `len` writable, aligned values of `T` that
-    /// nothing else reads or writes during the call.
+    /// As [`Buf::slice`], and the array must be writable and overlap no
+    /// other buffer of the call ([`disjoint`]).
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice_mut<'a, T>(self, len: usize) -> &'a mut [T] {
-        if len == 0 {
+    unsafe fn slice_mut<'a, T>(self) -> &'a mut [T] {
+        if self.len == 0 {
             return &mut [];
         }
-        std::slice::from_raw_parts_mut(self.0 as *mut T, len)
+        std::slice::from_raw_parts_mut(self.addr as *mut T, self.len)
     }
+    fn bytes(self, size: usize) -> std::ops::Range<usize> {
+        self.addr..self.addr + self.len * size
+    }
+}
+
+/// The typestrs NumPy gives an element of `size` bytes: f32 "<f4", f16
+/// "<f2", bf16 (viewed as int16 or uint16) "<i2" / "<u2".
+fn typestrs(t: Dtype) -> &'static [&'static str] {
+    match t {
+        Dtype::F32 => &["<f4"],
+        Dtype::F16 => &["<f2"],
+        Dtype::Bf16 => &["<i2", "<u2"],
+    }
+}
+
+/// Locate `what`'s buffer from its own `__array_interface__`: C-contiguous,
+/// of element type `t` and `len` elements, writable when `out`, aligned.
+fn array(obj: &Bound<'_, PyAny>, what: &str, t: Dtype, len: usize, out: bool) -> PyResult<Buf> {
+    let bad = |m: String| PyValueError::new_err(format!("{what}: {m}"));
+    let ai = obj
+        .getattr("__array_interface__")
+        .map_err(|_| bad("not a NumPy array".into()))?;
+    let typestr: String = ai.get_item("typestr")?.extract()?;
+    if !typestrs(t).contains(&typestr.as_str()) {
+        return Err(bad(format!(
+            "element type {typestr}, expected {}",
+            typestrs(t).join(" or ")
+        )));
+    }
+    let shape: Vec<usize> = ai.get_item("shape")?.extract()?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| bad("shape overflows".into()))?;
+    if n != len {
+        return Err(bad(format!("{n} elements, expected {len}")));
+    }
+    let strides = ai.get_item("strides")?;
+    if !strides.is_none() && n > 1 {
+        // C-contiguous arrays may still give their strides: check them.
+        let st: Vec<isize> = strides.extract()?;
+        let mut want = t.size() as isize;
+        for (k, &dim) in shape.iter().enumerate().rev() {
+            if dim > 1 && st[k] != want {
+                return Err(bad("not C-contiguous".into()));
+            }
+            want *= dim as isize;
+        }
+    }
+    let (addr, readonly): (usize, bool) = ai.get_item("data")?.extract()?;
+    if out && readonly {
+        return Err(bad("read-only".into()));
+    }
+    if n > 0 && (addr == 0 || !addr.is_multiple_of(t.size())) {
+        return Err(bad(format!(
+            "buffer is null or not {}-byte aligned",
+            t.size()
+        )));
+    }
+    Ok(Buf { addr, len: n })
+}
+
+/// Outputs (with their element sizes) overlap neither each other nor any
+/// input.
+fn disjoint(outs: &[(Buf, usize, &str)], ins: &[(Buf, usize, &str)]) -> PyResult<()> {
+    for (i, (o, so, wo)) in outs.iter().enumerate() {
+        for (b, sb, wb) in outs[i + 1..].iter().chain(ins) {
+            let (r1, r2) = (o.bytes(*so), b.bytes(*sb));
+            if o.len > 0 && b.len > 0 && r1.start < r2.end && r2.start < r1.end {
+                return Err(PyValueError::new_err(format!("{wo} overlaps {wb}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Call the generic `$f::<T>(args)` with `T` the storage type `$t` names.
@@ -181,181 +261,136 @@ fn advise_huge_pages(addr: usize, bytes: usize) {
     let _ = (addr, bytes);
 }
 
-/// The checks every kernel call makes before touching memory: the kind
-/// (row-wise), whole rows and the parameter count, aligned non-null
-/// buffers (`params_bufs` only when there are parameters), and its pool.
-/// None when there is nothing to do (no elements).
-#[allow(clippy::too_many_arguments)]
+/// The kind (row-wise), whole rows and the parameter count, and the pool.
 fn prepare(
     kind_name: &str,
     d: usize,
     n: usize,
     np: usize,
-    (data, dtype): (&[usize], Dtype),
-    f32_bufs: &[usize],
-    params_bufs: &[usize],
     threads: usize,
-) -> PyResult<Option<(NormKind, usize, Arc<ThreadPool>)>> {
+) -> PyResult<(NormKind, usize, Arc<ThreadPool>)> {
     let k = kind(kind_name)?;
     let rows = check(k, d, n, np)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    check_aligned(data, dtype.size())?;
-    check_aligned(f32_bufs, 4)?;
-    if np > 0 {
-        check_aligned(params_bufs, 4)?;
-    }
-    Ok(Some((k, rows, pool(threads)?)))
+    Ok((k, rows, pool(threads)?))
 }
 
-fn check_aligned(addrs: &[usize], align: usize) -> PyResult<()> {
-    if addrs.iter().any(|a| *a == 0 || !a.is_multiple_of(align)) {
-        return Err(PyValueError::new_err(format!(
-            "buffer address is null or not {align}-byte aligned"
-        )));
-    }
-    Ok(())
+/// Elements of an array (its `size`).
+fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
+    obj.getattr("size")
+        .and_then(|v| v.extract())
+        .map_err(|_| PyValueError::new_err(format!("{what}: not a NumPy array")))
 }
 
-/// Forward of a row-wise norm over `n` values at `x` (rows of `d`) stored
-/// as `dtype`: writes `n` values at `y` and `3 * rows` f32 statistics at
-/// `stats`.
+/// Forward of a row-wise norm over `x` (rows of `d`, stored as `dtype`):
+/// writes `y` (as `x`) and the `3 * rows` f32 statistics `stats`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (kind_name, d, eps, n, x, params, np, y, stats, threads, dtype = "f32"))]
+#[pyo3(signature = (kind_name, d, eps, x, params, y, stats, threads, dtype = "f32"))]
 fn forward(
     py: Python<'_>,
     kind_name: &str,
     d: usize,
     eps: f32,
-    n: usize,
-    x: usize,
-    params: usize,
-    np: usize,
-    y: usize,
-    stats: usize,
+    x: &Bound<'_, PyAny>,
+    params: &Bound<'_, PyAny>,
+    y: &Bound<'_, PyAny>,
+    stats: &Bound<'_, PyAny>,
     threads: usize,
     dtype: &str,
 ) -> PyResult<()> {
     let t = Dtype::parse(dtype)?;
-    let Some((k, rows, pool)) = prepare(
-        kind_name,
-        d,
-        n,
-        np,
-        (&[x, y], t),
-        &[stats],
-        &[params],
-        threads,
-    )?
-    else {
+    let (n, np) = (size(x, "x")?, size(params, "params")?);
+    let (k, rows, pool) = prepare(kind_name, d, n, np, threads)?;
+    let bx = array(x, "x", t, n, false)?;
+    let bp = array(params, "params", Dtype::F32, np, false)?;
+    let by = array(y, "y", t, n, true)?;
+    let bs = array(stats, "stats", Dtype::F32, norm::stats_len(rows), true)?;
+    disjoint(
+        &[(by, t.size(), "y"), (bs, 4, "stats")],
+        &[(bx, t.size(), "x"), (bp, 4, "params")],
+    )?;
+    if n == 0 {
         return Ok(());
-    };
-    advise_huge_pages(y, n * t.size());
-    let (x, p, y, s) = (Addr(x), Addr(params), Addr(y), Addr(stats));
-    fn run<T: Elem>(
-        k: NormKind,
-        d: usize,
-        eps: f32,
-        n: usize,
-        rows: usize,
-        np: usize,
-        (x, p, y, s): (Addr, Addr, Addr, Addr),
-    ) {
-        // SAFETY: the Python wrapper passes live, contiguous, aligned
-        // buffers of these lengths and types, with y and stats freshly
-        // allocated.
+    }
+    advise_huge_pages(by.addr, n * t.size());
+    fn run<T: Elem>(k: NormKind, d: usize, eps: f32, (x, p, y, s): (Buf, Buf, Buf, Buf)) {
+        // SAFETY: every buffer was located and checked by `array` (type,
+        // length, contiguity, alignment; y and stats writable and disjoint
+        // from the rest) in arrays the caller holds for the call.
         let (x, p, y, s) = unsafe {
             (
-                x.slice::<T>(n),
-                p.slice::<f32>(np),
-                y.slice_mut::<T>(n),
-                s.slice_mut::<f32>(norm::stats_len(rows)),
+                x.slice::<T>(),
+                p.slice::<f32>(),
+                y.slice_mut::<T>(),
+                s.slice_mut::<f32>(),
             )
         };
         norm::forward(k, d, eps, x, p, y, s)
     }
-    let bufs = (x, p, y, s);
-    py.detach(move || {
-        on_pool(&pool, threads, n, || {
-            with_dtype!(t, run(k, d, eps, n, rows, np, bufs))
-        })
-    });
+    let bufs = (bx, bp, by, bs);
+    py.detach(move || on_pool(&pool, threads, n, || with_dtype!(t, run(k, d, eps, bufs))));
     Ok(())
 }
 
-/// Backward of a row-wise norm: writes `n` values (`dtype`) at `dx`,
-/// **adds** the f32 parameter gradients into `np` floats at `dparams`.
+/// Backward of a row-wise norm: writes `dx` (as `x`), **adds** the f32
+/// parameter gradients into `dparams`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (kind_name, d, n, x, dy, params, np, stats, dx, dparams, threads, dtype = "f32"))]
+#[pyo3(signature = (kind_name, d, x, dy, params, stats, dx, dparams, threads, dtype = "f32"))]
 fn backward(
     py: Python<'_>,
     kind_name: &str,
     d: usize,
-    n: usize,
-    x: usize,
-    dy: usize,
-    params: usize,
-    np: usize,
-    stats: usize,
-    dx: usize,
-    dparams: usize,
+    x: &Bound<'_, PyAny>,
+    dy: &Bound<'_, PyAny>,
+    params: &Bound<'_, PyAny>,
+    stats: &Bound<'_, PyAny>,
+    dx: &Bound<'_, PyAny>,
+    dparams: &Bound<'_, PyAny>,
     threads: usize,
     dtype: &str,
 ) -> PyResult<()> {
     let t = Dtype::parse(dtype)?;
-    let Some((k, rows, pool)) = prepare(
-        kind_name,
-        d,
-        n,
-        np,
-        (&[x, dy, dx], t),
-        &[stats],
-        &[params, dparams],
-        threads,
-    )?
-    else {
+    let (n, np) = (size(x, "x")?, size(params, "params")?);
+    let (k, rows, pool) = prepare(kind_name, d, n, np, threads)?;
+    let bx = array(x, "x", t, n, false)?;
+    let bdy = array(dy, "dy", t, n, false)?;
+    let bp = array(params, "params", Dtype::F32, np, false)?;
+    let bs = array(stats, "stats", Dtype::F32, norm::stats_len(rows), false)?;
+    let bdx = array(dx, "dx", t, n, true)?;
+    let bdp = array(dparams, "dparams", Dtype::F32, np, true)?;
+    disjoint(
+        &[(bdx, t.size(), "dx"), (bdp, 4, "dparams")],
+        &[
+            (bx, t.size(), "x"),
+            (bdy, t.size(), "dy"),
+            (bp, 4, "params"),
+            (bs, 4, "stats"),
+        ],
+    )?;
+    if n == 0 {
         return Ok(());
-    };
-    advise_huge_pages(dx, n * t.size());
-    let bufs = (
-        Addr(x),
-        Addr(dy),
-        Addr(params),
-        Addr(stats),
-        Addr(dx),
-        Addr(dparams),
-    );
-    type Bufs = (Addr, Addr, Addr, Addr, Addr, Addr);
-    fn run<T: Elem>(
-        k: NormKind,
-        d: usize,
-        n: usize,
-        rows: usize,
-        np: usize,
-        (x, dy, p, s, dx, dp): Bufs,
-    ) {
+    }
+    advise_huge_pages(bdx.addr, n * t.size());
+    type Bufs = (Buf, Buf, Buf, Buf, Buf, Buf);
+    fn run<T: Elem>(k: NormKind, d: usize, rows: usize, (x, dy, p, s, dx, dp): Bufs) {
         let mut scratch = vec![0f32; norm::backward_scratch_len(k, rows, d)];
-        // SAFETY: as in `forward`; dx and dparams are freshly allocated.
+        // SAFETY: as in `forward`; dx and dparams are writable and
+        // disjoint from the inputs.
         let (x, dy, p, s, dx, dp) = unsafe {
             (
-                x.slice::<T>(n),
-                dy.slice::<T>(n),
-                p.slice::<f32>(np),
-                s.slice::<f32>(norm::stats_len(rows)),
-                dx.slice_mut::<T>(n),
-                dp.slice_mut::<f32>(np),
+                x.slice::<T>(),
+                dy.slice::<T>(),
+                p.slice::<f32>(),
+                s.slice::<f32>(),
+                dx.slice_mut::<T>(),
+                dp.slice_mut::<f32>(),
             )
         };
         norm::backward(k, d, x, dy, p, s, dx, dp, &mut scratch)
     }
-    py.detach(move || {
-        on_pool(&pool, threads, n, || {
-            with_dtype!(t, run(k, d, n, rows, np, bufs))
-        })
-    });
+    let bufs = (bx, bdy, bp, bs, bdx, bdp);
+    py.detach(move || on_pool(&pool, threads, n, || with_dtype!(t, run(k, d, rows, bufs))));
     Ok(())
 }
 

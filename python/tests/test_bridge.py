@@ -481,16 +481,51 @@ def test_logger_classifies_at_the_divergence_window_edge_by_the_native_rule(tmp_
     assert (nan["status"], nan["diverged_at_step"]) == ("diverged", 4)
 
 
-def test_raw_address_calls_are_private_and_thread_counts_capped():
-    """The calls on raw addresses crash the interpreter on a wrong address:
-    neither front end exports them. Thread counts have the CLI's cap
-    (normlab::limits), 0 and negatives included."""
+def test_no_address_crosses_and_thread_counts_capped():
+    """No raw address crosses into the native module: it takes arrays, and
+    locates and checks their buffers itself. An int (the address 4096 that
+    once crashed the interpreter), a non-array, the wrong element type or
+    size, a strided or read-only array and outputs overlapping inputs are
+    refused with ValueError before any memory is touched. Thread counts
+    have the CLI's cap (normlab::limits), 0 and negatives included."""
     import normlab.numpy as nnp
     import normlab.torch as nt
-    for mod in (nnp, nt):
-        assert not hasattr(mod, "forward_raw") and not hasattr(mod, "backward_raw")
+    from normlab import _core, _native
+    for mod in (nnp, nt, _core):
+        for name in ("forward_raw", "backward_raw", "_forward_raw", "_backward_raw"):
+            assert not hasattr(mod, name), (mod, name)
     x = np.ones((2, 8), dtype=np.float32)
     params = nnp.params_for("rmsnorm", 8)
+    y = np.empty_like(x)
+    stats = np.empty(2 * _core.STATS, dtype=np.float32)
+    ok = dict(x=x, params=params, y=y, stats=stats)
+
+    def call(**over):
+        a = {**ok, **over}
+        _native.forward("rmsnorm", 8, 1e-6, a["x"], a["params"], a["y"], a["stats"], 1, "f32")
+
+    call()
+    assert np.allclose(y, 1.0, atol=1e-5)
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    for over, msg in [
+        (dict(x=4096), "x: not a NumPy array"),
+        (dict(y=4096), "y: not a NumPy array"),
+        (dict(x=[1.0] * 16), "x: not a NumPy array"),
+        (dict(x=x.astype(np.float64)), "element type <f8"),
+        (dict(y=np.empty(15, dtype=np.float32)), "y: 15 elements, expected 16"),
+        (dict(stats=np.empty(1, dtype=np.float32)), "stats: 1 elements"),
+        (dict(x=np.ones((8, 2), dtype=np.float32).T), "x: not C-contiguous"),
+        (dict(y=ro), "y: read-only"),
+        (dict(y=x), "y overlaps x"),
+        (dict(stats=y.reshape(-1)[: 2 * _core.STATS]), "y overlaps stats"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=msg):
+            call(**over)
+    dx, dp = np.empty_like(x), np.zeros_like(params)
+    with pytest.raises(ValueError, match="dx overlaps dy"):
+        _native.backward("rmsnorm", 8, x, y, params, stats, y, dp, 1, "f32")
+    _native.backward("rmsnorm", 8, x, y, params, stats, dx, dp, 1, "f32")
     for bad in (0, -1, 10**6):
         with pytest.raises(ValueError, match="threads must be between 1 and"):
             nnp.norm_forward("rmsnorm", x, params, threads=bad)
