@@ -414,17 +414,6 @@ enum Effect {
     Unusable,
 }
 
-impl Effect {
-    fn label(self) -> &'static str {
-        match self {
-            Effect::Removed => "removed",
-            Effect::Lowered => "lowered, not removed",
-            Effect::Kept => "not lowered beyond the seed spread",
-            Effect::Unusable => "no usable share",
-        }
-    }
-}
-
 fn effect(base: &Cell, c: &Cell, uniform: f64) -> Effect {
     let (Some(s0), Some(s1)) = (base.share, c.share) else {
         return Effect::Unusable;
@@ -479,15 +468,8 @@ fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
         }
         n += 1;
         seeds = seeds.min(base.seeds);
-        let mut said = vec![format!(
-            "{}: the ungated model has a sink on every seed (largest first-token share {} ± {}, by seed {shares}; uniform {}; massive activation at position 0 {}x the median; the sink head's value drain {})",
-            s.name,
-            opt(base.share, 3),
-            opt(base.share_std, 3),
-            f(uniform, 3),
-            f(base.massive0, 1),
-            f(base.value_drain, 2)
-        )];
+        // Designs by effect, then the lesson's gate against the ungated model.
+        let mut by: [Vec<String>; 4] = Default::default();
         for c in of.iter().filter(|c| c.design != DESIGNS[0].name) {
             let e = effect(base, c, uniform);
             if c.design == DESIGNS[1].name {
@@ -498,19 +480,45 @@ fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
             if let (Effect::Removed, Some(v)) = (e, c.share) {
                 best.push((c.design, v, s.name));
             }
-            said.push(format!(
-                "{} {} ({}; held-out loss {} against {}, copy targets {} against {}; massive activation {}x)",
-                c.design,
-                opt(c.share, 3),
-                e.label(),
-                opt(c.eval_loss, 4),
+            let slot = match e {
+                Effect::Removed => 0,
+                Effect::Lowered => 1,
+                Effect::Kept => 2,
+                Effect::Unusable => 3,
+            };
+            by[slot].push(format!("{} {}", c.design, opt(c.share, 3)));
+        }
+        let mut said = format!(
+            "{}: a sink on every seed ({} ± {}; by seed {shares}; uniform {})",
+            s.name,
+            opt(base.share, 3),
+            opt(base.share_std, 3),
+            f(uniform, 3)
+        );
+        for (list, what) in by.iter().zip([
+            "removed by",
+            "lowered, not removed, by",
+            "not lowered beyond the seed spread by",
+            "no usable share from",
+        ]) {
+            if !list.is_empty() {
+                said.push_str(&format!("; {what} {}", list.join(", ")));
+            }
+        }
+        if let Some(g) = of.iter().find(|c| c.design == DESIGNS[1].name) {
+            said.push_str(&format!(
+                "; with the elementwise gate the held-out loss is {} against {} (copy targets {} against {}), the massive activation at position 0 {}x against {}x the median, the sink head's value drain {} against {}",
+                opt(g.eval_loss, 4),
                 opt(base.eval_loss, 4),
-                opt(c.eval_copy, 4),
+                opt(g.eval_copy, 4),
                 opt(base.eval_copy, 4),
-                f(c.massive0, 1)
+                f(g.massive0, 1),
+                f(base.massive0, 1),
+                f(g.value_drain, 2),
+                f(base.value_drain, 2)
             ));
         }
-        parts.push(said.join("; "));
+        parts.push(said);
     }
     let v = if n == 0 {
         Verdict::Inconclusive
@@ -529,7 +537,7 @@ fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
     (
         v,
         format!(
-            "Largest first-token share over (layer, head) at the end of training on Bigram-Backcopy, mean over seeds, by design. {}.{best}",
+            "The largest first-token share over (layer, head) at the end of training on Bigram-Backcopy, mean over seeds. {}.{best}",
             parts.join(". ")
         ),
     )
