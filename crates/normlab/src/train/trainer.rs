@@ -419,8 +419,10 @@ impl Trainer {
                     })
                     .collect()
             });
-            for (loss, kinds) in sums {
-                total += loss;
+            // The shards' losses summed first, then added (the order every
+            // earlier run folder's held-out losses were computed in).
+            total += sums.iter().map(|s| s.0).sum::<f64>();
+            for (_, kinds) in sums {
                 for (acc, k) in parts.iter_mut().zip(kinds) {
                     acc.0 += k.0;
                     acc.1 += k.1;
