@@ -136,6 +136,9 @@ def mutate(rng, gguf, src, dst):
     if kind == "metadata":
         field = rng.choice(numeric_fields(reader, gguf))
         part = field.parts[field.data[0]]
+        if part.dtype.kind == "b":
+            # A bool is one byte: anything but 0 and 1 is hostile.
+            part = part.view(np.uint8)
         v = hostile(rng, part)
         part[0] = v
         part.flush()
