@@ -251,6 +251,14 @@ pub fn report_run(c: ReportCmd) -> anyhow::Result<()> {
             rep.figures.len()
         );
     }
+    for r in runs.iter().filter(|r| r.metrics_left_out > 0) {
+        eprintln!(
+            "warning: {}/metrics.jsonl is past the {} MiB read: {} of its records left out (the rest evenly apart, the last kept)",
+            r.dir.display(),
+            normlab::train::run::MAX_METRICS_BYTES >> 20,
+            r.metrics_left_out
+        );
+    }
     let damaged: Vec<&report::FoundRun> = runs.iter().filter(|r| r.damage.is_some()).collect();
     for r in &damaged {
         eprintln!(

@@ -8,7 +8,7 @@
 use crate::present::{f, grid, plot, Figure, LineChart, Panel, Series, Table};
 use crate::sweep::SeedGroup;
 use normlab::error::{Error, Result};
-use normlab::train::run::{read_metrics_counted, read_run_config};
+use normlab::train::run::{read_metrics_bounded, read_run_config, MetricsRead};
 use normlab::train::Summary;
 use normlab::train::{StepRecord, TrainConfig};
 use serde_json::{json, Map, Value};
@@ -31,8 +31,12 @@ pub struct FoundRun {
     /// unreadable metric lines; `normlab::train::run::damage`); the header
     /// scan checks the summary only.
     pub damage: Option<String>,
-    /// Metrics.
+    /// Metrics (within `normlab::train::run::MAX_METRICS_BYTES` of
+    /// metrics.jsonl's lines: past it, records evenly apart and the last).
     pub metrics: Vec<StepRecord>,
+    /// Step records of metrics.jsonl left out of `metrics` to keep within
+    /// that bound.
+    pub metrics_left_out: usize,
 }
 
 /// Find every run folder (one with a valid `config.json`) under `root`,
@@ -81,11 +85,12 @@ fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)>
                     Ok(s) => (s, None),
                     Err(why) => (None, Some(why)),
                 };
-                let (records, unreadable) = if metrics {
-                    read_metrics_counted(&dir)
+                let read = if metrics {
+                    read_metrics_bounded(&dir)
                 } else {
-                    (Vec::new(), 0)
+                    MetricsRead::default()
                 };
+                let (records, unreadable) = (read.records, read.unreadable);
                 let damage = broken.or_else(|| {
                     metrics
                         .then(|| normlab::train::run::file_damage(&dir, unreadable))
@@ -98,6 +103,7 @@ fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)>
                     summary,
                     damage,
                     metrics: records,
+                    metrics_left_out: read.left_out,
                     dir: dir.clone(),
                 });
             }

@@ -149,6 +149,34 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Read a whole regular file of at most `cap` bytes, following links (a
+/// Hugging Face cache's files are links into its blobs): a larger file is
+/// refused from its size, before it is read; a FIFO or a device is refused.
+pub fn read_at_most(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    check_regular(path)?;
+    let f = fs::File::open(path).map_err(|e| Error::read(path, e))?;
+    let len = f.metadata().map_err(|e| Error::read(path, e))?.len();
+    let too_big = |len: u64| {
+        Error::bad(format!(
+            "{} is {len} bytes, more than the {} normlab reads of it",
+            path.display(),
+            crate::limits::human_bytes(cap as f64)
+        ))
+    };
+    if len > cap {
+        return Err(too_big(len));
+    }
+    let mut out = Vec::with_capacity(len as usize);
+    f.take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::read(path, e))?;
+    if out.len() as u64 > cap {
+        return Err(too_big(out.len() as u64));
+    }
+    Ok(out)
+}
+
 /// Read a whole regular UTF-8 text file.
 pub fn read_to_string(path: &Path) -> Result<String> {
     check_regular(path)?;

@@ -214,3 +214,148 @@ fn bad_folders_are_one_line_errors() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// A fresh folder holding the fixture's config.json with `edit` applied
+/// and its model.safetensors (or `weights` in its place).
+fn hostile_folder(name: &str, edit: impl FnOnce(&mut Value), weights: Option<&[u8]>) -> PathBuf {
+    let tmp = std::env::temp_dir().join(format!("normlab-gemma3-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(dir().join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(tmp.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let st = std::fs::read(dir().join("model.safetensors")).unwrap();
+    std::fs::write(tmp.join("model.safetensors"), weights.unwrap_or(&st)).unwrap();
+    tmp
+}
+
+/// The load's one-line error, or what went wrong instead (it loaded,
+/// panicked, hung, or its error is not one line of bad input).
+fn refusal(dir: &std::path::Path) -> Result<String, String> {
+    let d = dir.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = Decoder::load_hf(&d).map(|_| ());
+        let _ = tx.send(r.map_err(|e| (e.is_bad_input(), e.to_string())));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err("the load hangs".into()),
+        Err(_) => Err("the load panics".into()),
+        Ok(Ok(())) => Err("it loads".into()),
+        Ok(Err((true, e))) if !e.contains('\n') => Ok(e),
+        Ok(Err((_, e))) => Err(format!("not one line of bad input: {e}")),
+    }
+}
+
+/// Every size the folder's config.json implies is checked before the
+/// weights are read: the config's own values first (a missing weights file
+/// is not what is reported), the files' sizes against the config and the
+/// memory available, the tensor table (an extra tensor too), the EOS id
+/// against the vocabulary, and tokenizer.json's size and kind (a FIFO is
+/// refused, not waited on).
+#[test]
+fn hostile_folders_are_refused_before_the_weights_are_read() {
+    let mut failed = Vec::new();
+    let mut expect = |case: &str, d: &std::path::Path, words: &[&str]| match refusal(d) {
+        // The words in the message, not in the folder's name.
+        Ok(e)
+            if words
+                .iter()
+                .all(|w| e.replace(d.to_str().unwrap(), "").contains(w)) =>
+        {
+            eprintln!("{case}: {e}")
+        }
+        Ok(e) => failed.push(format!("{case}: {e}")),
+        Err(why) => failed.push(format!("{case}: {why}")),
+    };
+    // The config is checked before model.safetensors is looked at.
+    let d = hostile_folder("eps", |c| c["rms_norm_eps"] = Value::from(-1.0), None);
+    std::fs::remove_file(d.join("model.safetensors")).unwrap();
+    expect("eps", &d, &["RMSNorm eps"]);
+    // A config.json past its cap (valid JSON, padded) is not read.
+    let d = hostile_folder("big-config", |_| {}, None);
+    let mut text = std::fs::read(d.join("config.json")).unwrap();
+    text.resize(text.len() + (2 << 20), b' ');
+    std::fs::write(d.join("config.json"), text).unwrap();
+    expect("big config.json", &d, &["config.json", "more than"]);
+    // A weights file far larger than the config's tensors is not read.
+    let d = hostile_folder("big-weights", |_| {}, None);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("model.safetensors"))
+        .unwrap();
+    f.set_len(256 << 20).unwrap();
+    expect(
+        "big weights",
+        &d,
+        &["model.safetensors", "config.json implies"],
+    );
+    // A config whose weights cannot fit in memory (2 TiB at f32).
+    let d = hostile_folder(
+        "huge",
+        |c| {
+            c["vocab_size"] = Value::from(1u64 << 22);
+            c["hidden_size"] = Value::from(1u64 << 17);
+        },
+        None,
+    );
+    expect("huge config", &d, &["needs about", "TiB"]);
+    // An extra tensor (a fifth block's) is refused.
+    let st = std::fs::read(dir().join("model.safetensors")).unwrap();
+    let parsed = safetensors::SafeTensors::deserialize(&st).unwrap();
+    let extra = vec![0u8; 4 * 32];
+    let mut views = parsed.tensors();
+    views.push((
+        "model.layers.4.input_layernorm.weight".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![32], &extra).unwrap(),
+    ));
+    let with_extra = safetensors::tensor::serialize(views, None).unwrap();
+    let d = hostile_folder("extra", |_| {}, Some(&with_extra));
+    expect(
+        "extra tensor",
+        &d,
+        &["model.layers.4.input_layernorm.weight"],
+    );
+    // An EOS id outside the vocabulary, truncated or not.
+    for eos in [
+        Value::from((1u64 << 32) + 1),
+        Value::from(96),
+        Value::from(vec![-1]),
+    ] {
+        let case = format!("eos {eos}");
+        let d = hostile_folder("eos", |c| c["eos_token_id"] = eos, None);
+        expect(&case, &d, &["eos_token_id"]);
+    }
+    // tokenizer.json: past its cap, or a FIFO.
+    let d = hostile_folder("tok", |_| {}, None);
+    let f = std::fs::File::create(d.join("tokenizer.json")).unwrap();
+    f.set_len((256 << 20) + 1).unwrap();
+    expect("big tokenizer.json", &d, &["tokenizer.json", "more than"]);
+    std::fs::remove_file(d.join("tokenizer.json")).unwrap();
+    let fifo = std::ffi::CString::new(d.join("tokenizer.json").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) } == 0 {
+        expect("tokenizer.json FIFO", &d, &["not a regular file"]);
+    }
+    // A sharded folder says so.
+    let d = hostile_folder("sharded", |_| {}, None);
+    std::fs::remove_file(d.join("model.safetensors")).unwrap();
+    std::fs::write(d.join("model.safetensors.index.json"), b"{}").unwrap();
+    expect("sharded", &d, &["sharded"]);
+    for n in [
+        "eps",
+        "big-config",
+        "big-weights",
+        "huge",
+        "extra",
+        "eos",
+        "tok",
+        "sharded",
+    ] {
+        let _ = std::fs::remove_dir_all(
+            std::env::temp_dir().join(format!("normlab-gemma3-{}-{n}", std::process::id())),
+        );
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

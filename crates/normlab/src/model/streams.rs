@@ -56,10 +56,7 @@ fn f64_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 
 fn nested_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
-    Ok(Vec::<Vec<Option<f64>>>::deserialize(d)?
-        .into_iter()
-        .map(|v| v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
-        .collect())
+    crate::train::record::vecs_or_nan(d)
 }
 
 /// The median of `v` (NaN when empty); sorts it.

@@ -32,7 +32,8 @@
 //! result. Files written before checksums load with a warning.
 
 pub use super::metrics_file::{
-    last_logged_step, read_metrics, read_metrics_counted, read_metrics_sampled,
+    last_logged_step, read_metrics, read_metrics_bounded, read_metrics_counted,
+    read_metrics_sampled, MetricsRead, MAX_METRICS_BYTES,
 };
 pub(crate) use super::metrics_file::{metric_lines_up_to, write_metrics};
 use crate::error::{Error, Result};

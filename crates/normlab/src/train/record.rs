@@ -140,20 +140,28 @@ pub(crate) fn f64_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, 
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
+/// `v` with nulls as NaN, holding no more than its values (the collect
+/// reuses the twice-as-large buffer of the options: a long list of `0`
+/// would hold 16 bytes a value, not 8).
+fn nan_for_null(v: Vec<Option<f64>>) -> Vec<f64> {
+    let mut out: Vec<f64> = v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect();
+    out.shrink_to_fit();
+    out
+}
+
 /// A list of f64 with nulls read as NaN (see [`f64_or_nan`]).
 pub(crate) fn vec_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    Ok(Vec::<Option<f64>>::deserialize(d)?
-        .into_iter()
-        .map(|v| v.unwrap_or(f64::NAN))
-        .collect())
+    Ok(nan_for_null(Vec::<Option<f64>>::deserialize(d)?))
 }
 
 /// A list of lists of f64 with nulls read as NaN (see [`f64_or_nan`]).
 pub(crate) fn vecs_or_nan<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<Vec<f64>>, D::Error> {
-    Ok(Vec::<Vec<Option<f64>>>::deserialize(d)?
+    let mut out: Vec<Vec<f64>> = Vec::<Vec<Option<f64>>>::deserialize(d)?
         .into_iter()
-        .map(|v| v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
-        .collect())
+        .map(nan_for_null)
+        .collect();
+    out.shrink_to_fit();
+    Ok(out)
 }

@@ -17,7 +17,8 @@ use std::time::Instant;
 
 pub use crate::train::folder::{
     check_summary, damage, file_damage, last_logged_step, load_model, read_config, read_metrics,
-    read_metrics_counted, read_metrics_sampled, read_run_config, read_summary,
+    read_metrics_bounded, read_metrics_counted, read_metrics_sampled, read_run_config,
+    read_summary, MetricsRead, MAX_METRICS_BYTES,
 };
 pub use crate::train::status::DIVERGENCE_WINDOW;
 

@@ -109,6 +109,41 @@ impl TensorNames {
             .find(|(r, _)| *r == t)
             .map(|(_, n)| n.replace("{i}", &i.to_string()))
     }
+
+    /// Every tensor a file of `cfg` (a [checked](DecoderConfig::check)
+    /// one) holds under these names, with its shape as
+    /// [`Decoder::from_tensors`] expects it, outermost first; the output
+    /// head last, as it may be absent (tied to the embeddings).
+    pub fn shapes(&self, cfg: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
+        let (d, hd, qw, kvw, f) = (cfg.d, cfg.head_dim, cfg.q_width(), cfg.kv_width(), cfg.ffn);
+        let sandwich = cfg.placement == Placement::Sandwich;
+        let mut roles = vec![(Tensor::Embedding, 0, vec![cfg.vocab, d])];
+        roles.push((Tensor::FinalNorm, 0, vec![d]));
+        for i in 0..cfg.layers {
+            roles.push((Tensor::AttnNorm, i, vec![d]));
+            if sandwich {
+                roles.push((Tensor::AttnOutNorm, i, vec![d]));
+                roles.push((Tensor::FfnOutNorm, i, vec![d]));
+            }
+            if cfg.qk_norm {
+                roles.push((Tensor::QNorm, i, vec![hd]));
+                roles.push((Tensor::KNorm, i, vec![hd]));
+            }
+            roles.push((Tensor::Q, i, vec![qw, d]));
+            roles.push((Tensor::K, i, vec![kvw, d]));
+            roles.push((Tensor::V, i, vec![kvw, d]));
+            roles.push((Tensor::O, i, vec![d, qw]));
+            roles.push((Tensor::FfnNorm, i, vec![d]));
+            roles.push((Tensor::Gate, i, vec![f, d]));
+            roles.push((Tensor::Up, i, vec![f, d]));
+            roles.push((Tensor::Down, i, vec![d, f]));
+        }
+        roles.push((Tensor::Head, 0, vec![cfg.vocab, d]));
+        roles
+            .into_iter()
+            .filter_map(|(t, i, shape)| Some((self.name(t, i)?, shape)))
+            .collect()
+    }
 }
 
 /// Where tensors come from.
