@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::Command;
 
 mod common;
-use common::lab::{get, rss_mib, serve, serve_with, status_mib, train_tiny};
+use common::lab::{get, rss_mib, serve, serve_with, status_mib, train_tiny, train_with};
 
 fn json_body(body: &str) -> serde_json::Value {
     // Bodies may be chunked: take from the first '{' to the last '}'.
@@ -21,9 +21,9 @@ fn api_answers_and_validates() {
     let _ = std::fs::remove_dir_all(&dir);
     train_tiny(&dir.join("a"));
     // A Bigram-Backcopy run logs the sink measures.
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args([
-            "train",
+    train_with(
+        &dir.join("b"),
+        &[
             "--model",
             "gpt",
             "--data",
@@ -44,13 +44,8 @@ fn api_answers_and_validates() {
             "4",
             "--eval-sequences",
             "4",
-            "--quiet",
-            "--out",
-        ])
-        .arg(dir.join("b"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        ],
+    );
     let s = serve(Some(&dir));
     let (code, page) = get(&s, "/");
     assert_eq!(code, 200);

@@ -22,6 +22,7 @@ pub mod gradcheck;
 pub mod io;
 pub mod limits;
 pub mod model;
+pub mod nan_serde;
 pub mod nn;
 pub mod params;
 pub mod precision;

@@ -92,9 +92,9 @@ pub fn rss_mib(pid: u32) -> f64 {
 
 /// Train a one-block GPT for 5 steps into `out` (a run folder).
 pub fn train_tiny(out: &std::path::Path) {
-    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
-        .args([
-            "train",
+    train_with(
+        out,
+        &[
             "--layers",
             "1",
             "--steps",
@@ -103,9 +103,16 @@ pub fn train_tiny(out: &std::path::Path) {
             "4",
             "--eval-sequences",
             "4",
-            "--quiet",
-            "--out",
-        ])
+        ],
+    );
+}
+
+/// `normlab train ARGS --quiet --out OUT`, which must succeed.
+pub fn train_with(out: &std::path::Path, args: &[&str]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_normlab"))
+        .arg("train")
+        .args(args)
+        .args(["--quiet", "--out"])
         .arg(out)
         .output()
         .unwrap();

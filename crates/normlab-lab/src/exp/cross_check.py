@@ -395,15 +395,21 @@ def block_grads(model):
     return [math.sqrt(sum(float((p.grad ** 2).sum()) for p in b.parameters())) for b in model.blocks]
 
 
+def adamw(m, lr, wd):
+    """AdamW (0.9, 0.95, eps 1e-8) with weight decay `wd` on weights and
+    embeddings, none on the norms' gains and the biases."""
+    decays = lambda n: n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f")
+    decay = [p for n, p in m.named_parameters() if decays(n)]
+    rest = [p for n, p in m.named_parameters() if not decays(n)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": rest, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
 def train_gpt(data, g, post, lr, steps, seed, eval_n=64):
     """g: dict(layers, d, heads, seq, hidden, batch)."""
     torch.manual_seed(seed)
     m = Gpt(g["layers"], g["d"], g["heads"], g["seq"], g["hidden"], post)
-    decays = lambda n: n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f")
-    decay = [p for n, p in m.named_parameters() if decays(n)]
-    rest = [p for n, p in m.named_parameters() if not decays(n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(m, lr, 0.1)
     n, t, B = len(data), g["seq"], g["batch"]
     train_end = n - n // 10
     gen = torch.Generator().manual_seed(2000 + seed)
@@ -568,11 +574,7 @@ class SinkGpt(nn.Module):
 def train_sink(tabs, g, gate, lr, steps, seed):
     torch.manual_seed(seed)
     m = SinkGpt(g, gate)
-    decays = lambda n: n.endswith("weight") and ".ln_" not in n and not n.startswith("ln_f")
-    decay = [p for n, p in m.named_parameters() if decays(n)]
-    rest = [p for n, p in m.named_parameters() if not decays(n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(m, lr, 1e-4)
     gen = torch.Generator().manual_seed(6000 + seed)
     status = fit(m, opt, lambda step: bb_batch(tabs, g["batch"], g["seq"], gen), 256, steps)
     with torch.no_grad():

@@ -332,6 +332,15 @@ impl ModelConfig {
         self.mixln_post_layers.unwrap_or(self.layers / 4)
     }
 
+    /// The attention's options (gpt).
+    pub fn attn_options(&self) -> crate::nn::AttnOptions {
+        crate::nn::AttnOptions {
+            qk_norm: self.qk_norm,
+            gate: self.attn_gate,
+            kind: self.attn_kind,
+        }
+    }
+
     /// Number of sublayers (2 per block).
     pub fn sublayers(&self) -> usize {
         2 * self.layers

@@ -26,9 +26,9 @@ use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, AttnOptions, Block, BlockCache, DepthAttn, DepthHead, DepthSlots, Embedding, Gate,
-    HeadCache, Hyper, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op, Placement, Residual,
-    Scratch, StreamHead, Sublayer, ToyMixer,
+    Attention, Block, BlockCache, DepthAttn, DepthHead, DepthSlots, Embedding, Gate, HeadCache,
+    Hyper, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op, Placement, Residual, Scratch,
+    StreamHead, Sublayer, ToyMixer,
 };
 use crate::params::{Init, ParamLayout, ParamRef};
 use residual::StreamsPlan;
@@ -177,11 +177,7 @@ impl Model {
                             &format!("{base}.attn"),
                             d,
                             cfg.heads,
-                            AttnOptions {
-                                qk_norm: cfg.qk_norm,
-                                gate: cfg.attn_gate,
-                                kind: cfg.attn_kind,
-                            },
+                            cfg.attn_options(),
                             blk,
                             qkv_init,
                             proj_init.clone(),

@@ -107,19 +107,19 @@ pub fn value_drain<'a>(values: impl Fn(usize) -> &'a [f32], t: usize) -> f64 {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SinkStats {
     /// First-token share per block and head.
-    #[serde(deserialize_with = "crate::train::record::vecs_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub head_share: Vec<Vec<f64>>,
     /// Uniform attention's share over the same queries.
-    #[serde(deserialize_with = "crate::train::record::f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub uniform: f64,
     /// The share of (block, head) pairs whose first-token share exceeds 0.3.
-    #[serde(deserialize_with = "crate::train::record::f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub sink_rate: f64,
     /// Massive activation at position 0, per block.
-    #[serde(deserialize_with = "crate::train::record::vec_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vec_or_nan")]
     pub massive0: Vec<f64>,
     /// Value drain per block and head.
-    #[serde(deserialize_with = "crate::train::record::vecs_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub value_drain: Vec<Vec<f64>>,
 }
 

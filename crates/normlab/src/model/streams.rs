@@ -15,48 +15,39 @@
 
 use super::{Model, Workspace};
 use crate::nn::HyperCache;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 /// One forward's stream diagnostics (see the module doc).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamStats {
     /// Per sublayer, bottom to top: each stream's mean read weight
     /// (alpha[k,0]; mHC's pre).
-    #[serde(deserialize_with = "nested_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub read: Vec<Vec<f64>>,
     /// Per sublayer: each stream's mean write weight (beta; mHC's post).
-    #[serde(deserialize_with = "nested_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub write: Vec<Vec<f64>>,
     /// Per sublayer: the mean mixing matrix, row-major n x n (empty for
     /// Attention Residuals, whose mixing is the identity).
-    #[serde(deserialize_with = "nested_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub mix: Vec<Vec<f64>>,
     /// Per sublayer: each stream's RMS after it.
-    #[serde(deserialize_with = "nested_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub stream_rms: Vec<Vec<f64>>,
     /// The composite mixing's largest absolute column sum (forward gain):
     /// max and median over tokens.
-    #[serde(deserialize_with = "f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub gain_fwd_max: f64,
     /// Its median over tokens.
-    #[serde(deserialize_with = "f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub gain_fwd_median: f64,
     /// The composite mixing's largest absolute row sum (backward gain):
     /// max over tokens.
-    #[serde(deserialize_with = "f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub gain_bwd_max: f64,
     /// Its median over tokens.
-    #[serde(deserialize_with = "f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub gain_bwd_median: f64,
-}
-
-/// JSON writes NaN as null: read it back as NaN.
-fn f64_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
-fn nested_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
-    crate::train::record::vecs_or_nan(d)
 }
 
 /// The median of `v` (NaN when empty); sorts it.

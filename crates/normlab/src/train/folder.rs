@@ -16,20 +16,19 @@
 //!
 //! Every file is written atomically (temp name, fsync, rename; a failed
 //! write removes its temp file). A checkpoint writes `metrics.jsonl`, then
-//! `resume.safetensors`, then `checkpoint.safetensors`; a resume trusts only
-//! the snapshot and drops metric lines after its step, so a kill at any
-//! moment leaves a folder that resumes bit-identically from the last
-//! complete snapshot. Folders of normlab before the snapshot (weights in
-//! `checkpoint.safetensors`, moments in `optimizer.safetensors`) still read
-//! and resume.
+//! `resume.safetensors`, then `checkpoint.safetensors`; a resume trusts
+//! only the snapshot and drops metric lines after its step, so a kill at
+//! any moment leaves a folder that resumes bit-identically from the last
+//! complete snapshot. Older folders (weights in `checkpoint.safetensors`,
+//! moments in `optimizer.safetensors`) still read and resume.
 //!
 //! Each of the snapshot, the weights and the summary carries a checksum of
 //! its contents (CRC-32, [`crate::io::checksum`]): the snapshot's over its
 //! record and tensors, the weights' over their tensors (in the
-//! `normlab_config` record), the summary's over its other fields. A
-//! resume, a load of the weights and [`damage`] verify them, so a flipped
-//! bit is refused with the file's name, never trained on or reported as a
-//! result. Files written before checksums load with a warning.
+//! `normlab_config` record), the summary's over its other fields. A resume,
+//! a load of the weights and [`damage`] verify them: a flipped bit is
+//! refused with the file's name, never trained on or reported. Files
+//! written before checksums load with a warning.
 
 pub use super::metrics_file::{
     last_logged_step, read_metrics, read_metrics_bounded, read_metrics_counted,
@@ -41,7 +40,7 @@ use crate::io::{atomic_write, load_tensors, read_metadata, safetensors_bytes};
 use crate::model::Model;
 use crate::train::config::TrainConfig;
 use crate::train::trainer::Trainer;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
@@ -78,21 +77,16 @@ impl Status {
     }
 }
 
-/// A float that JSON wrote as null (NaN or infinite) reads back as NaN.
-fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
 /// `summary.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     /// converged / stalled / diverged.
     pub status: Status,
     /// Training loss of the last step (NaN, written null, after a NaN).
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub final_loss: f64,
     /// Lowest training loss of any step.
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub best_loss: f64,
     /// Held-out loss at the end (null if diverged).
     pub eval_loss: Option<f64>,
@@ -105,32 +99,31 @@ pub struct Summary {
     /// Steps completed.
     pub steps: usize,
     /// Optimisation steps per second (training steps only, no evaluation).
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub steps_per_sec: f64,
     /// Training tokens per second.
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub tokens_per_sec: f64,
     /// Wall time of the whole run (s).
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub wall_seconds: f64,
     /// Learnable parameters.
     pub params: usize,
     /// Threads used.
     pub threads: usize,
     /// Unigram entropy of the targets (nats).
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub unigram_entropy: f64,
     /// Lowest achievable loss, where known.
     pub loss_floor: Option<f64>,
     /// First step's training loss.
-    #[serde(deserialize_with = "nan_if_null")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub first_loss: f64,
     /// Loss spikes: excursions above the divergence bound that came back
     /// below it within the divergence window.
     #[serde(default)]
     pub spikes: Vec<Spike>,
-    /// Bigram-Backcopy: the final held-out loss over the copy targets and
-    /// over the bigram targets.
+    /// Bigram-Backcopy: the final held-out loss on copy, on bigram targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_loss_parts: Option<[f64; 2]>,
 }

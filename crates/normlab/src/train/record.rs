@@ -10,23 +10,23 @@ pub struct StepRecord {
     /// 1-based step number (after this many updates).
     pub step: usize,
     /// Mean training loss of the step's batch.
-    #[serde(deserialize_with = "f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub loss: f64,
     /// Learning rate used.
     pub lr: f32,
     /// Global gradient norm before clipping.
-    #[serde(deserialize_with = "f64_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::f64_or_nan")]
     pub grad_norm: f64,
     /// Gradient norm of each block's parameters.
-    #[serde(deserialize_with = "vec_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vec_or_nan")]
     pub grad_norm_per_block: Vec<f64>,
     /// RMS of the residual stream after each block.
-    #[serde(deserialize_with = "vec_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vec_or_nan")]
     pub residual_rms: Vec<f64>,
     /// ||update|| / ||weights|| over all parameters.
     pub update_ratio: Option<f64>,
     /// The same per block.
-    #[serde(deserialize_with = "vec_or_nan")]
+    #[serde(deserialize_with = "crate::nan_serde::vec_or_nan")]
     pub update_ratio_per_block: Vec<f64>,
     /// Held-out loss, on evaluation steps.
     pub eval_loss: Option<f64>,
@@ -41,14 +41,14 @@ pub struct StepRecord {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub attn_max_logit: Vec<f64>,
     /// Mean attention entropy (nats) per block (gpt, logged steps).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub attn_entropy: Vec<f64>,
     /// Share of attention on position 0 per block (gpt, logged steps):
@@ -57,21 +57,21 @@ pub struct StepRecord {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub attn_sink: Vec<f64>,
     /// Largest |x| in the stream after each block (logged steps).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub stream_max: Vec<f64>,
     /// That value over the median |x| of the same stream (logged steps).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub stream_max_ratio: Vec<f64>,
     /// The position in its sequence of the token holding it.
@@ -82,7 +82,7 @@ pub struct StepRecord {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub ffn_max: Vec<f64>,
     /// Per block, how many values of the feed-forward's activation and of
@@ -95,7 +95,7 @@ pub struct StepRecord {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub norm_alpha: Vec<f64>,
     /// Share of each point-wise norm's inputs in the saturated region
@@ -103,7 +103,7 @@ pub struct StepRecord {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub norm_saturation: Vec<f64>,
     /// Each sublayer's branch gate: ReZero's scalar, or the RMS of
@@ -111,7 +111,7 @@ pub struct StepRecord {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "vec_or_nan"
+        deserialize_with = "crate::nan_serde::vec_or_nan"
     )]
     pub gate: Vec<f64>,
     /// The loss scale this step's backward used (`--dtype f16` only).
@@ -131,37 +131,4 @@ pub struct StepRecord {
     /// steps; see [`SinkStats`](crate::model::sinks::SinkStats)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sinks: Option<crate::model::sinks::SinkStats>,
-}
-
-/// An f64 written by serde_json, which writes NaN and infinities as null:
-/// null reads back as NaN (a diverged step is a result to show, not a line
-/// to drop).
-pub(crate) fn f64_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
-/// `v` with nulls as NaN, holding no more than its values (the collect
-/// reuses the twice-as-large buffer of the options: a long list of `0`
-/// would hold 16 bytes a value, not 8).
-fn nan_for_null(v: Vec<Option<f64>>) -> Vec<f64> {
-    let mut out: Vec<f64> = v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect();
-    out.shrink_to_fit();
-    out
-}
-
-/// A list of f64 with nulls read as NaN (see [`f64_or_nan`]).
-pub(crate) fn vec_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    Ok(nan_for_null(Vec::<Option<f64>>::deserialize(d)?))
-}
-
-/// A list of lists of f64 with nulls read as NaN (see [`f64_or_nan`]).
-pub(crate) fn vecs_or_nan<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Vec<Vec<f64>>, D::Error> {
-    let mut out: Vec<Vec<f64>> = Vec::<Vec<Option<f64>>>::deserialize(d)?
-        .into_iter()
-        .map(nan_for_null)
-        .collect();
-    out.shrink_to_fit();
-    Ok(out)
 }

@@ -1,0 +1,153 @@
+//! C26 by its decision rule (claims.rs `DECISION_RULES`): which settings
+//! have a sink, what each design does to it, and the verdict on the
+//! elementwise gate.
+
+use super::cells::Cell;
+use super::designs::{DESIGNS, SETTINGS};
+use crate::exp::claims::Verdict;
+use crate::present::{f, opt};
+use normlab::model::sinks::SINK_EPS;
+use normlab::train::Status;
+
+/// What one design did to a setting's sink (C26's decision rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// At most twice the uniform share, below the ungated share by more
+    /// than the seed spread.
+    Removed,
+    /// Only below by more than the seed spread.
+    Lowered,
+    /// Neither.
+    Kept,
+    /// Diverged or no finite share.
+    Unusable,
+}
+
+pub(super) fn effect(base: &Cell, c: &Cell, uniform: f64) -> Effect {
+    let (Some(s0), Some(s1)) = (base.share, c.share) else {
+        return Effect::Unusable;
+    };
+    if c.status == Status::Diverged.name() || !s1.is_finite() {
+        return Effect::Unusable;
+    }
+    let spread = 2.0
+        * base
+            .share_std
+            .unwrap_or(0.0)
+            .max(c.share_std.unwrap_or(0.0));
+    match (s0 - s1 > spread, s1 <= 2.0 * uniform) {
+        (true, true) => Effect::Removed,
+        (true, false) => Effect::Lowered,
+        _ => Effect::Kept,
+    }
+}
+
+/// Whether the ungated model of a setting has a sink: a first-token share
+/// of at least 0.3 in some (layer, head) at the end, on every seed.
+pub(super) fn has_sink(base: &Cell) -> bool {
+    base.status != Status::Diverged.name()
+        && !base.share_by_seed.is_empty()
+        && base.share_by_seed.len() == base.seeds
+        && base.share_by_seed.iter().all(|&v| v >= SINK_EPS)
+}
+
+/// C26 by its decision rule (claims.rs), with the evidence.
+pub(super) fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
+    let mut parts = Vec::new();
+    let (mut n, mut removed, mut moved, mut seeds) = (0, 0, 0, usize::MAX);
+    let mut best: Vec<(&str, f64, &str)> = Vec::new();
+    for s in SETTINGS {
+        let of: Vec<&Cell> = cells.iter().filter(|c| c.setting == s.name).collect();
+        let Some(base) = of.iter().find(|c| c.design == DESIGNS[0].name) else {
+            continue;
+        };
+        let shares = base
+            .share_by_seed
+            .iter()
+            .map(|v| f(*v, 3))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if !has_sink(base) {
+            parts.push(format!(
+                "{}: no sink on every seed (ungated largest first-token share by seed {shares}; uniform {})",
+                s.name,
+                f(uniform, 3)
+            ));
+            continue;
+        }
+        n += 1;
+        seeds = seeds.min(base.seeds);
+        // Designs by effect, then the lesson's gate against the ungated model.
+        let mut by: [Vec<String>; 4] = Default::default();
+        for c in of.iter().filter(|c| c.design != DESIGNS[0].name) {
+            let e = effect(base, c, uniform);
+            if c.design == DESIGNS[1].name {
+                seeds = seeds.min(c.seeds);
+                removed += usize::from(e == Effect::Removed);
+                moved += usize::from(matches!(e, Effect::Removed | Effect::Lowered));
+            }
+            if let (Effect::Removed, Some(v)) = (e, c.share) {
+                best.push((c.design, v, s.name));
+            }
+            let slot = match e {
+                Effect::Removed => 0,
+                Effect::Lowered => 1,
+                Effect::Kept => 2,
+                Effect::Unusable => 3,
+            };
+            by[slot].push(format!("{} {}", c.design, opt(c.share, 3)));
+        }
+        let mut said = format!(
+            "{}: a sink on every seed ({} ± {}; by seed {shares}; uniform {})",
+            s.name,
+            opt(base.share, 3),
+            opt(base.share_std, 3),
+            f(uniform, 3)
+        );
+        for (list, what) in by.iter().zip([
+            "removed by",
+            "lowered, not removed, by",
+            "not lowered beyond the seed spread by",
+            "no usable share from",
+        ]) {
+            if !list.is_empty() {
+                said.push_str(&format!("; {what} {}", list.join(", ")));
+            }
+        }
+        if let Some(g) = of.iter().find(|c| c.design == DESIGNS[1].name) {
+            said.push_str(&format!(
+                "; with the elementwise gate the held-out loss is {} against {} (copy targets {} against {}), the massive activation at position 0 {}x against {}x the median, the sink head's value drain {} against {}",
+                opt(g.eval_loss, 4),
+                opt(base.eval_loss, 4),
+                opt(g.eval_copy, 4),
+                opt(base.eval_copy, 4),
+                f(g.massive0, 1),
+                f(base.massive0, 1),
+                f(g.value_drain, 2),
+                f(base.value_drain, 2)
+            ));
+        }
+        parts.push(said);
+    }
+    let v = if n == 0 {
+        Verdict::Inconclusive
+    } else if removed == n && seeds >= 2 {
+        Verdict::Holds
+    } else if moved > 0 {
+        Verdict::Partly
+    } else {
+        Verdict::DoesNotHold
+    };
+    best.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let best = best
+        .first()
+        .map(|(d, v, s)| format!(" The lowest share a remover left: {d}, {} ({s}).", f(*v, 3)))
+        .unwrap_or_default();
+    (
+        v,
+        format!(
+            "The largest first-token share over (layer, head) at the end of training on Bigram-Backcopy, mean over seeds. {}.{best}",
+            parts.join(". ")
+        ),
+    )
+}
