@@ -350,10 +350,12 @@ class GptBlock(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(s, layers, d, heads, seq, hidden, post, vocab=256, std=0.02):
+    def __init__(s, layers, d, heads, seq, hidden, post, vocab=256, std=0.02, block=None):
+        """block: makes one block (default: GptBlock(d, heads, hidden, post))."""
         super().__init__()
         s.wte, s.wpe = nn.Embedding(vocab, d), nn.Embedding(seq, d)
-        s.blocks = nn.ModuleList(GptBlock(d, heads, hidden, post) for _ in range(layers))
+        block = block or (lambda: GptBlock(d, heads, hidden, post))
+        s.blocks = nn.ModuleList(block() for _ in range(layers))
         s.ln_f = nn.Identity() if post else nn.LayerNorm(d)
         s.lm_head = nn.Linear(d, vocab, bias=False)
         out_std = std / math.sqrt(2 * layers)
@@ -545,35 +547,15 @@ class SinkBlock(nn.Module):
         return x + s.mlp(s.ln_2(x))
 
 
-class SinkGpt(nn.Module):
-    def __init__(s, g, gate, vocab=256, std=0.02):
-        super().__init__()
-        d = g["d"]
-        s.wte, s.wpe = nn.Embedding(vocab, d), nn.Embedding(g["seq"], d)
-        s.blocks = nn.ModuleList(SinkBlock(d, g["heads"], g["hidden"], gate) for _ in range(g["layers"]))
-        s.ln_f = nn.LayerNorm(d)
-        s.lm_head = nn.Linear(d, vocab, bias=False)
-        out_std = std / math.sqrt(2 * g["layers"])
-        for name, p in s.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif ".ln_" in name or name.startswith("ln_f"):
-                nn.init.ones_(p)
-            elif name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
-                nn.init.normal_(p, 0.0, out_std)
-            else:
-                nn.init.normal_(p, 0.0, std)
-
-    def forward(s, x):
-        h = s.wte(x) + s.wpe(torch.arange(x.shape[1]))
-        for b in s.blocks:
-            h = b(h)
-        return s.lm_head(s.ln_f(h))
+def sink_gpt(g, gate):
+    """The C16 model's Pre-LN GPT with SinkBlocks (same init)."""
+    return Gpt(g["layers"], g["d"], g["heads"], g["seq"], g["hidden"], False,
+               block=lambda: SinkBlock(g["d"], g["heads"], g["hidden"], gate))
 
 
 def train_sink(tabs, g, gate, lr, steps, seed):
     torch.manual_seed(seed)
-    m = SinkGpt(g, gate)
+    m = sink_gpt(g, gate)
     opt = adamw(m, lr, 1e-4)
     gen = torch.Generator().manual_seed(6000 + seed)
     status = fit(m, opt, lambda step: bb_batch(tabs, g["batch"], g["seq"], gen), 256, steps)

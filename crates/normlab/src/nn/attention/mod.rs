@@ -214,6 +214,16 @@ impl Attention {
         }
     }
 
+    /// Where the sink logit's shares of (sequence, head) block `bh` lie
+    /// in the cache (empty without sink logits).
+    fn absorbed_rows(&self, bh: usize, t: usize) -> std::ops::Range<usize> {
+        if self.sinks.is_some() {
+            bh * t..(bh + 1) * t
+        } else {
+            0..0
+        }
+    }
+
     /// Gates per row (0 without the gate).
     fn gate_width(&self) -> usize {
         self.gate.as_ref().map_or(0, |(_, w)| w.d_out)
@@ -297,11 +307,7 @@ impl Attention {
                     );
                 }
                 let sink = self.sinks.as_ref().map_or(0.0, |s| s.get(params)[hh]);
-                let ab = &mut c.absorbed[if self.sinks.is_some() {
-                    (b * h + hh) * t..(b * h + hh + 1) * t
-                } else {
-                    0..0
-                }];
+                let ab = &mut c.absorbed[self.absorbed_rows(b * h + hh, t)];
                 max_logit = max_logit.max(self.kind.forward(pb, t, sink, ab));
                 for i0 in (0..t).step_by(BLOCK) {
                     let i1 = (i0 + BLOCK).min(t);
@@ -461,11 +467,7 @@ impl Attention {
                         3 * d,
                     );
                 }
-                let ab = if self.sinks.is_some() {
-                    &absorbed[(b * h + hh) * t..(b * h + hh + 1) * t]
-                } else {
-                    &absorbed[0..0]
-                };
+                let ab = &absorbed[self.absorbed_rows(b * h + hh, t)];
                 let ds = self.kind.backward(pb, dp, t, ab);
                 if let Some(v) = dsinks.get_mut(hh) {
                     *v += ds;
