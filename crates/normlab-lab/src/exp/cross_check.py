@@ -294,13 +294,15 @@ def fit(model, opt, next_batch, vocab, steps, after_backward=None):
     return "converged"
 
 
-def train_toy(layers, norm, lr, steps, seed, batch=32, eval_n=512):
+def train_toy(layers, norm, lr, steps, seed, batch=32, eval_n=512, make=None):
+    """C12's (and C27's, with `make` building the net) training run."""
     torch.manual_seed(seed)
-    net = ToyNet(layers, norm)
+    net = make() if make is not None else ToyNet(layers, norm)
     opt = torch.optim.Adam(net.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8)
     gen = torch.Generator().manual_seed(1000 + seed)
     ex, ey = held_out(eval_n)
     status = fit(net, opt, lambda step: toy_batch(batch, gen), V, steps)
+    growth = getattr(net, "growth", None)  # the last training step's, before the evaluation
     with torch.no_grad():
         ev = F.cross_entropy(net(ex).reshape(-1, V), ey.reshape(-1)).item()
     if status != "diverged" and not math.isfinite(ev):
@@ -309,7 +311,124 @@ def train_toy(layers, norm, lr, steps, seed, batch=32, eval_n=512):
     # down to the loss floor (0.7295), docs/toy-task.md.
     if status == "converged" and ev >= 4.156 - 0.1 * (4.156 - 0.7295):
         status = "stalled"
-    return {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None}
+    out = {"status": status, "final_eval_loss": ev if math.isfinite(ev) else None}
+    if growth is not None:
+        out["growth"] = growth if math.isfinite(growth) else None
+    return out
+
+
+# C27: residual routing on C12's toy net (LayerNorm, Pre-LN, torch's default
+# init), with 4 streams per token for hyper-connections and mHC:
+# - "hc", static hyper-connections (Zhu et al. 2024, arXiv 2409.19606): per
+#   sublayer l the branch reads sum_k Am[k] X_k and writes X'_j = B[j] o +
+#   sum_k Ar[k, j] X_k, initialised as the paper does (Am = e_(l mod n),
+#   Ar = I, B = 1); the embedding copied into each stream, the head reads
+#   their sum.
+# - "mhc", DeepSeek V4's form: transformers' DeepseekV4HyperConnection and
+#   DeepseekV4HyperHead as they are (20 Sinkhorn iterations), initialised as
+#   its _init_weights (W ~ N(0, 0.02), bias 0, scales 1), with its decoder
+#   layer's update X' = post o + comb^T X.
+# - "attnres", block Attention Residuals (Kimi team 2026, arXiv 2603.15031):
+#   blocks of S = round(2L / 8) sublayers; sublayer l reads a softmax mix,
+#   weights from a pseudo-query (init 0) dotted with each source's RMSNorm
+#   (no gain, eps 1e-6), of the embedding, every finished block's sum and
+#   its own block's partial sum (unless it opens the block); the head mixes
+#   every slot with its own query.
+# Stream growth: the RMS after the last block over after the first, on the
+# last training step's batch (n streams: over all n x d values; AttnRes:
+# the sum of its slots, what one plain stream would hold).
+N_STREAMS = 4
+
+
+class StaticHC(nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.am = nn.Parameter(F.one_hot(torch.tensor(layer % N_STREAMS), N_STREAMS).float())
+        self.ar = nn.Parameter(torch.eye(N_STREAMS))
+        self.b = nn.Parameter(torch.ones(N_STREAMS))
+
+    def forward(self, x, branch):
+        o = branch(torch.einsum("btkd,k->btd", x, self.am))
+        return self.b.view(1, 1, -1, 1) * o.unsqueeze(2) + torch.einsum("btkd,kj->btjd", x, self.ar)
+
+
+class DepthMix(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Parameter(torch.zeros(D))
+
+    def forward(self, sources):
+        v = torch.stack(sources, 2)
+        k = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)
+        a = torch.softmax(k @ self.q, dim=-1)
+        return (a.unsqueeze(-1) * v).sum(2)
+
+
+def rms(x):
+    return x.detach().pow(2).mean().sqrt().item()
+
+
+class RoutedToy(nn.Module):
+    def __init__(self, layers, design):
+        super().__init__()
+        self.design, subs = design, 2 * layers
+        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.ModuleList(Block("layernorm") for _ in range(layers))
+        self.fin, self.head = nn.LayerNorm(D), nn.Linear(D, V, bias=False)
+        if design == "hc":
+            self.conn = nn.ModuleList(StaticHC(l) for l in range(subs))
+        elif design == "mhc":
+            from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config
+            from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
+                DeepseekV4HyperConnection,
+                DeepseekV4HyperHead,
+            )
+
+            cfg = DeepseekV4Config(hidden_size=D, hc_mult=N_STREAMS, hc_sinkhorn_iters=20)
+            self.conn = nn.ModuleList(DeepseekV4HyperConnection(cfg) for _ in range(subs))
+            self.out = DeepseekV4HyperHead(cfg)
+            with torch.no_grad():
+                for m, (w, b, s) in [(c, ("fn", "base", "scale")) for c in self.conn] + [(self.out, ("hc_fn", "hc_base", "hc_scale"))]:
+                    getattr(m, w).normal_(0.0, 0.02)
+                    getattr(m, b).zero_()
+                    getattr(m, s).fill_(1.0)
+        elif design == "attnres":
+            self.size = max(1, round(subs / 8))
+            self.conn = nn.ModuleList(DepthMix() for _ in range(subs))
+            self.out = DepthMix()
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        branches = [f for b in self.blocks for f in (lambda a, b=b: b.mix(b.n1(a)), lambda a, b=b: b.mlp(b.n2(a)))]
+        ends = []
+        if self.design == "pre-ln":
+            for i, f in enumerate(branches):
+                h = h + f(h)
+                if i % 2:
+                    ends.append(rms(h))
+        elif self.design in ("hc", "mhc"):
+            xs = h.unsqueeze(2).expand(-1, -1, N_STREAMS, -1).contiguous()
+            for i, (f, c) in enumerate(zip(branches, self.conn)):
+                if self.design == "hc":
+                    xs = c(xs, f)
+                else:
+                    post, comb, a = c(xs)
+                    xs = post.unsqueeze(-1) * f(a).unsqueeze(-2) + comb.transpose(-1, -2) @ xs
+                if i % 2:
+                    ends.append(rms(xs))
+            h = xs.sum(2) if self.design == "hc" else self.out(xs)
+        else:
+            slots, part, total = [h], None, h
+            for i, (f, c) in enumerate(zip(branches, self.conn)):
+                o = f(c(slots + ([part] if part is not None else [])))
+                part, total = (o if part is None else part + o), total + o
+                if (i + 1) % self.size == 0:
+                    slots, part = slots + [part], None
+                if i % 2:
+                    ends.append(rms(total))
+            h = self.out(slots + ([part] if part is not None else []))
+        self.growth = ends[-1] / ends[0]
+        return self.head(self.fin(h))
 
 
 # C16: the GPT of docs/gpt.md (byte-level, learned positions, GPT-2 init:
@@ -588,6 +707,12 @@ def main():
         out["C12"] = {
             n: [train_toy(r["layers"], n, r["lr"], r["steps"], s) for s in range(r["seeds"])]
             for n in r["norms"]
+        }
+    if req.get("C27"):
+        r = req["C27"]
+        out["C27"] = {
+            d: [train_toy(0, "", r["lr"], r["steps"], s, make=lambda: RoutedToy(r["layers"], d)) for s in range(r["seeds"])]
+            for d in r["designs"]
         }
     if req.get("C16"):
         r = req["C16"]

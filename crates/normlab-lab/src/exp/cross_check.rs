@@ -1,4 +1,4 @@
-//! cross-check (claims C1, C2, C3, C5, C6, C12, C16, C24, C25, C26): do normlab's numbers agree with
+//! cross-check (claims C1, C2, C3, C5, C6, C12, C16, C24, C25, C26, C27): do normlab's numbers agree with
 //! an independent PyTorch implementation? `cross_check.py` (beside this
 //! file, compiled in and run by `NORMLAB_PYTHON`, default `python3`) is
 //! written from the lesson and normlab's documented settings with torch's
@@ -16,7 +16,9 @@
 //! agree within 1e-3 relative. C24: the SwiGLU clamp's largest activation
 //! against its bound; C25: the std of 128 independent writes; C26: sink
 //! formation on Bigram-Backcopy and the output gate's effect, trained on
-//! both sides (`cross_train.rs`). Without torch the chapter says so (and
+//! both sides (`cross_train.rs`); C27: Pre-LN, hyper-connections, mHC and
+//! block AttnRes on the toy net, final losses, their order and the stream
+//! growth (`cross_routing.rs`). Without torch the chapter says so (and
 //! how to install it) and measures nothing.
 
 use super::args::ExpArgs;

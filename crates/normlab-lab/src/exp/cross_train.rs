@@ -5,17 +5,20 @@
 //! with LayerNorm. C16: the GPT of docs/gpt.md (8 blocks; quick: the tiny
 //! one), Post-LN and Pre-LN at lr 1e-2 without warm-up (the warmup
 //! chapter's cell), and each block's gradient norm at initialisation.
-//! Agreement for a training comparison: the same most common run status,
-//! and mean final held-out losses within twice the pooled seed standard
-//! deviation (at least 0.05 nats).
+//! C26: Bigram-Backcopy without and with the output gate. C27: residual
+//! routing (`cross_routing.rs`). Agreement for a training comparison
+//! (`cross_rules.rs`): the same most common run status, and mean final
+//! held-out losses within twice the pooled seed standard deviation (at
+//! least 0.05 nats).
 
 use super::args::ExpArgs;
+use super::cross_routing::{self, C27};
+use super::cross_rules::{compare_runs, range, torch_runs};
 use super::framework::{Hidden, Progress};
-use super::residual_growth::spread;
 use super::runs;
 use crate::present::{f, Table};
 use crate::sweep::{RunResult, RunSpec};
-use normlab::error::{Error, Result};
+use normlab::error::Result;
 use normlab::kernels::norm::NormKind;
 use normlab::model::sinks::SINK_EPS;
 use normlab::model::InitScheme;
@@ -62,6 +65,8 @@ pub struct Setting {
     pub c16: C16,
     /// C26.
     pub c26: C26,
+    /// C27.
+    pub c27: C27,
 }
 
 impl Setting {
@@ -78,6 +83,7 @@ impl Setting {
         Ok(if a.quick {
             Setting {
                 c26,
+                c27: C27::new(true),
                 c12: C12 {
                     steps: 200,
                     seeds: 2,
@@ -92,6 +98,7 @@ impl Setting {
         } else {
             Setting {
                 c26,
+                c27: C27::new(false),
                 c12: C12 {
                     steps: 3000,
                     seeds: 3,
@@ -114,6 +121,7 @@ impl Setting {
         json!({
             "C26": {"gpt": {"layers": bm.layers, "d": bm.d_model, "heads": bm.heads, "seq": bm.seq, "hidden": bm.hidden, "batch": b.batch},
                     "lr": b.lr, "steps": b.steps, "seeds": self.c26.seeds, "triggers": b.backcopy_triggers.unwrap_or(normlab::train::backcopy::DEFAULT_TRIGGERS), "text": text},
+            "C27": self.c27.request(),
             "C12": {"layers": 20, "lr": 1e-3, "steps": self.c12.steps, "seeds": self.c12.seeds, "norms": ["none", "layernorm"]},
             "C16": {"gpt": {"layers": m.layers, "d": m.d_model, "heads": m.heads, "seq": m.seq, "hidden": m.hidden, "batch": g.batch},
                     "lr": 1e-2, "steps": c.steps, "seeds": c.seeds, "init_seeds": c.init_seeds, "eval": g.eval_sequences, "text": text},
@@ -124,12 +132,13 @@ impl Setting {
     pub fn describe(&self) -> Value {
         let c = &self.c16;
         json!({"C26": {"layers": self.c26.base.model.layers, "heads": self.c26.base.model.heads, "steps": self.c26.base.steps, "seeds": self.c26.seeds, "data": "bigram-backcopy"},
+               "C27": self.c27.describe(),
                "C12": {"steps": self.c12.steps, "seeds": self.c12.seeds},
                "C16": {"layers": c.gpt.model.layers, "d_model": c.gpt.model.d_model, "steps": c.steps, "seeds": c.seeds, "init_seeds": c.init_seeds, "lr": 1e-2, "warmup": 0}})
     }
 
     /// Every training run of the comparisons, normlab's side (C12's toy
-    /// nets, C16's GPTs).
+    /// nets, C16's GPTs, C26's and C27's).
     pub fn training_configs(&self) -> Result<Vec<TrainConfig>> {
         let mut v = self.c12_configs()?;
         for p in [Placement::Post, Placement::Pre] {
@@ -145,6 +154,7 @@ impl Setting {
                 })?);
             }
         }
+        v.extend(self.c27.configs()?);
         Ok(v)
     }
 
@@ -184,110 +194,6 @@ impl Setting {
     }
 }
 
-/// The most common of `statuses` (the first on ties).
-fn most_common<'a>(statuses: &[&'a str]) -> &'a str {
-    let count = |s: &str| statuses.iter().filter(|&&x| x == s).count();
-    statuses
-        .iter()
-        .copied()
-        .max_by_key(|s| {
-            (
-                count(s),
-                std::cmp::Reverse(statuses.iter().position(|x| x == s)),
-            )
-        })
-        .unwrap_or("none")
-}
-
-/// Mean and (sample) standard deviation.
-fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n.max(1.0);
-    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-    (m, var.sqrt())
-}
-
-/// Median, min and max (NaN for none).
-fn range(v: &[f64]) -> (f64, f64, f64) {
-    if v.is_empty() {
-        (f64::NAN, f64::NAN, f64::NAN)
-    } else {
-        spread(v)
-    }
-}
-
-/// One training comparison: its table row and its record.
-fn compare_runs(
-    claim: &str,
-    stat: String,
-    lesson: &str,
-    nl: &[&RunResult],
-    pt: &[Value],
-    table: &mut Table,
-) -> Value {
-    let nl_status: Vec<&str> = nl.iter().map(|r| r.summary.status.name()).collect();
-    let nl_loss: Vec<f64> = nl
-        .iter()
-        .filter_map(|r| r.summary.final_eval_loss)
-        .collect();
-    let pt_status: Vec<&str> = pt
-        .iter()
-        .map(|r| r["status"].as_str().unwrap_or("?"))
-        .collect();
-    let pt_loss: Vec<f64> = pt
-        .iter()
-        .filter_map(|r| r["final_eval_loss"].as_f64())
-        .collect();
-    let (status_n, status_p) = (most_common(&nl_status), most_common(&pt_status));
-    let ((mn, sn), (mp, sp)) = (mean_std(&nl_loss), mean_std(&pt_loss));
-    let tol = (2.0 * ((sn * sn + sp * sp) / 2.0).sqrt()).max(0.05);
-    let losses_agree = match (nl_loss.is_empty(), pt_loss.is_empty()) {
-        (true, true) => true,
-        (false, false) => (mn - mp).abs() <= tol,
-        _ => false,
-    };
-    let agrees = status_n == status_p && losses_agree;
-    let side = |st: &str, v: &[f64], m: f64| {
-        let (_, lo, hi) = range(v);
-        if v.is_empty() {
-            st.to_string()
-        } else {
-            format!("{st} {} [{}, {}]", f(m, 3), f(lo, 3), f(hi, 3))
-        }
-    };
-    table.row(vec![
-        claim.into(),
-        stat.clone(),
-        nl.len().to_string(),
-        side(status_n, &nl_loss, mn),
-        side(status_p, &pt_loss, mp),
-        lesson.into(),
-        format!(
-            "{} (difference {}, bound {})",
-            if agrees { "agrees" } else { "disagrees" },
-            f((mn - mp).abs(), 3),
-            f(tol, 3)
-        ),
-    ]);
-    let summary = |st: &str, v: &[f64], m: f64, sd: f64, all: &[&str]| {
-        let (med, lo, hi) = range(v);
-        json!({"status": st, "statuses": all, "mean": m, "std": sd, "median": med, "min": lo, "max": hi, "values": v})
-    };
-    json!({"claim": claim, "statistic": stat, "agrees": agrees, "bound": tol,
-        "normlab": summary(status_n, &nl_loss, mn, sn, &nl_status),
-        "torch": summary(status_p, &pt_loss, mp, sp, &pt_status)})
-}
-
-/// PyTorch's runs of `key` (an error when it gave none).
-fn torch_runs(torch: &Value, claim: &str, key: &str) -> Result<Vec<Value>> {
-    match torch[claim][key].as_array() {
-        Some(v) if !v.is_empty() => Ok(v.clone()),
-        _ => Err(Error::Internal(format!(
-            "cross-check: PyTorch gave no {claim} runs for {key}"
-        ))),
-    }
-}
-
 /// Run normlab's side of every training comparison, compare it with
 /// PyTorch's, add rows and records.
 pub fn compare(
@@ -302,6 +208,13 @@ pub fn compare(
     let (sinks, rs): (Vec<RunResult>, Vec<RunResult>) =
         rs.into_iter().partition(|r| r.cfg.backcopy());
     compare_sinks(s, &sinks, torch, table, records)?;
+    let routed: std::collections::HashSet<String> = runs::specs(s.c27.configs()?)
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let (routing, rs): (Vec<RunResult>, Vec<RunResult>) =
+        rs.into_iter().partition(|r| routed.contains(&r.id));
+    cross_routing::compare(&s.c27, &routing, torch, table, records)?;
     let toy = |r: &&RunResult| r.cfg.model.kind == normlab::model::ModelKind::Toy;
     for (norm, lesson) in [
         (NormKind::None, "NaN near step 300, never recovers"),

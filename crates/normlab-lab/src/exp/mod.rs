@@ -13,6 +13,8 @@ pub mod claims;
 pub mod collapse;
 pub mod convert;
 pub mod cross_check;
+mod cross_routing;
+mod cross_rules;
 pub mod cross_train;
 pub mod cure_all;
 pub mod depth_sim;

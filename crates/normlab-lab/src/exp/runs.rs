@@ -10,7 +10,7 @@ use crate::sweep::{self, RunResult, RunSpec, SweepOptions};
 use normlab::error::Result;
 use normlab::model::ModelKind;
 use normlab::nn::norm::mean_row_norm;
-use normlab::train::TrainConfig;
+use normlab::train::{StepRecord, TrainConfig};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -103,6 +103,18 @@ pub fn record(r: &RunResult) -> Value {
 /// Records of all runs.
 pub fn records(rs: &[RunResult]) -> Value {
     json!(rs.iter().map(record).collect::<Vec<_>>())
+}
+
+/// A run's last logged record with the stream's RMS per block.
+pub fn last_stream_record(r: &RunResult) -> Option<&StepRecord> {
+    r.metrics.iter().rev().find(|x| !x.residual_rms.is_empty())
+}
+
+/// A run's stream growth at its last logged record: the stream's RMS after
+/// the last block over after the first (None when not finite).
+pub fn stream_growth(r: &RunResult) -> Option<f64> {
+    let x = last_stream_record(r)?;
+    Some(x.residual_rms.last()? / x.residual_rms.first()?).filter(|v| v.is_finite())
 }
 
 /// Eval-loss curve of a run: (step, held-out loss) at evaluation steps.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The residual designs compared; the first is the baseline.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Design {
+pub(crate) enum Design {
     Plain,
     Hc,
     HcDynamic,
@@ -33,7 +33,7 @@ pub(super) fn attnres_size(layers: usize) -> usize {
 }
 
 impl Design {
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Design::Plain => "pre-ln",
             Design::Hc => "hc",
@@ -43,7 +43,7 @@ impl Design {
         }
     }
 
-    pub(super) fn apply(self, m: &mut ModelConfig) {
+    pub(crate) fn apply(self, m: &mut ModelConfig) {
         match self {
             Design::Plain => {}
             Design::Hc => m.hc = Some(STREAMS),
@@ -56,7 +56,7 @@ impl Design {
         }
     }
 
-    pub(super) fn of(m: &ModelConfig) -> Design {
+    pub(crate) fn of(m: &ModelConfig) -> Design {
         match (m.hc, m.hc_dynamic, m.mhc, m.attnres) {
             (Some(_), true, _, _) => Design::HcDynamic,
             (Some(_), false, _, _) => Design::Hc,

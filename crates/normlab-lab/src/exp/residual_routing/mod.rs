@@ -25,7 +25,8 @@ use serde_json::json;
 
 mod cells;
 mod verdict;
-use cells::{Cell, Design, Settings, Use, DESIGNS, STREAMS};
+pub(crate) use cells::Design;
+use cells::{Cell, Settings, Use, DESIGNS, STREAMS};
 use verdict::{check_c27, conclusion};
 
 /// The experiment's registry row.
@@ -157,19 +158,11 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
                     .filter(|r| r.summary.status != Status::Diverged)
                     .filter_map(|r| loss_at(r, eq))
                     .collect();
-                let last = |r: &&RunResult| {
-                    r.metrics
-                        .iter()
-                        .rev()
-                        .find(|x| !x.residual_rms.is_empty())
-                        .cloned()
-                };
-                let ends: Vec<_> = g.iter().filter_map(last).collect();
-                let growth: Vec<f64> = ends
+                let ends: Vec<_> = g
                     .iter()
-                    .filter_map(|x| Some(x.residual_rms.last()? / x.residual_rms.first()?))
-                    .filter(|v| v.is_finite())
+                    .filter_map(|r| runs::last_stream_record(r))
                     .collect();
+                let growth: Vec<f64> = g.iter().filter_map(|r| runs::stream_growth(r)).collect();
                 // Only designs that mix streams have a composite mixing
                 // (AttnRes's is the identity: its gain 1 by definition).
                 let gain: Vec<f64> = ends
