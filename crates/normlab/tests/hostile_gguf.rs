@@ -223,3 +223,17 @@ fn tokenizer_metadata_built_to_be_slow_is_refused_at_once() {
         started.elapsed()
     );
 }
+
+#[test]
+fn weights_that_cannot_fit_in_memory_are_refused_before_any_is_read() {
+    // d 2^16 and an MLP of 2^20: terabytes at f32, from a file of kilobytes.
+    let mut f = tiny_gemma3();
+    f.set("gemma3.embedding_length", Meta::U32(1 << 16));
+    f.set("gemma3.feed_forward_length", Meta::U32(1 << 20));
+    let path = f.write("memory");
+    let e = Decoder::load_as(&path, WeightStorage::F32).err().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(e.is_bad_input(), "{e}");
+    let e = e.to_string();
+    assert!(e.contains("needs about") && e.contains("TiB"), "{e}");
+}

@@ -760,4 +760,30 @@ fn resume_keeps_what_a_damaged_history_still_holds() {
         "{steps:?}"
     );
     let _ = std::fs::remove_dir_all(&d);
+    // A FIFO in its place is not waited on: read as a missing file.
+    let d = tmpdir("fifo-metrics");
+    interrupt_at(&c, &d, 6);
+    std::fs::remove_file(d.join("metrics.jsonl")).unwrap();
+    let fifo = std::ffi::CString::new(d.join("metrics.jsonl").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) } == 0 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (c2, d2) = (c.clone(), d.clone());
+        std::thread::spawn(move || {
+            let (_, out) = run_collect(
+                &c2,
+                &RunOptions {
+                    out: Some(d2),
+                    resume: true,
+                    threads: 1,
+                    ..Default::default()
+                },
+            );
+            let _ = tx.send(matches!(out, RunOutcome::Finished(_)));
+        });
+        let done = rx.recv_timeout(std::time::Duration::from_secs(120));
+        assert_eq!(done, Ok(true), "the resume hangs on a FIFO or fails");
+        assert_eq!(steps_of(&d).last(), Some(&12));
+    }
+    let _ = std::fs::remove_dir_all(&d);
 }

@@ -200,8 +200,12 @@ impl<'a> Cursor<'a> {
 }
 
 impl Gguf {
-    /// Read a GGUF file.
+    /// Read a GGUF file (a regular file that fits in the memory available).
     pub fn open(path: &Path) -> Result<Gguf> {
+        let len = std::fs::metadata(path)
+            .map_err(|e| crate::error::Error::read(path, e))?
+            .len();
+        crate::limits::check_memory(len as f64, &format!("reading {}", path.display()))?;
         let data = crate::io::read(path)?;
         Gguf::parse(data).map_err(|e| format!("{}: {e}", path.display()).into())
     }

@@ -7,6 +7,7 @@ mod ablate;
 pub mod bert;
 pub mod config;
 pub mod decoder;
+pub mod hf_folder;
 pub mod hooks;
 mod init;
 pub mod residual;

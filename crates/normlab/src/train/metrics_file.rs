@@ -266,23 +266,10 @@ pub(crate) fn metric_lines_up_to(
     log_every: usize,
 ) -> (Vec<String>, Option<String>) {
     let path = dir.join("metrics.jsonl");
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(_) if step == 0 => return (Vec::new(), None),
-        Err(_) => {
-            return (
-                Vec::new(),
-                Some(format!(
-                    "metrics.jsonl is missing: the records of steps 1-{step} are lost (the run goes on from step {step})"
-                )),
-            )
-        }
-    };
     let (mut lines, mut unreadable, mut last) = (Vec::new(), 0usize, 0usize);
-    for raw in bytes
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.trim_ascii().is_empty())
-    {
+    // Streamed (a FIFO is not waited on, a long run's file is never held
+    // whole); a line past MAX_METRICS_LINE counts as unreadable.
+    let read = for_each_line(&path, MAX_METRICS_LINE, |raw| {
         let parsed = std::str::from_utf8(raw)
             .ok()
             .and_then(|l| Some((l, serde_json::from_str::<StepRecord>(l).ok()?)));
@@ -294,11 +281,22 @@ pub(crate) fn metric_lines_up_to(
             Some(_) => {}
             None => unreadable += 1,
         }
+    });
+    if !read {
+        if step == 0 {
+            return (Vec::new(), None);
+        }
+        return (
+            Vec::new(),
+            Some(format!(
+                "metrics.jsonl is missing or not a regular file: the records of steps 1-{step} are lost (the run goes on from step {step})"
+            )),
+        );
     }
     let mut problems = Vec::new();
     if unreadable > 0 {
         let kept = dir.join("metrics.jsonl.damaged");
-        let saved = atomic_write(&kept, &bytes).is_ok();
+        let saved = fs::copy(&path, &kept).is_ok();
         problems.push(format!(
             "{unreadable} line(s) of metrics.jsonl cannot be read and are left out of the resumed history{}",
             if saved {

@@ -20,7 +20,8 @@ pub use convert::{calibrate_rms, cosine, rms_norms};
 pub use inspect::{inspect, stats, InspectRow};
 
 use crate::error::Result;
-use crate::io::load_tensors;
+use crate::model::decoder::TensorSource;
+use crate::model::hf_folder::{self, Expected};
 
 use crate::kernels::norm::{self, NormKind, ParamRole};
 use safetensors::SafeTensors;
@@ -127,59 +128,148 @@ pub struct Trace {
     pub sublayers: Vec<crate::model::SublayerTrace>,
 }
 
+/// A tensor as f32 (F32, BF16 or F16 in the file), every value finite.
 fn tensor(st: &SafeTensors, name: &str) -> Result<Vec<f32>> {
-    let v = st
-        .tensor(name)
-        .map_err(|_| format!("model.safetensors has no tensor '{name}'"))?;
-    if v.dtype() != safetensors::Dtype::F32 {
-        return Err(format!("tensor '{name}' is {:?}, expected F32", v.dtype()).into());
+    let v = st.read(name)?;
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err(format!("tensor '{name}' holds a value that is not finite").into());
     }
-    Ok(v.data()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect())
+    Ok(v)
 }
 
-impl Bert {
-    /// Load `config.json`, `model.safetensors` and `tokenizer.json` from `dir`.
-    pub fn load(dir: &Path) -> Result<Bert> {
-        let read = |f: &str| crate::io::read(&dir.join(f));
-        let cfg: BertConfig = serde_json::from_slice(&read("config.json")?)
-            .map_err(|e| format!("{}/config.json is not a BERT config: {e}", dir.display()))?;
-        if cfg.hidden_act != "gelu" {
+/// The BERT tensors' names and shapes under `prefix` (some exports put
+/// "bert." before every name): what `cfg` implies.
+fn expected(cfg: &BertConfig, prefix: &str) -> Expected {
+    let (d, f) = (cfg.hidden_size, cfg.intermediate_size);
+    let mut required = Vec::new();
+    let mut add = |n: String, s: &[usize]| required.push((format!("{prefix}{n}"), s.to_vec()));
+    add(
+        "embeddings.word_embeddings.weight".into(),
+        &[cfg.vocab_size, d],
+    );
+    add(
+        "embeddings.position_embeddings.weight".into(),
+        &[cfg.max_position_embeddings, d],
+    );
+    add(
+        "embeddings.token_type_embeddings.weight".into(),
+        &[cfg.type_vocab_size, d],
+    );
+    let ln = |add: &mut dyn FnMut(String, &[usize]), n: &str| {
+        add(format!("{n}.weight"), &[d]);
+        add(format!("{n}.bias"), &[d]);
+    };
+    ln(&mut add, "embeddings.LayerNorm");
+    for i in 0..cfg.num_hidden_layers {
+        let b = format!("encoder.layer.{i}");
+        for (n, o, i_) in [
+            ("attention.self.query", d, d),
+            ("attention.self.key", d, d),
+            ("attention.self.value", d, d),
+            ("attention.output.dense", d, d),
+            ("intermediate.dense", f, d),
+            ("output.dense", d, f),
+        ] {
+            add(format!("{b}.{n}.weight"), &[o, i_]);
+            add(format!("{b}.{n}.bias"), &[o]);
+        }
+        ln(&mut add, &format!("{b}.attention.output.LayerNorm"));
+        ln(&mut add, &format!("{b}.output.LayerNorm"));
+    }
+    let named = |n: &str, s: &[usize]| (format!("{prefix}{n}"), s.to_vec());
+    Expected {
+        required,
+        optional: vec![
+            named("pooler.dense.weight", &[d, d]),
+            named("pooler.dense.bias", &[d]),
+        ],
+        ignored: vec![named(
+            "embeddings.position_ids",
+            &[1, cfg.max_position_embeddings],
+        )],
+    }
+}
+
+/// Sizes a BERT config may give (every one at least 1).
+const LIMITS: [(&str, usize); 7] = [
+    ("vocab_size", 1 << 24),
+    ("hidden_size", 1 << 16),
+    ("num_hidden_layers", crate::model::decoder::MAX_BLOCKS),
+    ("num_attention_heads", 1 << 12),
+    ("intermediate_size", 1 << 18),
+    ("max_position_embeddings", 1 << 20),
+    ("type_vocab_size", 1 << 10),
+];
+
+impl BertConfig {
+    /// Refuse what inference cannot run: sizes outside [`LIMITS`], heads
+    /// that do not divide the width, an eps that is not a small positive
+    /// number, an activation other than gelu.
+    fn check(&self) -> Result<()> {
+        let values = [
+            self.vocab_size,
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.num_attention_heads,
+            self.intermediate_size,
+            self.max_position_embeddings,
+            self.type_vocab_size,
+        ];
+        for ((name, most), v) in LIMITS.iter().zip(values) {
+            if v == 0 || v > *most {
+                return Err(format!("{name} {v} is not in 1..={most}").into());
+            }
+        }
+        if self.hidden_act != "gelu" {
             return Err(format!(
                 "unsupported activation '{}' (normlab's BERT supports gelu)",
-                cfg.hidden_act
+                self.hidden_act
             )
             .into());
         }
-        if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
-        {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err("num_attention_heads must divide hidden_size".into());
         }
-        let bytes = read("model.safetensors")?;
-        let st = SafeTensors::deserialize(&bytes)
-            .map_err(|e| format!("model.safetensors is not valid: {e}"))?;
+        let eps = self.layer_norm_eps;
+        if !(eps > 0.0 && eps <= 0.1 && (eps as f32) > 0.0) {
+            return Err(
+                format!("layer_norm_eps {eps:e} is not a LayerNorm eps in (0, 0.1]").into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Bert {
+    /// Load `config.json`, `model.safetensors` and `tokenizer.json` from
+    /// `dir`. Every size is checked before it is allocated, as every
+    /// Hugging Face folder's ([`hf_folder`]): the configuration first
+    /// ([`BertConfig::check`]), then the weights file's size and the
+    /// memory, then its table (every tensor's type and shape, none
+    /// missing, none extra); the tokenizer's ids are checked against the
+    /// vocabulary when a text is encoded.
+    pub fn load(dir: &Path) -> Result<Bert> {
+        let at = |e: crate::error::Error| e.within(&dir.display().to_string());
+        let cfg: BertConfig = serde_json::from_value(hf_folder::read_config(dir)?)
+            .map_err(|e| format!("{}/config.json is not a BERT config: {e}", dir.display()))?;
+        cfg.check().map_err(at)?;
+        // The size bound is the same with either prefix.
+        let plain = expected(&cfg, "");
+        let (path, bytes) = hf_folder::read_weights(dir, &plain)?;
         // Some exports prefix every tensor with "bert.".
-        let prefix = if st.tensor("bert.embeddings.word_embeddings.weight").is_ok() {
-            "bert."
-        } else {
-            ""
-        };
-        let t = |n: &str| tensor(&st, &format!("{prefix}{n}"));
-        let d = cfg.hidden_size;
-        let check = |name: &str, v: &Vec<f32>, n: usize| {
-            if v.len() == n {
-                Ok(())
-            } else {
-                Err(format!(
-                    "tensor {name} has {} values, expected {n}",
-                    v.len()
-                ))
-            }
+        let probe = SafeTensors::read_metadata(&bytes)
+            .map(|(_, m)| {
+                m.tensors()
+                    .contains_key("bert.embeddings.word_embeddings.weight")
+            })
+            .unwrap_or(false);
+        let prefix = if probe { "bert." } else { "" };
+        let want = if probe { expected(&cfg, prefix) } else { plain };
+        let st = hf_folder::tensors(&path, &bytes, &want)?;
+        let t = |n: &str| {
+            tensor(&st, &format!("{prefix}{n}")).map_err(|e| e.within(&path.display().to_string()))
         };
         let word = t("embeddings.word_embeddings.weight")?;
-        check("word_embeddings", &word, cfg.vocab_size * d)?;
         let pos = t("embeddings.position_embeddings.weight")?;
         let types = t("embeddings.token_type_embeddings.weight")?;
         let eps = cfg.layer_norm_eps as f32;
@@ -207,24 +297,18 @@ impl Bert {
                 fc: lin("intermediate.dense")?,
                 out: lin("output.dense")?,
             });
-            check(
-                &format!("{b}.intermediate.dense.weight"),
-                &layers[i].fc.0,
-                cfg.intermediate_size * d,
-            )?;
-            norms.push(ln(&format!("{b}.attention.output.LayerNorm"))?);
-            norm_names.push(format!("{b}.attention.output.LayerNorm"));
-            norms.push(ln(&format!("{b}.output.LayerNorm"))?);
-            norm_names.push(format!("{b}.output.LayerNorm"));
+            for n in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                norms.push(ln(&format!("{b}.{n}"))?);
+                norm_names.push(format!("{b}.{n}"));
+            }
         }
-        let mut tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json"))
-            .map_err(|e| format!("cannot load {}/tokenizer.json: {e}", dir.display()))?;
+        let mut tokenizer = hf_folder::read_tokenizer(dir)?
+            .ok_or_else(|| format!("{} has no tokenizer.json", dir.display()))?;
         // One sentence at a time: no padding (the file may ask for 128); we truncate ourselves.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
             .map_err(|e| format!("tokenizer: {e}"))?;
-        let _ = load_tensors; // (the run-folder loader is for normlab checkpoints)
         Ok(Bert {
             cfg,
             word,
@@ -245,6 +329,13 @@ impl Bert {
             .map_err(|e| format!("tokenizer: {e}"))?;
         let mut ids = enc.get_ids().to_vec();
         ids.truncate(self.cfg.max_position_embeddings.min(512));
+        if let Some(id) = ids.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
+            return Err(format!(
+                "tokenizer.json gives token id {id}, outside the model's {} embeddings (vocab_size)",
+                self.cfg.vocab_size
+            )
+            .into());
+        }
         Ok(ids)
     }
 }

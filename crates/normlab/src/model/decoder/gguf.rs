@@ -222,6 +222,20 @@ impl Decoder {
         } else {
             None
         };
+        // The memory the weights take beside the file, before any is read:
+        // dequantised to f32, or kept as the file stores them.
+        if storage == WeightStorage::F32 {
+            let values: u64 = names::GGUF
+                .shapes(&cfg)
+                .iter()
+                .map(|(_, s)| s.iter().map(|&n| n as u64).product::<u64>())
+                .sum();
+            let file = std::fs::metadata(path).map_or(0, |m| m.len());
+            crate::limits::check_memory(
+                file as f64 + crate::limits::f32_bytes(values as f64),
+                &format!("loading {} ({values} weights at f32)", path.display()),
+            )?;
+        }
         // The weights first: a file that lies about its sizes is refused
         // before its vocabulary is read.
         let mut m =

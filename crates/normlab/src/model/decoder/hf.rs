@@ -12,6 +12,7 @@
 use super::{names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
+use crate::model::hf_folder;
 use crate::nn::Placement;
 use serde_json::Value;
 use std::path::Path;
@@ -159,14 +160,6 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
     })
 }
 
-/// Largest `config.json` read (a real one is a few KiB).
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
-/// Largest `tokenizer.json` read (Gemma 3's, of 262,144 tokens, is 33 MiB).
-pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
-/// Largest safetensors header read (the table of names, dtypes, shapes and
-/// offsets: Gemma 3 27B's is about 100 KiB).
-pub const MAX_HEADER_BYTES: u64 = 16 << 20;
-
 /// The EOS id of `config.json` (the first of a list), which must be a
 /// token of the `vocab`-token vocabulary: never silently truncated.
 fn eos_id(c: &Value, vocab: usize) -> Result<Option<u32>> {
@@ -186,70 +179,17 @@ fn eos_id(c: &Value, vocab: usize) -> Result<Option<u32>> {
     }
 }
 
-/// Check `st`'s table against the tensors `cfg` implies, before any is
-/// read: each one there (the head may be absent: tied), nothing else, each
-/// of the implied shape and of a type normlab reads.
-fn check_table(st: &safetensors::SafeTensors, want: &[(String, Vec<usize>)]) -> Result<()> {
-    use safetensors::Dtype;
-    let shapes: std::collections::HashMap<&str, &[usize]> = want
-        .iter()
-        .map(|(n, s)| (n.as_str(), s.as_slice()))
-        .collect();
-    let mut names = st.names();
-    names.sort();
-    for name in names {
-        let Some(shape) = shapes.get(name) else {
-            return Err(format!(
-                "holds a tensor '{name}' that config.json does not describe (a different model, or a layer count that does not match)"
-            )
-            .into());
-        };
-        let t = st
-            .tensor(name)
-            .map_err(|e| format!("tensor '{name}': {e}"))?;
-        if !matches!(t.dtype(), Dtype::F32 | Dtype::BF16 | Dtype::F16) {
-            return Err(format!(
-                "tensor '{name}' is {:?}; normlab reads F32, BF16 and F16",
-                t.dtype()
-            )
-            .into());
-        }
-        if t.shape() != *shape {
-            return Err(format!(
-                "tensor '{name}' has shape {:?}, config.json implies {shape:?}",
-                t.shape()
-            )
-            .into());
-        }
-    }
-    // The head comes last and may be absent (tied to the embeddings).
-    if let Some((name, _)) = want[..want.len().saturating_sub(1)]
-        .iter()
-        .find(|(n, _)| st.tensor(n).is_err())
-    {
-        return Err(format!("has no tensor '{name}' (config.json implies it)").into());
-    }
-    Ok(())
-}
-
 impl Decoder {
     /// Load a Hugging Face folder: `config.json` (model_type gemma3_text),
     /// `model.safetensors`, and `tokenizer.json` when present. Every size
-    /// is checked before it is allocated: the configuration first; then
-    /// the weights file's size against what the configuration implies (4
-    /// bytes a value and a header of at most [`MAX_HEADER_BYTES`]) and,
-    /// with the f32 weights it becomes, against the memory available
-    /// ([`limits::check_memory`](crate::limits::check_memory)); then its
-    /// table, tensor by tensor (none missing, none extra), before any
-    /// tensor is read. `config.json` and `tokenizer.json` are read up to
-    /// [`MAX_CONFIG_BYTES`] and [`MAX_TOKENIZER_BYTES`].
+    /// is checked before it is allocated ([`hf_folder`]): the configuration
+    /// first; then the weights file's size against what the configuration
+    /// implies and, with the f32 weights it becomes, against the memory
+    /// available; then its table, tensor by tensor (none missing, none
+    /// extra), before any tensor is read.
     pub fn load_hf(dir: &Path) -> Result<Decoder> {
         let at = |e: crate::error::Error| e.within(&dir.display().to_string());
-        let c: Value = serde_json::from_slice(&crate::io::read_at_most(
-            &dir.join("config.json"),
-            MAX_CONFIG_BYTES,
-        )?)
-        .map_err(|e| format!("{}/config.json is not JSON: {e}", dir.display()))?;
+        let c = hf_folder::read_config(dir)?;
         let ty = c.get("model_type").and_then(Value::as_str).unwrap_or("");
         let cfg = match ty {
             "gemma3_text" => gemma3_config(&c),
@@ -261,62 +201,17 @@ impl Decoder {
         .and_then(|cfg| cfg.check().map(|()| cfg))
         .map_err(at)?;
         let eos = eos_id(&c, cfg.vocab).map_err(at)?;
-        // The weights file: its size against the configuration's tensors
-        // and the memory, before it is read.
-        let path = dir.join("model.safetensors");
-        if !path.exists() && dir.join("model.safetensors.index.json").exists() {
-            return Err(format!(
-                "{}: sharded weights (model.safetensors.index.json) are not supported: normlab reads one model.safetensors",
-                dir.display()
-            )
-            .into());
-        }
-        let want = names::HF.shapes(&cfg);
-        let values: u64 = want
-            .iter()
-            .map(|(_, s)| s.iter().map(|&n| n as u64).product::<u64>())
-            .sum();
-        let len = std::fs::metadata(&path)
-            .map_err(|e| crate::error::Error::read(&path, e))?
-            .len();
-        let most = 8 + MAX_HEADER_BYTES + 4 * values;
-        if len > most {
-            return Err(format!(
-                "{} is {len} bytes, more than the {most} its config.json implies ({values} values at 4 bytes, a header of at most {})",
-                path.display(),
-                crate::limits::human_bytes(MAX_HEADER_BYTES as f64)
-            )
-            .into());
-        }
-        crate::limits::check_memory(
-            len as f64 + crate::limits::f32_bytes(values as f64),
-            &format!("loading {} ({values} weights)", dir.display()),
-        )?;
-        let bytes = crate::io::read(&path)?;
-        let bad = |e: &dyn std::fmt::Display| -> crate::error::Error {
-            format!("{} is not valid: {e}", path.display()).into()
+        // The head comes last and may be absent (tied to the embeddings).
+        let mut required = names::HF.shapes(&cfg);
+        let optional = required.pop().into_iter().collect();
+        let want = hf_folder::Expected {
+            required,
+            optional,
+            ignored: Vec::new(),
         };
-        let header = bytes
-            .get(..8)
-            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-        if header > MAX_HEADER_BYTES {
-            return Err(bad(&format!(
-                "its header of {header} bytes is more than the {} read",
-                crate::limits::human_bytes(MAX_HEADER_BYTES as f64)
-            )));
-        }
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(&e))?;
-        check_table(&st, &want).map_err(|e| e.within(&path.display().to_string()))?;
-        let tok_path = dir.join("tokenizer.json");
-        let tokenizer = if tok_path.exists() {
-            let b = crate::io::read_at_most(&tok_path, MAX_TOKENIZER_BYTES)?;
-            Some(
-                tokenizers::Tokenizer::from_bytes(b)
-                    .map_err(|e| format!("cannot load {}: {e}", tok_path.display()))?,
-            )
-        } else {
-            None
-        };
+        let (path, bytes) = hf_folder::read_weights(dir, &want)?;
+        let st = hf_folder::tensors(&path, &bytes, &want)?;
+        let tokenizer = hf_folder::read_tokenizer(dir)?;
         Decoder::from_tensors(cfg, &names::HF, &st, tokenizer, eos).map_err(at)
     }
 }
