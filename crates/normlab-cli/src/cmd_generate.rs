@@ -1,5 +1,6 @@
-//! `normlab generate FILE.gguf --prompt TEXT`: the greedy continuation of a
-//! prompt by a GGUF decoder, Llama or Gemma 3 (the prompt in one pass, then one
+//! `normlab generate MODEL --prompt TEXT`: the greedy continuation of a
+//! prompt by a decoder, a GGUF file (Llama or Gemma 3) or a Hugging Face
+//! folder (Llama, Mistral, Qwen3, Gemma 3) (the prompt in one pass, then one
 //! token per pass over the key/value cache), printed as it is generated,
 //! then the speed of both phases.
 
@@ -11,10 +12,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Continue a prompt with a GGUF decoder, Llama or Gemma 3 (greedy decoding).
+/// Continue a prompt with a decoder: a GGUF file (Llama or Gemma 3) or a Hugging Face folder (Llama, Mistral, Qwen3, Gemma 3) (greedy decoding).
 #[derive(Args, Debug)]
 pub struct GenerateCmd {
-    /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, or models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
+    /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, or models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh), or a Hugging Face folder (config.json, model.safetensors, tokenizer.json).
     model: PathBuf,
     /// The text to continue (used as given: no chat template).
     #[arg(long)]
@@ -75,7 +76,11 @@ impl Weights {
             Weights::F32 => WeightStorage::F32,
             Weights::Blocks | Weights::Q8 | Weights::Q16 => WeightStorage::Quantised,
         };
-        let mut m = Decoder::load_as(path, storage)?;
+        let mut m = if path.is_dir() {
+            Decoder::load_hf(path)?
+        } else {
+            Decoder::load_as(path, storage)?
+        };
         m.quantised_activations = match self {
             Weights::Q8 => Some(ActBits::Eight),
             Weights::Q16 => Some(ActBits::Sixteen),
@@ -87,14 +92,22 @@ impl Weights {
 
 pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
     crate::ui::require_model(&c.model)?;
-    if !c
-        .model
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    let folder = c.model.is_dir();
+    if !folder
+        && !c
+            .model
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
     {
         return bad(format!(
-            "{}: generate needs a .gguf file (Llama or Gemma 3)",
+            "{}: generate needs a .gguf file or a decoder's Hugging Face folder",
             c.model.display()
+        ));
+    }
+    if folder && c.weights != Weights::F32 {
+        return bad(format!(
+            "--weights {} is for .gguf files (a folder's weights are read as f32)",
+            c.weights.name()
         ));
     }
     if c.prompt.is_empty() {

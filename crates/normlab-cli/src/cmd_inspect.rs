@@ -13,7 +13,7 @@ use normlab::model::bert::{self, Bert};
 use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
-/// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a BERT-style folder (config.json, model.safetensors, tokenizer.json) or a .gguf file (Llama or Gemma 3).
+/// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a Hugging Face folder (config.json, model.safetensors, tokenizer.json: a decoder of the Llama, Mistral, Qwen3 or Gemma 3 family, or a BERT-style encoder) or a .gguf file (Llama or Gemma 3).
 #[derive(Args, Debug)]
 pub struct InspectCmd {
     /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
@@ -43,14 +43,15 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     if c.model.join(normlab::train::folder::CHECKPOINT).is_file() {
         return run_trained(&c);
     }
-    if c.model
+    let gguf = c
+        .model
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-    {
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if gguf || (c.model.is_dir() && normlab::model::hf_folder::model_type(&c.model)? != "bert") {
         return run_decoder(&c);
     }
     if c.out.is_some() || c.ffn_clamp.is_some() {
-        return bad("--out and --ffn-clamp are for .gguf models");
+        return bad("--out and --ffn-clamp are for decoders (.gguf files and decoder folders)");
     }
     let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
@@ -114,10 +115,10 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `normlab inspect FILE.gguf`: a decoder (Llama or Gemma 3).
+/// `normlab inspect FILE.gguf` or a decoder's Hugging Face folder.
 fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
     use normlab::model::decoder::{self, Decoder};
-    let mut m = Decoder::load(&c.model)?;
+    let mut m = Decoder::open(&c.model)?;
     if let Some(lim) = c.ffn_clamp {
         if !(lim.is_finite() && lim > 0.0) {
             return bad(format!("--ffn-clamp must be a positive number (got {lim})"));

@@ -463,3 +463,27 @@ fn missing_models_and_books_name_what_gets_them() {
         &["docs/findings", "normlab book --quick"],
     );
 }
+
+#[test]
+fn decoder_folders_route_to_the_decoder_and_refuse_by_name() {
+    let tiny = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../normlab/tests/fixtures/hf_tiny/llama"
+    );
+    // A decoder folder reaches the decoder (not the BERT reader), which
+    // needs the folder's tokenizer to encode text.
+    refused(&["inspect", tiny], &["tokenizer.json"]);
+    refused(&["generate", tiny, "--prompt", "hi"], &["tokenizer.json"]);
+    refused(
+        &["generate", tiny, "--prompt", "hi", "--weights", "q8"],
+        &["--weights q8", ".gguf"],
+    );
+    let dir = tmp("falcon");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), "{\"model_type\": \"falcon\"}").unwrap();
+    refused(
+        &["inspect", dir.to_str().unwrap()],
+        &["model_type 'falcon' is not supported"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -109,6 +109,15 @@ pub fn read_config(dir: &Path) -> Result<Value> {
         .map_err(|e| format!("{}/config.json is not JSON: {e}", dir.display()).into())
 }
 
+/// The `model_type` of `dir/config.json` ("" when it names none).
+pub fn model_type(dir: &Path) -> Result<String> {
+    let c = read_config(dir)?;
+    Ok(c.get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string())
+}
+
 /// Read `dir/model.safetensors` once its size fits `want` and the memory
 /// (refusing a sharded folder by name); returns its path and bytes, for
 /// [`tensors`].

@@ -128,6 +128,8 @@ impl DecoderConfig {
     pub fn describe(&self) -> String {
         let family = match self.family.as_str() {
             "llama" => "Llama",
+            "mistral" => "Mistral",
+            "qwen3" => "Qwen3",
             "gemma3" => "Gemma 3",
             other => other,
         };

@@ -1,11 +1,14 @@
 //! Decoders from a Hugging Face folder (`config.json`, `model.safetensors`,
-//! optionally `tokenizer.json`): Gemma 3's text model (`gemma3_text`) as a
-//! configuration of the one decoder: sandwich RMSNorms whose file stores w
+//! optionally `tokenizer.json`), each family a configuration of the one
+//! decoder and a name map. Llama, Mistral and Qwen3 ([`llama_config`],
+//! [`names::HF_LLAMA`](super::names::HF_LLAMA)): Pre-RMSNorm, SwiGLU,
+//! QK-Norm for Qwen3, Mistral's window. Gemma 3's text model
+//! (`gemma3_text`, [`gemma3_config`]): sandwich RMSNorms whose file stores w
 //! (the gain is 1 + w), QK-Norm before RoPE, GeGLU with tanh-GELU, the
 //! sqrt(d) embedding scale, query_pre_attn_scalar^-1/2 as the attention
 //! scale, sliding-window layers with the local RoPE base and full layers
-//! with the global one, RoPE on (i, i + head_dim/2), a tied head. Tensor
-//! names are [`names::HF`](super::names::HF). Every file's size, and every
+//! with the global one, RoPE on (i, i + head_dim/2), a tied head, names
+//! [`names::HF`](super::names::HF). Every file's size, and every
 //! tensor's type and shape, is checked against what config.json implies
 //! before it is read (see [`Decoder::load_hf`]).
 
@@ -37,12 +40,136 @@ fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
     Ok(v as usize)
 }
 
-/// The decoder configuration of a Gemma 3 text `config.json`.
-pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
+/// The RoPE base of a `config.json`: `rope_parameters` (transformers 5)
+/// or the older top-level `rope_theta`; a RoPE scaling other than the
+/// default is refused by name, never run as plain RoPE.
+fn rope_base(c: &Value, default: f64) -> Result<f64> {
+    let params = c.get("rope_parameters").filter(|v| !v.is_null());
+    let scaling = c.get("rope_scaling").filter(|v| !v.is_null());
+    for r in [params, scaling].into_iter().flatten() {
+        let ty = r
+            .get("rope_type")
+            .or_else(|| r.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        if ty != "default" {
+            return Err(format!(
+                "RoPE scaling '{ty}' is not supported (normlab implements plain RoPE)"
+            )
+            .into());
+        }
+    }
+    match params.and_then(|r| r.get("rope_theta")) {
+        Some(v) => v
+            .as_f64()
+            .ok_or_else(|| "config.json: rope_theta is not a number".into()),
+        None => num(c, "rope_theta", Some(default)),
+    }
+}
+
+/// The block count of a `config.json`, within [`super::MAX_BLOCKS`].
+fn blocks(c: &Value) -> Result<usize> {
     let layers = count(c, "num_hidden_layers", None)?;
     if layers == 0 || layers > super::MAX_BLOCKS {
         return Err(format!("block_count {layers} is not in 1..={}", super::MAX_BLOCKS).into());
     }
+    Ok(layers)
+}
+
+/// Refuse each `(key, what)` of `c` that is switched on (true).
+fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
+    for (key, what) in flags {
+        if c.get(*key).and_then(Value::as_bool) == Some(true) {
+            return Err(format!("{what} ({key}) are not supported").into());
+        }
+    }
+    Ok(())
+}
+
+/// The decoder configuration of a Llama-style `config.json` (`family`:
+/// llama, mistral or qwen3): Pre-RMSNorm with plain gains, SwiGLU, RoPE on
+/// (i, i + head_dim/2); Qwen3 adds QK-Norm per head before RoPE; Mistral's
+/// `sliding_window` applies to every layer, Qwen3's to the layers its
+/// `layer_types` mark sliding.
+pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
+    let layers = blocks(c)?;
+    let act = c
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .unwrap_or("silu");
+    if act != "silu" {
+        return Err(format!("activation '{act}' is not supported (silu)").into());
+    }
+    refuse_flags(
+        c,
+        &[
+            ("attention_bias", "attention biases"),
+            ("mlp_bias", "MLP biases"),
+        ],
+    )?;
+    let (d, heads) = (
+        count(c, "hidden_size", None)?,
+        count(c, "num_attention_heads", None)?,
+    );
+    let head_dim = count(c, "head_dim", Some(d / heads.max(1)))?;
+    let base = rope_base(c, 10_000.0)?;
+    let window = match c.get("sliding_window") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(count(c, "sliding_window", None)?),
+    };
+    let types: Option<Vec<&str>> = c
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|v| v.as_str().unwrap_or("")).collect());
+    if types.as_ref().is_some_and(|t| t.len() != layers) {
+        return Err(format!("config.json: layer_types does not have {layers} entries").into());
+    }
+    let attn = (0..layers)
+        .map(|i| {
+            let w =
+                match (family, types.as_ref().map(|t| t[i])) {
+                    ("mistral", _) => window,
+                    (_, None | Some("full_attention")) => None,
+                    (_, Some("sliding_attention")) => Some(window.ok_or(
+                        "config.json: a sliding layer without a sliding_window".to_string(),
+                    )?),
+                    (_, Some(other)) => {
+                        return Err(format!("layer type '{other}' is not supported").into())
+                    }
+                };
+            Ok(LayerAttention {
+                window: w,
+                rope_base: base,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(DecoderConfig {
+        family: family.into(),
+        vocab: count(c, "vocab_size", None)?,
+        d,
+        layers,
+        heads,
+        kv_heads: count(c, "num_key_value_heads", Some(heads))?,
+        head_dim,
+        ffn: count(c, "intermediate_size", None)?,
+        context: count(c, "max_position_embeddings", Some(2048))?,
+        placement: Placement::Pre,
+        norm: NormKind::RmsNorm,
+        eps: num(c, "rms_norm_eps", Some(1e-6))? as f32,
+        gain: GainStore::Plain,
+        qk_norm: family == "qwen3",
+        act: GatedAct::Silu,
+        emb_scale: 1.0,
+        attn_scale: (head_dim as f64).powf(-0.5) as f32,
+        attn,
+        rope_pairs: RopePairs::Halves,
+        final_softcap: None,
+    })
+}
+
+/// The decoder configuration of a Gemma 3 text `config.json`.
+pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
+    let layers = blocks(c)?;
     let act = c
         .get("hidden_activation")
         .and_then(Value::as_str)
@@ -50,14 +177,13 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
     if act != "gelu_pytorch_tanh" {
         return Err(format!("activation '{act}' is not supported (gelu_pytorch_tanh)").into());
     }
-    for (key, what) in [
-        ("attention_bias", "attention biases"),
-        ("use_bidirectional_attention", "bidirectional attention"),
-    ] {
-        if c.get(key).and_then(Value::as_bool) == Some(true) {
-            return Err(format!("{what} ({key}) are not supported").into());
-        }
-    }
+    refuse_flags(
+        c,
+        &[
+            ("attention_bias", "attention biases"),
+            ("use_bidirectional_attention", "bidirectional attention"),
+        ],
+    )?;
     if c.get("attn_logit_softcapping")
         .is_some_and(|v| !v.is_null())
     {
@@ -180,6 +306,16 @@ fn eos_id(c: &Value, vocab: usize) -> Result<Option<u32>> {
 }
 
 impl Decoder {
+    /// A decoder from `path`: a Hugging Face folder ([`Decoder::load_hf`])
+    /// or a GGUF file ([`Decoder::load`]).
+    pub fn open(path: &Path) -> Result<Decoder> {
+        if path.is_dir() {
+            Decoder::load_hf(path)
+        } else {
+            Decoder::load(path)
+        }
+    }
+
     /// Load a Hugging Face folder: `config.json` (model_type gemma3_text),
     /// `model.safetensors`, and `tokenizer.json` when present. Every size
     /// is checked before it is allocated ([`hf_folder`]): the configuration
@@ -191,19 +327,32 @@ impl Decoder {
         let at = |e: crate::error::Error| e.within(&dir.display().to_string());
         let c = hf_folder::read_config(dir)?;
         let ty = c.get("model_type").and_then(Value::as_str).unwrap_or("");
-        let cfg = match ty {
-            "gemma3_text" => gemma3_config(&c),
+        // Each family: its configuration, its names, whether the head is
+        // tied to the embeddings unless config.json says otherwise.
+        let (cfg, names, tied) = match ty {
+            "gemma3_text" => gemma3_config(&c).map(|cfg| (cfg, &names::HF, true)),
+            "llama" | "mistral" | "qwen3" => {
+                llama_config(&c, ty).map(|cfg| (cfg, &names::HF_LLAMA, false))
+            }
             other => Err(format!(
-                "model_type '{other}' is not supported (gemma3_text; Llama models load from GGUF)"
+                "model_type '{other}' is not supported (llama, mistral, qwen3, gemma3_text)"
             )
             .into()),
         }
-        .and_then(|cfg| cfg.check().map(|()| cfg))
+        .and_then(|(cfg, names, tied)| cfg.check().map(|()| (cfg, names, tied)))
         .map_err(at)?;
+        let tied = c
+            .get("tie_word_embeddings")
+            .and_then(Value::as_bool)
+            .unwrap_or(tied);
         let eos = eos_id(&c, cfg.vocab).map_err(at)?;
-        // The head comes last and may be absent (tied to the embeddings).
-        let mut required = names::HF.shapes(&cfg);
-        let optional = required.pop().into_iter().collect();
+        // The head comes last: absent when tied to the embeddings.
+        let mut required = names.shapes(&cfg);
+        let optional = if tied {
+            required.pop().into_iter().collect()
+        } else {
+            Vec::new()
+        };
         let want = hf_folder::Expected {
             required,
             optional,
@@ -212,6 +361,6 @@ impl Decoder {
         let (path, bytes) = hf_folder::read_weights(dir, &want)?;
         let st = hf_folder::tensors(&path, &bytes, &want)?;
         let tokenizer = hf_folder::read_tokenizer(dir)?;
-        Decoder::from_tensors(cfg, &names::HF, &st, tokenizer, eos).map_err(at)
+        Decoder::from_tensors(cfg, names, &st, tokenizer, eos).map_err(at)
     }
 }

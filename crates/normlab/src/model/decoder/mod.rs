@@ -173,7 +173,7 @@ impl Decoder {
 
     fn tokenizer(&self) -> Result<&tokenizers::Tokenizer> {
         self.tokenizer.as_ref().ok_or_else(|| {
-            "this model has no tokenizer (give token ids)"
+            "this model has no tokenizer (a Hugging Face folder needs its tokenizer.json; or give token ids)"
                 .to_string()
                 .into()
         })

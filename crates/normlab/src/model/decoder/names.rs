@@ -72,7 +72,7 @@ pub const GGUF: TensorNames = TensorNames(&[
     (Tensor::Down, "blk.{i}.ffn_down.weight"),
 ]);
 
-/// Hugging Face's names (`*ForCausalLM` of Llama and Gemma 3).
+/// Hugging Face's names for Gemma 3 (`Gemma3ForCausalLM`).
 pub const HF: TensorNames = TensorNames(&[
     (Tensor::Embedding, "model.embed_tokens.weight"),
     (Tensor::FinalNorm, "model.norm.weight"),
@@ -95,6 +95,29 @@ pub const HF: TensorNames = TensorNames(&[
     (
         Tensor::FfnOutNorm,
         "model.layers.{i}.post_feedforward_layernorm.weight",
+    ),
+    (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
+    (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),
+    (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
+]);
+
+/// Hugging Face's names for the Llama-style families (Llama, Mistral,
+/// Qwen3): Pre-RMSNorm, where `post_attention_layernorm` is the MLP's
+/// input norm (in Gemma 3 it is the attention output's norm).
+pub const HF_LLAMA: TensorNames = TensorNames(&[
+    (Tensor::Embedding, "model.embed_tokens.weight"),
+    (Tensor::FinalNorm, "model.norm.weight"),
+    (Tensor::Head, "lm_head.weight"),
+    (Tensor::AttnNorm, "model.layers.{i}.input_layernorm.weight"),
+    (Tensor::QNorm, "model.layers.{i}.self_attn.q_norm.weight"),
+    (Tensor::KNorm, "model.layers.{i}.self_attn.k_norm.weight"),
+    (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
+    (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
+    (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
+    (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
+    (
+        Tensor::FfnNorm,
+        "model.layers.{i}.post_attention_layernorm.weight",
     ),
     (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
     (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),

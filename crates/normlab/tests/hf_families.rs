@@ -1,0 +1,157 @@
+//! The one decoder configured as each Hugging Face family it reads from a
+//! folder, against transformers' own `*ForCausalLM` of that family, built
+//! with random weights at a tiny size (fixtures written by
+//! scripts/gen_hf_families.py; each saved in float32 and in bfloat16):
+//! logits at every position and every block's output stream within 1e-5
+//! of the largest value (f32 on both sides; the bf16 folder against the
+//! same model with its weights rounded to bf16). Always runs (the fixtures
+//! are in the repository). Config options normlab does not implement are
+//! refused by name.
+
+use normlab::model::decoder::Decoder;
+use normlab::model::hooks::Observer;
+use normlab::nn::Placement;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf_tiny")
+        .join(name)
+}
+
+/// Each block's output stream.
+#[derive(Default)]
+struct Streams(Vec<Vec<f32>>);
+
+impl Observer for Streams {
+    fn wants_attention(&self) -> bool {
+        false
+    }
+    fn sublayer_out(&mut self, _block: usize, sub: usize, x: &[f32]) {
+        if sub == 1 {
+            self.0.push(x.to_vec());
+        }
+    }
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut walk = |v: &Value| {
+        fn go(v: &Value, out: &mut Vec<f64>) {
+            match v {
+                Value::Array(a) => a.iter().for_each(|x| go(x, out)),
+                x => out.push(x.as_f64().unwrap()),
+            }
+        }
+        go(v, &mut out)
+    };
+    walk(v);
+    out
+}
+
+/// Largest |a - b| over the largest |b|.
+fn rel(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let top = b.iter().fold(0f64, |m, x| m.max(x.abs()));
+    a.iter()
+        .zip(b)
+        .fold(0f64, |m, (x, y)| m.max((f64::from(*x) - y).abs()))
+        / top
+}
+
+#[test]
+fn tiny_families_match_transformers_in_f32_and_bf16() {
+    for (name, family, qk, window) in [
+        ("llama", "llama", false, None),
+        ("mistral", "mistral", false, Some(8)),
+        ("qwen3", "qwen3", true, None),
+    ] {
+        for suffix in ["", "-bf16"] {
+            let folder = format!("{name}{suffix}");
+            let m = Decoder::load_hf(&dir(&folder)).unwrap();
+            assert_eq!(m.cfg.family, family);
+            assert_eq!(m.cfg.placement, Placement::Pre);
+            assert_eq!(m.cfg.qk_norm, qk, "{folder}");
+            assert!(m.cfg.attn.iter().all(|a| a.window == window), "{folder}");
+            let v: Value =
+                serde_json::from_slice(&std::fs::read(dir(&folder).join("expected.json")).unwrap())
+                    .unwrap();
+            let ids: Vec<u32> = floats(&v["ids"]).iter().map(|&x| x as u32).collect();
+            assert!(window.is_none_or(|w| ids.len() > w));
+            let mut obs = Streams::default();
+            m.observe(&ids, &mut obs).unwrap();
+            let want = v["streams"].as_array().unwrap();
+            assert_eq!(obs.0.len(), want.len(), "{folder}: blocks");
+            for (b, (got, want)) in obs.0.iter().zip(want).enumerate() {
+                let r = rel(got, &floats(want));
+                assert!(r < 1e-5, "{folder}: block {b}'s stream differs by {r:e}");
+            }
+            let r = rel(&m.logits(&ids).unwrap(), &floats(&v["logits"]));
+            eprintln!("{folder}: logits within {r:e} of transformers (relative to the largest)");
+            assert!(r < 1e-5, "{folder}: logits differ by {r:e}");
+        }
+    }
+}
+
+/// A copy of a fixture folder with `edit` applied to its config.json.
+fn edited(name: &str, case: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("normlab-hf-{}-{case}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let src = dir(name);
+    let mut c: Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut c);
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+    std::fs::copy(src.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    d
+}
+
+#[test]
+fn options_the_decoder_does_not_implement_are_refused_by_name() {
+    use serde_json::json;
+    for (case, edit, words) in [
+        (
+            "llama3-rope",
+            Box::new(|c: &mut Value| {
+                c["rope_parameters"] =
+                    json!({"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0})
+            }) as Box<dyn FnOnce(&mut Value)>,
+            "RoPE scaling 'llama3'",
+        ),
+        (
+            "old-yarn",
+            Box::new(|c: &mut Value| c["rope_scaling"] = json!({"type": "yarn", "factor": 4.0})),
+            "RoPE scaling 'yarn'",
+        ),
+        (
+            "bias",
+            Box::new(|c: &mut Value| c["attention_bias"] = json!(true)),
+            "attention biases",
+        ),
+        (
+            "act",
+            Box::new(|c: &mut Value| c["hidden_act"] = json!("gelu")),
+            "activation 'gelu'",
+        ),
+        (
+            "family",
+            Box::new(|c: &mut Value| c["model_type"] = json!("falcon")),
+            "model_type 'falcon' is not supported",
+        ),
+        (
+            "untied",
+            Box::new(|c: &mut Value| c["tie_word_embeddings"] = json!(false)),
+            "lm_head.weight",
+        ),
+    ] {
+        let src = if case == "untied" { "qwen3" } else { "llama" };
+        let d = edited(src, case, edit);
+        let e = Decoder::load_hf(&d).err().expect("refused");
+        assert!(e.is_bad_input(), "{case}: {e}");
+        let e = e.to_string();
+        assert!(e.contains(words) && !e.contains('\n'), "{case}: {e}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

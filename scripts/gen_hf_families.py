@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Write the tiny Hugging Face folders of normlab's decoder-family tests:
+crates/normlab/tests/fixtures/hf_tiny/<name>/ (config.json and
+model.safetensors as save_pretrained writes them) and expected.json beside
+them (token ids, transformers' logits at every position, and each block's
+output stream, recorded with forward hooks).
+
+Each model is transformers' own *ForCausalLM built from its config class
+with random weights (seed 0; norm gains N(1, 0.3^2), everything else
+N(0, 0.2^2), so that no gain is the identity), eager attention, float32, at
+a tiny size: vocab 64, d 32, 2 blocks, 4 query heads and 2 key/value heads,
+a sequence of 20 tokens. Per family, what it switches on:
+
+- llama: Pre-RMSNorm, SwiGLU, an untied head.
+- mistral: llama's, with a sliding window of 8 on every layer.
+- qwen3: QK-Norm per head before RoPE, head_dim 16 (queries wider than
+  the stream), a tied head.
+
+Each model is also saved in bfloat16 (<name>-bf16/). Every folder's
+expected values come from transformers loading the saved folder back in
+float32 (from_pretrained(dtype=float32): the bf16 weights upcast, the RoPE
+tables computed afresh), which is what normlab computes from the file.
+
+    python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers numpy
+    /tmp/venv/bin/python scripts/gen_hf_families.py
+"""
+
+import json
+import os
+import shutil
+
+import torch
+import transformers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+OUT = os.path.join(ROOT, "crates", "normlab", "tests", "fixtures", "hf_tiny")
+COMMON = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+FAMILIES = {
+    "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=10000.0)),
+    "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, sliding_window=8, rope_theta=50000.0)),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True, head_dim=16, rope_theta=1000000.0)),
+}
+
+
+def record(model, ids):
+    """Logits and each block's output stream (forward hooks)."""
+    streams = []
+    hooks = [
+        layer.register_forward_hook(lambda m, i, o: streams.append((o[0] if isinstance(o, tuple) else o)[0].clone()))
+        for layer in model.model.layers
+    ]
+    with torch.no_grad():
+        logits = model(ids, use_cache=False).logits[0]
+    for h in hooks:
+        h.remove()
+    return logits, streams
+
+
+def save(model, Model, path, ids, dtype):
+    """Save `model` in `dtype`, then load the folder back with transformers
+    in float32 (fresh RoPE tables) and record what it computes."""
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    model.to(dtype).save_pretrained(path, safe_serialization=True)
+    for extra in ["generation_config.json"]:
+        p = os.path.join(path, extra)
+        if os.path.exists(p):
+            os.remove(p)
+    back = Model.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    logits, streams = record(back, ids)
+    rows = lambda t: [[float(v) for v in r] for r in t.tolist()]
+    with open(os.path.join(path, "expected.json"), "w") as f:
+        json.dump(
+            {
+                "generator": "scripts/gen_hf_families.py",
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "ids": ids[0].tolist(),
+                "logits": rows(logits),
+                "streams": [rows(s) for s in streams],
+            },
+            f,
+        )
+
+
+def main():
+    ids = torch.randint(3, COMMON["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(1))
+    for name, (Config, Model, extra) in FAMILIES.items():
+        torch.manual_seed(0)
+        cfg = Config(**COMMON, **extra)
+        cfg._attn_implementation = "eager"
+        model = Model(cfg).float().eval()
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                if "norm" in pname:
+                    p.normal_(1.0, 0.3)
+                else:
+                    p.normal_(0.0, 0.2)
+        save(model, Model, os.path.join(OUT, name), ids, torch.float32)
+        save(model, Model, os.path.join(OUT, name + "-bf16"), ids, torch.bfloat16)
+        print(f"wrote {name} and {name}-bf16")
+
+
+if __name__ == "__main__":
+    main()
