@@ -13,6 +13,7 @@ a sequence of 20 tokens. Per family, what it switches on:
 
 - llama: Pre-RMSNorm, SwiGLU, an untied head.
 - mistral: llama's, with a sliding window of 8 on every layer.
+- qwen2: llama's, with biases on q, k and v (random, like every weight).
 - qwen3: QK-Norm per head before RoPE, head_dim 16 (queries wider than
   the stream), a tied head.
 
@@ -36,6 +37,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -58,6 +61,7 @@ COMMON = dict(
 FAMILIES = {
     "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=10000.0)),
     "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, sliding_window=8, rope_theta=50000.0)),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1000000.0)),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True, head_dim=16, rope_theta=1000000.0)),
 }
 

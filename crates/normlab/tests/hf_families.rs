@@ -65,6 +65,7 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
     for (name, family, qk, window) in [
         ("llama", "llama", false, None),
         ("mistral", "mistral", false, Some(8)),
+        ("qwen2", "qwen2", false, None),
         ("qwen3", "qwen3", true, None),
     ] {
         for suffix in ["", "-bf16"] {
@@ -73,6 +74,7 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             assert_eq!(m.cfg.family, family);
             assert_eq!(m.cfg.placement, Placement::Pre);
             assert_eq!(m.cfg.qk_norm, qk, "{folder}");
+            assert_eq!(m.cfg.qkv_bias, family == "qwen2", "{folder}");
             assert!(m.cfg.attn.iter().all(|a| a.window == window), "{folder}");
             let v: Value =
                 serde_json::from_slice(&std::fs::read(dir(&folder).join("expected.json")).unwrap())

@@ -91,6 +91,9 @@ pub struct DecoderConfig {
     pub gain: GainStore,
     /// QK-Norm before RoPE.
     pub qk_norm: bool,
+    /// Biases on the query, key and value projections (Qwen2).
+    #[serde(default)]
+    pub qkv_bias: bool,
     /// The gated MLP's activation.
     pub act: GatedAct,
     /// Multiplier on the token embeddings (1; sqrt(d) for Gemma).
@@ -129,6 +132,7 @@ impl DecoderConfig {
         let family = match self.family.as_str() {
             "llama" => "Llama",
             "mistral" => "Mistral",
+            "qwen2" => "Qwen2",
             "qwen3" => "Qwen3",
             "gemma3" => "Gemma 3",
             other => other,
@@ -157,6 +161,9 @@ impl DecoderConfig {
         s += &format!("eps {:e})", self.eps);
         if self.qk_norm {
             s += ", QK-Norm";
+        }
+        if self.qkv_bias {
+            s += ", q/k/v biases";
         }
         if self.act == GatedAct::GeluTanh {
             s += ", GeGLU";

@@ -154,6 +154,11 @@ impl Decoder {
             self.apply(&layer.wq, &a, t, &mut q);
             self.apply(&layer.wk, &a, t, &mut k);
             self.apply(&layer.wv, &a, t, &mut v);
+            if let Some((bq, bk, bv)) = &layer.qkv_bias {
+                for (x, b) in [(&mut q, bq), (&mut k, bk), (&mut v, bv)] {
+                    crate::kernels::matmul::add_bias_rows(x, b);
+                }
+            }
             if let Some((gq, gk)) = &layer.qk_norm {
                 if observed {
                     let geom = QkGeometry {

@@ -1,8 +1,9 @@
 //! Decoders from a Hugging Face folder (`config.json`, `model.safetensors`,
 //! optionally `tokenizer.json`), each family a configuration of the one
-//! decoder and a name map. Llama, Mistral and Qwen3 ([`llama_config`],
-//! [`names::HF_LLAMA`](super::names::HF_LLAMA)): Pre-RMSNorm, SwiGLU,
-//! QK-Norm for Qwen3, Mistral's window. Gemma 3's text model
+//! decoder and a name map. Llama, Mistral, Qwen2 and Qwen3
+//! ([`llama_config`], [`names::HF_LLAMA`](super::names::HF_LLAMA)):
+//! Pre-RMSNorm, SwiGLU, q/k/v biases for Qwen2, QK-Norm for Qwen3,
+//! Mistral's window. Gemma 3's text model
 //! (`gemma3_text`, [`gemma3_config`]): sandwich RMSNorms whose file stores w
 //! (the gain is 1 + w), QK-Norm before RoPE, GeGLU with tanh-GELU, the
 //! sqrt(d) embedding scale, query_pre_attn_scalar^-1/2 as the attention
@@ -87,8 +88,9 @@ fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
 }
 
 /// The decoder configuration of a Llama-style `config.json` (`family`:
-/// llama, mistral or qwen3): Pre-RMSNorm with plain gains, SwiGLU, RoPE on
-/// (i, i + head_dim/2); Qwen3 adds QK-Norm per head before RoPE; Mistral's
+/// llama, mistral, qwen2 or qwen3): Pre-RMSNorm with plain gains, SwiGLU,
+/// RoPE on (i, i + head_dim/2); Qwen2 adds biases on q, k and v (always:
+/// its attention has them), Qwen3 QK-Norm per head before RoPE; Mistral's
 /// `sliding_window` applies to every layer, Qwen3's to the layers its
 /// `layer_types` mark sliding.
 pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
@@ -158,6 +160,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         eps: num(c, "rms_norm_eps", Some(1e-6))? as f32,
         gain: GainStore::Plain,
         qk_norm: family == "qwen3",
+        qkv_bias: family == "qwen2",
         act: GatedAct::Silu,
         emb_scale: 1.0,
         attn_scale: (head_dim as f64).powf(-0.5) as f32,
@@ -274,6 +277,7 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
         eps: num(c, "rms_norm_eps", Some(1e-6))? as f32,
         gain: GainStore::OnePlus,
         qk_norm: true,
+        qkv_bias: false,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f64).sqrt() as f32,
         attn_scale: num(c, "query_pre_attn_scalar", Some(256.0))?.powf(-0.5) as f32,
@@ -331,11 +335,11 @@ impl Decoder {
         // tied to the embeddings unless config.json says otherwise.
         let (cfg, names, tied) = match ty {
             "gemma3_text" => gemma3_config(&c).map(|cfg| (cfg, &names::HF, true)),
-            "llama" | "mistral" | "qwen3" => {
+            "llama" | "mistral" | "qwen2" | "qwen3" => {
                 llama_config(&c, ty).map(|cfg| (cfg, &names::HF_LLAMA, false))
             }
             other => Err(format!(
-                "model_type '{other}' is not supported (llama, mistral, qwen3, gemma3_text)"
+                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, gemma3_text)"
             )
             .into()),
         }

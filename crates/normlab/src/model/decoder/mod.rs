@@ -63,6 +63,8 @@ pub struct DecoderLayer {
     pub attn_out_norm: Option<Vec<f32>>,
     /// QK-Norm's gains on queries and keys (head_dim each).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// Biases of the query, key and value projections (Qwen2).
+    pub qkv_bias: Option<(Vec<f32>, Vec<f32>, Vec<f32>)>,
     /// Query `[heads * hd, d]`.
     pub wq: Matrix,
     /// Key `[kv_heads * hd, d]`.

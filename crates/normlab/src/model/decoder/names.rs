@@ -34,6 +34,12 @@ pub enum Tensor {
     K,
     /// Value projection.
     V,
+    /// Query bias (Qwen2).
+    QBias,
+    /// Key bias.
+    KBias,
+    /// Value bias.
+    VBias,
     /// Attention output projection.
     O,
     /// Input norm of the MLP.
@@ -64,6 +70,9 @@ pub const GGUF: TensorNames = TensorNames(&[
     (Tensor::Q, "blk.{i}.attn_q.weight"),
     (Tensor::K, "blk.{i}.attn_k.weight"),
     (Tensor::V, "blk.{i}.attn_v.weight"),
+    (Tensor::QBias, "blk.{i}.attn_q.bias"),
+    (Tensor::KBias, "blk.{i}.attn_k.bias"),
+    (Tensor::VBias, "blk.{i}.attn_v.bias"),
     (Tensor::O, "blk.{i}.attn_output.weight"),
     (Tensor::FfnNorm, "blk.{i}.ffn_norm.weight"),
     (Tensor::FfnOutNorm, "blk.{i}.post_ffw_norm.weight"),
@@ -102,7 +111,7 @@ pub const HF: TensorNames = TensorNames(&[
 ]);
 
 /// Hugging Face's names for the Llama-style families (Llama, Mistral,
-/// Qwen3): Pre-RMSNorm, where `post_attention_layernorm` is the MLP's
+/// Qwen2, Qwen3): Pre-RMSNorm, where `post_attention_layernorm` is the MLP's
 /// input norm (in Gemma 3 it is the attention output's norm).
 pub const HF_LLAMA: TensorNames = TensorNames(&[
     (Tensor::Embedding, "model.embed_tokens.weight"),
@@ -114,6 +123,9 @@ pub const HF_LLAMA: TensorNames = TensorNames(&[
     (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
     (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
     (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
+    (Tensor::QBias, "model.layers.{i}.self_attn.q_proj.bias"),
+    (Tensor::KBias, "model.layers.{i}.self_attn.k_proj.bias"),
+    (Tensor::VBias, "model.layers.{i}.self_attn.v_proj.bias"),
     (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
     (
         Tensor::FfnNorm,
@@ -155,6 +167,11 @@ impl TensorNames {
             roles.push((Tensor::Q, i, vec![qw, d]));
             roles.push((Tensor::K, i, vec![kvw, d]));
             roles.push((Tensor::V, i, vec![kvw, d]));
+            if cfg.qkv_bias {
+                roles.push((Tensor::QBias, i, vec![qw]));
+                roles.push((Tensor::KBias, i, vec![kvw]));
+                roles.push((Tensor::VBias, i, vec![kvw]));
+            }
             roles.push((Tensor::O, i, vec![d, qw]));
             roles.push((Tensor::FfnNorm, i, vec![d]));
             roles.push((Tensor::Gate, i, vec![f, d]));
@@ -356,6 +373,16 @@ impl Decoder {
                         Ok::<_, crate::error::Error>((
                             gain(Tensor::QNorm, i, hd)?,
                             gain(Tensor::KNorm, i, hd)?,
+                        ))
+                    })
+                    .transpose()?,
+                qkv_bias: cfg
+                    .qkv_bias
+                    .then(|| {
+                        Ok::<_, crate::error::Error>((
+                            get(Tensor::QBias, i, qw)?,
+                            get(Tensor::KBias, i, kvw)?,
+                            get(Tensor::VBias, i, kvw)?,
                         ))
                     })
                     .transpose()?,

@@ -21,6 +21,7 @@ fn tiny() -> Decoder {
     let mut m = |r: usize, c: usize| Matrix::dense(rng.normal_vec(r * c, 0.0, 0.4), r, c);
     let layers = (0..2)
         .map(|_| DecoderLayer {
+            qkv_bias: None,
             attn_norm: vec![1.1; d],
             attn_out_norm: Some(vec![0.9; d]),
             qk_norm: Some((vec![1.2; hd], vec![0.8; hd])),
@@ -50,6 +51,7 @@ fn tiny() -> Decoder {
         eps: 1e-6,
         gain: GainStore::Plain,
         qk_norm: true,
+        qkv_bias: false,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f32).sqrt(),
         attn_scale: 0.5,
