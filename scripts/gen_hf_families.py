@@ -11,6 +11,11 @@ N(0, 0.2^2), so that no gain is the identity), eager attention, float32, at
 a tiny size: vocab 64, d 32, 2 blocks, 4 query heads and 2 key/value heads,
 a sequence of 20 tokens. Per family, what it switches on:
 
+- gemma2: sandwich RMSNorms with 1 + w gains (the file stores w, drawn
+  N(0, 0.3^2), so the gains are N(1, 0.3^2) as elsewhere), GeGLU, the sqrt(d) embedding scale, a window of 8 on layer 0 and
+  full attention on layer 1, attention logits capped at 5 and final logits
+  at 3 (small caps, so that both bite at these weights), head_dim 16,
+  query_pre_attn_scalar 24, a tied head.
 - llama: Pre-RMSNorm, SwiGLU, an untied head.
 - mistral: llama's, with a sliding window of 8 on every layer.
 - qwen2: llama's, with biases on q, k and v (random, like every weight).
@@ -33,6 +38,8 @@ import shutil
 import torch
 import transformers
 from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -59,6 +66,21 @@ COMMON = dict(
     pad_token_id=0,
 )
 FAMILIES = {
+    "gemma2": (
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        dict(
+            tie_word_embeddings=True,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+            hidden_activation="gelu_pytorch_tanh",
+            rope_theta=10000.0,
+        ),
+    ),
     "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=10000.0)),
     "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, sliding_window=8, rope_theta=50000.0)),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1000000.0)),
@@ -117,7 +139,7 @@ def main():
         with torch.no_grad():
             for pname, p in model.named_parameters():
                 if "norm" in pname:
-                    p.normal_(1.0, 0.3)
+                    p.normal_(0.0 if name.startswith("gemma") else 1.0, 0.3)
                 else:
                     p.normal_(0.0, 0.2)
         save(model, Model, os.path.join(OUT, name), ids, torch.float32)

@@ -63,6 +63,7 @@ fn rel(a: &[f32], b: &[f64]) -> f64 {
 #[test]
 fn tiny_families_match_transformers_in_f32_and_bf16() {
     for (name, family, qk, window) in [
+        ("gemma2", "gemma2", false, Some(8)),
         ("llama", "llama", false, None),
         ("mistral", "mistral", false, Some(8)),
         ("qwen2", "qwen2", false, None),
@@ -72,10 +73,24 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             let folder = format!("{name}{suffix}");
             let m = Decoder::load_hf(&dir(&folder)).unwrap();
             assert_eq!(m.cfg.family, family);
-            assert_eq!(m.cfg.placement, Placement::Pre);
+            let gemma = family.starts_with("gemma");
+            let placement = if gemma {
+                Placement::Sandwich
+            } else {
+                Placement::Pre
+            };
+            assert_eq!(m.cfg.placement, placement);
+            assert_eq!(m.cfg.attn_softcap.is_some(), gemma, "{folder}");
             assert_eq!(m.cfg.qk_norm, qk, "{folder}");
             assert_eq!(m.cfg.qkv_bias, family == "qwen2", "{folder}");
-            assert!(m.cfg.attn.iter().all(|a| a.window == window), "{folder}");
+            // Gemma 2 alternates: a window on layer 0, full attention on 1.
+            let windows: Vec<_> = m.cfg.attn.iter().map(|a| a.window).collect();
+            let want = if gemma {
+                vec![window, None]
+            } else {
+                vec![window; 2]
+            };
+            assert_eq!(windows, want, "{folder}");
             let v: Value =
                 serde_json::from_slice(&std::fs::read(dir(&folder).join("expected.json")).unwrap())
                     .unwrap();

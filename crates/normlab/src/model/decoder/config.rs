@@ -107,6 +107,10 @@ pub struct DecoderConfig {
     pub rope_pairs: RopePairs,
     /// tanh soft-capping of the final logits (Gemma 2; None elsewhere).
     pub final_softcap: Option<f32>,
+    /// tanh soft-capping of the attention logits before the softmax,
+    /// `cap tanh(s / cap)` (Gemma 2; None elsewhere).
+    #[serde(default)]
+    pub attn_softcap: Option<f32>,
 }
 
 /// Widest stream, feed-forward, head or query width a file may declare
@@ -134,6 +138,7 @@ impl DecoderConfig {
             "mistral" => "Mistral",
             "qwen2" => "Qwen2",
             "qwen3" => "Qwen3",
+            "gemma2" => "Gemma 2",
             "gemma3" => "Gemma 3",
             other => other,
         };
@@ -164,6 +169,9 @@ impl DecoderConfig {
         }
         if self.qkv_bias {
             s += ", q/k/v biases";
+        }
+        if let Some(cap) = self.attn_softcap {
+            s += &format!(", attention logits capped at {cap}");
         }
         if self.act == GatedAct::GeluTanh {
             s += ", GeGLU";

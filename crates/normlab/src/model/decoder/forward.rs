@@ -213,6 +213,11 @@ impl Decoder {
                         let row = &mut p[i * total..(i + 1) * total];
                         let seen = past + i + 1;
                         let from = la.window.map_or(0, |w| seen.saturating_sub(w));
+                        if let Some(cap) = c.attn_softcap {
+                            row[from..seen]
+                                .iter_mut()
+                                .for_each(|s| *s = cap * (*s / cap).tanh());
+                        }
                         let m = row[from..seen]
                             .iter()
                             .fold(f32::NEG_INFINITY, |a, &b| a.max(b));

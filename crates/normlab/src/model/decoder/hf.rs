@@ -3,8 +3,9 @@
 //! decoder and a name map. Llama, Mistral, Qwen2 and Qwen3
 //! ([`llama_config`], [`names::HF_LLAMA`](super::names::HF_LLAMA)):
 //! Pre-RMSNorm, SwiGLU, q/k/v biases for Qwen2, QK-Norm for Qwen3,
-//! Mistral's window. Gemma 3's text model
-//! (`gemma3_text`, [`gemma3_config`]): sandwich RMSNorms whose file stores w
+//! Mistral's window. Gemma 2 and Gemma 3's text model (`gemma2`,
+//! `gemma3_text`, [`gemma_config`]; Gemma 2 as below without QK-Norm, with
+//! tanh-capped attention logits and one RoPE base): sandwich RMSNorms whose file stores w
 //! (the gain is 1 + w), QK-Norm before RoPE, GeGLU with tanh-GELU, the
 //! sqrt(d) embedding scale, query_pre_attn_scalar^-1/2 as the attention
 //! scale, sliding-window layers with the local RoPE base and full layers
@@ -161,6 +162,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         gain: GainStore::Plain,
         qk_norm: family == "qwen3",
         qkv_bias: family == "qwen2",
+        attn_softcap: None,
         act: GatedAct::Silu,
         emb_scale: 1.0,
         attn_scale: (head_dim as f64).powf(-0.5) as f32,
@@ -170,8 +172,13 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
     })
 }
 
-/// The decoder configuration of a Gemma 3 text `config.json`.
-pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
+/// The decoder configuration of a Gemma 2 or Gemma 3 text `config.json`
+/// (`family` "gemma2" or "gemma3"): both sandwich RMSNorms with 1 + w
+/// gains, GeGLU, the sqrt(d) embedding scale, sliding and full layers;
+/// Gemma 2 tanh-caps the attention logits (`attn_logit_softcapping`) and
+/// has one RoPE base, Gemma 3 QK-Norm and a base per layer kind.
+pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
+    let gemma2 = family == "gemma2";
     let layers = blocks(c)?;
     let act = c
         .get("hidden_activation")
@@ -187,10 +194,16 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
             ("use_bidirectional_attention", "bidirectional attention"),
         ],
     )?;
-    if c.get("attn_logit_softcapping")
-        .is_some_and(|v| !v.is_null())
-    {
-        return Err("attention logit soft-capping is not supported".into());
+    let softcap = |key: &str| -> Result<Option<f32>> {
+        match num(c, key, Some(f64::NAN))? {
+            v if v.is_nan() => Ok(None),
+            v if v > 0.0 && v.is_finite() => Ok(Some(v as f32)),
+            v => Err(format!("config.json: {key} {v} is not a positive cap").into()),
+        }
+    };
+    let attn_softcap = softcap("attn_logit_softcapping")?;
+    if attn_softcap.is_some() && !gemma2 {
+        return Err("attention logit soft-capping is not supported in gemma3_text".into());
     }
     // Per layer: sliding or full; then each kind's RoPE base.
     let types: Vec<String> = match c.get("layer_types").and_then(Value::as_array) {
@@ -199,7 +212,12 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
             .map(|v| v.as_str().unwrap_or("").to_string())
             .collect(),
         None => {
-            let p = count(c, "sliding_window_pattern", Some(6))?.max(1);
+            let p = count(
+                c,
+                "sliding_window_pattern",
+                Some(if gemma2 { 2 } else { 6 }),
+            )?
+            .max(1);
             (0..layers)
                 .map(|i| {
                     if (i + 1) % p != 0 {
@@ -230,7 +248,10 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
             None => num(c, old_key, Some(default)),
         }
     };
-    for kind in ["full_attention", "sliding_attention"] {
+    for kind in ["full_attention", "sliding_attention"]
+        .into_iter()
+        .filter(|_| !gemma2)
+    {
         let rope_type = c
             .get("rope_parameters")
             .and_then(|r| r.get(kind))
@@ -241,10 +262,15 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
             return Err(format!("RoPE type '{rope_type}' ({kind}) is not supported").into());
         }
     }
-    let (global, local) = (
-        theta("full_attention", "rope_theta", 1_000_000.0)?,
-        theta("sliding_attention", "rope_local_base_freq", 10_000.0)?,
-    );
+    let (global, local) = if gemma2 {
+        let b = rope_base(c, 10_000.0)?;
+        (b, b)
+    } else {
+        (
+            theta("full_attention", "rope_theta", 1_000_000.0)?,
+            theta("sliding_attention", "rope_local_base_freq", 10_000.0)?,
+        )
+    };
     let window = count(c, "sliding_window", Some(4096))?;
     let attn = types
         .iter()
@@ -263,7 +289,7 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
     let d = count(c, "hidden_size", None)?;
     let head_dim = count(c, "head_dim", Some(256))?;
     Ok(DecoderConfig {
-        family: "gemma3".into(),
+        family: family.into(),
         vocab: count(c, "vocab_size", None)?,
         d,
         layers,
@@ -276,17 +302,15 @@ pub fn gemma3_config(c: &Value) -> Result<DecoderConfig> {
         norm: NormKind::RmsNorm,
         eps: num(c, "rms_norm_eps", Some(1e-6))? as f32,
         gain: GainStore::OnePlus,
-        qk_norm: true,
+        qk_norm: !gemma2,
         qkv_bias: false,
+        attn_softcap,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f64).sqrt() as f32,
         attn_scale: num(c, "query_pre_attn_scalar", Some(256.0))?.powf(-0.5) as f32,
         attn,
         rope_pairs: RopePairs::Halves,
-        final_softcap: match num(c, "final_logit_softcapping", Some(f64::NAN))? {
-            v if v.is_nan() => None,
-            v => Some(v as f32),
-        },
+        final_softcap: softcap("final_logit_softcapping")?,
     })
 }
 
@@ -334,12 +358,13 @@ impl Decoder {
         // Each family: its configuration, its names, whether the head is
         // tied to the embeddings unless config.json says otherwise.
         let (cfg, names, tied) = match ty {
-            "gemma3_text" => gemma3_config(&c).map(|cfg| (cfg, &names::HF, true)),
+            "gemma3_text" => gemma_config(&c, "gemma3").map(|cfg| (cfg, &names::HF, true)),
+            "gemma2" => gemma_config(&c, "gemma2").map(|cfg| (cfg, &names::HF, true)),
             "llama" | "mistral" | "qwen2" | "qwen3" => {
                 llama_config(&c, ty).map(|cfg| (cfg, &names::HF_LLAMA, false))
             }
             other => Err(format!(
-                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, gemma3_text)"
+                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text)"
             )
             .into()),
         }

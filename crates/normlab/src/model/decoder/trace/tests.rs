@@ -52,6 +52,7 @@ fn tiny() -> Decoder {
         gain: GainStore::Plain,
         qk_norm: true,
         qkv_bias: false,
+        attn_softcap: None,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f32).sqrt(),
         attn_scale: 0.5,
