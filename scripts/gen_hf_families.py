@@ -18,6 +18,8 @@ a sequence of 20 tokens. Per family, what it switches on:
   query_pre_attn_scalar 24, a tied head.
 - llama: Pre-RMSNorm, SwiGLU, an untied head.
 - mistral: llama's, with a sliding window of 8 on every layer.
+- olmo2: RMSNorm after each sublayer's output (no input norms), QK-Norm
+  over the whole q and k, an untied head.
 - qwen2: llama's, with biases on q, k and v (random, like every weight).
 - qwen3: QK-Norm per head before RoPE, head_dim 16 (queries wider than
   the stream), a tied head.
@@ -44,6 +46,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -83,6 +87,7 @@ FAMILIES = {
     ),
     "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=10000.0)),
     "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, sliding_window=8, rope_theta=50000.0)),
+    "olmo2": (Olmo2Config, Olmo2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=500000.0)),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1000000.0)),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True, head_dim=16, rope_theta=1000000.0)),
 }

@@ -66,6 +66,7 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
         ("gemma2", "gemma2", false, Some(8)),
         ("llama", "llama", false, None),
         ("mistral", "mistral", false, Some(8)),
+        ("olmo2", "olmo2", true, None),
         ("qwen2", "qwen2", false, None),
         ("qwen3", "qwen3", true, None),
     ] {
@@ -74,11 +75,12 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             let m = Decoder::load_hf(&dir(&folder)).unwrap();
             assert_eq!(m.cfg.family, family);
             let gemma = family.starts_with("gemma");
-            let placement = if gemma {
-                Placement::Sandwich
-            } else {
-                Placement::Pre
+            let placement = match family {
+                "gemma2" => Placement::Sandwich,
+                "olmo2" => Placement::Olmo2,
+                _ => Placement::Pre,
             };
+            assert_eq!(m.cfg.qk_norm_whole, family == "olmo2", "{folder}");
             assert_eq!(m.cfg.placement, placement);
             assert_eq!(m.cfg.attn_softcap.is_some(), gemma, "{folder}");
             assert_eq!(m.cfg.qk_norm, qk, "{folder}");

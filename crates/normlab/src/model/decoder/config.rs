@@ -80,7 +80,8 @@ pub struct DecoderConfig {
     pub ffn: usize,
     /// Context length the model was trained for.
     pub context: usize,
-    /// Where the norms sit: pre, or sandwich (input and output norms).
+    /// Where the norms sit: pre, sandwich (input and output norms), or
+    /// olmo2 (output norms only).
     pub placement: Placement,
     /// The block norms' kind (RMSNorm for both families).
     #[serde(with = "crate::model::config::norm_kind_serde")]
@@ -91,6 +92,10 @@ pub struct DecoderConfig {
     pub gain: GainStore,
     /// QK-Norm before RoPE.
     pub qk_norm: bool,
+    /// QK-Norm over the whole query and key (OLMo 2: gains of heads x
+    /// head_dim and kv_heads x head_dim), not per head.
+    #[serde(default)]
+    pub qk_norm_whole: bool,
     /// Biases on the query, key and value projections (Qwen2).
     #[serde(default)]
     pub qkv_bias: bool,
@@ -137,6 +142,7 @@ impl DecoderConfig {
             "llama" => "Llama",
             "mistral" => "Mistral",
             "qwen2" => "Qwen2",
+            "olmo2" => "OLMo 2",
             "qwen3" => "Qwen3",
             "gemma2" => "Gemma 2",
             "gemma3" => "Gemma 3",
@@ -157,6 +163,7 @@ impl DecoderConfig {
         let placement = match self.placement {
             Placement::Pre => "Pre",
             Placement::Sandwich => "Sandwich",
+            Placement::Olmo2 => "Output",
             _ => self.placement.name(),
         };
         s += &format!("), {placement}-{norm} (");
@@ -165,7 +172,11 @@ impl DecoderConfig {
         }
         s += &format!("eps {:e})", self.eps);
         if self.qk_norm {
-            s += ", QK-Norm";
+            s += if self.qk_norm_whole {
+                ", QK-Norm over whole q and k"
+            } else {
+                ", QK-Norm"
+            };
         }
         if self.qkv_bias {
             s += ", q/k/v biases";
@@ -192,6 +203,25 @@ impl DecoderConfig {
             }
         }
         s
+    }
+
+    /// Whether the blocks have input norms and output norms: pre (input),
+    /// sandwich (both), olmo2 (output).
+    pub fn block_norms(&self) -> (bool, bool) {
+        (
+            self.placement != Placement::Olmo2,
+            matches!(self.placement, Placement::Sandwich | Placement::Olmo2),
+        )
+    }
+
+    /// The widths QK-Norm's gains span on queries and keys: head_dim, or
+    /// the whole q and k ([`DecoderConfig::qk_norm_whole`]).
+    pub fn qk_norm_widths(&self) -> (usize, usize) {
+        if self.qk_norm_whole {
+            (self.q_width(), self.kv_width())
+        } else {
+            (self.head_dim, self.head_dim)
+        }
     }
 
     /// Width of the queries (heads x head_dim; [`DecoderConfig::check`]
@@ -286,9 +316,12 @@ impl DecoderConfig {
                 return Err("an attention window must be at least 1".into());
             }
         }
-        if !matches!(self.placement, Placement::Pre | Placement::Sandwich) {
+        if !matches!(
+            self.placement,
+            Placement::Pre | Placement::Sandwich | Placement::Olmo2
+        ) {
             return Err(format!(
-                "the decoder supports pre and sandwich placements, not {}",
+                "the decoder supports pre, sandwich and olmo2 placements, not {}",
                 self.placement
             )
             .into());

@@ -145,12 +145,16 @@ impl Decoder {
             // The attention sublayer.
             if observed {
                 obs.sublayer_in(l, 0, &h);
-                obs.norm_input(l, NormRole::In, &h, d);
             }
-            self.apply_norm(kind, &h, &layer.attn_norm, &mut a, &mut stats);
-            if observed {
-                obs.norm_output(l, NormRole::In, &a, d);
-            }
+            self.input_norm(
+                kind,
+                &h,
+                layer.attn_norm.as_deref(),
+                &mut a,
+                &mut stats,
+                l,
+                obs,
+            );
             self.apply(&layer.wq, &a, t, &mut q);
             self.apply(&layer.wk, &a, t, &mut k);
             self.apply(&layer.wv, &a, t, &mut v);
@@ -174,13 +178,13 @@ impl Decoder {
                 }
                 for (x, g) in [(&mut q, gq), (&mut k, gk)] {
                     if observed {
-                        obs.norm_input(l, NormRole::QkNorm, x, hd);
+                        obs.norm_input(l, NormRole::QkNorm, x, g.len());
                     }
                     let n = x.len();
                     self.apply_norm(NormKind::RmsNorm, x, g, &mut qk_tmp[..n], &mut stats);
                     x.copy_from_slice(&qk_tmp[..n]);
                     if observed {
-                        obs.norm_output(l, NormRole::QkNorm, x, hd);
+                        obs.norm_output(l, NormRole::QkNorm, x, g.len());
                     }
                 }
             }
@@ -280,12 +284,16 @@ impl Decoder {
             // The MLP sublayer.
             if observed {
                 obs.sublayer_in(l, 1, &h);
-                obs.norm_input(l, NormRole::In, &h, d);
             }
-            self.apply_norm(kind, &h, &layer.ffn_norm, &mut a, &mut stats);
-            if observed {
-                obs.norm_output(l, NormRole::In, &a, d);
-            }
+            self.input_norm(
+                kind,
+                &h,
+                layer.ffn_norm.as_deref(),
+                &mut a,
+                &mut stats,
+                l,
+                obs,
+            );
             self.apply(&layer.gate, &a, t, &mut gb);
             self.apply(&layer.up, &a, t, &mut ub);
             if let Some(lim) = self.ffn_clamp {
@@ -334,6 +342,34 @@ impl Decoder {
     /// norm first when the block has one (sandwich; the result lands in
     /// `normed`), then added; `obs` sees the output norm's input and the
     /// write as added.
+    /// A sublayer's input norm of the stream `h` into `a` (`obs` sees its
+    /// input and output); without one (OLMo 2) the sublayer reads the
+    /// stream itself.
+    #[allow(clippy::too_many_arguments)]
+    fn input_norm<O: Observer + ?Sized>(
+        &self,
+        kind: NormKind,
+        h: &[f32],
+        gain: Option<&[f32]>,
+        a: &mut [f32],
+        stats: &mut [f32],
+        block: usize,
+        obs: &mut O,
+    ) {
+        let Some(g) = gain else {
+            a.copy_from_slice(h);
+            return;
+        };
+        let observed = obs.active();
+        if observed {
+            obs.norm_input(block, NormRole::In, h, g.len());
+        }
+        self.apply_norm(kind, h, g, a, stats);
+        if observed {
+            obs.norm_output(block, NormRole::In, a, g.len());
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn add_write<O: Observer + ?Sized>(
         &self,

@@ -3,7 +3,8 @@
 //! decoder and a name map. Llama, Mistral, Qwen2 and Qwen3
 //! ([`llama_config`], [`names::HF_LLAMA`](super::names::HF_LLAMA)):
 //! Pre-RMSNorm, SwiGLU, q/k/v biases for Qwen2, QK-Norm for Qwen3,
-//! Mistral's window. Gemma 2 and Gemma 3's text model (`gemma2`,
+//! Mistral's window; OLMo 2 the same decoder with output norms and QK-Norm
+//! over whole q and k ([`names::HF_OLMO2`](super::names::HF_OLMO2)). Gemma 2 and Gemma 3's text model (`gemma2`,
 //! `gemma3_text`, [`gemma_config`]; Gemma 2 as below without QK-Norm, with
 //! tanh-capped attention logits and one RoPE base): sandwich RMSNorms whose file stores w
 //! (the gain is 1 + w), QK-Norm before RoPE, GeGLU with tanh-GELU, the
@@ -89,13 +90,16 @@ fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
 }
 
 /// The decoder configuration of a Llama-style `config.json` (`family`:
-/// llama, mistral, qwen2 or qwen3): Pre-RMSNorm with plain gains, SwiGLU,
-/// RoPE on (i, i + head_dim/2); Qwen2 adds biases on q, k and v (always:
-/// its attention has them), Qwen3 QK-Norm per head before RoPE; Mistral's
+/// llama, mistral, qwen2, qwen3 or olmo2): Pre-RMSNorm with plain gains,
+/// SwiGLU, RoPE on (i, i + head_dim/2); Qwen2 adds biases on q, k and v
+/// (always: its attention has them), Qwen3 QK-Norm per head before RoPE;
+/// OLMo 2 puts the norms after each sublayer's output instead of before
+/// its input, and QK-Norm over the whole q and k; Mistral's
 /// `sliding_window` applies to every layer, Qwen3's to the layers its
 /// `layer_types` mark sliding.
 pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
     let layers = blocks(c)?;
+    let olmo2 = family == "olmo2";
     let act = c
         .get("hidden_act")
         .and_then(Value::as_str)
@@ -156,12 +160,17 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         head_dim,
         ffn: count(c, "intermediate_size", None)?,
         context: count(c, "max_position_embeddings", Some(2048))?,
-        placement: Placement::Pre,
+        placement: if olmo2 {
+            Placement::Olmo2
+        } else {
+            Placement::Pre
+        },
         norm: NormKind::RmsNorm,
         eps: num(c, "rms_norm_eps", Some(1e-6))? as f32,
         gain: GainStore::Plain,
-        qk_norm: family == "qwen3",
+        qk_norm: family == "qwen3" || olmo2,
         qkv_bias: family == "qwen2",
+        qk_norm_whole: olmo2,
         attn_softcap: None,
         act: GatedAct::Silu,
         emb_scale: 1.0,
@@ -304,6 +313,7 @@ pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         gain: GainStore::OnePlus,
         qk_norm: !gemma2,
         qkv_bias: false,
+        qk_norm_whole: false,
         attn_softcap,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f64).sqrt() as f32,
@@ -363,8 +373,9 @@ impl Decoder {
             "llama" | "mistral" | "qwen2" | "qwen3" => {
                 llama_config(&c, ty).map(|cfg| (cfg, &names::HF_LLAMA, false))
             }
+            "olmo2" => llama_config(&c, ty).map(|cfg| (cfg, &names::HF_OLMO2, false)),
             other => Err(format!(
-                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, gemma2, gemma3_text)"
+                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text)"
             )
             .into()),
         }

@@ -53,9 +53,10 @@ pub struct DecoderLayerRow {
     pub max_over_median: f64,
     /// The feed-forward's largest |act(gate) x up| (over texts).
     pub ffn_max: f64,
-    /// Attention RMSNorm gain: mean, std, min, max.
+    /// The attention sublayer's norm gain (its input norm's; OLMo 2: its
+    /// output norm's): mean, std, min, max.
     pub attn_gain: [f64; 4],
-    /// MLP RMSNorm gain: mean, std, min, max.
+    /// The MLP sublayer's norm gain, likewise.
     pub mlp_gain: [f64; 4],
     /// Smallest mean square of a row entering any of the block's norms
     /// (the last block's includes the final norm).
@@ -310,8 +311,14 @@ pub fn inspect(
             attn_sink_uniform: extra[i][1] / sink_texts[i] as f64,
             max_over_median: extra[i][2],
             ffn_max: extra[i][3],
-            attn_gain: gain_stats(&m.layers[i].attn_norm),
-            mlp_gain: gain_stats(&m.layers[i].ffn_norm),
+            attn_gain: gain_stats(sublayer_gain(
+                &m.layers[i].attn_norm,
+                &m.layers[i].attn_out_norm,
+            )),
+            mlp_gain: gain_stats(sublayer_gain(
+                &m.layers[i].ffn_norm,
+                &m.layers[i].ffn_out_norm,
+            )),
             ms_min: s[8],
             xhat_mean: s[9] / c,
         })
@@ -423,6 +430,12 @@ pub fn inspect(
     })
 }
 
+/// A sublayer's norm gains for its row: the input norm's, or the output
+/// norm's when it has no input norm (OLMo 2).
+fn sublayer_gain<'a>(input: &'a Option<Vec<f32>>, output: &'a Option<Vec<f32>>) -> &'a [f32] {
+    input.as_deref().or(output.as_deref()).unwrap_or(&[])
+}
+
 /// Every kind of norm's gains, pooled over the blocks.
 fn gain_rows(m: &Decoder) -> Vec<GainRow> {
     let pooled = |f: &dyn Fn(&super::DecoderLayer) -> Option<&[f32]>| -> Option<Vec<f32>> {
@@ -430,7 +443,7 @@ fn gain_rows(m: &Decoder) -> Vec<GainRow> {
         (!v.is_empty()).then_some(v)
     };
     let roles: [(&'static str, Option<Vec<f32>>); 7] = [
-        ("attention input", pooled(&|b| Some(&b.attn_norm))),
+        ("attention input", pooled(&|b| b.attn_norm.as_deref())),
         ("attention output", pooled(&|b| b.attn_out_norm.as_deref())),
         (
             "QK-Norm on queries",
@@ -440,7 +453,7 @@ fn gain_rows(m: &Decoder) -> Vec<GainRow> {
             "QK-Norm on keys",
             pooled(&|b| b.qk_norm.as_ref().map(|q| &q.1[..])),
         ),
-        ("MLP input", pooled(&|b| Some(&b.ffn_norm))),
+        ("MLP input", pooled(&|b| b.ffn_norm.as_deref())),
         ("MLP output", pooled(&|b| b.ffn_out_norm.as_deref())),
         ("final", Some(m.final_norm.clone())),
     ];

@@ -57,11 +57,12 @@ pub use trace::DecoderTrace;
 /// One block's weights. Gains are the gains the model multiplies by (a
 /// file's 1 + w already added).
 pub struct DecoderLayer {
-    /// Input norm of the attention sublayer.
-    pub attn_norm: Vec<f32>,
-    /// Output norm of the attention sublayer (sandwich).
+    /// Input norm of the attention sublayer (none in OLMo 2).
+    pub attn_norm: Option<Vec<f32>>,
+    /// Output norm of the attention sublayer (sandwich, OLMo 2).
     pub attn_out_norm: Option<Vec<f32>>,
-    /// QK-Norm's gains on queries and keys (head_dim each).
+    /// QK-Norm's gains on queries and keys (head_dim each; OLMo 2: the
+    /// whole q and k).
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Biases of the query, key and value projections (Qwen2).
     pub qkv_bias: Option<(Vec<f32>, Vec<f32>, Vec<f32>)>,
@@ -73,9 +74,9 @@ pub struct DecoderLayer {
     pub wv: Matrix,
     /// Attention output `[d, heads * hd]`.
     pub wo: Matrix,
-    /// Input norm of the MLP sublayer.
-    pub ffn_norm: Vec<f32>,
-    /// Output norm of the MLP sublayer (sandwich).
+    /// Input norm of the MLP sublayer (none in OLMo 2).
+    pub ffn_norm: Option<Vec<f32>>,
+    /// Output norm of the MLP sublayer (sandwich, OLMo 2).
     pub ffn_out_norm: Option<Vec<f32>>,
     /// Gate `[ffn, d]`.
     pub gate: Matrix,
@@ -139,8 +140,8 @@ impl Decoder {
                     .iter()
                     .map(|m| m.resident_bytes())
                     .sum::<usize>()
-                    + gains(&l.attn_norm)
-                    + gains(&l.ffn_norm)
+                    + opt(&l.attn_norm)
+                    + opt(&l.ffn_norm)
                     + opt(&l.attn_out_norm)
                     + opt(&l.ffn_out_norm)
                     + l.qk_norm.as_ref().map_or(0, |(q, k)| gains(q) + gains(k))

@@ -9,7 +9,6 @@
 use super::{Decoder, DecoderConfig, DecoderLayer, GainStore, Matrix};
 use crate::error::Result;
 use crate::gguf::{qdot, GgmlType, Gguf};
-use crate::nn::Placement;
 
 /// A tensor of the decoder, by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +135,32 @@ pub const HF_LLAMA: TensorNames = TensorNames(&[
     (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
 ]);
 
+/// Hugging Face's names for OLMo 2: its `post_attention_layernorm` and
+/// `post_feedforward_layernorm` are the sublayers' output norms (there is
+/// no input norm), and q_norm / k_norm span the whole q and k.
+pub const HF_OLMO2: TensorNames = TensorNames(&[
+    (Tensor::Embedding, "model.embed_tokens.weight"),
+    (Tensor::FinalNorm, "model.norm.weight"),
+    (Tensor::Head, "lm_head.weight"),
+    (
+        Tensor::AttnOutNorm,
+        "model.layers.{i}.post_attention_layernorm.weight",
+    ),
+    (Tensor::QNorm, "model.layers.{i}.self_attn.q_norm.weight"),
+    (Tensor::KNorm, "model.layers.{i}.self_attn.k_norm.weight"),
+    (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
+    (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
+    (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
+    (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
+    (
+        Tensor::FfnOutNorm,
+        "model.layers.{i}.post_feedforward_layernorm.weight",
+    ),
+    (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
+    (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),
+    (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
+]);
+
 impl TensorNames {
     /// The name of `t` in block `i` (None: the family has no such tensor).
     pub fn name(&self, t: Tensor, i: usize) -> Option<String> {
@@ -150,19 +175,23 @@ impl TensorNames {
     /// [`Decoder::from_tensors`] expects it, outermost first; the output
     /// head last, as it may be absent (tied to the embeddings).
     pub fn shapes(&self, cfg: &DecoderConfig) -> Vec<(String, Vec<usize>)> {
-        let (d, hd, qw, kvw, f) = (cfg.d, cfg.head_dim, cfg.q_width(), cfg.kv_width(), cfg.ffn);
-        let sandwich = cfg.placement == Placement::Sandwich;
+        let (d, qw, kvw, f) = (cfg.d, cfg.q_width(), cfg.kv_width(), cfg.ffn);
+        let (ins, outs) = cfg.block_norms();
+        let (qn, kn) = cfg.qk_norm_widths();
         let mut roles = vec![(Tensor::Embedding, 0, vec![cfg.vocab, d])];
         roles.push((Tensor::FinalNorm, 0, vec![d]));
         for i in 0..cfg.layers {
-            roles.push((Tensor::AttnNorm, i, vec![d]));
-            if sandwich {
+            if ins {
+                roles.push((Tensor::AttnNorm, i, vec![d]));
+                roles.push((Tensor::FfnNorm, i, vec![d]));
+            }
+            if outs {
                 roles.push((Tensor::AttnOutNorm, i, vec![d]));
                 roles.push((Tensor::FfnOutNorm, i, vec![d]));
             }
             if cfg.qk_norm {
-                roles.push((Tensor::QNorm, i, vec![hd]));
-                roles.push((Tensor::KNorm, i, vec![hd]));
+                roles.push((Tensor::QNorm, i, vec![qn]));
+                roles.push((Tensor::KNorm, i, vec![kn]));
             }
             roles.push((Tensor::Q, i, vec![qw, d]));
             roles.push((Tensor::K, i, vec![kvw, d]));
@@ -173,7 +202,6 @@ impl TensorNames {
                 roles.push((Tensor::VBias, i, vec![kvw]));
             }
             roles.push((Tensor::O, i, vec![d, qw]));
-            roles.push((Tensor::FfnNorm, i, vec![d]));
             roles.push((Tensor::Gate, i, vec![f, d]));
             roles.push((Tensor::Up, i, vec![f, d]));
             roles.push((Tensor::Down, i, vec![d, f]));
@@ -299,7 +327,13 @@ impl Decoder {
                 .name(t, i)
                 .ok_or_else(|| format!("the weight-name map has no {t:?}").into())
         };
-        let last = name(Tensor::AttnNorm, cfg.layers - 1)?;
+        // The last block's first norm (its input norm; OLMo 2's output norm).
+        let probe = if cfg.block_norms().0 {
+            Tensor::AttnNorm
+        } else {
+            Tensor::AttnOutNorm
+        };
+        let last = name(probe, cfg.layers - 1)?;
         if src.numel(&last).is_none() {
             return Err(format!(
                 "block_count says {} blocks but the file has no tensor {last}",
@@ -358,21 +392,20 @@ impl Decoder {
         let matrix = |t: Tensor, i: usize, rows: usize, cols: usize| -> Result<Matrix> {
             matrix_named(&name(t, i)?, rows, cols)
         };
-        let (d, hd, qw, kvw, f) = (cfg.d, cfg.head_dim, cfg.q_width(), cfg.kv_width(), cfg.ffn);
-        let sandwich = cfg.placement == Placement::Sandwich;
+        let (d, qw, kvw, f) = (cfg.d, cfg.q_width(), cfg.kv_width(), cfg.ffn);
+        let (ins, outs) = cfg.block_norms();
+        let (qn, kn) = cfg.qk_norm_widths();
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             layers.push(DecoderLayer {
-                attn_norm: gain(Tensor::AttnNorm, i, d)?,
-                attn_out_norm: sandwich
-                    .then(|| gain(Tensor::AttnOutNorm, i, d))
-                    .transpose()?,
+                attn_norm: ins.then(|| gain(Tensor::AttnNorm, i, d)).transpose()?,
+                attn_out_norm: outs.then(|| gain(Tensor::AttnOutNorm, i, d)).transpose()?,
                 qk_norm: cfg
                     .qk_norm
                     .then(|| {
                         Ok::<_, crate::error::Error>((
-                            gain(Tensor::QNorm, i, hd)?,
-                            gain(Tensor::KNorm, i, hd)?,
+                            gain(Tensor::QNorm, i, qn)?,
+                            gain(Tensor::KNorm, i, kn)?,
                         ))
                     })
                     .transpose()?,
@@ -390,10 +423,8 @@ impl Decoder {
                 wk: matrix(Tensor::K, i, kvw, d)?,
                 wv: matrix(Tensor::V, i, kvw, d)?,
                 wo: matrix(Tensor::O, i, d, qw)?,
-                ffn_norm: gain(Tensor::FfnNorm, i, d)?,
-                ffn_out_norm: sandwich
-                    .then(|| gain(Tensor::FfnOutNorm, i, d))
-                    .transpose()?,
+                ffn_norm: ins.then(|| gain(Tensor::FfnNorm, i, d)).transpose()?,
+                ffn_out_norm: outs.then(|| gain(Tensor::FfnOutNorm, i, d)).transpose()?,
                 gate: matrix(Tensor::Gate, i, f, d)?,
                 up: matrix(Tensor::Up, i, f, d)?,
                 down: matrix(Tensor::Down, i, d, f)?,
