@@ -401,6 +401,29 @@ impl Decoder {
         let (path, bytes) = hf_folder::read_weights(dir, &want)?;
         let st = hf_folder::tensors(&path, &bytes, &want)?;
         let tokenizer = hf_folder::read_tokenizer(dir)?;
-        Decoder::from_tensors(cfg, names, &st, tokenizer, eos).map_err(at)
+        let bos = tokenizer.as_ref().map(bos_of).transpose()?.flatten();
+        let mut m = Decoder::from_tensors(cfg, names, &st, tokenizer, eos).map_err(at)?;
+        if let Some(b) = bos.filter(|&b| (b as usize) < m.cfg.vocab) {
+            m.bos = Some(b);
+        }
+        Ok(m)
     }
+}
+
+/// The one token a tokenizer.json's post-processor puts before a text (its
+/// BOS, as transformers adds it by default; Gemma's `<bos>`), if any:
+/// [`Decoder::encode`] encodes without special tokens and adds this one.
+fn bos_of(tok: &tokenizers::Tokenizer) -> Result<Option<u32>> {
+    let enc = |special: bool| -> Result<Vec<u32>> {
+        Ok(tok
+            .encode("a", special)
+            .map_err(|e| format!("tokenizer: {e}"))?
+            .get_ids()
+            .to_vec())
+    };
+    let (with, without) = (enc(true)?, enc(false)?);
+    Ok(match with.strip_suffix(without.as_slice()) {
+        Some([b]) => Some(*b),
+        _ => None,
+    })
 }
