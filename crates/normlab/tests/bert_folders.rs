@@ -7,6 +7,8 @@
 //! missing, misshapen or integer tensor, a NaN, a sharded folder, a
 //! tokenizer.json that is a FIFO or gives ids outside the vocabulary.
 
+mod common;
+
 use normlab::model::bert::Bert;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -119,22 +121,12 @@ fn folder(name: &str, edit: impl FnOnce(&mut Value), weights: Option<Vec<u8>>) -
 }
 
 /// Load and encode a text: the one-line bad-input error, or what went
-/// wrong instead (it loaded, panicked, hung, or the error is not one line
-/// of bad input).
+/// wrong instead.
 fn refusal(dir: &Path) -> Result<String, String> {
     let d = dir.to_path_buf();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = Bert::load(&d).and_then(|b| b.encode("norm lab layer").map(|_| ()));
-        let _ = tx.send(r.map_err(|e| (e.is_bad_input(), e.to_string())));
-    });
-    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err("the load hangs".into()),
-        Err(_) => Err("the load panics".into()),
-        Ok(Ok(())) => Err("it loads".into()),
-        Ok(Err((true, e))) if !e.contains('\n') => Ok(e),
-        Ok(Err((_, e))) => Err(format!("not one line of bad input: {e}")),
-    }
+    common::refusal::refusal(move || {
+        Bert::load(&d).and_then(|b| b.encode("norm lab layer").map(|_| ()))
+    })
 }
 
 #[test]

@@ -6,6 +6,8 @@
 //! sequence of 24 (longer than the window). Always runs (the fixture is in
 //! the repository).
 
+mod common;
+
 use normlab::model::decoder::{Decoder, DecoderTrace, GainStore, KvCache};
 use normlab::nn::Placement;
 use serde_json::Value;
@@ -230,22 +232,10 @@ fn hostile_folder(name: &str, edit: impl FnOnce(&mut Value), weights: Option<&[u
     tmp
 }
 
-/// The load's one-line error, or what went wrong instead (it loaded,
-/// panicked, hung, or its error is not one line of bad input).
+/// The load's one-line error, or what went wrong instead.
 fn refusal(dir: &std::path::Path) -> Result<String, String> {
     let d = dir.to_path_buf();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = Decoder::load_hf(&d).map(|_| ());
-        let _ = tx.send(r.map_err(|e| (e.is_bad_input(), e.to_string())));
-    });
-    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err("the load hangs".into()),
-        Err(_) => Err("the load panics".into()),
-        Ok(Ok(())) => Err("it loads".into()),
-        Ok(Err((true, e))) if !e.contains('\n') => Ok(e),
-        Ok(Err((_, e))) => Err(format!("not one line of bad input: {e}")),
-    }
+    common::refusal::refusal(move || Decoder::load_hf(&d).map(|_| ()))
 }
 
 /// Every size the folder's config.json implies is checked before the

@@ -4,6 +4,7 @@
 pub mod fixtures;
 pub mod fuzz;
 pub mod gguf_writer;
+pub mod refusal;
 pub mod run_folder;
 pub mod skip;
 pub mod tiny_gguf;
