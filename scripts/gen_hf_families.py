@@ -17,6 +17,10 @@ a sequence of 20 tokens. Per family, what it switches on:
   at 3 (small caps, so that both bite at these weights), head_dim 16,
   query_pre_attn_scalar 24, a tied head.
 - llama: Pre-RMSNorm, SwiGLU, an untied head.
+- llama-rope-llama3, llama-rope-linear: llama's with RoPE scaled as Llama
+  3 does (factor 8, bands from an original context of 64, so that with
+  head_dim 8 one frequency is kept, one blended and two divided) and
+  linearly (factor 4); saved in float32 only.
 - mistral: llama's, with a sliding window of 8 on every layer.
 - olmo2: RMSNorm after each sublayer's output (no input norms), QK-Norm
   over the whole q and k, an untied head.
@@ -86,6 +90,26 @@ FAMILIES = {
         ),
     ),
     "llama": (LlamaConfig, LlamaForCausalLM, dict(tie_word_embeddings=False, rope_theta=10000.0)),
+    "llama-rope-llama3": (
+        LlamaConfig,
+        LlamaForCausalLM,
+        dict(
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        ),
+    ),
+    "llama-rope-linear": (
+        LlamaConfig,
+        LlamaForCausalLM,
+        dict(tie_word_embeddings=False, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
+    ),
     "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, sliding_window=8, rope_theta=50000.0)),
     "olmo2": (Olmo2Config, Olmo2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=500000.0)),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1000000.0)),
@@ -148,8 +172,9 @@ def main():
                 else:
                     p.normal_(0.0, 0.2)
         save(model, Model, os.path.join(OUT, name), ids, torch.float32)
-        save(model, Model, os.path.join(OUT, name + "-bf16"), ids, torch.bfloat16)
-        print(f"wrote {name} and {name}-bf16")
+        if "-rope-" not in name:
+            save(model, Model, os.path.join(OUT, name + "-bf16"), ids, torch.bfloat16)
+        print(f"wrote {name}")
 
 
 if __name__ == "__main__":

@@ -65,13 +65,21 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
     for (name, family, qk, window) in [
         ("gemma2", "gemma2", false, Some(8)),
         ("llama", "llama", false, None),
+        ("llama-rope-llama3", "llama", false, None),
+        ("llama-rope-linear", "llama", false, None),
         ("mistral", "mistral", false, Some(8)),
         ("olmo2", "olmo2", true, None),
         ("qwen2", "qwen2", false, None),
         ("qwen3", "qwen3", true, None),
     ] {
-        for suffix in ["", "-bf16"] {
+        let suffixes: &[&str] = if name.contains("-rope-") {
+            &[""]
+        } else {
+            &["", "-bf16"]
+        };
+        for suffix in suffixes {
             let folder = format!("{name}{suffix}");
+            let scaled = name.contains("-rope-");
             let m = Decoder::load_hf(&dir(&folder)).unwrap();
             assert_eq!(m.cfg.family, family);
             let gemma = family.starts_with("gemma");
@@ -85,6 +93,7 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             assert_eq!(m.cfg.attn_softcap.is_some(), gemma, "{folder}");
             assert_eq!(m.cfg.qk_norm, qk, "{folder}");
             assert_eq!(m.cfg.qkv_bias, family == "qwen2", "{folder}");
+            assert_eq!(m.cfg.rope_scaling.is_some(), scaled, "{folder}");
             // Gemma 2 alternates: a window on layer 0, full attention on 1.
             let windows: Vec<_> = m.cfg.attn.iter().map(|a| a.window).collect();
             let want = if gemma {
@@ -132,17 +141,33 @@ fn options_the_decoder_does_not_implement_are_refused_by_name() {
     use serde_json::json;
     for (case, edit, words) in [
         (
-            "llama3-rope",
+            "yarn-rope",
+            Box::new(|c: &mut Value| {
+                c["rope_parameters"] =
+                    json!({"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0})
+            }) as Box<dyn FnOnce(&mut Value)>,
+            "RoPE scaling 'yarn'",
+        ),
+        (
+            "old-dynamic",
+            Box::new(|c: &mut Value| c["rope_scaling"] = json!({"type": "dynamic", "factor": 4.0})),
+            "RoPE scaling 'dynamic'",
+        ),
+        (
+            "llama3-no-bands",
             Box::new(|c: &mut Value| {
                 c["rope_parameters"] =
                     json!({"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0})
-            }) as Box<dyn FnOnce(&mut Value)>,
-            "RoPE scaling 'llama3'",
+            }),
+            "low_freq_factor",
         ),
         (
-            "old-yarn",
-            Box::new(|c: &mut Value| c["rope_scaling"] = json!({"type": "yarn", "factor": 4.0})),
-            "RoPE scaling 'yarn'",
+            "linear-zero",
+            Box::new(|c: &mut Value| {
+                c["rope_parameters"] =
+                    json!({"rope_type": "linear", "rope_theta": 5e5, "factor": 0.0})
+            }),
+            "not a positive number",
         ),
         (
             "bias",

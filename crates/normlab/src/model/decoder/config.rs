@@ -49,6 +49,81 @@ pub enum RopePairs {
     Halves,
 }
 
+/// How RoPE's frequencies are scaled for a longer context (transformers'
+/// `rope_parameters.rope_type`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    /// Every inverse frequency divided by `factor`.
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// Llama 3's: wavelengths longer than `original_context /
+    /// low_freq_factor` divided by `factor`, those shorter than
+    /// `original_context / high_freq_factor` kept, and a smooth blend
+    /// between.
+    Llama3 {
+        /// The divisor of the low frequencies.
+        factor: f64,
+        /// Where the low frequencies start.
+        low_freq_factor: f64,
+        /// Where the high frequencies start.
+        high_freq_factor: f64,
+        /// The context the model was first trained for.
+        original_context: f64,
+    },
+}
+
+impl RopeScaling {
+    /// The scaled inverse frequency `inv`.
+    pub fn apply(self, inv: f64) -> f64 {
+        match self {
+            RopeScaling::Linear { factor } => inv / factor,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: lo,
+                high_freq_factor: hi,
+                original_context: ctx,
+            } => {
+                let wavelen = 2.0 * std::f64::consts::PI / inv;
+                if wavelen < ctx / hi {
+                    inv
+                } else if wavelen > ctx / lo {
+                    inv / factor
+                } else {
+                    let s = (ctx / wavelen - lo) / (hi - lo);
+                    (1.0 - s) * inv / factor + s * inv
+                }
+            }
+        }
+    }
+
+    /// Refuse factors that are not finite and positive (and Llama 3's
+    /// bands out of order).
+    fn check(self) -> Result<()> {
+        let ok = match self {
+            RopeScaling::Linear { factor } => factor.is_finite() && factor > 0.0,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: lo,
+                high_freq_factor: hi,
+                original_context: ctx,
+            } => {
+                [factor, lo, hi, ctx]
+                    .iter()
+                    .all(|v| v.is_finite() && *v > 0.0)
+                    && hi > lo
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("RoPE scaling {self:?} has a factor that is not a positive number").into())
+        }
+    }
+}
+
 /// One layer's attention: its window and its RoPE base.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct LayerAttention {
@@ -110,6 +185,9 @@ pub struct DecoderConfig {
     pub attn: Vec<LayerAttention>,
     /// RoPE pairing.
     pub rope_pairs: RopePairs,
+    /// RoPE's frequency scaling, if any (every layer).
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
     /// tanh soft-capping of the final logits (Gemma 2; None elsewhere).
     pub final_softcap: Option<f32>,
     /// tanh soft-capping of the attention logits before the softmax,
@@ -180,6 +258,15 @@ impl DecoderConfig {
         }
         if self.qkv_bias {
             s += ", q/k/v biases";
+        }
+        match self.rope_scaling {
+            Some(RopeScaling::Linear { factor }) => {
+                s += &format!(", RoPE scaled linearly by {factor}")
+            }
+            Some(RopeScaling::Llama3 { factor, .. }) => {
+                s += &format!(", RoPE with Llama 3 scaling (factor {factor})")
+            }
+            None => {}
         }
         if let Some(cap) = self.attn_softcap {
             s += &format!(", attention logits capped at {cap}");
@@ -256,6 +343,9 @@ impl DecoderConfig {
         }
         if self.d == 0 || self.vocab == 0 || self.ffn == 0 || self.context == 0 {
             return Err("embedding_length, vocab_size, feed_forward_length and context_length must be at least 1".into());
+        }
+        if let Some(s) = self.rope_scaling {
+            s.check()?;
         }
         if self.heads == 0
             || self.kv_heads == 0

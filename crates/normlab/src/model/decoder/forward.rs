@@ -114,7 +114,7 @@ impl Decoder {
         let mut tables: Vec<(f64, Vec<f32>, Vec<f32>)> = Vec::new();
         for a in &c.attn {
             if !tables.iter().any(|(b, _, _)| *b == a.rope_base) {
-                let (cos, sin) = rope_table(past, t, hd, a.rope_base);
+                let (cos, sin) = rope_table(past, t, hd, a.rope_base, c.rope_scaling);
                 tables.push((a.rope_base, cos, sin));
             }
         }

@@ -58,7 +58,13 @@ pub(super) fn head_view(buf: &[f32], off: usize, rows: usize, cols: usize, rs: u
 
 /// cos/sin of position p times frequency i for positions `start ..
 /// start + t`, `[t, hd/2]`, computed in f64.
-pub(super) fn rope_table(start: usize, t: usize, hd: usize, base: f64) -> (Vec<f32>, Vec<f32>) {
+pub(super) fn rope_table(
+    start: usize,
+    t: usize,
+    hd: usize,
+    base: f64,
+    scaling: Option<super::RopeScaling>,
+) -> (Vec<f32>, Vec<f32>) {
     let half = hd / 2;
     let mut cos = vec![0f32; t * half];
     let mut sin = vec![0f32; t * half];
@@ -66,7 +72,8 @@ pub(super) fn rope_table(start: usize, t: usize, hd: usize, base: f64) -> (Vec<f
         let p = start + r;
         for i in 0..half {
             // As Hugging Face computes it: the inverse frequency in f32.
-            let inv = (1.0 / base.powf((2 * i) as f64 / hd as f64)) as f32;
+            let inv = 1.0 / base.powf((2 * i) as f64 / hd as f64);
+            let inv = scaling.map_or(inv, |s| s.apply(inv)) as f32;
             let ang = f64::from(p as f32 * inv);
             cos[r * half + i] = ang.cos() as f32;
             sin[r * half + i] = ang.sin() as f32;

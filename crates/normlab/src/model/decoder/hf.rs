@@ -15,7 +15,9 @@
 //! tensor's type and shape, is checked against what config.json implies
 //! before it is read (see [`Decoder::load_hf`]).
 
-use super::{names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs};
+use super::{
+    names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, RopeScaling,
+};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::hf_folder;
@@ -43,30 +45,53 @@ fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
     Ok(v as usize)
 }
 
-/// The RoPE base of a `config.json`: `rope_parameters` (transformers 5)
-/// or the older top-level `rope_theta`; a RoPE scaling other than the
-/// default is refused by name, never run as plain RoPE.
-fn rope_base(c: &Value, default: f64) -> Result<f64> {
+/// The RoPE base and scaling of a `config.json`: `rope_parameters`
+/// (transformers 5) or the older top-level `rope_theta` and `rope_scaling`.
+/// Linear and Llama 3 scaling are read; any other (yarn, dynamic,
+/// longrope, ...) is refused by name, never run as plain RoPE.
+fn rope(c: &Value, default: f64) -> Result<(f64, Option<RopeScaling>)> {
     let params = c.get("rope_parameters").filter(|v| !v.is_null());
-    let scaling = c.get("rope_scaling").filter(|v| !v.is_null());
-    for r in [params, scaling].into_iter().flatten() {
+    let old = c.get("rope_scaling").filter(|v| !v.is_null());
+    let mut scaling = None;
+    for r in [params, old].into_iter().flatten() {
         let ty = r
             .get("rope_type")
             .or_else(|| r.get("type"))
             .and_then(Value::as_str)
             .unwrap_or("default");
-        if ty != "default" {
-            return Err(format!(
-                "RoPE scaling '{ty}' is not supported (normlab implements plain RoPE)"
-            )
-            .into());
-        }
+        let f = |key: &str| num(r, key, None);
+        scaling = match ty {
+            "default" => scaling,
+            "linear" => Some(RopeScaling::Linear { factor: f("factor")? }),
+            "llama3" => Some(RopeScaling::Llama3 {
+                factor: f("factor")?,
+                low_freq_factor: f("low_freq_factor")?,
+                high_freq_factor: f("high_freq_factor")?,
+                original_context: f("original_max_position_embeddings")?,
+            }),
+            other => {
+                return Err(format!(
+                    "RoPE scaling '{other}' is not supported (normlab implements plain, linear and llama3 RoPE)"
+                )
+                .into())
+            }
+        };
     }
-    match params.and_then(|r| r.get("rope_theta")) {
-        Some(v) => v
-            .as_f64()
-            .ok_or_else(|| "config.json: rope_theta is not a number".into()),
-        None => num(c, "rope_theta", Some(default)),
+    let base = match params.and_then(|r| r.get("rope_theta")) {
+        Some(v) => v.as_f64().ok_or_else(|| -> crate::error::Error {
+            "config.json: rope_theta is not a number".into()
+        })?,
+        None => num(c, "rope_theta", Some(default))?,
+    };
+    Ok((base, scaling))
+}
+
+/// The RoPE base of a family that reads no scaling (Gemma 2): scaling is
+/// refused by name.
+fn rope_base(c: &Value, default: f64) -> Result<f64> {
+    match rope(c, default)? {
+        (base, None) => Ok(base),
+        (_, Some(s)) => Err(format!("RoPE scaling {s:?} is not supported in this family").into()),
     }
 }
 
@@ -119,7 +144,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         count(c, "num_attention_heads", None)?,
     );
     let head_dim = count(c, "head_dim", Some(d / heads.max(1)))?;
-    let base = rope_base(c, 10_000.0)?;
+    let (base, rope_scaling) = rope(c, 10_000.0)?;
     let window = match c.get("sliding_window") {
         None | Some(Value::Null) => None,
         Some(_) => Some(count(c, "sliding_window", None)?),
@@ -171,6 +196,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         qk_norm: family == "qwen3" || olmo2,
         qkv_bias: family == "qwen2",
         qk_norm_whole: olmo2,
+        rope_scaling,
         attn_softcap: None,
         act: GatedAct::Silu,
         emb_scale: 1.0,
@@ -314,6 +340,7 @@ pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         qk_norm: !gemma2,
         qkv_bias: false,
         qk_norm_whole: false,
+        rope_scaling: None,
         attn_softcap,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f64).sqrt() as f32,

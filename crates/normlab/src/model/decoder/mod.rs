@@ -44,7 +44,9 @@ pub(crate) mod tokenizer;
 mod trace;
 
 pub use super::SublayerTrace;
-pub use config::{DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, MAX_BLOCKS};
+pub use config::{
+    DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, RopeScaling, MAX_BLOCKS,
+};
 pub use forward::KvCache;
 pub use inspect::{
     held_out_text, inspect, stream_growth, DecoderLayerRow, FinalNormEffect, GainRow, Inspection,

@@ -53,6 +53,7 @@ fn tiny() -> Decoder {
         qk_norm: true,
         qkv_bias: false,
         qk_norm_whole: false,
+        rope_scaling: None,
         attn_softcap: None,
         act: GatedAct::GeluTanh,
         emb_scale: (d as f32).sqrt(),
