@@ -258,7 +258,7 @@ fn hostile_bert_folders_are_refused_with_one_line() {
     let d = folder("sharded", |_| {}, None);
     std::fs::remove_file(d.join("model.safetensors")).unwrap();
     std::fs::write(d.join("model.safetensors.index.json"), b"{}").unwrap();
-    expect("sharded", d, &["sharded"]);
+    expect("sharded without a weight_map", d, &["weight_map"]);
     // The tokenizer: ids outside the vocabulary, a FIFO, none.
     let d = folder("tok-ids", |_| {}, None);
     let far = [("[UNK]", 0), ("norm", 1), ("lab", 40), ("layer", 3)];

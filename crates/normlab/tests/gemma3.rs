@@ -328,11 +328,11 @@ fn hostile_folders_are_refused_before_the_weights_are_read() {
     if unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) } == 0 {
         expect("tokenizer.json FIFO", &d, &["not a regular file"]);
     }
-    // A sharded folder says so.
+    // A shard index without a weight map is refused.
     let d = hostile_folder("sharded", |_| {}, None);
     std::fs::remove_file(d.join("model.safetensors")).unwrap();
     std::fs::write(d.join("model.safetensors.index.json"), b"{}").unwrap();
-    expect("sharded", &d, &["sharded"]);
+    expect("sharded without a weight_map", &d, &["weight_map"]);
     for n in [
         "eps",
         "big-config",

@@ -199,3 +199,89 @@ fn options_the_decoder_does_not_implement_are_refused_by_name() {
         std::fs::remove_dir_all(&d).ok();
     }
 }
+
+/// A folder whose weights are split into shards by
+/// `model.safetensors.index.json` loads as the one-file folder does (the
+/// same logits, bit for bit); shard names outside the folder, a tensor in
+/// two shards, a missing shard and a missing tensor are refused.
+#[test]
+fn sharded_folders_load_like_one_file() {
+    let src = dir("llama");
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    names.sort();
+    let (a, b) = names.split_at(names.len() / 2);
+    let shard = |part: &[String]| {
+        let views: Vec<(String, safetensors::tensor::TensorView)> = part
+            .iter()
+            .map(|n| (n.clone(), st.tensor(n).unwrap()))
+            .collect();
+        safetensors::tensor::serialize(views, None).unwrap()
+    };
+    let make = |case: &str, index: Value, files: &[(&str, Vec<u8>)]| {
+        let d = std::env::temp_dir().join(format!("normlab-shards-{}-{case}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(src.join("config.json"), d.join("config.json")).unwrap();
+        for (f, b) in files {
+            std::fs::write(d.join(f), b).unwrap();
+        }
+        std::fs::write(
+            d.join("model.safetensors.index.json"),
+            serde_json::to_vec(&index).unwrap(),
+        )
+        .unwrap();
+        d
+    };
+    let (f1, f2) = (
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    );
+    let map = |files: [&str; 2]| {
+        let mut m = serde_json::Map::new();
+        for (part, f) in [(a, files[0]), (b, files[1])] {
+            for n in part {
+                m.insert(n.clone(), Value::from(f));
+            }
+        }
+        serde_json::json!({"metadata": {}, "weight_map": m})
+    };
+    let good = make("good", map([f1, f2]), &[(f1, shard(a)), (f2, shard(b))]);
+    let ids: Vec<u32> = (3..23).collect();
+    let one = Decoder::load_hf(&src).unwrap().logits(&ids).unwrap();
+    let split = Decoder::load_hf(&good).unwrap().logits(&ids).unwrap();
+    assert_eq!(one, split);
+    let mut dirs = vec![good];
+    for (case, index, files, words) in [
+        (
+            "outside",
+            map(["../x.safetensors", f2]),
+            vec![(f2, shard(b))],
+            "is not a .safetensors file name in the folder",
+        ),
+        (
+            "twice",
+            map([f1, f2]),
+            vec![(f1, shard(a)), (f2, shard(&names))],
+            "in two shards",
+        ),
+        ("missing-shard", map([f1, f2]), vec![(f1, shard(a))], f2),
+        (
+            "missing-tensor",
+            map([f1, f2]),
+            vec![(f1, shard(a)), (f2, shard(&b[1..]))],
+            "has no tensor",
+        ),
+    ] {
+        let d = make(case, index, &files);
+        let e = Decoder::load_hf(&d).err().expect("refused");
+        assert!(e.is_bad_input(), "{case}: {e}");
+        let e = e.to_string();
+        assert!(e.contains(words) && !e.contains('\n'), "{case}: {e}");
+        dirs.push(d);
+    }
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

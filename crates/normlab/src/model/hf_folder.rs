@@ -1,10 +1,11 @@
 //! What every reader of a Hugging Face folder shares ([`Decoder::load_hf`]
 //! and [`Bert::load`]): `config.json` read up to [`MAX_CONFIG_BYTES`];
-//! `model.safetensors` checked against the tensors its configuration
+//! `model.safetensors` (or the shards `model.safetensors.index.json`
+//! names) checked against the tensors its configuration
 //! implies before any tensor is read (the file's size against their values
 //! and a header of at most [`MAX_HEADER_BYTES`], the memory the f32
 //! weights need, then the table tensor by tensor: none missing, none
-//! extra, a float type, the exact shape); sharded folders refused by name;
+//! extra, a float type, the exact shape);
 //! `tokenizer.json` read as a regular file up to [`MAX_TOKENIZER_BYTES`]
 //! (a FIFO is refused, not waited on).
 //!
@@ -59,7 +60,7 @@ impl Expected {
     }
 
     /// Check `st`'s table before any tensor is read (see the module doc).
-    pub fn check_table(&self, st: &SafeTensors) -> Result<()> {
+    pub fn check_table(&self, st: &Shards) -> Result<()> {
         let find = |name: &str| {
             let all = [&self.required, &self.optional, &self.ignored];
             all.into_iter().enumerate().find_map(|(i, v)| {
@@ -78,8 +79,9 @@ impl Expected {
                 .into());
             };
             let t = st
-                .tensor(name)
-                .map_err(|e| format!("tensor '{name}': {e}"))?;
+                .part(name)
+                .and_then(|p| p.tensor(name).ok())
+                .ok_or_else(|| format!("tensor '{name}' cannot be read"))?;
             if !ignored && !matches!(t.dtype(), Dtype::F32 | Dtype::BF16 | Dtype::F16) {
                 return Err(format!(
                     "tensor '{name}' is {:?}; normlab reads F32, BF16 and F16",
@@ -95,7 +97,7 @@ impl Expected {
                 .into());
             }
         }
-        if let Some((name, _)) = self.required.iter().find(|(n, _)| st.tensor(n).is_err()) {
+        if let Some((name, _)) = self.required.iter().find(|(n, _)| st.part(n).is_none()) {
             return Err(format!("has no tensor '{name}' (config.json implies it)").into());
         }
         Ok(())
@@ -118,26 +120,78 @@ pub fn model_type(dir: &Path) -> Result<String> {
         .to_string())
 }
 
-/// Read `dir/model.safetensors` once its size fits `want` and the memory
-/// (refusing a sharded folder by name); returns its path and bytes, for
-/// [`tensors`].
-pub fn read_weights(dir: &Path, want: &Expected) -> Result<(PathBuf, Vec<u8>)> {
-    let path = dir.join("model.safetensors");
-    if !path.exists() && dir.join("model.safetensors.index.json").exists() {
+/// Most shards a sharded folder may name.
+pub const MAX_SHARDS: usize = 4096;
+
+/// The weights files of a folder, read: one `model.safetensors`, or the
+/// shards `model.safetensors.index.json` names.
+pub struct WeightFiles {
+    /// Each file's path and bytes.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+/// The shard files `dir/model.safetensors.index.json` names (its
+/// `weight_map`'s values): plain `.safetensors` file names in `dir`.
+fn shard_names(dir: &Path) -> Result<Vec<String>> {
+    let path = dir.join("model.safetensors.index.json");
+    let index: Value =
+        serde_json::from_slice(&crate::io::read_at_most(&path, 16 * MAX_CONFIG_BYTES)?)
+            .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+    let map = index
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("{} has no weight_map", path.display()))?;
+    let mut names: Vec<String> = Vec::new();
+    for v in map.values() {
+        let f = v.as_str().unwrap_or("");
+        let plain = f.ends_with(".safetensors")
+            && !f.starts_with('.')
+            && !f.contains(['/', '\\'])
+            && !f.contains("..");
+        if !plain {
+            return Err(format!(
+                "{}: shard '{f}' is not a .safetensors file name in the folder",
+                path.display()
+            )
+            .into());
+        }
+        if !names.iter().any(|n| n == f) {
+            names.push(f.to_string());
+        }
+    }
+    if names.is_empty() || names.len() > MAX_SHARDS {
         return Err(format!(
-            "{}: sharded weights (model.safetensors.index.json) are not supported: normlab reads one model.safetensors",
-            dir.display()
+            "{} names {} shards (1 to {MAX_SHARDS} are read)",
+            path.display(),
+            names.len()
         )
         .into());
     }
-    let len = std::fs::metadata(&path)
-        .map_err(|e| Error::read(&path, e))?
-        .len();
-    let (values, most) = (want.values(), want.most_bytes());
+    names.sort();
+    Ok(names)
+}
+
+/// Read the folder's weights once their sizes fit `want` and the memory:
+/// `model.safetensors`, or every shard of `model.safetensors.index.json`;
+/// for [`WeightFiles::tensors`].
+pub fn read_weights(dir: &Path, want: &Expected) -> Result<WeightFiles> {
+    let single = dir.join("model.safetensors");
+    let paths: Vec<PathBuf> =
+        if !single.exists() && dir.join("model.safetensors.index.json").exists() {
+            shard_names(dir)?.iter().map(|f| dir.join(f)).collect()
+        } else {
+            vec![single]
+        };
+    let mut len = 0u64;
+    for p in &paths {
+        len += std::fs::metadata(p).map_err(|e| Error::read(p, e))?.len();
+    }
+    let values = want.values();
+    let most = want.most_bytes() + (paths.len() as u64 - 1) * (8 + MAX_HEADER_BYTES);
     if len > most {
         return Err(format!(
-            "{} is {len} bytes, more than the {most} its config.json implies ({values} values at 4 bytes, a header of at most {})",
-            path.display(),
+            "{} is {len} bytes, more than the {most} its config.json implies ({values} values at 4 bytes, a header of at most {} per file)",
+            if paths.len() == 1 { paths[0].display().to_string() } else { format!("{} ({} shards)", dir.display(), paths.len()) },
             human_bytes(MAX_HEADER_BYTES as f64)
         )
         .into());
@@ -146,29 +200,67 @@ pub fn read_weights(dir: &Path, want: &Expected) -> Result<(PathBuf, Vec<u8>)> {
         len as f64 + f32_bytes(values as f64),
         &format!("loading {} ({values} weights)", dir.display()),
     )?;
-    let bytes = crate::io::read(&path)?;
-    Ok((path, bytes))
+    let files = paths
+        .into_iter()
+        .map(|p| crate::io::read(&p).map(|b| (p, b)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(WeightFiles { files })
 }
 
-/// The table of a weights file [`read_weights`] read, checked against
-/// `want` (its header no longer than [`MAX_HEADER_BYTES`]).
-pub fn tensors<'a>(path: &Path, bytes: &'a [u8], want: &Expected) -> Result<SafeTensors<'a>> {
-    let bad = |e: &dyn std::fmt::Display| -> Error {
-        format!("{} is not valid: {e}", path.display()).into()
-    };
-    let header = bytes
-        .get(..8)
-        .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-    if header > MAX_HEADER_BYTES {
-        return Err(bad(&format!(
-            "its header of {header} bytes is more than the {} read",
-            human_bytes(MAX_HEADER_BYTES as f64)
-        )));
+/// The tensors of every weights file of a folder, by name.
+pub struct Shards<'a> {
+    parts: Vec<SafeTensors<'a>>,
+    at: std::collections::HashMap<String, usize>,
+}
+
+impl<'a> Shards<'a> {
+    /// Every tensor's name.
+    pub fn names(&self) -> Vec<&str> {
+        self.at.keys().map(String::as_str).collect()
     }
-    let st = SafeTensors::deserialize(bytes).map_err(|e| bad(&e))?;
-    want.check_table(&st)
-        .map_err(|e| e.within(&path.display().to_string()))?;
-    Ok(st)
+
+    /// The file holding `name`.
+    pub fn part(&self, name: &str) -> Option<&SafeTensors<'a>> {
+        self.at.get(name).map(|&i| &self.parts[i])
+    }
+}
+
+impl WeightFiles {
+    /// Every file's table (headers no longer than [`MAX_HEADER_BYTES`],
+    /// no name in two files), checked against `want` before any tensor is
+    /// read.
+    pub fn tensors(&self, want: &Expected) -> Result<Shards<'_>> {
+        let mut parts = Vec::with_capacity(self.files.len());
+        let mut at = std::collections::HashMap::new();
+        for (i, (path, bytes)) in self.files.iter().enumerate() {
+            let bad = |e: &dyn std::fmt::Display| -> Error {
+                format!("{} is not valid: {e}", path.display()).into()
+            };
+            let header = bytes
+                .get(..8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+            if header > MAX_HEADER_BYTES {
+                return Err(bad(&format!(
+                    "its header of {header} bytes is more than the {} read",
+                    human_bytes(MAX_HEADER_BYTES as f64)
+                )));
+            }
+            let st = SafeTensors::deserialize(bytes).map_err(|e| bad(&e))?;
+            for name in st.names() {
+                if at.insert(name.to_string(), i).is_some() {
+                    return Err(bad(&format!("tensor '{name}' is in two shards")));
+                }
+            }
+            parts.push(st);
+        }
+        let shards = Shards { parts, at };
+        let where_ = match self.files.as_slice() {
+            [(p, _)] => p.display().to_string(),
+            _ => format!("{} shards", self.files.len()),
+        };
+        want.check_table(&shards).map_err(|e| e.within(&where_))?;
+        Ok(shards)
+    }
 }
 
 /// `dir/tokenizer.json`, when there, read up to [`MAX_TOKENIZER_BYTES`].

@@ -255,19 +255,23 @@ impl Bert {
         cfg.check().map_err(at)?;
         // The size bound is the same with either prefix.
         let plain = expected(&cfg, "");
-        let (path, bytes) = hf_folder::read_weights(dir, &plain)?;
+        let files = hf_folder::read_weights(dir, &plain)?;
         // Some exports prefix every tensor with "bert.".
-        let probe = SafeTensors::read_metadata(&bytes)
-            .map(|(_, m)| {
+        let probe = files.files.iter().any(|(_, b)| {
+            SafeTensors::read_metadata(b).is_ok_and(|(_, m)| {
                 m.tensors()
                     .contains_key("bert.embeddings.word_embeddings.weight")
             })
-            .unwrap_or(false);
+        });
         let prefix = if probe { "bert." } else { "" };
         let want = if probe { expected(&cfg, prefix) } else { plain };
-        let st = hf_folder::tensors(&path, &bytes, &want)?;
-        let t = |n: &str| {
-            tensor(&st, &format!("{prefix}{n}")).map_err(|e| e.within(&path.display().to_string()))
+        let st = files.tensors(&want)?;
+        let t = |n: &str| -> Result<Vec<f32>> {
+            let name = format!("{prefix}{n}");
+            let part = st
+                .part(&name)
+                .ok_or_else(|| format!("model.safetensors has no tensor '{name}'"))?;
+            tensor(part, &name).map_err(|e| e.within(&dir.display().to_string()))
         };
         let word = t("embeddings.word_embeddings.weight")?;
         let pos = t("embeddings.position_embeddings.weight")?;

@@ -425,8 +425,8 @@ impl Decoder {
             optional,
             ignored: Vec::new(),
         };
-        let (path, bytes) = hf_folder::read_weights(dir, &want)?;
-        let st = hf_folder::tensors(&path, &bytes, &want)?;
+        let files = hf_folder::read_weights(dir, &want)?;
+        let st = files.tensors(&want)?;
         let tokenizer = hf_folder::read_tokenizer(dir)?;
         let bos = tokenizer.as_ref().map(bos_of).transpose()?.flatten();
         let mut m = Decoder::from_tensors(cfg, names, &st, tokenizer, eos).map_err(at)?;

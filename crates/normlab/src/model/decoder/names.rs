@@ -296,6 +296,18 @@ impl TensorSource for safetensors::SafeTensors<'_> {
     }
 }
 
+impl TensorSource for crate::model::hf_folder::Shards<'_> {
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.part(name)?.shape(name)
+    }
+    fn read(&self, name: &str) -> Result<Vec<f32>> {
+        match self.part(name) {
+            Some(p) => p.read(name),
+            None => Err(format!("the safetensors files have no tensor '{name}'").into()),
+        }
+    }
+}
+
 impl Decoder {
     /// Build a decoder of `cfg` from `src`'s tensors named by `names`:
     /// every size is checked against the configuration and every value
