@@ -394,10 +394,10 @@ pub static DEPARTURES: &[Departure] = &[
     },
     Departure {
         chapter: "cross-check",
-        claims: "C1, C2, C3, C5, C6, C12, C16",
-        lesson: "PyTorch, one seed per setting (C1, C2, C3), inputs as each claim gives them; C12: a 20-layer toy net trained 3000 steps, its task not given; C16: the course's GPT",
-        normlab: "the same settings in PyTorch (torch's modules and RNG, nn.GELU's exact form) and in normlab, 30 to 200 seeds each (quick: 15 to 50); SmolLM2 through transformers on the same file and tokens; C12 on normlab's toy task (docs/toy-task.md), 3 seeds a side (quick: 200 steps, 2 seeds), PyTorch drawing its own training data and scoring the documented held-out set; C16 on normlab's GPT (docs/gpt.md), 8 blocks, 500 steps, 2 seeds, and 30 seeds of the gradient at init",
-        why: "an independent implementation catches a misread setting or a bug shared by a forward and its backward",
+        claims: "C1, C2, C3, C5, C6, C12, C16, C24-C27",
+        lesson: "PyTorch, one seed per setting (C1, C2, C3), inputs as each claim gives them; C12: a 20-layer toy net trained 3000 steps, its task not given; C16: the course's GPT; C24-C27: no setting",
+        normlab: "the same settings in PyTorch (torch's modules and RNG, nn.GELU's exact form) and in normlab, 30 to 200 seeds each (quick: 15 to 50); SmolLM2 through transformers on the same file and tokens; C12 on normlab's toy task (docs/toy-task.md), 3 seeds a side (quick: 200 steps, 2 seeds), PyTorch drawing its own training data and scoring the documented held-out set; C16 on normlab's GPT (docs/gpt.md), 8 blocks, 500 steps, 2 seeds, and 30 seeds of the gradient at init; C24 and C25's arithmetic on 30 seeds; C26 on attention-sink's 1-layer Bigram-Backcopy GPT, 3 seeds; C27 on C12's toy net at 12 blocks and 1000 steps (residual-routing's is 30 blocks and 3000 steps), lr 1e-3, 2 seeds, Pre-LN, static HC, mHC and block AttnRes",
+        why: "an independent implementation catches a misread setting or a bug shared by a forward and its backward; C27 is smaller than its chapter because PyTorch on one thread takes about 90 ms a step there",
         depends: "no: it checks agreement, not the claims",
     },
 ];

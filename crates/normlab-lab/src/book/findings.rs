@@ -78,14 +78,41 @@ pub(super) fn agreement(records: &[&serde_json::Value]) -> &'static str {
 
 /// One record as a phrase: the statistic, normlab's and PyTorch's values.
 pub(super) fn agreement_line(a: &serde_json::Value) -> String {
-    let side = |v: &serde_json::Value| match v.as_f64() {
-        Some(x) => format!("{x:.3e}"),
-        None => format!(
-            "{:.4} [{:.4}, {:.4}]",
-            v["median"].as_f64().unwrap_or(f64::NAN),
-            v["min"].as_f64().unwrap_or(f64::NAN),
-            v["max"].as_f64().unwrap_or(f64::NAN)
-        ),
+    // A number; an order of names (C27's designs); or a spread over seeds,
+    // recorded as median, min and max or as the values themselves.
+    let side = |v: &serde_json::Value| {
+        if let Some(x) = v.as_f64() {
+            return format!("{x:.3e}");
+        }
+        if let Some(o) = v["order"].as_str() {
+            return o.to_string();
+        }
+        let (med, lo, hi) = match v["median"].as_f64() {
+            Some(m) => (
+                m,
+                v["min"].as_f64().unwrap_or(f64::NAN),
+                v["max"].as_f64().unwrap_or(f64::NAN),
+            ),
+            None => {
+                let mut xs: Vec<f64> = v["values"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+                    .unwrap_or_default();
+                xs.sort_by(f64::total_cmp);
+                match xs.len() {
+                    0 => (f64::NAN, f64::NAN, f64::NAN),
+                    n => {
+                        let m = if n % 2 == 1 {
+                            xs[n / 2]
+                        } else {
+                            0.5 * (xs[n / 2 - 1] + xs[n / 2])
+                        };
+                        (m, xs[0], xs[n - 1])
+                    }
+                }
+            }
+        };
+        format!("{med:.4} [{lo:.4}, {hi:.4}]")
     };
     format!(
         "{}: normlab {}, PyTorch {} ({})",
