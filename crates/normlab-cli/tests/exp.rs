@@ -471,6 +471,10 @@ fn fake_python(dir: &Path) -> PathBuf {
         "C25": {"std": (0..10).map(|i| 11.33 + 0.006 * i as f64).collect::<Vec<_>>()},
         "C26": {"ungated": [{"status": "converged", "final_eval_loss": 1.8, "share": 0.41}],
                 "gated": [{"status": "converged", "final_eval_loss": 1.8, "share": 0.09}]},
+        "C27": {"pre-ln": [{"status": "converged", "final_eval_loss": 2.80, "growth": 1.3}],
+                "hc": [{"status": "converged", "final_eval_loss": 2.65, "growth": 0.64}],
+                "mhc": [{"status": "converged", "final_eval_loss": 2.64, "growth": 1.5}],
+                "attnres": [{"status": "converged", "final_eval_loss": 2.67, "growth": 1.2}]},
     });
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(&fake, format!("#!/bin/sh\necho '{body}'\n")).unwrap();
