@@ -152,17 +152,7 @@ fn hostile_bert_folders_are_refused_with_one_line() {
     let mut failed = Vec::new();
     let mut dirs = Vec::new();
     let mut expect = |case: &str, d: PathBuf, words: &[&str]| {
-        match refusal(&d) {
-            Ok(e)
-                if words
-                    .iter()
-                    .all(|w| e.replace(d.to_str().unwrap(), "").contains(w)) =>
-            {
-                eprintln!("{case}: {e}")
-            }
-            Ok(e) => failed.push(format!("{case}: {e}")),
-            Err(why) => failed.push(format!("{case}: {why}")),
-        }
+        common::refusal::judge(case, &d, refusal(&d), words, &mut failed);
         dirs.push(d);
     };
     // The config is checked before model.safetensors is looked at.

@@ -19,3 +19,26 @@ pub fn refusal(
         Ok(Err((_, e))) => Err(format!("not one line of bad input: {e}")),
     }
 }
+
+/// Judge one hostile case: `outcome` (from [`refusal`]) must be a refusal
+/// whose message, the folder's own path `dir` taken out, holds every word
+/// of `words`. Prints the message; pushes what went wrong to `failed`.
+pub fn judge(
+    case: &str,
+    dir: &std::path::Path,
+    outcome: Result<String, String>,
+    words: &[&str],
+    failed: &mut Vec<String>,
+) {
+    match outcome {
+        Ok(e)
+            if words
+                .iter()
+                .all(|w| e.replace(dir.to_str().unwrap(), "").contains(w)) =>
+        {
+            eprintln!("{case}: {e}")
+        }
+        Ok(e) => failed.push(format!("{case}: {e}")),
+        Err(why) => failed.push(format!("{case}: {why}")),
+    }
+}

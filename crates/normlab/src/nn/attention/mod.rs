@@ -311,13 +311,7 @@ impl Attention {
                 max_logit = max_logit.max(self.kind.forward(pb, t, sink, ab));
                 for i0 in (0..t).step_by(BLOCK) {
                     let i1 = (i0 + BLOCK).min(t);
-                    let p = Mat {
-                        data: &pb[i0 * t..],
-                        rows: i1 - i0,
-                        cols: i1,
-                        rs: t,
-                        cs: 1,
-                    };
+                    let p = square_block(pb, t, i0, i1 - i0, 0, i1);
                     gemm(
                         1.0,
                         p,
@@ -427,13 +421,7 @@ impl Attention {
                     |r0: usize, n: usize| head((qkv, 3 * d, 2 * d), b * t + r0, hh * hd, n, hd);
                 let dctx = |r0: usize, n: usize| head((dmerged, d, 0), b * t + r0, hh * hd, n, hd);
                 let pb = &probs[(b * h + hh) * t * t..(b * h + hh + 1) * t * t];
-                let p_block = |i0: usize, n_rows: usize, c0: usize, n_cols: usize| Mat {
-                    data: &pb[i0 * t + c0..],
-                    rows: n_rows,
-                    cols: n_cols,
-                    rs: t,
-                    cs: 1,
-                };
+                let p_block = |i0, n_rows, c0, n_cols| square_block(pb, t, i0, n_rows, c0, n_cols);
                 // Where dq, dk, dv of this head go: straight into dqkv, or into
                 // the [rows, d] buffers that QK-Norm's backward reads.
                 let (dq_base, dq_rs) = if qk {
@@ -474,20 +462,8 @@ impl Attention {
                 }
                 for i0 in (0..t).step_by(BLOCK) {
                     let i1 = (i0 + BLOCK).min(t);
-                    let ds_rows = Mat {
-                        data: &dp[i0 * t..],
-                        rows: i1 - i0,
-                        cols: i1,
-                        rs: t,
-                        cs: 1,
-                    };
-                    let ds_cols = Mat {
-                        data: &dp[i0 * t + i0..],
-                        rows: t - i0,
-                        cols: i1 - i0,
-                        rs: t,
-                        cs: 1,
-                    };
+                    let ds_rows = square_block(dp, t, i0, i1 - i0, 0, i1);
+                    let ds_cols = square_block(dp, t, i0, t - i0, i0, i1 - i0);
                     let dq_out: &mut [f32] = if qk {
                         &mut dq[dq_base + i0 * dq_rs..]
                     } else {
@@ -533,6 +509,26 @@ impl Attention {
         if let Some((_, w)) = &self.gate {
             w.backward(params, grads, a, &c.dz, rows, Some(da), true);
         }
+    }
+}
+
+/// The `[n_rows, n_cols]` block at (`r0`, `c0`) of a row-major `t x t`
+/// matrix (a head's scores or probabilities).
+#[inline]
+fn square_block(
+    m: &[f32],
+    t: usize,
+    r0: usize,
+    n_rows: usize,
+    c0: usize,
+    n_cols: usize,
+) -> Mat<'_> {
+    Mat {
+        data: &m[r0 * t + c0..],
+        rows: n_rows,
+        cols: n_cols,
+        rs: t,
+        cs: 1,
     }
 }
 
