@@ -27,6 +27,18 @@ a sequence of 20 tokens. Per family, what it switches on:
 - qwen2: llama's, with biases on q, k and v (random, like every weight).
 - qwen3: QK-Norm per head before RoPE, head_dim 16 (queries wider than
   the stream), a tied head.
+- gpt2: Pre-LayerNorm with bias (biases N(0, 0.2^2)), learned positions,
+  q/k/v in one Conv1D stored [in, out], a plain MLP of width 48 (n_inner)
+  with gelu_new, biases on every projection, a tied head; 4 heads (no
+  grouped-query attention in this family). gpt2-bare: the same weights as
+  OpenAI's files on the Hub store them (a bare GPT2Model: no
+  `transformer.` prefix, no head, and the old attn.bias / attn.masked_bias
+  buffers), float32 only, expected values as gpt2's.
+- gpt_neox: Pre-LayerNorm with bias, attention and MLP in parallel, RoPE
+  on half of each 8-wide head (partial_rotary_factor 0.5), q/k/v stored
+  head by head, a plain exact-GELU MLP, an untied head.
+  gpt_neox-sequential: use_parallel_residual false, RoPE on a quarter of
+  each head, gelu_new; float32 only.
 
 Each model is also saved in bfloat16 (<name>-bf16/). Every folder's
 expected values come from transformers loading the saved folder back in
@@ -34,18 +46,25 @@ float32 (from_pretrained(dtype=float32): the bf16 weights upcast, the RoPE
 tables computed afresh), which is what normlab computes from the file.
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers numpy
-    /tmp/venv/bin/python scripts/gen_hf_families.py
+    /tmp/venv/bin/python scripts/gen_hf_families.py [NAME ...]
+
+With names, only those folders are written (the others stay as they are).
 """
 
 import json
 import os
 import shutil
+import sys
 
 import torch
 import transformers
 from transformers import (
     Gemma2Config,
     Gemma2ForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -115,14 +134,60 @@ FAMILIES = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1000000.0)),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True, head_dim=16, rope_theta=1000000.0)),
 }
+# The older families name their sizes their own way: no COMMON.
+GPT2 = dict(
+    vocab_size=64,
+    n_embd=32,
+    n_inner=48,
+    n_layer=2,
+    n_head=4,
+    n_positions=64,
+    layer_norm_epsilon=1e-5,
+    activation_function="gelu_new",
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+NEOX = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+    layer_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+OWN = {
+    "gpt2": (GPT2Config, GPT2LMHeadModel, GPT2),
+    "gpt_neox": (
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        dict(NEOX, hidden_act="gelu", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    ),
+    "gpt_neox-sequential": (
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        dict(
+            NEOX,
+            hidden_act="gelu_new",
+            use_parallel_residual=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25},
+        ),
+    ),
+}
 
 
 def record(model, ids):
     """Logits and each block's output stream (forward hooks)."""
     streams = []
+    base = model.base_model
+    layers = base.layers if hasattr(base, "layers") else base.h
     hooks = [
         layer.register_forward_hook(lambda m, i, o: streams.append((o[0] if isinstance(o, tuple) else o)[0].clone()))
-        for layer in model.model.layers
+        for layer in layers
     ]
     with torch.no_grad():
         logits = model(ids, use_cache=False).logits[0]
@@ -158,22 +223,50 @@ def save(model, Model, path, ids, dtype):
         )
 
 
+def bare_gpt2(src, path):
+    """gpt2's folder as OpenAI's GPT-2 files store it: tensors without the
+    `transformer.` prefix, no head, the old causal-mask buffers."""
+    from safetensors.torch import load_file, save_file
+
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+    tensors = {k.removeprefix("transformer."): v for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
+    n = GPT2["n_positions"]
+    for i in range(GPT2["n_layer"]):
+        tensors[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+        tensors[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    for f in ["config.json", "expected.json"]:
+        shutil.copy(os.path.join(src, f), os.path.join(path, f))
+
+
 def main():
+    only = sys.argv[1:]
     ids = torch.randint(3, COMMON["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(1))
-    for name, (Config, Model, extra) in FAMILIES.items():
+    families = {k: (c, m, {**COMMON, **e}) for k, (c, m, e) in FAMILIES.items()}
+    families.update(OWN)
+    for name, (Config, Model, kwargs) in families.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
-        cfg = Config(**COMMON, **extra)
+        cfg = Config(**kwargs)
         cfg._attn_implementation = "eager"
         model = Model(cfg).float().eval()
         with torch.no_grad():
             for pname, p in model.named_parameters():
-                if "norm" in pname:
+                # Norm gains (GPT-2's ln_*): N(1, 0.3^2), Gemma's stored w
+                # N(0, 0.3^2); every other weight and bias N(0, 0.2^2).
+                gain = ("norm" in pname or ".ln_" in pname) and pname.endswith("weight")
+                if gain:
                     p.normal_(0.0 if name.startswith("gemma") else 1.0, 0.3)
                 else:
                     p.normal_(0.0, 0.2)
         save(model, Model, os.path.join(OUT, name), ids, torch.float32)
-        if "-rope-" not in name:
+        if "-" not in name:
             save(model, Model, os.path.join(OUT, name + "-bf16"), ids, torch.bfloat16)
+        if name == "gpt2":
+            bare_gpt2(os.path.join(OUT, name), os.path.join(OUT, "gpt2-bare"))
         print(f"wrote {name}")
 
 

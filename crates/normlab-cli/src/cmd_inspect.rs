@@ -9,6 +9,7 @@
 
 use crate::ui::{bad, Table};
 use clap::Args;
+use normlab::kernels::norm::NormKind;
 use normlab::model::bert::{self, Bert};
 use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
@@ -258,8 +259,13 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
         "  C20 without the final norm the held-out loss goes from {:.4} to {:.4}",
         fin.loss_with, fin.loss_without
     );
+    let swap = if m.cfg.norm == NormKind::LayerNorm {
+        "every LayerNorm replaced by an RMSNorm keeping gain and bias"
+    } else {
+        "every RMSNorm replaced by a LayerNorm keeping its gain"
+    };
     println!(
-        "  C21 every RMSNorm replaced by a LayerNorm keeping its gain: held-out loss {:.4} (own {:.4})",
+        "  C21 {swap}: held-out loss {:.4} (own {:.4})",
         claims.loss_layernorm, fin.loss_with
     );
     print_more(&m, &insp);

@@ -71,8 +71,12 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
         ("olmo2", "olmo2", true, None),
         ("qwen2", "qwen2", false, None),
         ("qwen3", "qwen3", true, None),
+        ("gpt2", "gpt2", false, None),
+        ("gpt2-bare", "gpt2", false, None),
+        ("gpt_neox", "gpt_neox", false, None),
+        ("gpt_neox-sequential", "gpt_neox", false, None),
     ] {
-        let suffixes: &[&str] = if name.contains("-rope-") {
+        let suffixes: &[&str] = if name.contains('-') {
             &[""]
         } else {
             &["", "-bf16"]
@@ -83,6 +87,7 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             let m = Decoder::load_hf(&dir(&folder)).unwrap();
             assert_eq!(m.cfg.family, family);
             let gemma = family.starts_with("gemma");
+            let gpt = family.starts_with("gpt");
             let placement = match family {
                 "gemma2" => Placement::Sandwich,
                 "olmo2" => Placement::Olmo2,
@@ -92,8 +97,21 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             assert_eq!(m.cfg.placement, placement);
             assert_eq!(m.cfg.attn_softcap.is_some(), gemma, "{folder}");
             assert_eq!(m.cfg.qk_norm, qk, "{folder}");
-            assert_eq!(m.cfg.qkv_bias, family == "qwen2", "{folder}");
+            assert_eq!(m.cfg.qkv_bias, family == "qwen2" || gpt, "{folder}");
             assert_eq!(m.cfg.rope_scaling.is_some(), scaled, "{folder}");
+            // The older families' operations, each where it belongs.
+            let g = m.cfg.gpt;
+            assert_eq!((g.norm_bias, g.linear_bias, g.plain_mlp), (gpt, gpt, gpt));
+            assert_eq!(g.learned_positions, family == "gpt2", "{folder}");
+            assert_eq!(g.conv1d, family == "gpt2", "{folder}");
+            assert_eq!(g.parallel, name == "gpt_neox", "{folder}");
+            let rot = match name {
+                "gpt2" | "gpt2-bare" => 0,
+                "gpt_neox" => 4,
+                "gpt_neox-sequential" => 2,
+                _ => m.cfg.head_dim,
+            };
+            assert_eq!(m.cfg.rotary_dims(), rot, "{folder}");
             // Gemma 2 alternates: a window on layer 0, full attention on 1.
             let windows: Vec<_> = m.cfg.attn.iter().map(|a| a.window).collect();
             let want = if gemma {
@@ -189,8 +207,32 @@ fn options_the_decoder_does_not_implement_are_refused_by_name() {
             Box::new(|c: &mut Value| c["tie_word_embeddings"] = json!(false)),
             "lm_head.weight",
         ),
+        (
+            "gpt2-layer-scaled",
+            Box::new(|c: &mut Value| c["scale_attn_by_inverse_layer_idx"] = json!(true)),
+            "scaled by the layer index",
+        ),
+        (
+            "gpt2-relu",
+            Box::new(|c: &mut Value| c["activation_function"] = json!("relu")),
+            "activation 'relu'",
+        ),
+        (
+            "gpt_neox-unbiased",
+            Box::new(|c: &mut Value| c["attention_bias"] = json!(false)),
+            "attention_bias false",
+        ),
+        (
+            "gpt_neox-rotary",
+            Box::new(|c: &mut Value| c["rope_parameters"]["partial_rotary_factor"] = json!(1.5)),
+            "rotary share 1.5",
+        ),
     ] {
-        let src = if case == "untied" { "qwen3" } else { "llama" };
+        let src = match case.split_once('-') {
+            Some((f @ ("gpt2" | "gpt_neox"), _)) => f,
+            _ if case == "untied" => "qwen3",
+            _ => "llama",
+        };
         let d = edited(src, case, edit);
         let e = Decoder::load_hf(&d).err().expect("refused");
         assert!(e.is_bad_input(), "{case}: {e}");

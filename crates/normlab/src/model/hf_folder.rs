@@ -226,6 +226,18 @@ impl<'a> Shards<'a> {
 }
 
 impl WeightFiles {
+    /// Whether a file's table names `name` (a file whose header does not
+    /// parse holds nothing: [`WeightFiles::tensors`] says why).
+    pub fn holds(&self, name: &str) -> bool {
+        self.files.iter().any(|(_, b)| {
+            let header = b.get(..8).map_or(u64::MAX, |b| {
+                u64::from_le_bytes(b.try_into().expect("8 bytes"))
+            });
+            header <= MAX_HEADER_BYTES
+                && SafeTensors::read_metadata(b).is_ok_and(|(_, m)| m.info(name).is_some())
+        })
+    }
+
     /// Every file's table (headers no longer than [`MAX_HEADER_BYTES`],
     /// no name in two files), checked against `want` before any tensor is
     /// read.

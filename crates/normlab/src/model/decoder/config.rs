@@ -1,7 +1,10 @@
 //! A pretrained decoder's hyper-parameters in normlab's vocabulary
 //! ([`DecoderConfig`]): sizes, where the norms sit and how a file stores
 //! their gains, QK-Norm, the gated MLP's activation, each layer's window and
-//! RoPE base, RoPE pairing; its checks and its one-line description.
+//! RoPE base, RoPE pairing, and the GPT-2 / GPT-NeoX operations
+//! ([`GptStyle`]: biases, learned positions, partial rotary, a parallel
+//! block, a plain MLP, fused q/k/v); its checks and its one-line
+//! description.
 
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
@@ -29,14 +32,60 @@ impl GainStore {
     }
 }
 
-/// The gated MLP's activation: `down(act(gate(x)) * up(x))`.
+/// The MLP's activation: on the gate of a gated MLP, `down(act(gate(x)) *
+/// up(x))`, or on the one hidden layer of a plain one, `down(act(up(x)))`
+/// ([`GptStyle::plain_mlp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GatedAct {
     /// SiLU (SwiGLU, Llama).
     Silu,
-    /// GELU, tanh form (GeGLU, Gemma).
+    /// GELU, tanh form (GeGLU, Gemma; GPT-2's `gelu_new`).
     GeluTanh,
+    /// GELU, exact (erf) form (GPT-NeoX's `gelu`).
+    Gelu,
+}
+
+/// How a file stores the query, key and value projections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QkvStore {
+    /// Three tensors (Llama, Gemma, ...).
+    #[default]
+    Separate,
+    /// One tensor, the queries' rows, then the keys', then the values'
+    /// (GPT-2's `c_attn`).
+    Concat,
+    /// One tensor, head by head: each head's query, key and value rows
+    /// together (GPT-NeoX's `query_key_value`).
+    #[serde(rename = "per-head")]
+    PerHead,
+}
+
+/// The operations of the GPT-2 and GPT-NeoX families that the newer ones
+/// dropped (all off for them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GptStyle {
+    /// The block and final norms have a bias (LayerNorm's beta).
+    pub norm_bias: bool,
+    /// Biases on the attention output and the MLP's projections.
+    pub linear_bias: bool,
+    /// Learned position embeddings `[context, d]` added to the token
+    /// embeddings (GPT-2; no RoPE then).
+    pub learned_positions: bool,
+    /// RoPE rotates only the first this many dimensions of each head
+    /// (GPT-NeoX's partial rotary; 0: no RoPE; None: all of head_dim).
+    pub rotary_dims: Option<usize>,
+    /// Attention and MLP both read the block's input and add to it
+    /// together: `x + attn(n1(x)) + mlp(n2(x))` (GPT-NeoX).
+    pub parallel: bool,
+    /// The MLP is `down(act(up(x)))`, without a gate (GPT-2, GPT-NeoX).
+    pub plain_mlp: bool,
+    /// How the file stores q, k and v.
+    pub qkv: QkvStore,
+    /// The file stores each projection as `[in, out]` (GPT-2's Conv1D),
+    /// transposed at load.
+    pub conv1d: bool,
 }
 
 /// Which dimensions of a head RoPE rotates together.
@@ -194,6 +243,9 @@ pub struct DecoderConfig {
     /// `cap tanh(s / cap)` (Gemma 2; None elsewhere).
     #[serde(default)]
     pub attn_softcap: Option<f32>,
+    /// GPT-2 and GPT-NeoX's operations.
+    #[serde(flatten)]
+    pub gpt: GptStyle,
 }
 
 /// Widest stream, feed-forward, head or query width a file may declare
@@ -224,6 +276,8 @@ impl DecoderConfig {
             "qwen3" => "Qwen3",
             "gemma2" => "Gemma 2",
             "gemma3" => "Gemma 3",
+            "gpt2" => "GPT-2",
+            "gpt_neox" => "GPT-NeoX",
             other => other,
         };
         let mut s = format!(
@@ -233,10 +287,10 @@ impl DecoderConfig {
         if self.head_dim * self.heads != self.d {
             s += &format!(", head_dim {}", self.head_dim);
         }
-        let norm = if self.norm == NormKind::RmsNorm {
-            "RMSNorm"
-        } else {
-            self.norm.name()
+        let norm = match self.norm {
+            NormKind::RmsNorm => "RMSNorm",
+            NormKind::LayerNorm => "LayerNorm",
+            other => other.name(),
         };
         let placement = match self.placement {
             Placement::Pre => "Pre",
@@ -248,7 +302,13 @@ impl DecoderConfig {
         if self.gain.zero_centred() {
             s += "zero-centred gains 1 + w; ";
         }
+        if self.gpt.norm_bias {
+            s += "with bias; ";
+        }
         s += &format!("eps {:e})", self.eps);
+        if self.gpt.parallel {
+            s += ", attention and MLP in parallel";
+        }
         if self.qk_norm {
             s += if self.qk_norm_whole {
                 ", QK-Norm over whole q and k"
@@ -271,8 +331,22 @@ impl DecoderConfig {
         if let Some(cap) = self.attn_softcap {
             s += &format!(", attention logits capped at {cap}");
         }
-        if self.act == GatedAct::GeluTanh {
-            s += ", GeGLU";
+        s += match (self.gpt.plain_mlp, self.act) {
+            (false, GatedAct::Silu) => "",
+            (false, _) => ", GeGLU",
+            (true, GatedAct::Gelu) => ", GELU MLP",
+            (true, GatedAct::GeluTanh) => ", GELU (tanh) MLP",
+            (true, GatedAct::Silu) => ", SiLU MLP",
+        };
+        if self.gpt.linear_bias {
+            s += ", biases on every projection";
+        }
+        if self.gpt.learned_positions {
+            s += ", learned positions";
+            return s;
+        }
+        if let Some(r) = self.gpt.rotary_dims.filter(|&r| r < self.head_dim) {
+            s += &format!(", RoPE on {r} of {} dims per head", self.head_dim);
         }
         let windowed: Vec<&LayerAttention> =
             self.attn.iter().filter(|a| a.window.is_some()).collect();
@@ -315,6 +389,15 @@ impl DecoderConfig {
     /// bounds it).
     pub fn q_width(&self) -> usize {
         self.heads * self.head_dim
+    }
+
+    /// How many dimensions of each head RoPE rotates (0: no RoPE).
+    pub fn rotary_dims(&self) -> usize {
+        if self.gpt.learned_positions {
+            0
+        } else {
+            self.gpt.rotary_dims.unwrap_or(self.head_dim)
+        }
     }
 
     /// Width of the keys and values.
@@ -415,6 +498,19 @@ impl DecoderConfig {
                 self.placement
             )
             .into());
+        }
+        let rot = self.rotary_dims();
+        if rot > self.head_dim || !rot.is_multiple_of(2) {
+            return Err(format!(
+                "RoPE on {rot} dimensions of a {}-dimension head: it must be an even number at most head_dim",
+                self.head_dim
+            )
+            .into());
+        }
+        if self.gpt.qkv == QkvStore::PerHead && self.kv_heads != self.heads {
+            return Err(
+                "q/k/v stored head by head need as many key/value heads as query heads".into(),
+            );
         }
         if !(self.emb_scale.is_finite() && self.attn_scale.is_finite() && self.attn_scale > 0.0) {
             return Err("the embedding and attention scales must be finite".into());

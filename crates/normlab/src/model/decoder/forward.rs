@@ -2,9 +2,11 @@
 //! prompt is processed in one pass (all its positions at once, through the
 //! matmul kernel), and generation then feeds one token at a time, attending
 //! to the cached keys and values of every earlier position (within the
-//! layer's window) instead of recomputing the whole sequence. Pre or
-//! sandwich norms, QK-Norm, RoPE in either pairing with the layer's base,
-//! grouped-query attention and a gated MLP. The pass hands its tensors to
+//! layer's window) instead of recomputing the whole sequence. Pre,
+//! sandwich or output norms, QK-Norm, RoPE in either pairing with the
+//! layer's base (on all or the first dimensions of each head) or learned
+//! positions, grouped-query attention, a gated or plain MLP, biases, and a
+//! sequential or parallel block. The pass hands its tensors to
 //! an [`Observer`] at named hook points (`model/hooks.rs`); it computes
 //! nothing for inspection itself (`trace.rs` does, as an observer).
 
@@ -104,17 +106,25 @@ impl Decoder {
             }
             self.emb.row_into(id, &mut h[r * d..(r + 1) * d]);
         }
+        if let Some(pos) = &self.pos {
+            let mut row = vec![0f32; d];
+            for (r, hr) in h.chunks_exact_mut(d).enumerate() {
+                pos.row_into(past + r, &mut row);
+                hr.iter_mut().zip(&row).for_each(|(x, p)| *x += p);
+            }
+        }
         if c.emb_scale != 1.0 {
             h.iter_mut().for_each(|v| *v *= c.emb_scale);
         }
         if observed {
             obs.embedded(&h);
         }
-        // One RoPE table per distinct base.
+        // One RoPE table per distinct base, over the rotated dimensions.
+        let rot = c.rotary_dims();
         let mut tables: Vec<(f64, Vec<f32>, Vec<f32>)> = Vec::new();
         for a in &c.attn {
             if !tables.iter().any(|(b, _, _)| *b == a.rope_base) {
-                let (cos, sin) = rope_table(past, t, hd, a.rope_base, c.rope_scaling);
+                let (cos, sin) = rope_table(past, t, rot, a.rope_base, c.rope_scaling);
                 tables.push((a.rope_base, cos, sin));
             }
         }
@@ -125,11 +135,13 @@ impl Decoder {
         let mut att = vec![0f32; t * qw];
         let mut o = vec![0f32; t * d];
         let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; t * c.ffn]);
-        let gelu_len = if c.act == GatedAct::GeluTanh {
+        let gelu_len = if c.act != GatedAct::Silu {
             t * c.ffn
         } else {
             0
         };
+        // A parallel block's input, which its MLP reads.
+        let mut block_in = vec![0f32; if c.gpt.parallel { t * d } else { 0 }];
         let (mut gelu, mut slope) = (vec![0f32; gelu_len], vec![0f32; gelu_len]);
         let scale = c.attn_scale;
         let group = c.heads / c.kv_heads;
@@ -140,16 +152,20 @@ impl Decoder {
                 .iter()
                 .find(|(b, _, _)| *b == la.rope_base)
                 .expect("a table per base");
-            let rotate =
-                |x: &mut [f32], heads: usize| apply_rope(x, t, heads, hd, cos, sin, c.rope_pairs);
+            let rotate = |x: &mut [f32], heads: usize| {
+                apply_rope(x, t, heads, (hd, rot), cos, sin, c.rope_pairs)
+            };
             // The attention sublayer.
             if observed {
                 obs.sublayer_in(l, 0, &h);
             }
+            if c.gpt.parallel {
+                block_in.copy_from_slice(&h);
+            }
             self.input_norm(
                 kind,
                 &h,
-                layer.attn_norm.as_deref(),
+                (layer.attn_norm.as_deref(), layer.bias.attn_norm.as_deref()),
                 &mut a,
                 &mut stats,
                 l,
@@ -181,7 +197,13 @@ impl Decoder {
                         obs.norm_input(l, NormRole::QkNorm, x, g.len());
                     }
                     let n = x.len();
-                    self.apply_norm(NormKind::RmsNorm, x, g, &mut qk_tmp[..n], &mut stats);
+                    self.apply_norm(
+                        NormKind::RmsNorm,
+                        x,
+                        (g, None),
+                        &mut qk_tmp[..n],
+                        &mut stats,
+                    );
                     x.copy_from_slice(&qk_tmp[..n]);
                     if observed {
                         obs.norm_output(l, NormRole::QkNorm, x, g.len());
@@ -268,6 +290,9 @@ impl Decoder {
                 }
             }
             self.apply(&layer.wo, &att, t, &mut o);
+            if let Some(b) = &layer.bias.o {
+                crate::kernels::matmul::add_bias_rows(&mut o, b);
+            }
             self.add_write(
                 kind,
                 &mut h,
@@ -281,42 +306,46 @@ impl Decoder {
             if observed {
                 obs.sublayer_out(l, 0, &h);
             }
-            // The MLP sublayer.
+            // The MLP sublayer: in a parallel block it reads the block's
+            // input (the attention's write is already in `h`).
             if observed {
                 obs.sublayer_in(l, 1, &h);
             }
             self.input_norm(
                 kind,
-                &h,
-                layer.ffn_norm.as_deref(),
+                if c.gpt.parallel { &block_in } else { &h },
+                (layer.ffn_norm.as_deref(), layer.bias.ffn_norm.as_deref()),
                 &mut a,
                 &mut stats,
                 l,
                 obs,
             );
-            self.apply(&layer.gate, &a, t, &mut gb);
             self.apply(&layer.up, &a, t, &mut ub);
-            if let Some(lim) = self.ffn_clamp {
-                clamp_gate_up(&mut gb, &mut ub, lim);
+            if let Some(b) = &layer.bias.up {
+                crate::kernels::matmul::add_bias_rows(&mut ub, b);
             }
-            match c.act {
-                GatedAct::Silu => {
-                    for (g, u) in gb.iter_mut().zip(&ub) {
-                        *g = *g / (1.0 + (-*g).exp()) * u;
+            match &layer.gate {
+                Some(gate) => {
+                    self.apply(gate, &a, t, &mut gb);
+                    if let Some(lim) = self.ffn_clamp {
+                        clamp_gate_up(&mut gb, &mut ub, lim);
                     }
+                    self.activate(&mut gb, &mut gelu, &mut slope);
+                    gb.iter_mut().zip(&ub).for_each(|(g, u)| *g *= u);
                 }
-                GatedAct::GeluTanh => {
-                    // GELU(gate) into `gelu` (its slope, unused, into `slope`).
-                    act::gelu_forward(&gb, &mut gelu, &mut slope);
-                    for ((g, y), u) in gb.iter_mut().zip(&gelu).zip(&ub) {
-                        *g = y * u;
-                    }
+                None => {
+                    // The plain MLP's hidden layer, in `gb` as a gated one's.
+                    gb.copy_from_slice(&ub);
+                    self.activate(&mut gb, &mut gelu, &mut slope);
                 }
             }
             if observed {
                 obs.mlp_hidden(l, &gb);
             }
             self.apply(&layer.down, &gb, t, &mut o);
+            if let Some(b) = &layer.bias.down {
+                crate::kernels::matmul::add_bias_rows(&mut o, b);
+            }
             self.add_write(
                 kind,
                 &mut h,
@@ -338,10 +367,22 @@ impl Decoder {
         Ok(h)
     }
 
-    /// Write a sublayer's output `o` into the stream `h`: through its output
-    /// norm first when the block has one (sandwich; the result lands in
-    /// `normed`), then added; `obs` sees the output norm's input and the
-    /// write as added.
+    /// The MLP's activation of `x` in place (`gelu` and `slope`: scratch
+    /// for the GELUs).
+    fn activate(&self, x: &mut [f32], gelu: &mut [f32], slope: &mut [f32]) {
+        match self.cfg.act {
+            GatedAct::Silu => x.iter_mut().for_each(|g| *g /= 1.0 + (-*g).exp()),
+            GatedAct::GeluTanh => {
+                act::gelu_forward(x, gelu, slope);
+                x.copy_from_slice(gelu);
+            }
+            GatedAct::Gelu => {
+                act::gelu_erf_forward(x, gelu);
+                x.copy_from_slice(gelu);
+            }
+        }
+    }
+
     /// A sublayer's input norm of the stream `h` into `a` (`obs` sees its
     /// input and output); without one (OLMo 2) the sublayer reads the
     /// stream itself.
@@ -350,7 +391,7 @@ impl Decoder {
         &self,
         kind: NormKind,
         h: &[f32],
-        gain: Option<&[f32]>,
+        (gain, bias): (Option<&[f32]>, Option<&[f32]>),
         a: &mut [f32],
         stats: &mut [f32],
         block: usize,
@@ -364,12 +405,16 @@ impl Decoder {
         if observed {
             obs.norm_input(block, NormRole::In, h, g.len());
         }
-        self.apply_norm(kind, h, g, a, stats);
+        self.apply_norm(kind, h, (g, bias), a, stats);
         if observed {
             obs.norm_output(block, NormRole::In, a, g.len());
         }
     }
 
+    /// Write a sublayer's output `o` into the stream `h`: through its output
+    /// norm first when the block has one (sandwich; the result lands in
+    /// `normed`), then added; `obs` sees the output norm's input and the
+    /// write as added.
     #[allow(clippy::too_many_arguments)]
     fn add_write<O: Observer + ?Sized>(
         &self,
@@ -388,7 +433,7 @@ impl Decoder {
                 if observed {
                     obs.norm_input(block, NormRole::Out, o, g.len());
                 }
-                self.apply_norm(kind, o, g, normed, stats);
+                self.apply_norm(kind, o, (g, None), normed, stats);
                 if observed {
                     obs.norm_output(block, NormRole::Out, normed, g.len());
                 }

@@ -112,6 +112,7 @@ fn llama_config(g: &Gguf) -> Result<DecoderConfig> {
         ],
         rope_pairs: RopePairs::Adjacent,
         final_softcap: None,
+        gpt: Default::default(),
     })
 }
 
@@ -175,6 +176,7 @@ fn gemma3_config(g: &Gguf) -> Result<DecoderConfig> {
             .f64("gemma3.final_logit_softcapping")
             .ok()
             .map(|v| v as f32),
+        gpt: Default::default(),
     })
 }
 

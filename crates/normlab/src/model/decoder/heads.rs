@@ -57,7 +57,7 @@ pub(super) fn head_view(buf: &[f32], off: usize, rows: usize, cols: usize, rs: u
 }
 
 /// cos/sin of position p times frequency i for positions `start ..
-/// start + t`, `[t, hd/2]`, computed in f64.
+/// start + t`, `[t, hd/2]`, computed in f64 (`hd`: the rotated width).
 pub(super) fn rope_table(
     start: usize,
     t: usize,
@@ -82,18 +82,20 @@ pub(super) fn rope_table(
     (cos, sin)
 }
 
-/// Rotate each head's pairs by their angles: adjacent pairs (2i, 2i+1)
-/// (llama.cpp's row order) or halves (i, i + hd/2) (rows as trained).
+/// Rotate the first `rot` dimensions of each `hd`-wide head (all of them
+/// but for GPT-NeoX's partial rotary; none: nothing to do) by their
+/// angles: adjacent pairs (2i, 2i+1) (llama.cpp's row order) or halves
+/// (i, i + rot/2) (rows as trained).
 pub(super) fn apply_rope(
     x: &mut [f32],
     t: usize,
     heads: usize,
-    hd: usize,
+    (hd, rot): (usize, usize),
     cos: &[f32],
     sin: &[f32],
     pairs: RopePairs,
 ) {
-    let half = hd / 2;
+    let half = rot / 2;
     let (stride, offset) = match pairs {
         RopePairs::Adjacent => (2, 1),
         RopePairs::Halves => (1, half),

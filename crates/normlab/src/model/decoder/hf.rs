@@ -13,8 +13,10 @@
 //! with the global one, RoPE on (i, i + head_dim/2), a tied head, names
 //! [`names::HF`](super::names::HF). Every file's size, and every
 //! tensor's type and shape, is checked against what config.json implies
-//! before it is read (see [`Decoder::load_hf`]).
+//! before it is read (see [`Decoder::load_hf`]). GPT-2 and GPT-NeoX:
+//! `hf_gpt.rs`.
 
+use super::hf_gpt::{buffers, gpt2_config, neox_config};
 use super::{
     names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, RopeScaling,
 };
@@ -26,7 +28,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// A number of `config.json`, or its default.
-fn num(c: &Value, key: &str, default: Option<f64>) -> Result<f64> {
+pub(super) fn num(c: &Value, key: &str, default: Option<f64>) -> Result<f64> {
     match c.get(key) {
         Some(v) if !v.is_null() => v
             .as_f64()
@@ -37,7 +39,7 @@ fn num(c: &Value, key: &str, default: Option<f64>) -> Result<f64> {
 
 /// A count of `config.json` (at most 2^31, so products of counts stay
 /// far below usize's range before the tensors are compared with them).
-fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
+pub(super) fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
     let v = num(c, key, default.map(|d| d as f64))?;
     if !(v >= 0.0 && v.fract() == 0.0 && v <= f64::from(1u32 << 31)) {
         return Err(format!("config.json: '{key}' is not a count (got {v})").into());
@@ -49,7 +51,7 @@ fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
 /// (transformers 5) or the older top-level `rope_theta` and `rope_scaling`.
 /// Linear and Llama 3 scaling are read; any other (yarn, dynamic,
 /// longrope, ...) is refused by name, never run as plain RoPE.
-fn rope(c: &Value, default: f64) -> Result<(f64, Option<RopeScaling>)> {
+pub(super) fn rope(c: &Value, default: f64) -> Result<(f64, Option<RopeScaling>)> {
     let params = c.get("rope_parameters").filter(|v| !v.is_null());
     let old = c.get("rope_scaling").filter(|v| !v.is_null());
     let mut scaling = None;
@@ -95,9 +97,9 @@ fn rope_base(c: &Value, default: f64) -> Result<f64> {
     }
 }
 
-/// The block count of a `config.json`, within [`super::MAX_BLOCKS`].
-fn blocks(c: &Value) -> Result<usize> {
-    let layers = count(c, "num_hidden_layers", None)?;
+/// The block count `key` of a `config.json`, within [`super::MAX_BLOCKS`].
+pub(super) fn blocks(c: &Value, key: &str) -> Result<usize> {
+    let layers = count(c, key, None)?;
     if layers == 0 || layers > super::MAX_BLOCKS {
         return Err(format!("block_count {layers} is not in 1..={}", super::MAX_BLOCKS).into());
     }
@@ -105,7 +107,7 @@ fn blocks(c: &Value) -> Result<usize> {
 }
 
 /// Refuse each `(key, what)` of `c` that is switched on (true).
-fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
+pub(super) fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
     for (key, what) in flags {
         if c.get(*key).and_then(Value::as_bool) == Some(true) {
             return Err(format!("{what} ({key}) are not supported").into());
@@ -123,7 +125,7 @@ fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
 /// `sliding_window` applies to every layer, Qwen3's to the layers its
 /// `layer_types` mark sliding.
 pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
-    let layers = blocks(c)?;
+    let layers = blocks(c, "num_hidden_layers")?;
     let olmo2 = family == "olmo2";
     let act = c
         .get("hidden_act")
@@ -204,6 +206,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         attn,
         rope_pairs: RopePairs::Halves,
         final_softcap: None,
+        gpt: Default::default(),
     })
 }
 
@@ -214,7 +217,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
 /// has one RoPE base, Gemma 3 QK-Norm and a base per layer kind.
 pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
     let gemma2 = family == "gemma2";
-    let layers = blocks(c)?;
+    let layers = blocks(c, "num_hidden_layers")?;
     let act = c
         .get("hidden_activation")
         .and_then(Value::as_str)
@@ -348,6 +351,7 @@ pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         attn,
         rope_pairs: RopePairs::Halves,
         final_softcap: softcap("final_logit_softcapping")?,
+        gpt: Default::default(),
     })
 }
 
@@ -401,8 +405,10 @@ impl Decoder {
                 llama_config(&c, ty).map(|cfg| (cfg, &names::HF_LLAMA, false))
             }
             "olmo2" => llama_config(&c, ty).map(|cfg| (cfg, &names::HF_OLMO2, false)),
+            "gpt2" => gpt2_config(&c).map(|cfg| (cfg, &names::HF_GPT2, true)),
+            "gpt_neox" => neox_config(&c).map(|cfg| (cfg, &names::HF_NEOX, false)),
             other => Err(format!(
-                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text)"
+                "model_type '{other}' is not supported (llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text, gpt2, gpt_neox)"
             )
             .into()),
         }
@@ -414,19 +420,28 @@ impl Decoder {
             .unwrap_or(tied);
         let eos = eos_id(&c, cfg.vocab).map_err(at)?;
         // The head comes last: absent when tied to the embeddings.
-        let mut required = names.shapes(&cfg);
-        let optional = if tied {
-            required.pop().into_iter().collect()
-        } else {
-            Vec::new()
+        let expect = |names: &names::TensorNames| {
+            let mut required = names.shapes(&cfg);
+            let optional = if tied {
+                required.pop().into_iter().collect()
+            } else {
+                Vec::new()
+            };
+            hf_folder::Expected {
+                required,
+                optional,
+                ignored: buffers(&cfg, names),
+            }
         };
-        let want = hf_folder::Expected {
-            required,
-            optional,
-            ignored: Vec::new(),
+        let files = hf_folder::read_weights(dir, &expect(names))?;
+        // A bare GPT2Model file (OpenAI's on the Hub) names its tensors
+        // without `transformer.`.
+        let bare = names.stripping("transformer.");
+        let names = match cfg.family.as_str() {
+            "gpt2" if !files.holds("transformer.wte.weight") => &bare,
+            _ => names,
         };
-        let files = hf_folder::read_weights(dir, &want)?;
-        let st = files.tensors(&want)?;
+        let st = files.tensors(&expect(names))?;
         let tokenizer = hf_folder::read_tokenizer(dir)?;
         let bos = tokenizer.as_ref().map(bos_of).transpose()?.flatten();
         let mut m = Decoder::from_tensors(cfg, names, &st, tokenizer, eos).map_err(at)?;

@@ -95,8 +95,14 @@ pub struct ModelClaims {
     /// C8: the smallest row mean square entering any norm, over eps.
     pub ms_min_over_eps: f64,
     /// C21 reversed: held-out loss with every RMSNorm replaced by a
-    /// LayerNorm keeping its gain (and the loss with the model's own).
+    /// LayerNorm keeping its gain (and the loss with the model's own); in
+    /// a LayerNorm model (GPT-2, GPT-NeoX) the other way round, every
+    /// LayerNorm replaced by an RMSNorm keeping gain and bias:
+    /// [`ModelClaims::swapped_norm`] says which.
     pub loss_layernorm: f64,
+    /// The norm every block and final norm became for
+    /// [`ModelClaims::loss_layernorm`].
+    pub swapped_norm: String,
     /// C8: held-out loss with every norm's eps taken out (1e-30 in its
     /// place), against the model's own loss.
     pub loss_without_eps: f64,
@@ -336,7 +342,7 @@ pub fn inspect(
     // first window.
     let (mut with, mut without, mut n) = (0f64, 0f64, 0usize);
     let (mut diff, mut base) = (0f64, 0f64);
-    m.for_windows(&ids, window, NormKind::RmsNorm, |h, targets| {
+    m.for_windows(&ids, window, m.cfg.norm, |h, targets| {
         let (a, b) = (m.logits_from(h, true), m.logits_from(h, false));
         if n == 0 {
             diff = a
@@ -351,6 +357,10 @@ pub fn inspect(
         n += targets.len();
     })?;
     let (loss_with, loss_without) = (with / n as f64, without / n as f64);
+    let swapped = match m.cfg.norm {
+        NormKind::LayerNorm => NormKind::RmsNorm,
+        _ => NormKind::LayerNorm,
+    };
     let span = &rows[1.min(rows.len() - 1)..];
     // Growth by a metric: (total, per block, blocks growing, largest jump).
     let growth = |inn: &dyn Fn(&DecoderLayerRow) -> f64, out: &dyn Fn(&DecoderLayerRow) -> f64| {
@@ -399,7 +409,8 @@ pub fn inspect(
         xhat_mean_max_abs: rows.iter().fold(0f64, |a, r| a.max(r.xhat_mean.abs())),
         ms_min_over_eps: rows.iter().fold(f64::INFINITY, |a, r| a.min(r.ms_min))
             / f64::from(m.cfg.eps),
-        loss_layernorm: m.nll_kind(&ids, window, NormKind::LayerNorm, true)?,
+        loss_layernorm: m.nll_kind(&ids, window, swapped, true)?,
+        swapped_norm: swapped.name().to_string(),
         loss_without_eps: {
             // The model itself with eps taken out for one pass, then put back.
             let eps = std::mem::replace(&mut m.cfg.eps, 1e-30);

@@ -37,6 +37,7 @@ mod forward;
 mod gguf;
 mod heads;
 pub mod hf;
+mod hf_gpt;
 mod inspect;
 mod matrix;
 pub mod names;
@@ -45,7 +46,8 @@ mod trace;
 
 pub use super::SublayerTrace;
 pub use config::{
-    DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, RopeScaling, MAX_BLOCKS,
+    DecoderConfig, GainStore, GatedAct, GptStyle, LayerAttention, QkvStore, RopePairs, RopeScaling,
+    MAX_BLOCKS,
 };
 pub use forward::KvCache;
 pub use inspect::{
@@ -80,12 +82,30 @@ pub struct DecoderLayer {
     pub ffn_norm: Option<Vec<f32>>,
     /// Output norm of the MLP sublayer (sandwich, OLMo 2).
     pub ffn_out_norm: Option<Vec<f32>>,
-    /// Gate `[ffn, d]`.
-    pub gate: Matrix,
+    /// Gate `[ffn, d]` (none in a plain MLP).
+    pub gate: Option<Matrix>,
     /// Up `[ffn, d]`.
     pub up: Matrix,
     /// Down `[d, ffn]`.
     pub down: Matrix,
+    /// The biases of GPT-2 and GPT-NeoX (all None elsewhere).
+    pub bias: LayerBias,
+}
+
+/// A block's biases besides q/k/v's: its norms' (LayerNorm's beta) and
+/// its projections'.
+#[derive(Clone, Debug, Default)]
+pub struct LayerBias {
+    /// Of the attention's input norm.
+    pub attn_norm: Option<Vec<f32>>,
+    /// Of the MLP's input norm.
+    pub ffn_norm: Option<Vec<f32>>,
+    /// Of the attention output projection.
+    pub o: Option<Vec<f32>>,
+    /// Of the MLP's up projection.
+    pub up: Option<Vec<f32>>,
+    /// Of the MLP's down projection.
+    pub down: Option<Vec<f32>>,
 }
 
 /// A pretrained decoder: configuration, weights and (when the file has
@@ -99,6 +119,10 @@ pub struct Decoder {
     pub layers: Vec<DecoderLayer>,
     /// Final norm gain.
     pub final_norm: Vec<f32>,
+    /// Final norm bias (LayerNorm's beta; GPT-2, GPT-NeoX).
+    pub final_norm_bias: Option<Vec<f32>>,
+    /// Learned position embeddings `[context, d]` (GPT-2).
+    pub pos: Option<Matrix>,
     /// Output head `[vocab, d]` when not tied to the embeddings.
     pub head: Option<Matrix>,
     /// End-of-sequence token.
@@ -138,9 +162,20 @@ impl Decoder {
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
-                    .iter()
-                    .map(|m| m.resident_bytes())
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.up, &l.down]
+                    .into_iter()
+                    .chain(&l.gate)
+                    .map(Matrix::resident_bytes)
+                    .sum::<usize>()
+                    + [
+                        &l.bias.attn_norm,
+                        &l.bias.ffn_norm,
+                        &l.bias.o,
+                        &l.bias.up,
+                        &l.bias.down,
+                    ]
+                    .into_iter()
+                    .map(opt)
                     .sum::<usize>()
                     + opt(&l.attn_norm)
                     + opt(&l.ffn_norm)
@@ -152,7 +187,9 @@ impl Decoder {
         layers
             + self.emb.resident_bytes()
             + self.head.as_ref().map_or(0, Matrix::resident_bytes)
+            + self.pos.as_ref().map_or(0, Matrix::resident_bytes)
             + gains(&self.final_norm)
+            + opt(&self.final_norm_bias)
     }
 
     /// Token ids of `text`, after [`Decoder::bos`] when the file adds one
@@ -195,20 +232,36 @@ impl Decoder {
         self.hidden_kind(ids, self.cfg.norm, obs)
     }
 
-    /// Apply one of the model's norms (its gain `g`, over `g.len()`
-    /// features) as `kind`: its own RMSNorm, or a LayerNorm keeping the
-    /// gain (bias 0), to see what the replacement does.
-    fn apply_norm(&self, kind: NormKind, x: &[f32], g: &[f32], y: &mut [f32], stats: &mut [f32]) {
+    /// Apply one of the model's norms (its gain `g` and bias `b`, over
+    /// `g.len()` features) as `kind`: its own, or the other of RMSNorm and
+    /// LayerNorm keeping gain and bias (a missing bias is 0), to see what
+    /// the replacement does.
+    fn apply_norm(
+        &self,
+        kind: NormKind,
+        x: &[f32],
+        (g, b): (&[f32], Option<&[f32]>),
+        y: &mut [f32],
+        stats: &mut [f32],
+    ) {
         let d = g.len();
         let rows = x.len() / d;
         let stats = &mut stats[..norm::stats_len(rows)];
         match kind {
             NormKind::LayerNorm => {
                 let mut p = g.to_vec();
-                p.resize(2 * d, 0.0);
+                match b {
+                    Some(b) => p.extend_from_slice(b),
+                    None => p.resize(2 * d, 0.0),
+                }
                 norm::forward(kind, d, self.cfg.eps, x, &p, y, stats)
             }
-            NormKind::RmsNorm => norm::forward(kind, d, self.cfg.eps, x, g, y, stats),
+            NormKind::RmsNorm => {
+                norm::forward(kind, d, self.cfg.eps, x, g, y, stats);
+                if let Some(b) = b {
+                    crate::kernels::matmul::add_bias_rows(y, b);
+                }
+            }
             other => panic!("a decoder norm runs as rmsnorm or layernorm, not {other}"),
         }
     }
@@ -223,7 +276,8 @@ impl Decoder {
     pub fn final_normed(&self, h: &[f32], kind: NormKind) -> Vec<f32> {
         let mut x = vec![0f32; h.len()];
         let mut stats = vec![0f32; norm::stats_len(h.len() / self.cfg.d)];
-        self.apply_norm(kind, h, &self.final_norm, &mut x, &mut stats);
+        let b = self.final_norm_bias.as_deref();
+        self.apply_norm(kind, h, (&self.final_norm, b), &mut x, &mut stats);
         x
     }
 

@@ -10,6 +10,8 @@ use super::{Decoder, DecoderConfig, DecoderLayer, GainStore, Matrix};
 use crate::error::Result;
 use crate::gguf::{qdot, GgmlType, Gguf};
 
+mod maps;
+
 /// A tensor of the decoder, by role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tensor {
@@ -51,123 +53,66 @@ pub enum Tensor {
     Up,
     /// Down projection.
     Down,
+    /// Query, key and value in one tensor (GPT-2, GPT-NeoX).
+    Qkv,
+    /// Their biases in one tensor.
+    QkvBias,
+    /// Learned position embeddings (GPT-2).
+    Position,
+    /// Bias of the attention output projection.
+    OBias,
+    /// Bias of the up projection.
+    UpBias,
+    /// Bias of the down projection.
+    DownBias,
+    /// Bias of the attention's input norm.
+    AttnNormBias,
+    /// Bias of the MLP's input norm.
+    FfnNormBias,
+    /// Bias of the final norm.
+    FinalNormBias,
 }
 
 /// A family's names for the decoder's tensors; `{i}` stands for the block.
 #[derive(Clone, Copy, Debug)]
-pub struct TensorNames(pub &'static [(Tensor, &'static str)]);
+pub struct TensorNames {
+    map: &'static [(Tensor, &'static str)],
+    /// A prefix taken off the names that start with it (GPT-2's bare
+    /// `GPT2Model` files drop `transformer.`).
+    strip: &'static str,
+}
 
-/// llama.cpp's GGUF names (Llama and, with its extra norms, Gemma 3).
-pub const GGUF: TensorNames = TensorNames(&[
-    (Tensor::Embedding, "token_embd.weight"),
-    (Tensor::FinalNorm, "output_norm.weight"),
-    (Tensor::Head, "output.weight"),
-    (Tensor::AttnNorm, "blk.{i}.attn_norm.weight"),
-    (Tensor::AttnOutNorm, "blk.{i}.post_attention_norm.weight"),
-    (Tensor::QNorm, "blk.{i}.attn_q_norm.weight"),
-    (Tensor::KNorm, "blk.{i}.attn_k_norm.weight"),
-    (Tensor::Q, "blk.{i}.attn_q.weight"),
-    (Tensor::K, "blk.{i}.attn_k.weight"),
-    (Tensor::V, "blk.{i}.attn_v.weight"),
-    (Tensor::QBias, "blk.{i}.attn_q.bias"),
-    (Tensor::KBias, "blk.{i}.attn_k.bias"),
-    (Tensor::VBias, "blk.{i}.attn_v.bias"),
-    (Tensor::O, "blk.{i}.attn_output.weight"),
-    (Tensor::FfnNorm, "blk.{i}.ffn_norm.weight"),
-    (Tensor::FfnOutNorm, "blk.{i}.post_ffw_norm.weight"),
-    (Tensor::Gate, "blk.{i}.ffn_gate.weight"),
-    (Tensor::Up, "blk.{i}.ffn_up.weight"),
-    (Tensor::Down, "blk.{i}.ffn_down.weight"),
-]);
-
-/// Hugging Face's names for Gemma 3 (`Gemma3ForCausalLM`).
-pub const HF: TensorNames = TensorNames(&[
-    (Tensor::Embedding, "model.embed_tokens.weight"),
-    (Tensor::FinalNorm, "model.norm.weight"),
-    (Tensor::Head, "lm_head.weight"),
-    (Tensor::AttnNorm, "model.layers.{i}.input_layernorm.weight"),
-    (
-        Tensor::AttnOutNorm,
-        "model.layers.{i}.post_attention_layernorm.weight",
-    ),
-    (Tensor::QNorm, "model.layers.{i}.self_attn.q_norm.weight"),
-    (Tensor::KNorm, "model.layers.{i}.self_attn.k_norm.weight"),
-    (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
-    (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
-    (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
-    (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
-    (
-        Tensor::FfnNorm,
-        "model.layers.{i}.pre_feedforward_layernorm.weight",
-    ),
-    (
-        Tensor::FfnOutNorm,
-        "model.layers.{i}.post_feedforward_layernorm.weight",
-    ),
-    (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
-    (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),
-    (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
-]);
-
-/// Hugging Face's names for the Llama-style families (Llama, Mistral,
-/// Qwen2, Qwen3): Pre-RMSNorm, where `post_attention_layernorm` is the MLP's
-/// input norm (in Gemma 3 it is the attention output's norm).
-pub const HF_LLAMA: TensorNames = TensorNames(&[
-    (Tensor::Embedding, "model.embed_tokens.weight"),
-    (Tensor::FinalNorm, "model.norm.weight"),
-    (Tensor::Head, "lm_head.weight"),
-    (Tensor::AttnNorm, "model.layers.{i}.input_layernorm.weight"),
-    (Tensor::QNorm, "model.layers.{i}.self_attn.q_norm.weight"),
-    (Tensor::KNorm, "model.layers.{i}.self_attn.k_norm.weight"),
-    (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
-    (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
-    (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
-    (Tensor::QBias, "model.layers.{i}.self_attn.q_proj.bias"),
-    (Tensor::KBias, "model.layers.{i}.self_attn.k_proj.bias"),
-    (Tensor::VBias, "model.layers.{i}.self_attn.v_proj.bias"),
-    (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
-    (
-        Tensor::FfnNorm,
-        "model.layers.{i}.post_attention_layernorm.weight",
-    ),
-    (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
-    (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),
-    (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
-]);
-
-/// Hugging Face's names for OLMo 2: its `post_attention_layernorm` and
-/// `post_feedforward_layernorm` are the sublayers' output norms (there is
-/// no input norm), and q_norm / k_norm span the whole q and k.
-pub const HF_OLMO2: TensorNames = TensorNames(&[
-    (Tensor::Embedding, "model.embed_tokens.weight"),
-    (Tensor::FinalNorm, "model.norm.weight"),
-    (Tensor::Head, "lm_head.weight"),
-    (
-        Tensor::AttnOutNorm,
-        "model.layers.{i}.post_attention_layernorm.weight",
-    ),
-    (Tensor::QNorm, "model.layers.{i}.self_attn.q_norm.weight"),
-    (Tensor::KNorm, "model.layers.{i}.self_attn.k_norm.weight"),
-    (Tensor::Q, "model.layers.{i}.self_attn.q_proj.weight"),
-    (Tensor::K, "model.layers.{i}.self_attn.k_proj.weight"),
-    (Tensor::V, "model.layers.{i}.self_attn.v_proj.weight"),
-    (Tensor::O, "model.layers.{i}.self_attn.o_proj.weight"),
-    (
-        Tensor::FfnOutNorm,
-        "model.layers.{i}.post_feedforward_layernorm.weight",
-    ),
-    (Tensor::Gate, "model.layers.{i}.mlp.gate_proj.weight"),
-    (Tensor::Up, "model.layers.{i}.mlp.up_proj.weight"),
-    (Tensor::Down, "model.layers.{i}.mlp.down_proj.weight"),
-]);
+pub use maps::{GGUF, HF, HF_GPT2, HF_LLAMA, HF_NEOX, HF_OLMO2};
 
 impl TensorNames {
+    /// A map of `map`'s names.
+    pub const fn new(map: &'static [(Tensor, &'static str)]) -> TensorNames {
+        TensorNames { map, strip: "" }
+    }
+
+    /// These names with `prefix` taken off those that start with it.
+    pub const fn stripping(self, prefix: &'static str) -> TensorNames {
+        TensorNames {
+            map: self.map,
+            strip: prefix,
+        }
+    }
+
+    /// `name` as this map writes it (`{i}`: block `i`).
+    pub fn spell(&self, name: &str, i: usize) -> String {
+        let n = name.replace("{i}", &i.to_string());
+        match n.strip_prefix(self.strip) {
+            Some(rest) if !self.strip.is_empty() => rest.to_string(),
+            _ => n,
+        }
+    }
+
     /// The name of `t` in block `i` (None: the family has no such tensor).
     pub fn name(&self, t: Tensor, i: usize) -> Option<String> {
-        self.0
+        self.map
             .iter()
             .find(|(r, _)| *r == t)
-            .map(|(_, n)| n.replace("{i}", &i.to_string()))
+            .map(|(_, n)| self.spell(n, i))
     }
 
     /// Every tensor a file of `cfg` (a [checked](DecoderConfig::check)
@@ -178,12 +123,31 @@ impl TensorNames {
         let (d, qw, kvw, f) = (cfg.d, cfg.q_width(), cfg.kv_width(), cfg.ffn);
         let (ins, outs) = cfg.block_norms();
         let (qn, kn) = cfg.qk_norm_widths();
+        let g = cfg.gpt;
+        // A projection of `rows` outputs from `cols` inputs, as stored.
+        let proj = |rows: usize, cols: usize| {
+            if g.conv1d {
+                vec![cols, rows]
+            } else {
+                vec![rows, cols]
+            }
+        };
         let mut roles = vec![(Tensor::Embedding, 0, vec![cfg.vocab, d])];
+        if g.learned_positions {
+            roles.push((Tensor::Position, 0, vec![cfg.context, d]));
+        }
         roles.push((Tensor::FinalNorm, 0, vec![d]));
+        if g.norm_bias {
+            roles.push((Tensor::FinalNormBias, 0, vec![d]));
+        }
         for i in 0..cfg.layers {
             if ins {
                 roles.push((Tensor::AttnNorm, i, vec![d]));
                 roles.push((Tensor::FfnNorm, i, vec![d]));
+                if g.norm_bias {
+                    roles.push((Tensor::AttnNormBias, i, vec![d]));
+                    roles.push((Tensor::FfnNormBias, i, vec![d]));
+                }
             }
             if outs {
                 roles.push((Tensor::AttnOutNorm, i, vec![d]));
@@ -193,18 +157,32 @@ impl TensorNames {
                 roles.push((Tensor::QNorm, i, vec![qn]));
                 roles.push((Tensor::KNorm, i, vec![kn]));
             }
-            roles.push((Tensor::Q, i, vec![qw, d]));
-            roles.push((Tensor::K, i, vec![kvw, d]));
-            roles.push((Tensor::V, i, vec![kvw, d]));
-            if cfg.qkv_bias {
-                roles.push((Tensor::QBias, i, vec![qw]));
-                roles.push((Tensor::KBias, i, vec![kvw]));
-                roles.push((Tensor::VBias, i, vec![kvw]));
+            if g.qkv == super::QkvStore::Separate {
+                roles.push((Tensor::Q, i, proj(qw, d)));
+                roles.push((Tensor::K, i, proj(kvw, d)));
+                roles.push((Tensor::V, i, proj(kvw, d)));
+                if cfg.qkv_bias {
+                    roles.push((Tensor::QBias, i, vec![qw]));
+                    roles.push((Tensor::KBias, i, vec![kvw]));
+                    roles.push((Tensor::VBias, i, vec![kvw]));
+                }
+            } else {
+                roles.push((Tensor::Qkv, i, proj(qw + 2 * kvw, d)));
+                if cfg.qkv_bias {
+                    roles.push((Tensor::QkvBias, i, vec![qw + 2 * kvw]));
+                }
             }
-            roles.push((Tensor::O, i, vec![d, qw]));
-            roles.push((Tensor::Gate, i, vec![f, d]));
-            roles.push((Tensor::Up, i, vec![f, d]));
-            roles.push((Tensor::Down, i, vec![d, f]));
+            roles.push((Tensor::O, i, proj(d, qw)));
+            if !g.plain_mlp {
+                roles.push((Tensor::Gate, i, proj(f, d)));
+            }
+            roles.push((Tensor::Up, i, proj(f, d)));
+            roles.push((Tensor::Down, i, proj(d, f)));
+            if g.linear_bias {
+                roles.push((Tensor::OBias, i, vec![d]));
+                roles.push((Tensor::UpBias, i, vec![f]));
+                roles.push((Tensor::DownBias, i, vec![d]));
+            }
         }
         roles.push((Tensor::Head, 0, vec![cfg.vocab, d]));
         roles
@@ -385,11 +363,22 @@ impl Decoder {
             }
             Ok(g)
         };
-        let matrix_named = |n: &str, rows: usize, cols: usize| -> Result<Matrix> {
+        // The `rows x cols` values named `n`, stored `[cols, rows]` when
+        // `conv1d` (GPT-2's projections) and transposed here.
+        let dense = |n: &str, rows: usize, cols: usize, conv1d: bool| -> Result<Vec<f32>> {
             rows.checked_mul(cols)
                 .ok_or("a weight matrix's size overflows")?;
-            check_shape(n, &[rows, cols])?;
-            if storage == WeightStorage::Quantised {
+            if conv1d {
+                Ok(transpose(&read_checked(n, &[cols, rows])?, cols, rows))
+            } else {
+                read_checked(n, &[rows, cols])
+            }
+        };
+        let matrix_named = |n: &str, rows: usize, cols: usize, conv1d: bool| -> Result<Matrix> {
+            rows.checked_mul(cols)
+                .ok_or("a weight matrix's size overflows")?;
+            if storage == WeightStorage::Quantised && !conv1d {
+                check_shape(n, &[rows, cols])?;
                 if let Some(m) = src
                     .raw(n)
                     .filter(|(ty, _)| qdot::has_dot(*ty))
@@ -399,18 +388,65 @@ impl Decoder {
                     return Ok(m);
                 }
             }
-            Ok(Matrix::dense(read_checked(n, &[rows, cols])?, rows, cols))
+            Ok(Matrix::dense(dense(n, rows, cols, conv1d)?, rows, cols))
         };
+        let g = cfg.gpt;
         let matrix = |t: Tensor, i: usize, rows: usize, cols: usize| -> Result<Matrix> {
-            matrix_named(&name(t, i)?, rows, cols)
+            matrix_named(&name(t, i)?, rows, cols, g.conv1d)
         };
         let (d, qw, kvw, f) = (cfg.d, cfg.q_width(), cfg.kv_width(), cfg.ffn);
         let (ins, outs) = cfg.block_norms();
         let (qn, kn) = cfg.qk_norm_widths();
+        let bias =
+            |on: bool, t: Tensor, i: usize, len: usize| on.then(|| get(t, i, len)).transpose();
+        // q, k and v (and their biases): three tensors, or one split here.
+        let qkv = |i: usize| -> Result<([Matrix; 3], QkvBias)> {
+            if g.qkv == super::QkvStore::Separate {
+                let b = cfg
+                    .qkv_bias
+                    .then(|| {
+                        Ok::<_, crate::error::Error>((
+                            get(Tensor::QBias, i, qw)?,
+                            get(Tensor::KBias, i, kvw)?,
+                            get(Tensor::VBias, i, kvw)?,
+                        ))
+                    })
+                    .transpose()?;
+                return Ok((
+                    [
+                        matrix(Tensor::Q, i, qw, d)?,
+                        matrix(Tensor::K, i, kvw, d)?,
+                        matrix(Tensor::V, i, kvw, d)?,
+                    ],
+                    b,
+                ));
+            }
+            let rows = qw + 2 * kvw;
+            let w = dense(&name(Tensor::Qkv, i)?, rows, d, g.conv1d)?;
+            let [wq, wk, wv] = split_qkv(&w, d, &cfg);
+            let b = match cfg.qkv_bias {
+                true => {
+                    let [bq, bk, bv] = split_qkv(&get(Tensor::QkvBias, i, rows)?, 1, &cfg);
+                    Some((bq, bk, bv))
+                }
+                false => None,
+            };
+            Ok((
+                [
+                    Matrix::dense(wq, qw, d),
+                    Matrix::dense(wk, kvw, d),
+                    Matrix::dense(wv, kvw, d),
+                ],
+                b,
+            ))
+        };
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
+            // In the order of a block's computation (the norm first).
+            let attn_norm = ins.then(|| gain(Tensor::AttnNorm, i, d)).transpose()?;
+            let ([wq, wk, wv], qkv_bias) = qkv(i)?;
             layers.push(DecoderLayer {
-                attn_norm: ins.then(|| gain(Tensor::AttnNorm, i, d)).transpose()?,
+                attn_norm,
                 attn_out_norm: outs.then(|| gain(Tensor::AttnOutNorm, i, d)).transpose()?,
                 qk_norm: cfg
                     .qk_norm
@@ -421,39 +457,46 @@ impl Decoder {
                         ))
                     })
                     .transpose()?,
-                qkv_bias: cfg
-                    .qkv_bias
-                    .then(|| {
-                        Ok::<_, crate::error::Error>((
-                            get(Tensor::QBias, i, qw)?,
-                            get(Tensor::KBias, i, kvw)?,
-                            get(Tensor::VBias, i, kvw)?,
-                        ))
-                    })
-                    .transpose()?,
-                wq: matrix(Tensor::Q, i, qw, d)?,
-                wk: matrix(Tensor::K, i, kvw, d)?,
-                wv: matrix(Tensor::V, i, kvw, d)?,
+                qkv_bias,
+                wq,
+                wk,
+                wv,
                 wo: matrix(Tensor::O, i, d, qw)?,
                 ffn_norm: ins.then(|| gain(Tensor::FfnNorm, i, d)).transpose()?,
                 ffn_out_norm: outs.then(|| gain(Tensor::FfnOutNorm, i, d)).transpose()?,
-                gate: matrix(Tensor::Gate, i, f, d)?,
+                gate: (!g.plain_mlp)
+                    .then(|| matrix(Tensor::Gate, i, f, d))
+                    .transpose()?,
                 up: matrix(Tensor::Up, i, f, d)?,
                 down: matrix(Tensor::Down, i, d, f)?,
+                bias: super::LayerBias {
+                    attn_norm: bias(ins && g.norm_bias, Tensor::AttnNormBias, i, d)?,
+                    ffn_norm: bias(ins && g.norm_bias, Tensor::FfnNormBias, i, d)?,
+                    o: bias(g.linear_bias, Tensor::OBias, i, d)?,
+                    up: bias(g.linear_bias, Tensor::UpBias, i, f)?,
+                    down: bias(g.linear_bias, Tensor::DownBias, i, d)?,
+                },
             });
         }
-        let emb = matrix(Tensor::Embedding, 0, cfg.vocab, d)?;
+        let emb = matrix_named(&name(Tensor::Embedding, 0)?, cfg.vocab, d, false)?;
+        let pos = g
+            .learned_positions
+            .then(|| matrix_named(&name(Tensor::Position, 0)?, cfg.context, d, false))
+            .transpose()?;
         let head_name = name(Tensor::Head, 0)?;
         let head = match src.numel(&head_name) {
-            Some(_) => Some(matrix_named(&head_name, cfg.vocab, d)?),
+            Some(_) => Some(matrix_named(&head_name, cfg.vocab, d, false)?),
             None => None,
         };
         let final_norm = gain(Tensor::FinalNorm, 0, d)?;
+        let final_norm_bias = bias(g.norm_bias, Tensor::FinalNormBias, 0, d)?;
         Ok(Decoder {
             cfg,
             emb,
             layers,
             final_norm,
+            final_norm_bias,
+            pos,
             head,
             eos,
             bos: None,
@@ -462,6 +505,42 @@ impl Decoder {
             tokenizer,
         })
     }
+}
+
+/// The biases of q, k and v, when there are any.
+type QkvBias = Option<(Vec<f32>, Vec<f32>, Vec<f32>)>;
+
+/// `x` (`rows x cols`) transposed.
+fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            y[c * rows + r] = x[r * cols + c];
+        }
+    }
+    y
+}
+
+/// A fused q/k/v tensor's rows (`cols` values each) split into the
+/// queries', keys' and values': one after another ([`QkvStore::Concat`])
+/// or head by head ([`QkvStore::PerHead`]).
+///
+/// [`QkvStore::Concat`]: super::QkvStore::Concat
+/// [`QkvStore::PerHead`]: super::QkvStore::PerHead
+fn split_qkv(x: &[f32], cols: usize, cfg: &DecoderConfig) -> [Vec<f32>; 3] {
+    let (qw, kvw, hd) = (cfg.q_width(), cfg.kv_width(), cfg.head_dim);
+    if cfg.gpt.qkv == super::QkvStore::Concat {
+        let (q, rest) = x.split_at(qw * cols);
+        let (k, v) = rest.split_at(kvw * cols);
+        return [q.to_vec(), k.to_vec(), v.to_vec()];
+    }
+    let mut out: [Vec<f32>; 3] = Default::default();
+    for head in x.chunks_exact(3 * hd * cols) {
+        for (o, part) in out.iter_mut().zip(head.chunks_exact(hd * cols)) {
+            o.extend_from_slice(part);
+        }
+    }
+    out
 }
 
 /// Refuse a quantised matrix with a non-finite value (as the f32 load

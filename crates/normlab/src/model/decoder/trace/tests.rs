@@ -31,9 +31,10 @@ fn tiny() -> Decoder {
             wo: m(d, heads * hd),
             ffn_norm: Some(vec![1.0; d]),
             ffn_out_norm: Some(vec![1.3; d]),
-            gate: m(ffn, d),
+            gate: Some(m(ffn, d)),
             up: m(ffn, d),
             down: m(d, ffn),
+            bias: Default::default(),
         })
         .collect();
     let cfg = DecoderConfig {
@@ -70,12 +71,15 @@ fn tiny() -> Decoder {
         ],
         rope_pairs: RopePairs::Halves,
         final_softcap: None,
+        gpt: Default::default(),
     };
     Decoder {
         cfg,
         emb: m(vocab, d),
         layers,
         final_norm: vec![1.0; d],
+        final_norm_bias: None,
+        pos: None,
         head: None,
         eos: None,
         bos: None,
