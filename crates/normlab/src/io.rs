@@ -1,6 +1,6 @@
 //! Files: atomic writes (temp name, fsync, rename; no temp file left
 //! behind on failure), reads with errors that say whether the user or the
-//! machine is at fault, checkpoint tensors in safetensors (Hugging
+//! machine is at fault, model files memory-mapped ([`map`]), checkpoint tensors in safetensors (Hugging
 //! Face-style names, f32), and the text corpus normlab ships.
 
 use crate::error::{Error, Result};
@@ -91,6 +91,63 @@ fn check_regular(path: &Path) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A whole file's bytes: memory-mapped on Unix ([`map`]: its pages are the
+/// page cache's, read on demand, never copied into the process), or held.
+pub struct FileBytes(Bytes);
+
+enum Bytes {
+    #[cfg(unix)]
+    Mapped(memmap2::Mmap),
+    Held(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            #[cfg(unix)]
+            Bytes::Mapped(m) => m,
+            Bytes::Held(v) => v,
+        }
+    }
+}
+
+impl From<Vec<u8>> for FileBytes {
+    fn from(v: Vec<u8>) -> FileBytes {
+        FileBytes(Bytes::Held(v))
+    }
+}
+
+impl FileBytes {
+    /// Whether the bytes are a mapping of the file (not held in the
+    /// process's own memory).
+    pub fn mapped(&self) -> bool {
+        !matches!(self.0, Bytes::Held(_))
+    }
+}
+
+/// A regular file's bytes, memory-mapped where the platform maps files
+/// (elsewhere read): a model's weights file is then not held in memory a
+/// second time beside the weights made from it. A FIFO or a device is
+/// refused, as by [`read`].
+pub fn map(path: &Path) -> Result<FileBytes> {
+    check_regular(path)?;
+    #[cfg(unix)]
+    {
+        let f = fs::File::open(path).map_err(|e| Error::read(path, e))?;
+        // SAFETY: a read-only private mapping of a regular file, read only
+        // through the returned slice. Another process truncating the file
+        // while it is mapped would fault the reader, the risk every tool
+        // that maps model files takes (safetensors, llama.cpp).
+        let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::read(path, e))?;
+        Ok(FileBytes(Bytes::Mapped(m)))
+    }
+    #[cfg(not(unix))]
+    {
+        read(path).map(FileBytes::from)
+    }
 }
 
 /// Read a whole regular file (a missing file is bad input, see

@@ -106,7 +106,7 @@ pub struct Gguf {
     pub meta: HashMap<String, Value>,
     /// Tensors in file order.
     pub tensors: Vec<TensorInfo>,
-    data: Vec<u8>,
+    data: crate::io::FileBytes,
     data_start: usize,
 }
 
@@ -200,18 +200,21 @@ impl<'a> Cursor<'a> {
 }
 
 impl Gguf {
-    /// Read a GGUF file (a regular file that fits in the memory available).
+    /// Open a GGUF file (a regular file, memory-mapped; see [`crate::io::map`]).
     pub fn open(path: &Path) -> Result<Gguf> {
-        let len = std::fs::metadata(path)
-            .map_err(|e| crate::error::Error::read(path, e))?
-            .len();
-        crate::limits::check_memory(len as f64, &format!("reading {}", path.display()))?;
-        let data = crate::io::read(path)?;
+        // Mapped, not read: only where the platform cannot map files is
+        // the file held in memory, and checked against it.
+        let data = crate::io::map(path)?;
+        if !data.mapped() {
+            let what = format!("reading {}", path.display());
+            crate::limits::check_memory(data.len() as f64, &what)?;
+        }
         Gguf::parse(data).map_err(|e| format!("{}: {e}", path.display()).into())
     }
 
     /// Parse GGUF bytes.
-    pub fn parse(data: Vec<u8>) -> Result<Gguf> {
+    pub fn parse(data: impl Into<crate::io::FileBytes>) -> Result<Gguf> {
+        let data: crate::io::FileBytes = data.into();
         let mut c = Cursor {
             b: &data,
             pos: 0,

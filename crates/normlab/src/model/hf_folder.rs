@@ -123,11 +123,11 @@ pub fn model_type(dir: &Path) -> Result<String> {
 /// Most shards a sharded folder may name.
 pub const MAX_SHARDS: usize = 4096;
 
-/// The weights files of a folder, read: one `model.safetensors`, or the
-/// shards `model.safetensors.index.json` names.
+/// The weights files of a folder, memory-mapped: one `model.safetensors`,
+/// or the shards `model.safetensors.index.json` names.
 pub struct WeightFiles {
     /// Each file's path and bytes.
-    pub files: Vec<(PathBuf, Vec<u8>)>,
+    pub files: Vec<(PathBuf, crate::io::FileBytes)>,
 }
 
 /// The shard files `dir/model.safetensors.index.json` names (its
@@ -171,9 +171,11 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Read the folder's weights once their sizes fit `want` and the memory:
+/// Map the folder's weights once their sizes fit `want` and the memory:
 /// `model.safetensors`, or every shard of `model.safetensors.index.json`;
-/// for [`WeightFiles::tensors`].
+/// for [`WeightFiles::tensors`]. The files are memory-mapped, not read,
+/// so the memory asked for is the f32 weights made from them (and the
+/// files' bytes only where the platform cannot map them).
 pub fn read_weights(dir: &Path, want: &Expected) -> Result<WeightFiles> {
     let single = dir.join("model.safetensors");
     let paths: Vec<PathBuf> =
@@ -196,14 +198,19 @@ pub fn read_weights(dir: &Path, want: &Expected) -> Result<WeightFiles> {
         )
         .into());
     }
-    check_memory(
-        len as f64 + f32_bytes(values as f64),
-        &format!("loading {} ({values} weights)", dir.display()),
-    )?;
     let files = paths
         .into_iter()
-        .map(|p| crate::io::read(&p).map(|b| (p, b)))
+        .map(|p| crate::io::map(&p).map(|b| (p, b)))
         .collect::<Result<Vec<_>>>()?;
+    let held = if files.iter().all(|(_, b)| b.mapped()) {
+        0
+    } else {
+        len
+    };
+    check_memory(
+        held as f64 + f32_bytes(values as f64),
+        &format!("loading {} ({values} weights)", dir.display()),
+    )?;
     Ok(WeightFiles { files })
 }
 
