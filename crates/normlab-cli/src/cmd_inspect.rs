@@ -17,7 +17,7 @@ use std::path::PathBuf;
 /// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a Hugging Face folder (config.json, model.safetensors, tokenizer.json: a decoder of the Llama, Mistral, Qwen3 or Gemma 3 family, or a BERT-style encoder) or a .gguf file (Llama or Gemma 3).
 #[derive(Args, Debug)]
 pub struct InspectCmd {
-    /// Model folder (e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
+    /// A run folder, a Hugging Face folder (config.json, model.safetensors, tokenizer.json; e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh, or your own model: docs/own-model.md) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
     model: PathBuf,
     /// GGUF models: held-out tokens (from the last tenth of the bundled Shakespeare) for the final norm's effect.
     #[arg(long, default_value_t = 512)]

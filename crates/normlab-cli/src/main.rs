@@ -51,7 +51,7 @@ enum Command {
     Site(web::SiteCmd),
     /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
     Convert(cmd_convert::ConvertCmd),
-    /// Inspect a model layer by layer: a normlab run folder (any placement), a BERT-style folder or a GGUF file (Llama, Gemma 3).
+    /// Inspect a model layer by layer: a normlab run folder (any placement), a Hugging Face folder (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo 2, GPT-2, GPT-NeoX, BERT) or a GGUF file (Llama, Gemma 3).
     Inspect(cmd_inspect::InspectCmd),
     /// Continue a prompt with a GGUF decoder, Llama or Gemma 3 (greedy, over a key/value cache).
     Generate(cmd_generate::GenerateCmd),

@@ -112,6 +112,18 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
                 _ => m.cfg.head_dim,
             };
             assert_eq!(m.cfg.rotary_dims(), rot, "{folder}");
+            // The one-line description names the placement in the
+            // lesson's terms.
+            let line = m.cfg.describe();
+            let words = match name {
+                "gpt2" | "gpt2-bare" => "Pre-LayerNorm (with bias; eps 1e-5), GELU (tanh) MLP, biases on every projection, learned positions",
+                "gpt_neox" => "Pre-LayerNorm (with bias; eps 1e-5), attention and MLP in parallel, GELU MLP, biases on every projection, RoPE on 4 of 8 dims per head",
+                "gpt_neox-sequential" => "Pre-LayerNorm (with bias; eps 1e-5), GELU (tanh) MLP",
+                "olmo2" => "Output-RMSNorm",
+                "gemma2" => "Sandwich-RMSNorm (zero-centred gains 1 + w;",
+                _ => "Pre-RMSNorm",
+            };
+            assert!(line.contains(words), "{folder}: {line}");
             // Gemma 2 alternates: a window on layer 0, full attention on 1.
             let windows: Vec<_> = m.cfg.attn.iter().map(|a| a.window).collect();
             let want = if gemma {

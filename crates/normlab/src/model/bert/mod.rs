@@ -257,12 +257,7 @@ impl Bert {
         let plain = expected(&cfg, "");
         let files = hf_folder::read_weights(dir, &plain)?;
         // Some exports prefix every tensor with "bert.".
-        let probe = files.files.iter().any(|(_, b)| {
-            SafeTensors::read_metadata(b).is_ok_and(|(_, m)| {
-                m.tensors()
-                    .contains_key("bert.embeddings.word_embeddings.weight")
-            })
-        });
+        let probe = files.holds("bert.embeddings.word_embeddings.weight");
         let prefix = if probe { "bert." } else { "" };
         let want = if probe { expected(&cfg, prefix) } else { plain };
         let st = files.tensors(&want)?;

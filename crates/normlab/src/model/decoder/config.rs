@@ -316,7 +316,7 @@ impl DecoderConfig {
                 ", QK-Norm"
             };
         }
-        if self.qkv_bias {
+        if self.qkv_bias && !self.gpt.linear_bias {
             s += ", q/k/v biases";
         }
         match self.rope_scaling {

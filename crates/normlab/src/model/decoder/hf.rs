@@ -16,77 +16,15 @@
 //! before it is read (see [`Decoder::load_hf`]). GPT-2 and GPT-NeoX:
 //! `hf_gpt.rs`.
 
+use super::config_json::{blocks, count, num, refuse_flags, rope};
 use super::hf_gpt::{buffers, gpt2_config, neox_config};
-use super::{
-    names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, RopeScaling,
-};
+use super::{names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
 use crate::model::hf_folder;
 use crate::nn::Placement;
 use serde_json::Value;
 use std::path::Path;
-
-/// A number of `config.json`, or its default.
-pub(super) fn num(c: &Value, key: &str, default: Option<f64>) -> Result<f64> {
-    match c.get(key) {
-        Some(v) if !v.is_null() => v
-            .as_f64()
-            .ok_or_else(|| format!("config.json: '{key}' is not a number").into()),
-        _ => default.ok_or_else(|| format!("config.json has no '{key}'").into()),
-    }
-}
-
-/// A count of `config.json` (at most 2^31, so products of counts stay
-/// far below usize's range before the tensors are compared with them).
-pub(super) fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
-    let v = num(c, key, default.map(|d| d as f64))?;
-    if !(v >= 0.0 && v.fract() == 0.0 && v <= f64::from(1u32 << 31)) {
-        return Err(format!("config.json: '{key}' is not a count (got {v})").into());
-    }
-    Ok(v as usize)
-}
-
-/// The RoPE base and scaling of a `config.json`: `rope_parameters`
-/// (transformers 5) or the older top-level `rope_theta` and `rope_scaling`.
-/// Linear and Llama 3 scaling are read; any other (yarn, dynamic,
-/// longrope, ...) is refused by name, never run as plain RoPE.
-pub(super) fn rope(c: &Value, default: f64) -> Result<(f64, Option<RopeScaling>)> {
-    let params = c.get("rope_parameters").filter(|v| !v.is_null());
-    let old = c.get("rope_scaling").filter(|v| !v.is_null());
-    let mut scaling = None;
-    for r in [params, old].into_iter().flatten() {
-        let ty = r
-            .get("rope_type")
-            .or_else(|| r.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        let f = |key: &str| num(r, key, None);
-        scaling = match ty {
-            "default" => scaling,
-            "linear" => Some(RopeScaling::Linear { factor: f("factor")? }),
-            "llama3" => Some(RopeScaling::Llama3 {
-                factor: f("factor")?,
-                low_freq_factor: f("low_freq_factor")?,
-                high_freq_factor: f("high_freq_factor")?,
-                original_context: f("original_max_position_embeddings")?,
-            }),
-            other => {
-                return Err(format!(
-                    "RoPE scaling '{other}' is not supported (normlab implements plain, linear and llama3 RoPE)"
-                )
-                .into())
-            }
-        };
-    }
-    let base = match params.and_then(|r| r.get("rope_theta")) {
-        Some(v) => v.as_f64().ok_or_else(|| -> crate::error::Error {
-            "config.json: rope_theta is not a number".into()
-        })?,
-        None => num(c, "rope_theta", Some(default))?,
-    };
-    Ok((base, scaling))
-}
 
 /// The RoPE base of a family that reads no scaling (Gemma 2): scaling is
 /// refused by name.
@@ -95,25 +33,6 @@ fn rope_base(c: &Value, default: f64) -> Result<f64> {
         (base, None) => Ok(base),
         (_, Some(s)) => Err(format!("RoPE scaling {s:?} is not supported in this family").into()),
     }
-}
-
-/// The block count `key` of a `config.json`, within [`super::MAX_BLOCKS`].
-pub(super) fn blocks(c: &Value, key: &str) -> Result<usize> {
-    let layers = count(c, key, None)?;
-    if layers == 0 || layers > super::MAX_BLOCKS {
-        return Err(format!("block_count {layers} is not in 1..={}", super::MAX_BLOCKS).into());
-    }
-    Ok(layers)
-}
-
-/// Refuse each `(key, what)` of `c` that is switched on (true).
-pub(super) fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
-    for (key, what) in flags {
-        if c.get(*key).and_then(Value::as_bool) == Some(true) {
-            return Err(format!("{what} ({key}) are not supported").into());
-        }
-    }
-    Ok(())
 }
 
 /// The decoder configuration of a Llama-style `config.json` (`family`:

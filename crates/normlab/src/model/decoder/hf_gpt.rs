@@ -7,7 +7,7 @@
 //! head, a plain GELU MLP, a separate head); and the buffers their older
 //! files carry besides the weights ([`buffers`]).
 
-use super::hf::{blocks, count, num, refuse_flags, rope};
+use super::config_json::{blocks, count, num, refuse_flags, rope};
 use super::{DecoderConfig, GainStore, GatedAct, GptStyle, LayerAttention, QkvStore, RopePairs};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;

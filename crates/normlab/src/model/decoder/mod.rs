@@ -33,6 +33,7 @@ use crate::model::hooks::{NoObserver, Observer};
 
 pub mod compare;
 mod config;
+mod config_json;
 mod forward;
 mod gguf;
 mod heads;
