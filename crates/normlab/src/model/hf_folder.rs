@@ -173,7 +173,7 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
 
 /// Map the folder's weights once their sizes fit `want` and the memory:
 /// `model.safetensors`, or every shard of `model.safetensors.index.json`;
-/// for [`WeightFiles::tensors`]. The files are memory-mapped, not read,
+/// for [`Shards::check`]. The files are memory-mapped, not read,
 /// so the memory asked for is the f32 weights made from them (and the
 /// files' bytes only where the platform cannot map them).
 pub fn read_weights(dir: &Path, want: &Expected) -> Result<WeightFiles> {
@@ -218,6 +218,8 @@ pub fn read_weights(dir: &Path, want: &Expected) -> Result<WeightFiles> {
 pub struct Shards<'a> {
     parts: Vec<SafeTensors<'a>>,
     at: std::collections::HashMap<String, usize>,
+    /// The file, or how many shards, for messages.
+    where_: String,
 }
 
 impl<'a> Shards<'a> {
@@ -230,25 +232,20 @@ impl<'a> Shards<'a> {
     pub fn part(&self, name: &str) -> Option<&SafeTensors<'a>> {
         self.at.get(name).map(|&i| &self.parts[i])
     }
+
+    /// Check the table against `want` before any tensor is read
+    /// ([`Expected::check_table`]).
+    pub fn check(&self, want: &Expected) -> Result<()> {
+        want.check_table(self).map_err(|e| e.within(&self.where_))
+    }
 }
 
 impl WeightFiles {
-    /// Whether a file's table names `name` (a file whose header does not
-    /// parse holds nothing: [`WeightFiles::tensors`] says why).
-    pub fn holds(&self, name: &str) -> bool {
-        self.files.iter().any(|(_, b)| {
-            let header = b.get(..8).map_or(u64::MAX, |b| {
-                u64::from_le_bytes(b.try_into().expect("8 bytes"))
-            });
-            header <= MAX_HEADER_BYTES
-                && SafeTensors::read_metadata(b).is_ok_and(|(_, m)| m.info(name).is_some())
-        })
-    }
-
-    /// Every file's table (headers no longer than [`MAX_HEADER_BYTES`],
-    /// no name in two files), checked against `want` before any tensor is
-    /// read.
-    pub fn tensors(&self, want: &Expected) -> Result<Shards<'_>> {
+    /// Every file's table, parsed once (headers no longer than
+    /// [`MAX_HEADER_BYTES`], no name in two files) but not yet checked
+    /// against what a configuration implies ([`Shards::check`]): a reader
+    /// can first look at the names (a prefix some exports add).
+    pub fn shards(&self) -> Result<Shards<'_>> {
         let mut parts = Vec::with_capacity(self.files.len());
         let mut at = std::collections::HashMap::new();
         for (i, (path, bytes)) in self.files.iter().enumerate() {
@@ -272,13 +269,11 @@ impl WeightFiles {
             }
             parts.push(st);
         }
-        let shards = Shards { parts, at };
         let where_ = match self.files.as_slice() {
             [(p, _)] => p.display().to_string(),
             _ => format!("{} shards", self.files.len()),
         };
-        want.check_table(&shards).map_err(|e| e.within(&where_))?;
-        Ok(shards)
+        Ok(Shards { parts, at, where_ })
     }
 }
 

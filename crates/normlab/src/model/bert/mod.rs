@@ -257,10 +257,11 @@ impl Bert {
         let plain = expected(&cfg, "");
         let files = hf_folder::read_weights(dir, &plain)?;
         // Some exports prefix every tensor with "bert.".
-        let probe = files.holds("bert.embeddings.word_embeddings.weight");
+        let st = files.shards()?;
+        let probe = st.part("bert.embeddings.word_embeddings.weight").is_some();
         let prefix = if probe { "bert." } else { "" };
         let want = if probe { expected(&cfg, prefix) } else { plain };
-        let st = files.tensors(&want)?;
+        st.check(&want)?;
         let t = |n: &str| -> Result<Vec<f32>> {
             let name = format!("{prefix}{n}");
             let part = st

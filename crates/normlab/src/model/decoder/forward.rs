@@ -134,7 +134,9 @@ impl Decoder {
         let mut qk_tmp = vec![0f32; t * qw];
         let mut att = vec![0f32; t * qw];
         let mut o = vec![0f32; t * d];
-        let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; t * c.ffn]);
+        // The MLP's hidden layer, and a gated MLP's up projection.
+        let up_len = if c.gpt.plain_mlp { 0 } else { t * c.ffn };
+        let (mut gb, mut ub) = (vec![0f32; t * c.ffn], vec![0f32; up_len]);
         let gelu_len = if c.act != GatedAct::Silu {
             t * c.ffn
         } else {
@@ -320,24 +322,26 @@ impl Decoder {
                 l,
                 obs,
             );
-            self.apply(&layer.up, &a, t, &mut ub);
+            // The up projection (with its bias) into `ub` beside a gate,
+            // or straight into the hidden layer `gb` of a plain MLP.
+            let up = if layer.gate.is_some() {
+                &mut ub
+            } else {
+                &mut gb
+            };
+            self.apply(&layer.up, &a, t, up);
             if let Some(b) = &layer.bias.up {
-                crate::kernels::matmul::add_bias_rows(&mut ub, b);
+                crate::kernels::matmul::add_bias_rows(up, b);
             }
-            match &layer.gate {
-                Some(gate) => {
-                    self.apply(gate, &a, t, &mut gb);
-                    if let Some(lim) = self.ffn_clamp {
-                        clamp_gate_up(&mut gb, &mut ub, lim);
-                    }
-                    self.activate(&mut gb, &mut gelu, &mut slope);
-                    gb.iter_mut().zip(&ub).for_each(|(g, u)| *g *= u);
+            if let Some(gate) = &layer.gate {
+                self.apply(gate, &a, t, &mut gb);
+                if let Some(lim) = self.ffn_clamp {
+                    clamp_gate_up(&mut gb, &mut ub, lim);
                 }
-                None => {
-                    // The plain MLP's hidden layer, in `gb` as a gated one's.
-                    gb.copy_from_slice(&ub);
-                    self.activate(&mut gb, &mut gelu, &mut slope);
-                }
+            }
+            self.activate(&mut gb, &mut gelu, &mut slope);
+            if layer.gate.is_some() {
+                gb.iter_mut().zip(&ub).for_each(|(g, u)| *g *= u);
             }
             if observed {
                 obs.mlp_hidden(l, &gb);

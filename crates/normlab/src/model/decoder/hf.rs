@@ -356,11 +356,12 @@ impl Decoder {
         // A bare GPT2Model file (OpenAI's on the Hub) names its tensors
         // without `transformer.`.
         let bare = names.stripping("transformer.");
+        let st = files.shards()?;
         let names = match cfg.family.as_str() {
-            "gpt2" if !files.holds("transformer.wte.weight") => &bare,
+            "gpt2" if st.part("transformer.wte.weight").is_none() => &bare,
             _ => names,
         };
-        let st = files.tensors(&expect(names))?;
+        st.check(&expect(names))?;
         let tokenizer = hf_folder::read_tokenizer(dir)?;
         let bos = tokenizer.as_ref().map(bos_of).transpose()?.flatten();
         let mut m = Decoder::from_tensors(cfg, names, &st, tokenizer, eos).map_err(at)?;
