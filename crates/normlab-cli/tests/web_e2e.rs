@@ -841,7 +841,11 @@ async fn run_presets(c: &Client) -> Vec<Vec<String>> {
     };
     let mut out = Vec::new();
     for (claim, i) in PRESET_BUTTONS {
-        click(c, &format!("#claim-{claim}")).await;
+        // The page may still be loading the book (the claims table is drawn
+        // from /api/book after the page itself): wait for the claim's row.
+        let row = format!("#claim-{claim}");
+        wait_for(&row, || async { c.find(Locator::Css(&row)).await.ok() }).await;
+        click(c, &row).await;
         let button = format!("#preset-{claim}-{i}");
         wait_for(&button, || async {
             c.find(Locator::Css(&button)).await.ok()
