@@ -24,7 +24,8 @@
 //! (weight-name maps and tensor sources), `gguf.rs`
 //! (GGUF files), `hf.rs` (Hugging Face folders), `tokenizer.rs` (a GGUF
 //! file's tokenizers), `inspect.rs` (what `normlab inspect` and `exp llm`
-//! report).
+//! report, measured on this decoder), `report.rs` (the report and how it
+//! is put together from measurements, which Python's hooks also feed).
 
 use crate::error::Result;
 use crate::gguf::qdot::ActBits;
@@ -42,6 +43,7 @@ mod hf_gpt;
 mod inspect;
 mod matrix;
 pub mod names;
+mod report;
 pub(crate) mod tokenizer;
 mod trace;
 
@@ -51,12 +53,14 @@ pub use config::{
     MAX_BLOCKS,
 };
 pub use forward::KvCache;
-pub use inspect::{
-    held_out_text, inspect, stream_growth, DecoderLayerRow, FinalNormEffect, GainRow, Inspection,
-    LensRow, MassiveActivation, ModelClaims, LENS_TOKENS,
-};
+pub use inspect::{held_out_text, inspect, inspect_ids};
 pub use matrix::Matrix;
 pub use names::{Tensor, TensorNames, TensorSource, WeightStorage};
+pub use report::{
+    gain_stats, nll_sum, stream_growth, top_tokens, ChangedLosses, DecoderLayerRow,
+    FinalNormEffect, FinalNormSum, GainRow, Inspection, LensRow, MassiveActivation, ModelClaims,
+    TraceSum, LENS_TOKENS,
+};
 pub use trace::DecoderTrace;
 
 /// One block's weights. Gains are the gains the model multiplies by (a
@@ -398,17 +402,7 @@ impl Decoder {
     /// Add the negative log-likelihood of each of `targets` under `logits`
     /// (`[targets.len(), vocab]`) to `total`, one after another.
     pub fn add_nll(&self, logits: &[f32], targets: &[u32], total: &mut f64) {
-        let v = self.cfg.vocab;
-        for (row, &target) in logits.chunks_exact(v).zip(targets) {
-            let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let lse = f64::from(m)
-                + row
-                    .iter()
-                    .map(|&x| f64::from(x - m).exp())
-                    .sum::<f64>()
-                    .ln();
-            *total += lse - f64::from(row[target as usize]);
-        }
+        report::add_nll(logits, self.cfg.vocab, targets, total);
     }
 }
 

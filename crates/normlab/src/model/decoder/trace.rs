@@ -110,6 +110,7 @@ struct Running {
     row_norm_in: f64,
     ms_block: f64,
     attn_write: f64,
+    mlp_write: f64,
     max_logit: f64,
     raw_max_logit: f64,
     entropy: f64,
@@ -144,12 +145,17 @@ impl Observer for DecoderTrace {
             r.raw_max_logit = f64::NAN;
             r.entropy = 0.0;
             r.sink = 0.0;
+            // What an observer fed from outside may not know (a block
+            // whose stream between its sublayers is hidden): unmeasured.
+            (r.rms_attn, r.attn_write, r.mlp_write, r.ffn_max) =
+                (f64::NAN, f64::NAN, f64::NAN, f64::NAN);
         } else {
             r.rms_attn = rms(x);
             r.ms_block = r.ms_block.min(row_stats(x, r.d).0);
         }
         r.before.clear();
         r.before.extend_from_slice(x);
+        r.write.clear();
     }
 
     fn norm_input(&mut self, _block: usize, role: NormRole, x: &[f32], width: usize) {
@@ -207,7 +213,7 @@ impl Observer for DecoderTrace {
         if sub == 0 {
             r.attn_write = ratio;
         } else {
-            self.mlp_write.push(ratio);
+            r.mlp_write = ratio;
         }
         r.write.clear();
         r.write.extend_from_slice(w);
@@ -215,8 +221,11 @@ impl Observer for DecoderTrace {
 
     fn sublayer_out(&mut self, block: usize, sub: usize, h: &[f32]) {
         let r = &self.run;
-        self.sublayers
-            .push(SublayerTrace::of(block, sub, &r.before, &r.write, h));
+        // (Only when this sublayer's stream before and write were given.)
+        if r.before.len() == h.len() && r.write.len() == h.len() {
+            self.sublayers
+                .push(SublayerTrace::of(block, sub, &r.before, &r.write, h));
+        }
         if sub == 0 {
             return;
         }
@@ -242,6 +251,7 @@ impl Observer for DecoderTrace {
         self.max_abs
             .push(h.iter().fold(0f64, |m, &x| m.max(f64::from(x.abs()))));
         self.attn_write.push(r.attn_write);
+        self.mlp_write.push(r.mlp_write);
         self.attn_max_logit.push(r.max_logit);
         self.attn_max_logit_raw.push(r.raw_max_logit);
         self.attn_entropy
