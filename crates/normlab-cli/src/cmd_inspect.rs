@@ -162,17 +162,9 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
         plot::save(&fig, dir)?;
     }
     if c.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "model": c.model.display().to_string(), "architecture": m.cfg.family,
-                "layers": m.cfg.layers, "d": m.cfg.d, "heads": m.cfg.heads, "kv_heads": m.cfg.kv_heads,
-                "eps": m.cfg.eps, "rope_base": m.cfg.rope_base(), "config": m.cfg, "texts": texts.len(),
-                "blocks": rows, "final_norm": fin, "claims": claims, "gains": insp.gains,
-                "logit_lens": insp.lens, "sublayer_check": insp.sublayer_check,
-                "position0": insp.position0, "ffn_clamp": c.ffn_clamp,
-            }))?
-        );
+        let head =
+            decoder::report_head(&m, &c.model.display().to_string(), texts.len(), c.ffn_clamp);
+        println!("{}", serde_json::to_string_pretty(&insp.to_json(head)?)?);
         return Ok(());
     }
     println!(

@@ -9,14 +9,7 @@ use std::collections::HashMap;
 
 /// Statistics of a vector (mean, std, min, max).
 pub fn stats(v: &[f32]) -> HashMap<&'static str, f64> {
-    let n = v.len().max(1) as f64;
-    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
-    let std = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
-    let (mn, mx) = v
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
-            (a.min(x as f64), b.max(x as f64))
-        });
+    let [mean, std, mn, mx] = crate::model::decoder::gain_stats(v);
     HashMap::from([("mean", mean), ("std", std), ("min", mn), ("max", mx)])
 }
 

@@ -63,7 +63,8 @@ pub fn inspect_ids(m: &mut Decoder, texts: &[Vec<u32>], held_out: &[u32]) -> Res
             .to_string()
             .into());
     }
-    let window = 256;
+    // Windows of 256 tokens, or of the whole context when it is shorter.
+    let window = 256.min(m.cfg.context);
     // One pass over the held-out windows: the loss with and without the
     // final norm from the same hidden states, and the logit change on the
     // first window.
@@ -107,6 +108,31 @@ pub fn inspect_ids(m: &mut Decoder, texts: &[Vec<u32>], held_out: &[u32]) -> Res
         lens: logit_lens(m, &ids[..ids.len().min(LENS_TOKENS + 1)])?,
         sublayer_check: sum.sublayer_check(),
     })
+}
+
+/// What the model is, at the head of `normlab inspect --json`'s report
+/// ([`Inspection::to_json`]): `model` (its path), its family and shape, its
+/// configuration, how many texts the rows cover and the MLP clamp used.
+pub fn report_head(
+    m: &Decoder,
+    model: &str,
+    texts: usize,
+    ffn_clamp: Option<f32>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let c = &m.cfg;
+    let mut h = serde_json::Map::new();
+    h.insert("model".into(), model.into());
+    h.insert("architecture".into(), c.family.clone().into());
+    h.insert("layers".into(), c.layers.into());
+    h.insert("d".into(), c.d.into());
+    h.insert("heads".into(), c.heads.into());
+    h.insert("kv_heads".into(), c.kv_heads.into());
+    h.insert("eps".into(), c.eps.into());
+    h.insert("rope_base".into(), c.rope_base().into());
+    h.insert("config".into(), serde_json::to_value(c).unwrap_or_default());
+    h.insert("texts".into(), texts.into());
+    h.insert("ffn_clamp".into(), ffn_clamp.into());
+    h
 }
 
 /// A token's text, or `#id` for a model without a tokenizer.

@@ -53,11 +53,11 @@ pub use config::{
     MAX_BLOCKS,
 };
 pub use forward::KvCache;
-pub use inspect::{held_out_text, inspect, inspect_ids};
+pub use inspect::{held_out_text, inspect, inspect_ids, report_head};
 pub use matrix::Matrix;
 pub use names::{Tensor, TensorNames, TensorSource, WeightStorage};
 pub use report::{
-    gain_stats, nll_sum, stream_growth, top_tokens, ChangedLosses, DecoderLayerRow,
+    argmax, gain_stats, nll_sum, stream_growth, top_tokens, ChangedLosses, DecoderLayerRow,
     FinalNormEffect, FinalNormSum, GainRow, Inspection, LensRow, MassiveActivation, ModelClaims,
     TraceSum, LENS_TOKENS,
 };
@@ -404,15 +404,4 @@ impl Decoder {
     pub fn add_nll(&self, logits: &[f32], targets: &[u32], total: &mut f64) {
         report::add_nll(logits, self.cfg.vocab, targets, total);
     }
-}
-
-/// Index of the largest value (the first on ties).
-pub fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
 }

@@ -221,10 +221,17 @@ impl Inspection {
 /// head per block).
 pub const LENS_TOKENS: usize = 64;
 
-/// Mean, std, min, max of a gain vector (the statistics `bert::stats` computes).
-pub fn gain_stats(g: &[f32]) -> [f64; 4] {
-    let s = crate::model::bert::stats(g);
-    [s["mean"], s["std"], s["min"], s["max"]]
+/// Mean, std (population), min, max of a gain vector.
+pub fn gain_stats(v: &[f32]) -> [f64; 4] {
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let std = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let (mn, mx) = v
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x as f64), b.max(x as f64))
+        });
+    [mean, std, mn, mx]
 }
 
 /// How a residual stream grows over consecutive blocks, from `sizes` (its
@@ -262,7 +269,7 @@ pub fn add_nll(logits: &[f32], vocab: usize, targets: &[u32], total: &mut f64) {
 
 /// The top token of each row of `logits` (rows of `vocab`).
 pub fn top_tokens(logits: &[f32], vocab: usize) -> Vec<usize> {
-    logits.chunks_exact(vocab).map(super::argmax).collect()
+    logits.chunks_exact(vocab).map(argmax).collect()
 }
 
 impl LensRow {
@@ -551,4 +558,40 @@ impl ModelClaims {
             loss_without_eps: changed.without_eps,
         })
     }
+}
+
+impl Inspection {
+    /// The report `normlab inspect --json` writes: `head`'s fields (what
+    /// the model is) and the inspection's.
+    pub fn to_json(
+        &self,
+        mut head: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Value> {
+        let to = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| e.to_string());
+        head.insert("blocks".into(), to(serde_json::to_value(&self.blocks))?);
+        head.insert(
+            "final_norm".into(),
+            to(serde_json::to_value(&self.final_norm))?,
+        );
+        head.insert("claims".into(), to(serde_json::to_value(&self.claims))?);
+        head.insert("gains".into(), to(serde_json::to_value(&self.gains))?);
+        head.insert("logit_lens".into(), to(serde_json::to_value(&self.lens))?);
+        head.insert("sublayer_check".into(), self.sublayer_check.into());
+        head.insert(
+            "position0".into(),
+            to(serde_json::to_value(&self.position0))?,
+        );
+        Ok(serde_json::Value::Object(head))
+    }
+}
+
+/// Index of the largest value (the first on ties).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
 }
