@@ -13,9 +13,20 @@
 //!   (the tied head uses the unscaled matrix), Q/K rows not permuted (RoPE
 //!   on (i, i + hd/2)), the SentencePiece tokenizer with BOS.
 //!
-//! Weights are dequantised to f32 once at load, or kept as the file's
-//! blocks ([`WeightStorage`]).
+//! - `qwen2`, `qwen3`, `olmo2`, `gemma2`, `gpt2`: the Hugging Face
+//!   families' configurations ([`family_config`]: the metadata read as the
+//!   config.json llama.cpp's converter read), with what the converter
+//!   changed: Gemma 2's gains stored as 1 + w, GPT-2's Conv1D weights
+//!   transposed to `[out, in]`; none of them has its Q/K rows permuted
+//!   (llama.cpp rotates them as NEOX pairs, (i, i + hd/2)).
+//!
+//! A file without a tokenizer (`tokenizer.ggml.model`) loads without one
+//! (token ids only), as a folder without tokenizer.json does. Weights are
+//! dequantised to f32 once at load, or kept as the file's blocks
+//! ([`WeightStorage`]).
 
+use super::hf::{gemma_config, llama_config as hf_llama_config};
+use super::hf_gpt::gpt2_config;
 use super::tokenizer::{sentencepiece_from_gguf, tokenizer_from_gguf};
 use super::{
     names, Decoder, DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs, WeightStorage,
@@ -180,8 +191,92 @@ fn gemma3_config(g: &Gguf) -> Result<DecoderConfig> {
     })
 }
 
+/// The configuration of a GGUF file of a Hugging Face family (`qwen2`,
+/// `qwen3`, `olmo2`, `gemma2`, `gpt2`): its metadata put back under the
+/// config.json keys llama.cpp's converter read them from, then the
+/// family's own reader (the one a folder goes through), then what the
+/// converter changed in the weights.
+fn family_config(g: &Gguf, arch: &str) -> Result<DecoderConfig> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let mut c = serde_json::Map::new();
+    let vocab = g
+        .usize(&key("vocab_size"))
+        .or_else(|_| g.info("token_embd.weight").map(|t| t.dims[1]))?;
+    c.insert("vocab_size".into(), vocab.into());
+    let gpt2 = arch == "gpt2";
+    // (config.json key, GGUF key, required)
+    let keys: &[(&str, &str, bool)] = if gpt2 {
+        &[
+            ("n_layer", "block_count", true),
+            ("n_embd", "embedding_length", true),
+            ("n_head", "attention.head_count", true),
+            ("n_positions", "context_length", true),
+            ("n_inner", "feed_forward_length", true),
+            ("layer_norm_epsilon", "attention.layer_norm_epsilon", true),
+        ]
+    } else {
+        &[
+            ("num_hidden_layers", "block_count", true),
+            ("hidden_size", "embedding_length", true),
+            ("num_attention_heads", "attention.head_count", true),
+            ("num_key_value_heads", "attention.head_count_kv", false),
+            ("max_position_embeddings", "context_length", true),
+            ("intermediate_size", "feed_forward_length", true),
+            ("rms_norm_eps", "attention.layer_norm_rms_epsilon", true),
+            ("rope_theta", "rope.freq_base", false),
+            ("head_dim", "attention.key_length", false),
+            ("sliding_window", "attention.sliding_window", false),
+            ("attn_logit_softcapping", "attn_logit_softcapping", false),
+            ("final_logit_softcapping", "final_logit_softcapping", false),
+        ]
+    };
+    for &(name, k, required) in keys {
+        match g.get(&key(k)) {
+            Ok(v) => {
+                let v: serde_json::Value = match (v.as_u64(), v.as_f64()) {
+                    (Some(u), _) => u.into(),
+                    (None, Some(f)) => f.into(),
+                    _ => return Err(format!("{}: not a number", key(k)).into()),
+                };
+                c.insert(name.into(), v);
+            }
+            Err(e) if required => return Err(e),
+            Err(_) => {}
+        }
+    }
+    if arch == "gemma2" {
+        // llama.cpp scales Gemma 2's queries by head_dim^-1/2 (27B, of 46
+        // blocks: by (d / heads)^-1/2), not by query_pre_attn_scalar; a
+        // file may state its scale (`gemma2.attention.scale`).
+        let head_dim = g.f64(&key("attention.key_length"))?;
+        let (d, heads) = (
+            g.f64(&key("embedding_length"))?,
+            g.f64(&key("attention.head_count"))?,
+        );
+        let scalar = match g.f64(&key("attention.scale")) {
+            Ok(s) if s > 0.0 => s.powi(-2),
+            _ if g.usize(&key("block_count"))? == 46 => d / heads,
+            _ => head_dim,
+        };
+        c.insert("query_pre_attn_scalar".into(), scalar.into());
+    }
+    let c = serde_json::Value::Object(c);
+    let mut cfg = match arch {
+        "gpt2" => gpt2_config(&c)?,
+        "gemma2" => gemma_config(&c, "gemma2")?,
+        _ => hf_llama_config(&c, arch)?,
+    };
+    match arch {
+        "gemma2" => cfg.gain = GainStore::OnePlusFolded,
+        "gpt2" => cfg.gpt.conv1d = false,
+        _ => {}
+    }
+    Ok(cfg)
+}
+
 impl Decoder {
-    /// Load a GGUF file of architecture `llama` or `gemma3`, its weights
+    /// Load a GGUF file (architecture `llama`, `gemma3`, `qwen2`, `qwen3`,
+    /// `olmo2`, `gemma2` or `gpt2`), its weights
     /// dequantised to f32.
     pub fn load(path: &Path) -> Result<Decoder> {
         Decoder::load_as(path, WeightStorage::F32)
@@ -197,9 +292,12 @@ impl Decoder {
         let cfg = match arch {
             "llama" => llama_config(&g).map_err(at)?,
             "gemma3" => gemma3_config(&g).map_err(at)?,
+            "qwen2" | "qwen3" | "olmo2" | "gemma2" | "gpt2" => family_config(&g, arch)
+                .and_then(|c| c.check().map(|()| c))
+                .map_err(at)?,
             other => {
                 return Err(format!(
-                    "{}: architecture '{other}' is not supported (llama, gemma3)",
+                    "{}: architecture '{other}' is not supported (llama, gemma3, qwen2, qwen3, olmo2, gemma2, gpt2)",
                     path.display()
                 )
                 .into())
@@ -250,6 +348,10 @@ impl Decoder {
         // before its vocabulary is read.
         let mut m =
             Decoder::from_tensors_as(cfg, &names::GGUF, &g, None, eos, storage).map_err(at)?;
+        if g.get("tokenizer.ggml.model").is_err() {
+            // Token ids only.
+            return Ok(m);
+        }
         let tok = match arch {
             "gemma3" => sentencepiece_from_gguf(&g),
             _ => tokenizer_from_gguf(&g),

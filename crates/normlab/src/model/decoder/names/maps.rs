@@ -3,12 +3,17 @@
 
 use super::{Tensor, TensorNames};
 
-/// llama.cpp's GGUF names (Llama and, with its extra norms, Gemma 3).
+/// llama.cpp's GGUF names (Llama and, with its extra norms, Gemma 2 and 3,
+/// OLMo 2, Qwen2 and Qwen3; with positions, biases and a fused q/k/v,
+/// GPT-2).
 pub const GGUF: TensorNames = TensorNames::new(&[
     (Tensor::Embedding, "token_embd.weight"),
+    (Tensor::Position, "position_embd.weight"),
     (Tensor::FinalNorm, "output_norm.weight"),
+    (Tensor::FinalNormBias, "output_norm.bias"),
     (Tensor::Head, "output.weight"),
     (Tensor::AttnNorm, "blk.{i}.attn_norm.weight"),
+    (Tensor::AttnNormBias, "blk.{i}.attn_norm.bias"),
     (Tensor::AttnOutNorm, "blk.{i}.post_attention_norm.weight"),
     (Tensor::QNorm, "blk.{i}.attn_q_norm.weight"),
     (Tensor::KNorm, "blk.{i}.attn_k_norm.weight"),
@@ -18,12 +23,18 @@ pub const GGUF: TensorNames = TensorNames::new(&[
     (Tensor::QBias, "blk.{i}.attn_q.bias"),
     (Tensor::KBias, "blk.{i}.attn_k.bias"),
     (Tensor::VBias, "blk.{i}.attn_v.bias"),
+    (Tensor::Qkv, "blk.{i}.attn_qkv.weight"),
+    (Tensor::QkvBias, "blk.{i}.attn_qkv.bias"),
     (Tensor::O, "blk.{i}.attn_output.weight"),
+    (Tensor::OBias, "blk.{i}.attn_output.bias"),
     (Tensor::FfnNorm, "blk.{i}.ffn_norm.weight"),
+    (Tensor::FfnNormBias, "blk.{i}.ffn_norm.bias"),
     (Tensor::FfnOutNorm, "blk.{i}.post_ffw_norm.weight"),
     (Tensor::Gate, "blk.{i}.ffn_gate.weight"),
     (Tensor::Up, "blk.{i}.ffn_up.weight"),
+    (Tensor::UpBias, "blk.{i}.ffn_up.bias"),
     (Tensor::Down, "blk.{i}.ffn_down.weight"),
+    (Tensor::DownBias, "blk.{i}.ffn_down.bias"),
 ]);
 
 /// Hugging Face's names for Gemma 3 (`Gemma3ForCausalLM`).
