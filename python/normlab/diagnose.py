@@ -303,6 +303,33 @@ def tcfg_of(model):
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
+def _describe(parts, fin, probes, cfg) -> str:
+    """The norms' placement in the lesson's terms, from the roles found and
+    the probed final norm: "Pre-RMSNorm", "Sandwich-RMSNorm (zero-centred
+    gains 1 + w)", "Output-RMSNorm, QK-Norm", "Pre-LayerNorm (with bias),
+    attention and MLP in parallel", ..."""
+    roles = {r for ns in parts.norms for _, _, r in ns if r}
+    stream = roles - {"QK-Norm on queries", "QK-Norm on keys"}
+    inputs = {"attention input", "MLP input"} & stream
+    outputs = {"attention output", "MLP output"} & stream
+    placement = ("Sandwich" if inputs and outputs else "Output" if outputs else "Pre" if inputs
+                 else "no block norms found")
+    kind = "LayerNorm" if fin["layernorm"] else "RMSNorm"
+    notes = []
+    if fin["zero_centred"]:
+        notes.append("zero-centred gains 1 + w")
+    if float(np.abs(fin["b"]).max()) > 0:
+        notes.append("with bias")
+    s = f"{placement}-{kind}" + (f" ({'; '.join(notes)})" if notes else "")
+    if "QK-Norm on queries" in roles:
+        s += ", QK-Norm"
+    if any(m is not None and m[0] == "plus_output" and m[1] is a
+           for m, a in zip(parts.mid, parts.attn)):
+        s += ", attention and MLP in parallel"
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None)
+    return f"{getattr(cfg, 'model_type', '?')}, {layers or len(parts.blocks)} layers, {s}"
+
+
 def _ids(x):
     import torch
     if isinstance(x, torch.Tensor):
@@ -472,6 +499,7 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
         "eps": fin["eps"], "rope_base": getattr(tcfg, "rope_theta", None),
         "config": tcfg.to_dict() if hasattr(tcfg, "to_dict") else None,
         "texts": len(texts), "ffn_clamp": None, "source": "normlab.diagnose",
+        "description": _describe(parts, fin, probes, tcfg),
     }
     name = None
     if tokenizer is not None:

@@ -83,6 +83,9 @@ def test_diagnose_equals_native_inspect(name):
             else:
                 assert g == w, f"{k}: {g} against {w}"
     assert worst[0] <= REL, f"{name}: {worst[1]} differs by {worst[0]:.2e}"
+    # The placement in the lesson's terms, as normlab's own description says it.
+    placement = want["description"].split("), ")[1].split(" (")[0]
+    assert placement in got["description"], (got["description"], want["description"])
     assert abs(got["sublayer_check"]) < 1e-5
     assert len(got["blocks"]) == want["layers"]
 

@@ -31,6 +31,8 @@
 //! - `GET /api/book`, `GET /api/book/{id}`, `GET /api/book/{id}/figure/{stem}`
 //!   — the book pages (`web/book.rs`): the claims table, a chapter (with
 //!   the dashboard ids of its runs when they lie under `--runs`), a figure.
+//! - `GET /api/reports`, `GET /api/report-plot?report=N&metric=&ids=a,b` —
+//!   the model reports given with `--report` beside runs (`web/reports.rs`).
 //! - `GET /api/plot?ids=a,b&metric=loss|eval_loss|grad_norm|residual_rms|attn_sink|stream_max_ratio|ffn_max|f16_overflow|sink_head_share|sink_rate|massive0|value_drain` —
 //!   an SVG overlaying those runs.
 
@@ -49,9 +51,11 @@ use std::sync::Arc;
 
 mod book;
 mod overlay;
+mod reports;
 mod site;
 mod state;
 use overlay::api_plot;
+use reports::ModelReport;
 pub use site::{run as site, SiteCmd};
 use state::{
     bad, err, heavy, query, scan, HeavyPermit, HeldBody, Lab, Shared, HEAVY_CONCURRENCY,
@@ -114,6 +118,11 @@ pub struct ServeCmd {
     /// rebinding).
     #[arg(long, value_name = "NAME")]
     allow_host: Vec<String>,
+    /// A model's report (`normlab inspect MODEL --json > FILE`, or Python's
+    /// normlab.diagnose saved as JSON), shown in the dashboard beside the
+    /// runs (repeatable).
+    #[arg(long, value_name = "FILE")]
+    report: Vec<PathBuf>,
 }
 
 /// Whether a request's Host header (`name[:port]`) may reach the lab: an
@@ -174,12 +183,18 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     )
 }
 
-/// The router (also used by tests).
-pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>, published: Option<PathBuf>) -> Router {
+/// The router.
+pub fn router(
+    runs: Option<PathBuf>,
+    book: Option<PathBuf>,
+    published: Option<PathBuf>,
+    reports: Vec<ModelReport>,
+) -> Router {
     let state = Arc::new(Lab {
         runs,
         book,
         published,
+        reports,
         heavy: Arc::new(tokio::sync::Semaphore::new(HEAVY_CONCURRENCY)),
     });
     Router::new()
@@ -192,6 +207,8 @@ pub fn router(runs: Option<PathBuf>, book: Option<PathBuf>, published: Option<Pa
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{*id}", get(api_run))
         .route("/api/plot", get(api_plot))
+        .route("/api/reports", get(reports::api_reports))
+        .route("/api/report-plot", get(reports::api_report_plot))
         .route("/api/book", get(book::api_book))
         .route("/api/book/{*path}", get(book::api_chapter))
         .fallback(not_found)
@@ -242,6 +259,15 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
             ));
         }
     }
+    let reports = c
+        .report
+        .iter()
+        .map(|p| ModelReport::load(p))
+        .collect::<Result<Vec<_>, _>>();
+    let reports = match reports {
+        Ok(r) => r,
+        Err(e) => return crate::ui::bad(e),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -271,7 +297,7 @@ pub fn run(c: ServeCmd) -> anyhow::Result<()> {
         } else {
             normlab_lab::book::view::published()
         };
-        let app = router(c.runs.clone(), c.book.clone(), published).layer(
+        let app = router(c.runs.clone(), c.book.clone(), published, reports).layer(
             axum::middleware::from_fn(move |req, next| check_host(allowed.clone(), req, next)),
         );
         serve(listener, app, limits).await;

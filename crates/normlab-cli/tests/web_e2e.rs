@@ -222,12 +222,28 @@ async fn web_lab_in_headless_chromium() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
+    // A model's report (inspect's format, the fields the dashboard draws).
+    let report = base.join("tiny-model.json");
+    let blocks: Vec<serde_json::Value> = (0..4)
+        .map(|i| {
+            serde_json::json!({"rms_out": 1.0 + i as f64, "attn_sink": 0.2, "attn_max_logit": 3.0,
+                "attn_entropy": 1.0, "ffn_max": 5.0, "max_over_median": 20.0})
+        })
+        .collect();
+    std::fs::write(
+        &report,
+        serde_json::json!({"model": "tiny", "architecture": "llama", "blocks": blocks}).to_string(),
+    )
+    .unwrap();
+
     // The lab, on a free port.
     let (_server, url) = serve_lab(&[
         "--runs".as_ref(),
         runs.as_os_str(),
         "--book".as_ref(),
         book.as_os_str(),
+        "--report".as_ref(),
+        report.as_os_str(),
     ]);
 
     // The browser.
@@ -539,6 +555,17 @@ async fn web_lab_in_headless_chromium() {
     assert!(
         svg.contains("toy-layernorm") && svg.contains("toy-none"),
         "both runs in the legend"
+    );
+    // The model's report beside the same runs: one chart per metric.
+    click(&c, "#report-compare").await;
+    wait_for("the report's charts", || async {
+        (rows(&c, "#report-charts svg").await == 6).then_some(())
+    })
+    .await;
+    let charts = text(&c, "#report-charts").await;
+    assert!(
+        charts.contains("tiny-model") && charts.contains("toy-none"),
+        "{charts}"
     );
     c.find(Locator::LinkText("toy-none"))
         .await

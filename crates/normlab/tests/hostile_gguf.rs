@@ -226,10 +226,12 @@ fn tokenizer_metadata_built_to_be_slow_is_refused_at_once() {
 
 #[test]
 fn weights_that_cannot_fit_in_memory_are_refused_before_any_is_read() {
-    // d 2^16 and an MLP of 2^20: terabytes at f32, from a file of kilobytes.
+    // 16 blocks of d and an MLP of 2^17 (the widest normlab reads):
+    // terabytes at f32, from a file of kilobytes.
     let mut f = tiny_gemma3();
-    f.set("gemma3.embedding_length", Meta::U32(1 << 16));
-    f.set("gemma3.feed_forward_length", Meta::U32(1 << 20));
+    f.set("gemma3.block_count", Meta::U32(16));
+    f.set("gemma3.embedding_length", Meta::U32(1 << 17));
+    f.set("gemma3.feed_forward_length", Meta::U32(1 << 17));
     let path = f.write("memory");
     let e = Decoder::load_as(&path, WeightStorage::F32).err().unwrap();
     let _ = std::fs::remove_file(&path);

@@ -292,9 +292,7 @@ impl Decoder {
         let cfg = match arch {
             "llama" => llama_config(&g).map_err(at)?,
             "gemma3" => gemma3_config(&g).map_err(at)?,
-            "qwen2" | "qwen3" | "olmo2" | "gemma2" | "gpt2" => family_config(&g, arch)
-                .and_then(|c| c.check().map(|()| c))
-                .map_err(at)?,
+            "qwen2" | "qwen3" | "olmo2" | "gemma2" | "gpt2" => family_config(&g, arch).map_err(at)?,
             other => {
                 return Err(format!(
                     "{}: architecture '{other}' is not supported (llama, gemma3, qwen2, qwen3, olmo2, gemma2, gpt2)",
@@ -303,6 +301,9 @@ impl Decoder {
                 .into())
             }
         };
+        // The configuration's own sizes first (a head count that would
+        // wrap, say), before anything is sized from them.
+        cfg.check().map_err(at)?;
         // A special token's id must be a token of the vocabulary (checked
         // against the embedding's rows below), never silently truncated.
         let token = |key: &str| -> Result<Option<u32>> {
@@ -333,14 +334,15 @@ impl Decoder {
         // The memory the weights take beside the file, before any is read:
         // dequantised to f32, or kept as the file stores them.
         if storage == WeightStorage::F32 {
-            let values: u64 = names::GGUF
+            // (Counted in f64: a hostile file's sizes must not wrap.)
+            let values: f64 = names::GGUF
                 .shapes(&cfg)
                 .iter()
-                .map(|(_, s)| s.iter().map(|&n| n as u64).product::<u64>())
+                .map(|(_, s)| s.iter().map(|&n| n as f64).product::<f64>())
                 .sum();
             let file = std::fs::metadata(path).map_or(0, |m| m.len());
             crate::limits::check_memory(
-                file as f64 + crate::limits::f32_bytes(values as f64),
+                file as f64 + crate::limits::f32_bytes(values),
                 &format!("loading {} ({values} weights at f32)", path.display()),
             )?;
         }

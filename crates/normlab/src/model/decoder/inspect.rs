@@ -112,7 +112,8 @@ pub fn inspect_ids(m: &mut Decoder, texts: &[Vec<u32>], held_out: &[u32]) -> Res
 
 /// What the model is, at the head of `normlab inspect --json`'s report
 /// ([`Inspection::to_json`]): `model` (its path), its family and shape, its
-/// configuration, how many texts the rows cover and the MLP clamp used.
+/// configuration and its one-line description (the norms' placement in the
+/// lesson's terms), how many texts the rows cover and the MLP clamp used.
 pub fn report_head(
     m: &Decoder,
     model: &str,
@@ -130,6 +131,8 @@ pub fn report_head(
     h.insert("eps".into(), c.eps.into());
     h.insert("rope_base".into(), c.rope_base().into());
     h.insert("config".into(), serde_json::to_value(c).unwrap_or_default());
+    // Where the norms sit, in the lesson's terms.
+    h.insert("description".into(), c.describe().into());
     h.insert("texts".into(), texts.into());
     h.insert("ffn_clamp".into(), ffn_clamp.into());
     h
