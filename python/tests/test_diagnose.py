@@ -189,3 +189,30 @@ def test_diagnose_refuses_bad_input():
         assert what in str(e.value)
     with pytest.raises(ValueError, match="blocks"):
         nd.diagnose(torch.nn.Linear(2, 2), TEXTS, [1, 2])
+
+
+def test_diagnose_inside_a_training_loop_changes_nothing():
+    """A training loop that calls diagnose between steps ends with the same
+    weights, bit for bit, as one that does not (no gradients added, no
+    random numbers drawn, mode and hooks restored)."""
+    torch, transformers = _torch()
+    import normlab.diagnose as nd
+
+    def train(with_diagnose):
+        torch.manual_seed(0)
+        # (attention dropout: training draws random numbers)
+        m = transformers.AutoModelForCausalLM.from_pretrained(_folder("qwen3"), dtype=torch.float32,
+                                                              attention_dropout=0.1)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        m.train()
+        ids = torch.tensor([TEXTS[1]])
+        for step in range(3):
+            loss = m(ids, labels=ids).loss
+            loss.backward()
+            if with_diagnose and step == 1:
+                nd.diagnose(m, TEXTS, _held()[:40])
+            opt.step()
+            opt.zero_grad()
+        return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+    assert torch.equal(train(False), train(True))

@@ -7,6 +7,9 @@
 //! converter changed. Always runs (the files are in the repository).
 
 use normlab::model::decoder::{Decoder, GainStore, RopePairs};
+
+mod common;
+use common::gguf_writer::{tiny_gemma3, tiny_llama_bpe, Meta};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -80,4 +83,33 @@ fn tiny_gguf_families_give_their_folders_logits() {
         // No tokenizer in the file: token ids only.
         assert!(m.encode("a").is_err());
     }
+}
+
+#[test]
+fn architectures_and_options_normlab_does_not_run_are_refused_by_name() {
+    let refused = |f: &common::gguf_writer::GgufFile, name: &str| -> String {
+        let p = f.write(name);
+        let e = Decoder::load(&p).err().expect("refused").to_string();
+        let _ = std::fs::remove_file(&p);
+        e
+    };
+    let mut f = tiny_gemma3();
+    f.set("general.architecture", Meta::Str("falcon".into()));
+    let e = refused(&f, "falcon");
+    assert!(e.contains("architecture 'falcon' is not supported"), "{e}");
+    let mut f = tiny_llama_bpe();
+    f.set("llama.rope.scaling.type", Meta::Str("yarn".into()));
+    let e = refused(&f, "yarn");
+    assert!(e.contains("RoPE scaling 'yarn'"), "{e}");
+    let mut f = tiny_llama_bpe();
+    f.tensors
+        .push(("rope_freqs.weight".into(), vec![2], vec![1.0, 1.0]));
+    let e = refused(&f, "rope-freqs");
+    assert!(e.contains("rope_freqs.weight"), "{e}");
+    // "none" is no scaling: the file loads.
+    let mut f = tiny_llama_bpe();
+    f.set("llama.rope.scaling.type", Meta::Str("none".into()));
+    let p = f.write("rope-none");
+    Decoder::load(&p).unwrap();
+    let _ = std::fs::remove_file(&p);
 }

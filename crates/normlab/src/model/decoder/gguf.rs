@@ -289,6 +289,29 @@ impl Decoder {
             format!("{}: {e}", path.display()).into()
         };
         let arch = g.get("general.architecture")?.as_str().unwrap_or("");
+        // RoPE scaling, as llama.cpp's converter writes it (a type, or
+        // Llama 3's frequency factors as a tensor): refused by name, never
+        // run without it.
+        match g
+            .get(&format!("{arch}.rope.scaling.type"))
+            .map(|v| v.as_str())
+        {
+            Ok(Some("none")) | Err(_) => {}
+            Ok(t) => {
+                return Err(at(format!(
+                    "RoPE scaling '{}' ({arch}.rope.scaling.type) is not supported in GGUF files",
+                    t.unwrap_or("?")
+                )
+                .into()))
+            }
+        }
+        if g.info("rope_freqs.weight").is_ok() {
+            return Err(at(
+                "RoPE frequency factors (rope_freqs.weight, Llama 3's scaling) are not supported in GGUF files"
+                    .to_string()
+                    .into(),
+            ));
+        }
         let cfg = match arch {
             "llama" => llama_config(&g).map_err(at)?,
             "gemma3" => gemma3_config(&g).map_err(at)?,
