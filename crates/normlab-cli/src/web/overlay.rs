@@ -2,7 +2,9 @@
 //! folder, one metric: the loss curves, the gradient norm, the stream by
 //! block, and the sink and outlier diagnostics over steps.
 
-use super::state::{bad, err, heavy, query, scan, Lab, Shared, MAX_PLOT_RUNS, METRIC_POINTS};
+use super::state::{
+    bad, err, heavy, query, run_ids, scan, Lab, Shared, MAX_PLOT_RUNS, METRIC_POINTS,
+};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -38,15 +40,7 @@ pub(super) async fn api_plot(State(lab): State<Shared>, RawQuery(raw): RawQuery)
             PLOT_METRICS.join(", ")
         ));
     }
-    let ids: Vec<String> = q
-        .get("ids")
-        .map(|s| {
-            s.split(',')
-                .filter(|x| !x.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let ids = run_ids(&q);
     if ids.is_empty() || ids.len() > MAX_PLOT_RUNS {
         return bad(format!("ids must name 1..={MAX_PLOT_RUNS} runs"));
     }

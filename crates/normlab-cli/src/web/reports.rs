@@ -12,7 +12,9 @@
 //!   `attn_entropy`, `ffn_max`, `max_over_median` (a run's
 //!   `stream_max_ratio`).
 
-use super::state::{bad, err, heavy, query, scan, Lab, Shared, MAX_PLOT_RUNS, METRIC_POINTS};
+use super::state::{
+    bad, err, heavy, query, run_ids, scan, Lab, Shared, MAX_PLOT_RUNS, METRIC_POINTS,
+};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -143,15 +145,7 @@ pub(super) async fn api_report_plot(
             METRICS.map(|m| m.0).join(", ")
         ));
     };
-    let ids: Vec<String> = q
-        .get("ids")
-        .map(|s| {
-            s.split(',')
-                .filter(|x| !x.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let ids = run_ids(&q);
     if ids.len() > MAX_PLOT_RUNS {
         return bad(format!("ids must name at most {MAX_PLOT_RUNS} runs"));
     }

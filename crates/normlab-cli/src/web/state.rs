@@ -113,6 +113,18 @@ pub(super) fn query(
     widgets::parse_query(raw.as_deref().unwrap_or(""), allowed).map_err(|e| Box::new(bad(e)))
 }
 
+/// The run ids of a query's comma-separated `ids` (none when absent).
+pub(super) fn run_ids(q: &HashMap<String, String>) -> Vec<String> {
+    q.get("ids")
+        .map(|s| {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The runs under the runs folder, without their metrics.
 pub(super) fn scan(lab: &Lab) -> normlab::Result<Vec<report::FoundRun>> {
     match &lab.runs {
