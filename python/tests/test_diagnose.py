@@ -216,3 +216,40 @@ def test_diagnose_inside_a_training_loop_changes_nothing():
         return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
 
     assert torch.equal(train(False), train(True))
+
+
+@pytest.mark.parametrize("name,folder,gguf_file", [
+    ("smollm2", "models/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("gemma3", "models/gemma-3-270m", "gemma-3-270m-q4_k_m.gguf"),
+])
+def test_diagnose_on_real_weights_equals_inspect_of_the_gguf(name, folder, gguf_file):
+    """transformers reads the GGUF file (dequantised to float32) and
+    diagnose runs on it; normlab inspects the same file on the same token
+    ids: every number within 1e-4 (measured 2026-12-05: 8.9e-6 SmolLM2,
+    2.3e-6 Gemma 3)."""
+    torch, transformers = _torch()
+    import normlab.diagnose as nd
+    from normlab import _native
+
+    src = os.path.join(ROOT, folder)
+    if not os.path.exists(os.path.join(src, gguf_file)):
+        if os.environ.get("NORMLAB_REQUIRE_MODEL"):
+            pytest.fail(f"NORMLAB_REQUIRE_MODEL is set but {folder}/{gguf_file} is missing")
+        pytest.skip(f"needs {folder}/{gguf_file}")
+    tok = transformers.AutoTokenizer.from_pretrained(src, gguf_file=gguf_file)
+    m = transformers.AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf_file, dtype=torch.float32)
+    texts = [tok.encode(t) for t in ["The capital of France is Paris, and the capital of Italy is Rome.",
+                                     "Residual connections keep deep networks trainable."]]
+    held = tok.encode(" ".join(["To be, or not to be, that is the question:"] * 30))[:200]
+    got = nd.diagnose(m, texts, held, tokenizer=tok)
+    want = json.loads(_native.inspect_ids(os.path.join(src, gguf_file), texts, held, 2))
+    worst = (0.0, "")
+    for section in ["blocks", "final_norm", "claims", "gains", "logit_lens"]:
+        ours = dict(_flat(got[section], section))
+        for k, w in _flat(want[section], section):
+            g = ours.get(k)
+            if k.endswith("attn_max_logit_raw") or isinstance(w, bool) or not isinstance(w, (int, float)):
+                continue
+            worst = max(worst, (abs(g - w) / max(abs(w), 1e-6), k))
+    assert worst[0] <= REL, f"{name}: {worst[1]} differs by {worst[0]:.2e}"
+    assert got["claims"]["massive"]["token"] == want["claims"]["massive"]["token"]
