@@ -51,11 +51,12 @@ use std::sync::Arc;
 
 mod book;
 mod overlay;
+mod report_file;
 mod reports;
 mod site;
 mod state;
 use overlay::api_plot;
-use reports::ModelReport;
+use report_file::ModelReport;
 pub use site::{run as site, SiteCmd};
 use state::{
     bad, err, heavy, query, scan, HeavyPermit, HeldBody, Lab, Shared, HEAVY_CONCURRENCY,

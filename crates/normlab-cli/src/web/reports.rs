@@ -1,7 +1,7 @@
-//! The web lab's model reports: reports of `normlab inspect --json` (or of
-//! Python's `normlab.diagnose`, the same format) given with `--report
-//! FILE`, read and checked when the lab starts, so that the dashboard
-//! shows a pretrained model's per-block profile beside training runs.
+//! The web lab's model reports (each read by `report_file.rs`): reports
+//! of `normlab inspect --json` (or of Python's `normlab.diagnose`, the same
+//! format) given with `--report FILE`, so that the dashboard shows a
+//! pretrained model's per-block profile beside training runs.
 //!
 //! - `GET /api/reports` — the reports: name, model, family, blocks.
 //! - `GET /api/report-plot?report=N&metric=M&ids=a,b` — an SVG of report
@@ -12,6 +12,7 @@
 //!   `attn_entropy`, `ffn_max`, `max_over_median` (a run's
 //!   `stream_max_ratio`).
 
+use super::report_file::METRICS;
 use super::state::{
     bad, err, heavy, query, run_ids, scan, Lab, Shared, MAX_PLOT_RUNS, METRIC_POINTS,
 };
@@ -21,90 +22,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use normlab_lab::present::plot::{self, Figure, LineChart, Panel, Series};
 use serde_json::{json, Value};
-use std::path::Path;
-
-/// What the report plot draws: (metric, the report's field, the run's
-/// metric, a log scale).
-const METRICS: [(&str, &str, &str, bool); 6] = [
-    ("stream", "rms_out", "residual_rms", true),
-    ("attn_sink", "attn_sink", "attn_sink", false),
-    ("attn_max_logit", "attn_max_logit", "attn_max_logit", false),
-    ("attn_entropy", "attn_entropy", "attn_entropy", false),
-    ("ffn_max", "ffn_max", "ffn_max", true),
-    (
-        "max_over_median",
-        "max_over_median",
-        "stream_max_ratio",
-        true,
-    ),
-];
-
-/// The largest report file read (a report of a 1000-block model is about
-/// 2 MB).
-const MAX_REPORT_BYTES: u64 = 32 << 20;
-
-/// One model report: its name (the file's stem), what it describes, and
-/// per metric its per-block values (None: null in the report).
-pub struct ModelReport {
-    name: String,
-    model: String,
-    architecture: String,
-    profile: Vec<Vec<Option<f64>>>,
-}
-
-impl ModelReport {
-    /// Read and check the report at `path`: a JSON object with a `blocks`
-    /// array whose entries hold every metric's field as a number or null.
-    pub fn load(path: &Path) -> Result<ModelReport, String> {
-        let at = |m: String| format!("--report {}: {m}", path.display());
-        let size = std::fs::metadata(path)
-            .map_err(|e| at(e.to_string()))?
-            .len();
-        if size > MAX_REPORT_BYTES {
-            return Err(at(format!(
-                "{size} bytes is more than a report holds (at most {MAX_REPORT_BYTES})"
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| at(format!("not JSON: {e}")))?;
-        let blocks = v
-            .get("blocks")
-            .and_then(Value::as_array)
-            .filter(|b| !b.is_empty())
-            .ok_or_else(|| {
-                at("not an inspect report (no blocks; write one with normlab inspect MODEL --json > FILE)".into())
-            })?;
-        if blocks.len() > normlab::model::decoder::MAX_BLOCKS {
-            return Err(at(format!(
-                "{} blocks is more than a model has",
-                blocks.len()
-            )));
-        }
-        let mut profile = Vec::new();
-        for (_, field, _, _) in METRICS {
-            let col = blocks
-                .iter()
-                .enumerate()
-                .map(|(i, b)| match b.get(field) {
-                    Some(Value::Null) => Ok(None),
-                    Some(x) if x.is_number() => Ok(x.as_f64()),
-                    _ => Err(at(format!("block {i} has no number '{field}'"))),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            profile.push(col);
-        }
-        let text_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        Ok(ModelReport {
-            name: path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            model: text_of("model"),
-            architecture: text_of("architecture"),
-            profile,
-        })
-    }
-}
 
 /// `GET /api/reports`.
 pub(super) async fn api_reports(State(lab): State<Shared>) -> Response {

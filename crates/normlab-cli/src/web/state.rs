@@ -21,7 +21,7 @@ pub(super) struct Lab {
     /// under `runs` beside them as the reader's own.
     pub(super) published: Option<PathBuf>,
     /// The model reports given with --report.
-    pub(super) reports: Vec<super::reports::ModelReport>,
+    pub(super) reports: Vec<super::report_file::ModelReport>,
     /// Permits for the heavy requests (file reads, simulations, plots):
     /// a request holds one from its start until its answer has been
     /// written (or its client is cut off), so never-reading clients cannot
