@@ -93,7 +93,8 @@ def _first(x):
 
 def _np(t) -> np.ndarray:
     """A float32, C-contiguous NumPy copy of one sequence's tensor."""
-    return t.detach().to(dtype=__import__("torch").float32).contiguous().cpu().numpy().reshape(-1)
+    import torch
+    return t.detach().to(dtype=torch.float32).contiguous().cpu().numpy().reshape(-1)
 
 
 class Parts:
@@ -391,6 +392,8 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
     d = parts.final_norm.weight.numel()
     heads = int(getattr(tcfg, "num_attention_heads", 0) or getattr(tcfg, "n_head", 0) or 1)
     param = next(model.parameters())
+    # The held-out windows (each `window` predictions, as inspect reads them).
+    windows = [held[s:s + window + 1] for s in range(0, len(held) - 1, window)]
     training, impl = model.training, getattr(cfg, "_attn_implementation", None)
     global _ACTIVE
     rec = None
@@ -403,7 +406,8 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
         def logits(ids):
             out = model(torch.tensor([ids], device=param.device))
             return _first(getattr(out, "logits", out))[0].float()
-        vocab = logits(texts[0][:1]).shape[-1]
+        # The head's rows (no extra pass to learn the vocabulary).
+        vocab = parts.head.weight.shape[0] if parts.head is not None else int(tcfg.vocab_size)
         diag = _native.Diagnosis(len(parts.blocks), heads, d, vocab)
         with torch.no_grad():
             rec = _Recorder(parts, diag)
@@ -415,8 +419,7 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
             rec.remove()
             _ACTIVE = None
             # The final norm's effect over held-out windows.
-            for s in range(0, len(held) - 1, window):
-                w = held[s:s + window + 1]
+            for w in windows:
                 a = logits(w[:-1])
                 skip = parts.final_norm.register_forward_hook(lambda mod, args, out: args[0])
                 try:
@@ -455,8 +458,7 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
                     hs = _replace_norms(norms, how)
                     try:
                         total, n = 0.0, 0
-                        for s in range(0, len(held) - 1, window):
-                            w = held[s:s + window + 1]
+                        for w in windows:
                             z = logits(w[:-1])
                             total += float(torch.nn.functional.cross_entropy(
                                 z.double(), torch.tensor(w[1:]), reduction="sum"))

@@ -315,16 +315,9 @@ impl Diagnosis {
         };
         let (swapped, swapped_norm, without_eps) =
             changed.unwrap_or((f64::NAN, String::new(), f64::NAN));
-        let massive = {
-            let top = rows
-                .iter()
-                .fold(&rows[0], |a, r| if r.max_abs > a.max_abs { r } else { a });
-            let (t, p, _) = top.max_at;
-            name(self.texts[t][p])?
-        };
         let claims = ModelClaims::measure(
             &rows,
-            |_, _| Ok(massive.clone()),
+            |t, p| name(self.texts[t][p]).map_err(|e| e.to_string().into()),
             eps,
             ChangedLosses {
                 swapped,

@@ -35,8 +35,8 @@ pub fn inspect(
 pub fn inspect_ids(m: &mut Decoder, texts: &[Vec<u32>], held_out: &[u32]) -> Result<Inspection> {
     if let Some(&bad) = texts
         .iter()
-        .chain([&held_out.to_vec()])
         .flatten()
+        .chain(held_out)
         .find(|&&i| i as usize >= m.cfg.vocab)
     {
         return Err(format!("token id {bad} is outside the vocabulary ({})", m.cfg.vocab).into());
