@@ -466,6 +466,10 @@ fn refuse_residual_options(cfg: &ModelConfig) -> Result<()> {
     if cfg.attn_gate.is_some() {
         on.push("--attn-gate".into());
     }
+    // LayerNorm's beta folds into the bias of the Linear that reads it.
+    if cfg.no_bias {
+        on.push("--no-bias".into());
+    }
     if on.is_empty() {
         Ok(())
     } else {

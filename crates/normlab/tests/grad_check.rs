@@ -107,6 +107,21 @@ fn options_swiglu_tied_no_residual_branch_scale_no_final_norm() {
     let mut c = tiny(ModelKind::Gpt);
     c.residual = false;
     run_check(&c, 4);
+    // No Linear biases (nanoGPT's bias=False), gated, in both families.
+    for kind in [ModelKind::Gpt, ModelKind::Toy] {
+        let mut c = tiny(kind);
+        c.no_bias = true;
+        c.attn_gate = (kind == ModelKind::Gpt).then_some(OutputGate::Elementwise);
+        let m = normlab::model::Model::new(&c).unwrap();
+        assert!(
+            m.layout
+                .tensors
+                .iter()
+                .all(|t| t.kind != normlab::params::ParamKind::Bias),
+            "a bias with no_bias"
+        );
+        run_check(&c, 9);
+    }
     let mut c = tiny(ModelKind::Toy);
     c.branch_scale = 0.5;
     c.final_norm = Some(false);

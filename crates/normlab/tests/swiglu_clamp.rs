@@ -28,6 +28,7 @@ fn clamped_swiglu_matches_transformers_deepseek_v4_mlp() {
                 d,
                 h,
                 Activation::Swiglu,
+                false,
                 None,
                 Init::Const(0.0),
                 Init::Const(0.0),

@@ -77,6 +77,7 @@ impl MlpStack {
                     d,
                     hidden,
                     Activation::Gelu,
+                    false,
                     Some(i),
                     Init::Normal(std_in),
                     Init::Normal(std_out),

@@ -252,6 +252,12 @@ crate::settings! {
         /// et al. 2024). The last three are the attention sink's removers.
         #[serde(default, skip_serializing_if = "AttnKind::is_softmax")]
         pub attn_kind: AttnKind => Flag::Choice(AttnKind::names),
+        /// No bias on any Linear layer (attention's q/k/v and output
+        /// projections, the MLP's, the toy mixer's): nanoGPT's
+        /// bias=False, as a model written with `nn.Linear(..., bias=False)`
+        /// has them (norms keep their beta: see --no-beta).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub no_bias: bool => Flag::On,
     }
 }
 
@@ -300,6 +306,7 @@ impl ModelConfig {
             mhc_sinkhorn: None,
             attnres: None,
             attn_kind: AttnKind::Softmax,
+            no_bias: false,
         }
     }
 
@@ -338,6 +345,7 @@ impl ModelConfig {
             qk_norm: self.qk_norm,
             gate: self.attn_gate,
             kind: self.attn_kind,
+            no_bias: self.no_bias,
         }
     }
 

@@ -27,17 +27,18 @@ pub struct ToyMixerCache {
 }
 
 impl ToyMixer {
-    /// Register `{name}.proj`.
+    /// Register `{name}.proj` (with its bias unless `no_bias`).
     pub fn new(
         layout: &mut ParamLayout,
         name: &str,
         d: usize,
+        no_bias: bool,
         block: Option<usize>,
         init: Init,
     ) -> ToyMixer {
         ToyMixer {
             d,
-            proj: Linear::new(layout, &format!("{name}.proj"), d, d, true, block, init),
+            proj: Linear::new(layout, &format!("{name}.proj"), d, d, !no_bias, block, init),
         }
     }
 

@@ -60,7 +60,8 @@ pub struct MlpCache {
 }
 
 impl Mlp {
-    /// Register `{name}.c_fc` and `{name}.c_proj`.
+    /// Register `{name}.c_fc` and `{name}.c_proj` (with their biases
+    /// unless `no_bias`).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         layout: &mut ParamLayout,
@@ -68,6 +69,7 @@ impl Mlp {
         d: usize,
         hidden: usize,
         act: Activation,
+        no_bias: bool,
         block: Option<usize>,
         fc_init: Init,
         proj_init: Init,
@@ -82,7 +84,7 @@ impl Mlp {
             &format!("{name}.c_fc"),
             d,
             fc_out,
-            true,
+            !no_bias,
             block,
             fc_init,
         );
@@ -91,7 +93,7 @@ impl Mlp {
             &format!("{name}.c_proj"),
             hidden,
             d,
-            true,
+            !no_bias,
             block,
             proj_init,
         );

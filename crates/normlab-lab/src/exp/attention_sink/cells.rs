@@ -72,9 +72,20 @@ pub(super) struct Cell {
 }
 
 pub(super) fn cell(s: &Setting, d: &Design, g: &[&RunResult]) -> Cell {
+    cell_read(s, d, g, &top_share)
+}
+
+/// As [`cell`], the first-token share read from each run's sink measures
+/// by `read`.
+pub(super) fn cell_read(
+    s: &Setting,
+    d: &Design,
+    g: &[&RunResult],
+    read: &dyn Fn(&SinkStats) -> f64,
+) -> Cell {
     let sg = SeedGroup::of_runs(g.iter().copied());
     let ends: Vec<&SinkStats> = g.iter().filter_map(|r| last_sinks(r)).collect();
-    let share_by_seed: Vec<f64> = ends.iter().map(|s| top_share(s)).collect();
+    let share_by_seed: Vec<f64> = ends.iter().map(|s| read(s)).collect();
     let (share, share_std) = mean_std(
         &share_by_seed
             .iter()
@@ -85,7 +96,7 @@ pub(super) fn cell(s: &Setting, d: &Design, g: &[&RunResult]) -> Cell {
     let start = g
         .iter()
         .filter_map(|r| r.metrics.iter().find_map(|m| m.sinks.as_ref()))
-        .map(top_share);
+        .map(read);
     let drain = ends.iter().filter_map(|s| {
         let (b, h) = top_head(s)?;
         s.value_drain.get(b)?.get(h).copied()

@@ -11,8 +11,11 @@
 //! activation at position 0 and the value drain. Then the byte-level GPT
 //! with a fixed first byte, with and without the gate (one seed, wall time
 //! stated; the verdict does not rest on it), and the pretrained models'
-//! measures (SmolLM2 and Gemma 3, when their files are present). The
-//! verdict follows C26's decision rule in claims.rs, fixed before the runs.
+//! measures (SmolLM2 and Gemma 3, when their files are present). Last (full
+//! setting only), the recipe sensitivity (recipes.rs): the ungated model
+//! and the elementwise gate over 5 seeds under one change of recipe at a
+//! time. The verdict follows C26's decision rule in claims.rs, fixed before
+//! the runs.
 
 use super::args::{ExpArgs, ExpFlag};
 use super::claims::ClaimCheck;
@@ -30,6 +33,7 @@ use serde_json::json;
 mod cells;
 mod designs;
 mod real;
+mod recipes;
 mod verdict;
 use cells::{cell, last_sinks, top_share, Cell, TextCell};
 use designs::{Design, Setting, DESIGNS, SETTINGS};
@@ -142,18 +146,36 @@ pub(super) fn final_share(r: &RunResult) -> f64 {
     last_sinks(r).map_or(f64::NAN, top_share)
 }
 
-/// Setting x design x seed, then the byte-level GPT.
+/// The Bigram-Backcopy runs of the chapter's table: setting x design x seed.
+fn design_configs(a: &ExpArgs, b: &TrainConfig, s: &Setting, d: usize) -> Result<Vec<TrainConfig>> {
+    design_seeds(a, d)
+        .into_iter()
+        .map(|seed| backcopy_config(b, s, &DESIGNS[d], seed))
+        .collect()
+}
+
+/// The recipe sensitivity's seeds (full setting only; none with --quick).
+fn recipe_seeds(a: &ExpArgs) -> Vec<u64> {
+    if a.quick {
+        Vec::new()
+    } else {
+        a.seed_list(recipes::RECIPE_SEEDS)
+    }
+}
+
+/// Setting x design x seed, the byte-level GPT, then the recipe
+/// sensitivity (its runs under the chapter's recipe are the table's).
 fn grid(a: &ExpArgs) -> Result<Vec<RunSpec>> {
     let b = backcopy_base(a)?;
     let mut cfgs = Vec::new();
     for s in &settings(a) {
-        for (i, d) in DESIGNS.iter().enumerate() {
-            for seed in design_seeds(a, i) {
-                cfgs.push(backcopy_config(&b, s, d, seed)?);
-            }
+        for d in 0..DESIGNS.len() {
+            cfgs.extend(design_configs(a, &b, s, d)?);
         }
     }
     cfgs.extend(text_configs(a)?);
+    let of = |s: &Setting, d: &Design, seed: u64| backcopy_config(&b, s, d, seed);
+    cfgs.extend(recipes::configs(&settings(a), &recipe_seeds(a), &of)?);
     Ok(runs::specs(cfgs))
 }
 
@@ -168,18 +190,9 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
             "uniform attention",
             vec![(1.0, uniform), (b.steps as f64, uniform)],
         )];
-        for d in &DESIGNS {
-            let g: Vec<&RunResult> = rs
-                .iter()
-                .filter(|r| {
-                    let m = &r.cfg.model;
-                    r.cfg.backcopy()
-                        && m.layers == s.layers
-                        && m.heads == s.heads
-                        && m.attn_gate == d.gate
-                        && m.attn_kind == d.kind
-                })
-                .collect();
+        for (i, d) in DESIGNS.iter().enumerate() {
+            let want = design_configs(a, &b, s, i)?;
+            let g: Vec<&RunResult> = rs.iter().filter(|r| want.contains(&r.cfg)).collect();
             if g.is_empty() {
                 continue;
             }
@@ -203,7 +216,13 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     }
     let texts = cells::text_cells(&rs);
     let reals = real_models(a.quick)?;
-    let tables = tables(a, &b, uniform, &cells, &texts, &reals);
+    let mut tables = tables(a, &b, uniform, &cells, &texts, &reals);
+    let of = |s: &Setting, d: &Design, seed: u64| backcopy_config(&b, s, d, seed);
+    let seeds = recipe_seeds(a);
+    let sensitivity = recipes::cells(&rs, &settings(a), &seeds, uniform, &of)?;
+    if !sensitivity.is_empty() {
+        tables.push(recipes::table(&sensitivity, seeds.len(), uniform));
+    }
     let mut out = result(
         grid_settings(
             a,
@@ -220,7 +239,7 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         a.seeds_or(3, 3),
     );
     out.figures.push(Figure::new("attention_sink", panels, 1));
-    let (verdict, mut detail) = c26(&cells, uniform);
+    let (verdict, mut detail) = c26(&cells, uniform, &sensitivity, seeds.len());
     let text = texts
         .iter()
         .map(|t| {
@@ -257,6 +276,14 @@ fn run(a: &ExpArgs, progress: Progress) -> Result<ExpResult> {
     out.data.insert("uniform".into(), json!(uniform));
     out.data.insert("sink_eps".into(), json!(SINK_EPS));
     out.data.insert("configs".into(), json!(cells));
+    out.data.insert(
+        "recipe_sensitivity".into(),
+        if a.quick {
+            json!("skipped with --quick (the full book runs it)")
+        } else {
+            json!(sensitivity)
+        },
+    );
     out.data.insert("text_gpt".into(), json!(texts));
     out.data.insert("real_models".into(), json!(reals));
     out.data.insert("runs".into(), runs::records(&rs));

@@ -4,6 +4,7 @@
 
 use super::cells::Cell;
 use super::designs::{DESIGNS, SETTINGS};
+use super::recipes::{dependence, RecipeCell};
 use crate::exp::claims::Verdict;
 use crate::present::{f, opt};
 use normlab::model::sinks::SINK_EPS;
@@ -51,8 +52,16 @@ pub(super) fn has_sink(base: &Cell) -> bool {
         && base.share_by_seed.iter().all(|&v| v >= SINK_EPS)
 }
 
-/// C26 by its decision rule (claims.rs), with the evidence.
-pub(super) fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
+/// C26 by its decision rule (claims.rs), with the evidence; the recipe
+/// sensitivity's cells (none with --quick) name what the gate's effect
+/// depends on and keep "holds" for a gate that removes the sink under every
+/// recipe.
+pub(super) fn c26(
+    cells: &[Cell],
+    uniform: f64,
+    recipes: &[RecipeCell],
+    recipe_seeds: usize,
+) -> (Verdict, String) {
     let mut parts = Vec::new();
     let (mut n, mut removed, mut moved, mut seeds) = (0, 0, 0, usize::MAX);
     let mut best: Vec<(&str, f64, &str)> = Vec::new();
@@ -129,7 +138,7 @@ pub(super) fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
         }
         parts.push(said);
     }
-    let v = if n == 0 {
+    let mut v = if n == 0 {
         Verdict::Inconclusive
     } else if removed == n && seeds >= 2 {
         Verdict::Holds
@@ -138,6 +147,15 @@ pub(super) fn c26(cells: &[Cell], uniform: f64) -> (Verdict, String) {
     } else {
         Verdict::DoesNotHold
     };
+    if !recipes.is_empty() {
+        let (said, removed_everywhere) = dependence(recipes);
+        if v == Verdict::Holds && !removed_everywhere {
+            v = Verdict::Partly;
+        }
+        parts.push(format!(
+            "Recipe sensitivity ({recipe_seeds} seeds per recipe, the ungated model and the elementwise gate, one change at a time): {said}"
+        ));
+    }
     best.sort_by(|a, b| a.1.total_cmp(&b.1));
     let best = best
         .first()

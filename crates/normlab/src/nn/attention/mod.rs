@@ -63,6 +63,8 @@ pub struct AttnOptions {
     pub gate: Option<OutputGate>,
     /// How scores become weights.
     pub kind: AttnKind,
+    /// No bias on c_attn and c_proj.
+    pub no_bias: bool,
 }
 
 /// Attention parameters.
@@ -152,7 +154,7 @@ impl Attention {
             &format!("{name}.c_attn"),
             d,
             3 * d,
-            true,
+            !opts.no_bias,
             block,
             qkv_init.clone(),
         );
@@ -161,7 +163,7 @@ impl Attention {
             &format!("{name}.c_proj"),
             d,
             d,
-            true,
+            !opts.no_bias,
             block,
             proj_init,
         );
@@ -170,6 +172,7 @@ impl Attention {
             qk_norm,
             gate,
             kind,
+            no_bias: _,
         } = opts;
         let qk_norm = qk_norm.then(|| {
             let kind = NormKind::RmsNorm;
