@@ -1,8 +1,13 @@
-//! How the bridge reads a NumPy array in place: its buffer located from
-//! the array's own `__array_interface__` and checked (element type,
-//! C-contiguity, element count, writability, alignment, overlap) before
-//! any memory is touched. No address crosses from Python.
+//! How the bridge reads a NumPy array in place: only a real
+//! `numpy.ndarray` is accepted (the `numpy` crate's check, NumPy's own
+//! `PyArray_Check`), and its buffer, element count, element type,
+//! contiguity, writability and alignment are read from the array object
+//! itself, never from a description the caller could forge
+//! (`__array_interface__`), and checked, with the outputs' overlap, before
+//! any memory is touched. No address or size crosses from Python.
 
+use numpy::npyffi::{NPY_ARRAY_ALIGNED, NPY_ARRAY_WRITEABLE};
+use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -38,18 +43,49 @@ impl Buf {
     }
 }
 
-/// The typestrs NumPy gives an element of `size` bytes: f32 "<f4", f16
-/// "<f2", bf16 (viewed as int16 or uint16) "<i2" / "<u2".
-fn typestrs(t: Dtype) -> &'static [&'static str] {
+/// Whether a NumPy element type is `t`'s storage: f32 a float of 4 bytes,
+/// f16 a float of 2, bf16 (viewed as int16 or uint16) an integer of 2, in
+/// the machine's byte order.
+fn stores(dt: &Bound<'_, PyArrayDescr>, t: Dtype) -> bool {
+    let native = matches!(dt.byteorder(), b'=' | b'|')
+        || (dt.byteorder() == b'<') == cfg!(target_endian = "little");
+    let kind_ok = match t {
+        Dtype::F32 | Dtype::F16 => dt.kind() == b'f',
+        Dtype::Bf16 => matches!(dt.kind(), b'i' | b'u'),
+    };
+    native && kind_ok && dt.itemsize() == t.size()
+}
+
+/// The names NumPy gives `t`'s storage (for messages).
+fn expected(t: Dtype) -> &'static str {
     match t {
-        Dtype::F32 => &["<f4"],
-        Dtype::F16 => &["<f2"],
-        Dtype::Bf16 => &["<i2", "<u2"],
+        Dtype::F32 => "float32",
+        Dtype::F16 => "float16",
+        Dtype::Bf16 => "int16 or uint16 (a bfloat16 tensor's view)",
     }
 }
 
-/// Locate `what`'s buffer from its own `__array_interface__`: C-contiguous,
-/// of element type `t` and `len` elements, writable when `out`, aligned.
+/// The ndarray `obj` is, or a ValueError: only NumPy arrays are read (a
+/// tensor reaches the bridge as its `.numpy()` view), never an object that
+/// only describes a buffer (`__array_interface__`, the buffer protocol),
+/// whose address and size the caller would control.
+fn ndarray<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<&'a Bound<'py, PyUntypedArray>> {
+    obj.cast::<PyUntypedArray>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what}: not a NumPy array (a numpy.ndarray, or a tensor's .numpy() view), but {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "an unknown type".to_string(), |n| n.to_string())
+        ))
+    })
+}
+
+/// Locate `what`'s buffer from the ndarray itself (its data pointer, shape,
+/// strides and flags, as NumPy keeps them): C-contiguous, of element type
+/// `t` and `len` elements, writable when `out`, aligned.
 pub(crate) fn array(
     obj: &Bound<'_, PyAny>,
     what: &str,
@@ -58,41 +94,28 @@ pub(crate) fn array(
     out: bool,
 ) -> PyResult<Buf> {
     let bad = |m: String| PyValueError::new_err(format!("{what}: {m}"));
-    let ai = obj
-        .getattr("__array_interface__")
-        .map_err(|_| bad("not a NumPy array".into()))?;
-    let typestr: String = ai.get_item("typestr")?.extract()?;
-    if !typestrs(t).contains(&typestr.as_str()) {
-        return Err(bad(format!(
-            "element type {typestr}, expected {}",
-            typestrs(t).join(" or ")
-        )));
+    let arr = ndarray(obj, what)?;
+    let dt = arr.dtype();
+    if !stores(&dt, t) {
+        return Err(bad(format!("element type {dt}, expected {}", expected(t))));
     }
-    let shape: Vec<usize> = ai.get_item("shape")?.extract()?;
-    let n = shape
-        .iter()
-        .try_fold(1usize, |a, &b| a.checked_mul(b))
-        .ok_or_else(|| bad("shape overflows".into()))?;
+    let n = arr.len();
     if n != len {
         return Err(bad(format!("{n} elements, expected {len}")));
     }
-    let strides = ai.get_item("strides")?;
-    if !strides.is_none() && n > 1 {
-        // C-contiguous arrays may still give their strides: check them.
-        let st: Vec<isize> = strides.extract()?;
-        let mut want = t.size() as isize;
-        for (k, &dim) in shape.iter().enumerate().rev() {
-            if dim > 1 && st[k] != want {
-                return Err(bad("not C-contiguous".into()));
-            }
-            want *= dim as isize;
-        }
+    if !arr.is_c_contiguous() {
+        return Err(bad("not C-contiguous".into()));
     }
-    let (addr, readonly): (usize, bool) = ai.get_item("data")?.extract()?;
-    if out && readonly {
+    // SAFETY: `arr` is a live ndarray (checked by the cast above); its
+    // object struct is NumPy's and is only read here.
+    let (addr, flags) = unsafe {
+        let p = arr.as_array_ptr();
+        ((*p).fields.data as usize, (*p).fields.flags)
+    };
+    if out && flags & NPY_ARRAY_WRITEABLE == 0 {
         return Err(bad("read-only".into()));
     }
-    if n > 0 && (addr == 0 || !addr.is_multiple_of(t.size())) {
+    if n > 0 && (addr == 0 || flags & NPY_ARRAY_ALIGNED == 0 || !addr.is_multiple_of(t.size())) {
         return Err(bad(format!(
             "buffer is null or not {}-byte aligned",
             t.size()
@@ -143,9 +166,7 @@ impl Dtype {
     }
 }
 
-/// Elements of an array (its `size`).
+/// Elements of an ndarray, read from the array itself.
 pub(crate) fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
-    obj.getattr("size")
-        .and_then(|v| v.extract())
-        .map_err(|_| PyValueError::new_err(format!("{what}: not a NumPy array")))
+    Ok(ndarray(obj, what)?.len())
 }

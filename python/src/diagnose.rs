@@ -23,6 +23,21 @@ fn err(m: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(m.to_string())
 }
 
+/// `a * b`, or a ValueError naming `what` when it overflows.
+fn mul(a: usize, b: usize, what: &str) -> PyResult<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| err(format!("{what}: {a} x {b} overflows")))
+}
+
+/// A size from Python within 1..=`max` (the decoder's own caps on what a
+/// model file may declare), else a ValueError.
+fn within(what: &str, v: usize, max: usize) -> PyResult<usize> {
+    if v == 0 || v > max {
+        return Err(err(format!("{what} must be between 1 and {max}, not {v}")));
+    }
+    Ok(v)
+}
+
 /// A float32 array's values (read in place for the call), of `len`
 /// elements.
 fn floats<'a>(obj: &'a Bound<'_, PyAny>, what: &str, len: usize) -> PyResult<&'a [f32]> {
@@ -78,6 +93,7 @@ impl Diagnosis {
     fn stream<'a>(&self, x: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [f32]> {
         floats(x, what, self.tokens * self.d)
     }
+    // (tokens <= MAX_CONTEXT and d <= MAX_WIDTH: their product fits.)
     fn logits<'a>(&self, x: &'a Bound<'_, PyAny>, targets: &[u32]) -> PyResult<&'a [f32]> {
         if let Some(&t) = targets.iter().find(|&&t| t as usize >= self.vocab) {
             return Err(err(format!(
@@ -85,7 +101,7 @@ impl Diagnosis {
                 self.vocab
             )));
         }
-        floats(x, "logits", targets.len() * self.vocab)
+        floats(x, "logits", mul(targets.len(), self.vocab, "logits")?)
     }
 }
 
@@ -95,9 +111,11 @@ impl Diagnosis {
     /// residual stream `d` wide and `vocab` tokens.
     #[new]
     fn new(layers: usize, heads: usize, d: usize, vocab: usize) -> PyResult<Self> {
-        if layers == 0 || heads == 0 || d == 0 || vocab == 0 {
-            return Err(err("layers, heads, d and vocab must be positive"));
-        }
+        use normlab::model::decoder::{MAX_BLOCKS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH};
+        within("layers", layers, MAX_BLOCKS)?;
+        within("heads", heads, MAX_HEADS)?;
+        within("d", d, MAX_WIDTH)?;
+        within("vocab", vocab, MAX_VOCAB)?;
         Ok(Diagnosis {
             layers,
             heads,
@@ -119,6 +137,11 @@ impl Diagnosis {
         if ids.is_empty() {
             return Err(err("a text needs at least one token"));
         }
+        within(
+            "a text's tokens",
+            ids.len(),
+            normlab::model::decoder::MAX_CONTEXT,
+        )?;
         if let Some(&t) = ids.iter().find(|&&t| t as usize >= self.vocab) {
             return Err(err(format!(
                 "token {t} is outside the vocabulary ({})",
@@ -173,7 +196,14 @@ impl Diagnosis {
         if keys < t {
             return Err(err(format!("{keys} keys for {t} queries")));
         }
-        let p = floats(probs, "attention probabilities", h * t * keys)?;
+        if h == 0 || h > self.heads {
+            return Err(err(format!(
+                "{h} heads' largest logits for a model of {} heads",
+                self.heads
+            )));
+        }
+        let what = "attention probabilities";
+        let p = floats(probs, what, mul(mul(h, t, what)?, keys, what)?)?;
         self.attended[l] = true;
         for (head, &max_logit) in max_logits.iter().enumerate() {
             self.trace.attention(&AttentionPattern {

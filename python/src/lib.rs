@@ -11,10 +11,11 @@
 //! float32 for parameters, their gradients and statistics, and float32,
 //! bfloat16 or float16 for x, y, dy, dx (`dtype` "f32", "bf16", "f16"), so
 //! that both are read and written in place (zero-copy). No address crosses
-//! from Python: each array's buffer is located by reading its own
-//! `__array_interface__` here, and checked before any memory is touched
-//! (type, C-contiguity, element count against the shapes given, outputs
-//! writable and overlapping nothing else, alignment). The arrays are held
+//! from Python: only real `numpy.ndarray`s are taken, and each one's
+//! buffer, size and layout are read from the array object itself
+//! (`arrays.rs`), and checked before any memory is touched (type,
+//! C-contiguity, element count against the shapes given, outputs writable
+//! and overlapping nothing else, alignment). The arrays are held
 //! for the call. The GIL is released while a kernel runs, and the kernel
 //! runs on a rayon pool of the requested size (results are bit-identical
 //! for any thread count: the kernels' chunking depends only on the shape).
@@ -61,8 +62,18 @@ fn kind(name: &str) -> PyResult<NormKind> {
     Ok(k)
 }
 
+/// Widest row a call takes (the kernels are tested to d = 65536; a d
+/// beyond this is a caller's mistake, refused before any size is computed
+/// from it).
+const MAX_D: usize = 1 << 24;
+
 /// Check the element counts the caller gives against the kind's needs.
 fn check(k: NormKind, d: usize, n: usize, np: usize) -> PyResult<usize> {
+    if d > MAX_D {
+        return Err(PyValueError::new_err(format!(
+            "d = {d} is beyond the widest row a norm takes ({MAX_D})"
+        )));
+    }
     if d == 0 || !n.is_multiple_of(d) {
         return Err(PyValueError::new_err(format!(
             "{n} elements are not whole rows of d = {d}"

@@ -512,7 +512,7 @@ def test_no_address_crosses_and_thread_counts_capped():
         (dict(x=4096), "x: not a NumPy array"),
         (dict(y=4096), "y: not a NumPy array"),
         (dict(x=[1.0] * 16), "x: not a NumPy array"),
-        (dict(x=x.astype(np.float64)), "element type <f8"),
+        (dict(x=x.astype(np.float64)), "element type float64"),
         (dict(y=np.empty(15, dtype=np.float32)), "y: 15 elements, expected 16"),
         (dict(stats=np.empty(1, dtype=np.float32)), "stats: 1 elements"),
         (dict(x=np.ones((8, 2), dtype=np.float32).T), "x: not C-contiguous"),
@@ -531,6 +531,70 @@ def test_no_address_crosses_and_thread_counts_capped():
             nnp.norm_forward("rmsnorm", x, params, threads=bad)
     y, _ = nnp.norm_forward("rmsnorm", x, params, threads=2)
     assert np.allclose(y, 1.0, atol=1e-5)
+
+
+def test_only_real_arrays_cross_and_sizes_raise_value_error():
+    """Only real NumPy arrays reach a kernel, their buffer and size read from
+    the array itself: an object whose ``__array_interface__`` names address
+    4096 (it segfaulted the interpreter), a real 4-float buffer that claims
+    to be 8x4 (it was written 112 bytes past its end), a bytearray or a
+    memoryview are refused with ValueError; an ndarray subclass that lies
+    in its ``__array_interface__`` is read by its true buffer. Sizes like
+    2**62 raise ValueError, never PanicException (which ``except
+    Exception`` does not catch)."""
+    from normlab import _core, _native
+
+    x = np.ones((2, 8), dtype=np.float32)
+    params = np.ones(8, dtype=np.float32)
+    y = np.empty_like(x)
+    stats = np.empty(2 * _core.STATS, dtype=np.float32)
+
+    class Forged:
+        def __init__(self, addr, shape):
+            self.size = int(np.prod(shape))
+            self.__array_interface__ = {"data": (addr, False), "shape": shape, "typestr": "<f4", "version": 3}
+
+    small = np.zeros(4, dtype=np.float32)
+    for name, bad in [
+        ("address 4096", Forged(4096, (2, 8))),
+        ("a 4-float buffer claiming 8x4", Forged(small.__array_interface__["data"][0], (8, 4))),
+        ("bytearray", bytearray(64)),
+        ("memoryview", memoryview(bytearray(64)).cast("f")),
+    ]:
+        for role in ("x", "y"):
+            args = dict(x=x, y=y)
+            args[role] = bad
+            with pytest.raises(ValueError, match=f"{role}: not a NumPy array"):
+                _native.forward("rmsnorm", 8, 1e-6, args["x"], params, args["y"], stats, 1, "f32")
+            assert np.all(small == 0), name
+
+    class Liar(np.ndarray):
+        @property
+        def __array_interface__(self):
+            return {"data": (4096, False), "shape": (1 << 20,), "typestr": "<f4", "version": 3}
+
+    lx = (np.arange(16, dtype=np.float32) + 1).reshape(2, 8).view(Liar)
+    _native.forward("rmsnorm", 8, 1e-6, lx, params, y, stats, 1, "f32")
+    want = np.asarray(lx) / np.sqrt((np.asarray(lx) ** 2).mean(axis=1, keepdims=True) + 1e-6)
+    assert np.allclose(y, want, rtol=1e-5)
+    empty = np.empty(0, dtype=np.float32)
+    for d in (2**62, 2**63 - 1):
+        with pytest.raises(ValueError):
+            _native.forward("layernorm", d, 1e-5, empty, np.empty(0, np.float32), empty.copy(), np.empty(0, np.float32), 1, "f32")
+    with pytest.raises((ValueError, OverflowError)):
+        _native.forward("rmsnorm", 2**70, 1e-6, x, params, y, stats, 1, "f32")
+    for args in [(2**62, 1, 8, 16), (1, 2**62, 8, 16), (1, 1, 2**62, 16), (1, 1, 8, 2**62), (0, 1, 8, 16)]:
+        with pytest.raises(ValueError):
+            _native.Diagnosis(*args)
+    diag = _native.Diagnosis(1, 2, 8, 16)
+    diag.begin([1, 2, 3])
+    probs = np.zeros((2, 3, 3), dtype=np.float32)
+    with pytest.raises(ValueError):
+        diag.attention(0, probs, [0.0] * 5, 3, None)
+    with pytest.raises(ValueError):
+        diag.attention(0, probs, [0.0, 0.0], 2**62, None)
+    with pytest.raises(ValueError, match="not a NumPy array"):
+        diag.sublayer_in(0, 0, Forged(4096, (3, 8)))
 
 
 def test_edge_cases_behave_as_torch():

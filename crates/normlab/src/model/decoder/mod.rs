@@ -50,7 +50,7 @@ mod trace;
 pub use super::SublayerTrace;
 pub use config::{
     DecoderConfig, GainStore, GatedAct, GptStyle, LayerAttention, QkvStore, RopePairs, RopeScaling,
-    MAX_BLOCKS,
+    MAX_BLOCKS, MAX_CONTEXT, MAX_HEADS, MAX_VOCAB, MAX_WIDTH,
 };
 pub use forward::KvCache;
 pub use inspect::{held_out_text, inspect, inspect_ids, report_head};
