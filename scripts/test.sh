@@ -7,10 +7,15 @@
 # skipped with a message, unless NORMLAB_REQUIRE_TORCH=1 (CI), which makes
 # that an error. Extra arguments go to `cargo test`.
 #
-# It ends with a summary: how many tests ran, passed and failed, and each
-# part that was skipped because this machine lacks something (a model, a
+# Every test binary runs even after a failure (cargo's --no-fail-fast), and
+# the Python tests run whatever the Rust tests did. It ends with a summary
+# (scripts/test_summary.py): how many tests ran, passed and failed, each
+# failed test by name, each test binary that died before finishing and how
+# many of its tests never ran, whether the Python tests ran, and each part
+# that was skipped because this machine lacks something (a model, a
 # browser, Slurm, torch), with the command that gets it. The tests write
-# those lines themselves (tests/common/skip.rs) to $NORMLAB_SKIP_LOG.
+# those lines themselves (tests/common/skip.rs) to $NORMLAB_SKIP_LOG. The
+# exit status is non-zero when anything failed or did not run.
 # About 15 minutes on a 2-core machine after the build (docs/times.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,52 +38,60 @@ fi
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 
-# The summary, also after a failure.
+# The summary (scripts/test_summary.py), also after a failure: every
+# failed test with its binary, each binary that died before its result and
+# how many of its tests never ran, a failed build, Python tests that did
+# not run, and what was skipped.
+CARGO_RC=""
+PY_LOG=""
+PY_RC=0
+PY_NOT_RUN=""
 summary() {
   local rc=$?
-  local passed failed ignored
-  read -r passed failed ignored < <(awk '/^test result:/ {
-      for (i = 1; i <= NF; i++) {
-        if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i
-      } } END { print p + 0, f + 0, g + 0 }' "$CARGO_LOG")
-  echo
-  echo "== scripts/test.sh: $((SECONDS - started)) s"
-  echo "Rust: $((passed + failed)) tests ran, $passed passed, $failed failed, $ignored ignored."
-  if [ -n "${PY_SUMMARY:-}" ]; then echo "Python: $PY_SUMMARY"; fi
-  if [ -s "$NORMLAB_SKIP_LOG" ]; then
-    echo "Skipped here (each with what gets it):"
-    sort -u "$NORMLAB_SKIP_LOG" | sed 's/^/  - /'
+  local args=(--seconds "$((SECONDS - started))" --cargo-log "$CARGO_LOG" --skip-log "$NORMLAB_SKIP_LOG")
+  args+=(--cargo-rc "${CARGO_RC:-$rc}")
+  if [ -n "$PY_LOG" ]; then
+    args+=(--python-log "$PY_LOG" --python-rc "$PY_RC")
   else
-    echo "Nothing was skipped."
+    args+=(--python-not-run "${PY_NOT_RUN:-the run stopped before them (exit $rc)}")
   fi
-  rm -f "$NORMLAB_SKIP_LOG" "$CARGO_LOG"
+  if [ "${NORMLAB_REQUIRE_TORCH:-}" = "1" ]; then args+=(--python-required); fi
+  python3 scripts/test_summary.py "${args[@]}"
+  local srx=$?
+  rm -f "$NORMLAB_SKIP_LOG" "$CARGO_LOG" "$PY_LOG"
+  if [ "$rc" = 0 ]; then rc=$srx; fi
   exit "$rc"
 }
 trap summary EXIT
 
-cargo test --workspace --release "$@" 2>&1 | tee "$CARGO_LOG"
+# --no-fail-fast: a failing test binary does not stop the others.
+set +e
+cargo test --workspace --release --no-fail-fast "$@" 2>&1 | tee "$CARGO_LOG"
+CARGO_RC=${PIPESTATUS[0]}
+set -e
+PY="${NORMLAB_PYTHON:-python3}"
+if ! "$PY" -c "import torch, numpy, pytest" 2>/dev/null; then
+  if [ "${NORMLAB_REQUIRE_TORCH:-}" = "1" ]; then
+    echo "error: $PY cannot import torch, numpy and pytest, and NORMLAB_REQUIRE_TORCH=1" >&2
+    PY_NOT_RUN="$PY cannot import torch, numpy and pytest (NORMLAB_REQUIRE_TORCH=1)"
+  else
+    PY_NOT_RUN="skipped (below)"
+    echo "the Python tests: $PY cannot import torch, numpy and pytest; python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy pytest, then NORMLAB_PYTHON=/tmp/venv/bin/python" >> "$NORMLAB_SKIP_LOG"
+  fi
 # The logger test runs `normlab report` on the folders it writes: the
 # binary the workspace's tests built (a plain `cargo build -p normlab-cli`
 # resolves other features and rebuilds it).
-cargo test --workspace --release --no-run --quiet
-PY="${NORMLAB_PYTHON:-python3}"
-if "$PY" -c "import torch, numpy, pytest" 2>/dev/null; then
-  # Built in the workspace's target folder: the dependencies the Rust
-  # tests compiled are reused (a separate build took ~185 s in CI, ~90 s so).
-  CARGO_TARGET_DIR="$TARGET_DIR" "$PY" -m pip install --quiet ./python
-  PY_OUT="$(mktemp)"
-  set +e
-  NORMLAB_BIN="$TARGET_DIR/release/normlab" "$PY" -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$PY_OUT"
-  py_rc=${PIPESTATUS[0]}
-  set -e
-  PY_SUMMARY="$(grep -E '(passed|failed|skipped|error)' "$PY_OUT" | tail -1)"
-  grep -E '^SKIPPED' "$PY_OUT" | sed 's/^SKIPPED \[[0-9]*\] /Python: /' >> "$NORMLAB_SKIP_LOG" || true
-  rm -f "$PY_OUT"
-  if [ "$py_rc" != 0 ]; then exit "$py_rc"; fi
-elif [ "${NORMLAB_REQUIRE_TORCH:-}" = "1" ]; then
-  echo "error: $PY cannot import torch, numpy and pytest, and NORMLAB_REQUIRE_TORCH=1" >&2
-  exit 1
+elif ! cargo test --workspace --release --no-run --quiet; then
+  PY_NOT_RUN="the workspace did not build (above), so the normlab binary they call is missing"
+# Built in the workspace's target folder: the dependencies the Rust tests
+# compiled are reused (a separate build took ~185 s in CI, ~90 s so).
+elif ! CARGO_TARGET_DIR="$TARGET_DIR" "$PY" -m pip install --quiet ./python; then
+  PY_NOT_RUN="the Python package did not build or install (above)"
 else
-  PY_SUMMARY="not run"
-  echo "the Python tests: $PY cannot import torch, numpy and pytest; python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch numpy pytest, then NORMLAB_PYTHON=/tmp/venv/bin/python" >> "$NORMLAB_SKIP_LOG"
+  PY_LOG="$(mktemp)"
+  set +e
+  NORMLAB_BIN="$TARGET_DIR/release/normlab" "$PY" -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$PY_LOG"
+  PY_RC=${PIPESTATUS[0]}
+  set -e
+  grep -E '^SKIPPED' "$PY_LOG" | sed 's/^SKIPPED \[[0-9]*\] /Python: /' >> "$NORMLAB_SKIP_LOG" || true
 fi

@@ -406,6 +406,7 @@ fn train_json_summary_and_run_folder() {
         "eval_loss",
         "diverged_at_step",
         "steps",
+        // not timed: a key the summary must hold
         "steps_per_sec",
     ] {
         assert!(v.get(key).is_some(), "missing {key}: {v}");

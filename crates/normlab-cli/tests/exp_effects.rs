@@ -434,6 +434,7 @@ fn killed_sweep_loses_no_finished_run() {
             .unwrap_or(0)
     };
     let t0 = std::time::Instant::now();
+    // hang bound: 120 s (idle: 1.2 s)
     while count_done() < 2 && t0.elapsed().as_secs() < 120 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

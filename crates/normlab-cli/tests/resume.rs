@@ -133,6 +133,7 @@ fn sigint_saves_a_checkpoint_and_says_so() {
     let child = bin().args(&args).stderr(Stdio::piped()).spawn().unwrap();
     // Wait until training has started (config written), then interrupt.
     let t0 = std::time::Instant::now();
+    // hang bound: 30 s (idle: 0.2 s)
     while !Path::new(&out).join("config.json").exists() && t0.elapsed().as_secs() < 30 {
         std::thread::sleep(Duration::from_millis(5));
     }

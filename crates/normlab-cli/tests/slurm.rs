@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The job arrays here take seconds; 5 minutes means a task never ran.
 fn wait_for(job: &str, out: &Path) -> Vec<String> {
+    // hang bound: 300 s (idle: 15 s; the two Slurm tests take about 30 s together)
     common::slurm::wait_for(job, out, Duration::from_secs(300))
 }
 
@@ -190,6 +191,7 @@ fn cancelled_array_task_is_completed_by_resubmitting() {
             break t.clone();
         }
         assert!(
+            // hang bound: 240 s (idle: 5 s)
             t0.elapsed() < Duration::from_secs(240),
             "task 1 never trained; logs: {:?}",
             logs(&out)

@@ -781,6 +781,7 @@ fn resume_keeps_what_a_damaged_history_still_holds() {
             );
             let _ = tx.send(matches!(out, RunOutcome::Finished(_)));
         });
+        // hang bound: 120 s (idle: 0.2 s)
         let done = rx.recv_timeout(std::time::Duration::from_secs(120));
         assert_eq!(done, Ok(true), "the resume hangs on a FIFO or fails");
         assert_eq!(steps_of(&d).last(), Some(&12));

@@ -52,6 +52,7 @@ pub fn serve_with(runs: Option<&std::path::Path>, extra: &[&str]) -> Server {
 pub fn get(s: &Server, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(&s.addr).unwrap();
     stream
+        // hang bound: 30 s (idle: 1 s, the slowest single request of the lab's tests)
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
     write!(

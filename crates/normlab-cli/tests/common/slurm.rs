@@ -30,6 +30,7 @@ pub fn slurm_or_skip() -> bool {
 
 /// `sbatch --parsable` from another folder (`/`): the job's id.
 pub fn submit(script: &Path) -> String {
+    // hang bound: 60 s (idle: 1 s)
     let o = Command::new("timeout")
         .current_dir("/")
         .args(["60", "sbatch", "--parsable", script.to_str().unwrap()])
@@ -66,6 +67,7 @@ pub fn wait_for(job: &str, logs_in: &Path, limit: Duration) -> Vec<String> {
         if gone {
             break;
         }
+        // not timed: `limit` is the caller's hang bound, stated where it is given
         if t0.elapsed() > limit {
             let _ = Command::new("scancel").arg(job).status();
             panic!(

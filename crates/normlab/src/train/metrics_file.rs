@@ -475,6 +475,7 @@ mod tests {
                 let s = read_metrics_sampled(&d, 10);
                 let _ = tx.send((r.records.len(), r.unreadable, s.1));
             });
+            // hang bound: 20 s (idle: 0.01 s)
             let got = rx.recv_timeout(std::time::Duration::from_secs(20));
             assert_eq!(got, Ok((0, 0, 0)), "{kind}");
         }

@@ -105,7 +105,8 @@ fn mutate(g: &mut Gen, seed: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The time budget per target: `NORMLAB_FUZZ_SECONDS` (default 3).
+/// The fuzzing's time budget: per target, `NORMLAB_FUZZ_SECONDS` (default
+/// 3); nothing is asserted about time.
 pub fn budget() -> Duration {
     Duration::from_secs_f64(
         std::env::var("NORMLAB_FUZZ_SECONDS")
@@ -130,6 +131,7 @@ pub fn mutations(seeds: &[Vec<u8>]) -> impl Iterator<Item = Vec<u8>> + '_ {
 /// Returns the number of executions.
 pub fn fuzz(name: &str, seeds: &[Vec<u8>], max_bytes: usize, f: impl Fn(&[u8])) -> u64 {
     let secs = budget().as_secs_f64();
+    // time budget: each target fuzzes for its budget; nothing is asserted about time
     let deadline = Instant::now() + budget();
     let mut g = Gen(0x9e37_79b9_7f4a_7c15 ^ name.len() as u64);
     let mut execs = 0u64;

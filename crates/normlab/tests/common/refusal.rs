@@ -11,6 +11,7 @@ pub fn refusal(
     std::thread::spawn(move || {
         let _ = tx.send(load().map_err(|e| (e.is_bad_input(), e.to_string())));
     });
+    // hang bound: 60 s (idle: 0.1 s, the slowest hostile load of the tests)
     match rx.recv_timeout(std::time::Duration::from_secs(60)) {
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err("the load hangs".into()),
         Err(_) => Err("the load panics".into()),
