@@ -5,6 +5,10 @@
 #
 #   scripts/bitident.sh run  BIN OUTDIR   # write the runs with BIN
 #   scripts/bitident.sh diff DIR_A DIR_B  # compare two such folders
+#   scripts/bitident.sh diff --tolerance DIR_A DIR_B
+#                          # the same, but decoder reports (SmolLM2, Gemma 3,
+#                          # the tiny families) agree within 1e-6 of each
+#                          # field's largest value
 #
 # The set: the toy net and the GPT in every placement, the GPT with every
 # row-wise norm kind, the residual options (residual off, 1/sqrt(N)
@@ -13,7 +17,9 @@
 # static and dynamic, mHC, block and full Attention Residuals), the
 # attention output gate (elementwise and headwise), the sweep run ids of
 # collapse and lr-sensitivity (`sweep --dry-run --json`), and `inspect`'s
-# reports (JSON and figures) of a run folder, an HC run folder and, when
+# reports (JSON and figures) of a run folder, an HC run folder, every tiny
+# family of the test fixtures (Hugging Face folders and GGUF files, on
+# token ids) and, when
 # models/ holds them (scripts/fetch_smollm2.sh, scripts/fetch_gemma3.sh,
 # scripts/fetch_minilm.sh), SmolLM2, Gemma 3 (also with --ffn-clamp) and
 # MiniLM: a missing model is named on stderr and its report left out, so
@@ -27,7 +33,7 @@
 # only) are skipped, and its entries in findings.json. Everything else (metrics.jsonl, checkpoints, figures' data,
 # verdicts) must be byte-identical.
 set -euo pipefail
-mode="${1:?usage: bitident.sh run BIN OUT | diff A B}"
+mode="${1:?usage: bitident.sh run BIN OUT | diff [--tolerance] A B}"
 
 run_set() {
   local bin="$1" out="$2"
@@ -88,6 +94,14 @@ run_set() {
   else
     echo "bitident: $minilm missing (scripts/fetch_minilm.sh): its inspect report is left out" >&2
   fi
+  # Every tiny family of the fixtures (Hugging Face folders and GGUF
+  # files, none with a tokenizer: token ids).
+  local fx=crates/normlab/tests/fixtures
+  local ids=(--ids "1,2,3,4,5,6,7,8,9,10,11,12" --ids "1,20,21,22,23,24,25" --held-out-ids "$(seq -s, 1 60)")
+  for f in "$fx"/hf_tiny/* "$fx"/gemma3_tiny "$fx"/gguf_tiny/*.gguf; do
+    "$bin" inspect "$f" --json "${ids[@]}" > "$out/inspect/tiny-$(basename "$f").json"
+    "$bin" inspect "$f" "${ids[@]}" > "$out/inspect/tiny-$(basename "$f").txt"
+  done
   for e in collapse lr-sensitivity; do
     "$bin" sweep "$e" --dry-run --json --out "$out/sweep-$e" > "$out/sweep-$e.json"
   done
@@ -142,7 +156,70 @@ except ValueError:
 EOF
 }
 
+# With --tolerance: two decoder reports (JSON, or the text inspect prints)
+# agree when every number is within 1e-6 of the largest |value| of its
+# field (the same key path, array positions ignored) in the first report;
+# in text, within that or one unit of the last digit printed.
+close_reports() {
+  python3 - "$1" "$2" <<'EOF'
+import json, re, sys
+a_path, b_path = sys.argv[1], sys.argv[2]
+def flat(v, key, out):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            flat(x, key + "/" + k, out)
+    elif isinstance(v, list):
+        for x in v:
+            flat(x, key + "[]", out)
+    else:
+        out.append((key, v))
+    return out
+def is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+if a_path.endswith(".json"):
+    try:
+        a, b = (flat(json.load(open(p)), "", []) for p in (a_path, b_path))
+    except ValueError:
+        sys.exit(1)
+    if [k for k, _ in a] != [k for k, _ in b]:
+        print("  the reports' fields differ")
+        sys.exit(1)
+    scale = {}
+    for k, v in a:
+        if is_num(v):
+            scale[k] = max(scale.get(k, 0.0), abs(v))
+    for (k, x), (_, y) in zip(a, b):
+        if is_num(x) and is_num(y):
+            if abs(x - y) > 1e-6 * scale[k]:
+                print(f"  {k}: {x} against {y}")
+                sys.exit(1)
+        elif x != y:
+            print(f"  {k}: {x!r} against {y!r}")
+            sys.exit(1)
+    sys.exit(0)
+NUM = re.compile(r"-?\d+(?:\.(\d+))?(?:e[-+]?\d+)?", re.I)
+la, lb = open(a_path).read().splitlines(), open(b_path).read().splitlines()
+if len(la) != len(lb):
+    sys.exit(1)
+for x, y in zip(la, lb):
+    if NUM.sub("#", x) != NUM.sub("#", y):
+        print(f"  {x!r} against {y!r}")
+        sys.exit(1)
+    for m, n in zip(NUM.finditer(x), NUM.finditer(y)):
+        u, v = float(m.group(0)), float(n.group(0))
+        if "e" in m.group(0).lower():
+            unit = abs(u) * 1e-3
+        else:
+            unit = 10.0 ** -len(m.group(1) or "")
+        if abs(u - v) > max(1e-6 * abs(u), unit * 1.0001):
+            print(f"  {x!r} against {y!r}")
+            sys.exit(1)
+EOF
+}
+
 diff_sets() {
+  local tol=0
+  if [ "$1" = "--tolerance" ]; then tol=1; shift; fi
   local a="$1" b="$2" bad=0
   (cd "$a" && find . -type f | sort) > /tmp/bitident-a.list
   (cd "$b" && find . -type f | sort) > /tmp/bitident-b.list
@@ -151,6 +228,15 @@ diff_sets() {
   fi
   while read -r f; do
     [ -f "$b/$f" ] || continue
+    # Decoder reports, with --tolerance: numbers within 1e-6 of their
+    # field's largest value.
+    case "$f" in
+      ./inspect/smollm2*|./inspect/gemma3*|./inspect/tiny-*)
+        if [ "$tol" = 1 ] && [ "${f##*.}" != png ] && [ "${f##*.}" != svg ]; then
+          if ! close_reports "$a/$f" "$b/$f"; then echo "differs beyond 1e-6 of the field's largest value: $f"; bad=1; fi
+          continue
+        fi ;;
+    esac
     case "$f" in
       */speed/*) ;;  # the speed chapter: timings only
       *.json|*.jsonl|*.safetensors)
@@ -176,6 +262,6 @@ diff_sets() {
 
 case "$mode" in
   run) run_set "$(realpath "$2")" "$3" ;;
-  diff) diff_sets "$2" "$3" ;;
-  *) echo "usage: bitident.sh run BIN OUT | diff A B" >&2; exit 2 ;;
+  diff) shift; diff_sets "$@" ;;
+  *) echo "usage: bitident.sh run BIN OUT | diff [--tolerance] A B" >&2; exit 2 ;;
 esac

@@ -28,6 +28,12 @@ pub struct InspectCmd {
     /// Text to run (repeatable; default: 32 lines of the bundled Shakespeare).
     #[arg(long)]
     text: Vec<String>,
+    /// Decoders: token ids to run instead of a text, separated by commas or spaces (repeatable: one list per text), for a model without a tokenizer (or to pin the tokens).
+    #[arg(long, value_name = "IDS")]
+    ids: Vec<String>,
+    /// Decoders: the held-out token ids (at least 2) for the final norm, the logit lens and the claims' losses, instead of the bundled text's last tenth (needed by a model without a tokenizer).
+    #[arg(long, value_name = "IDS")]
+    held_out_ids: Option<String>,
     /// Run folders: held-out sequences to run (from the run's own data).
     #[arg(long, default_value_t = 8)]
     sequences: usize,
@@ -134,9 +140,36 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
     if texts.iter().any(|t| t.trim().is_empty()) {
         return bad("--text must not be empty");
     }
+    if !c.ids.is_empty() && !c.text.is_empty() {
+        return bad("give --text or --ids, not both");
+    }
     // Read in windows: the bound is the bundled text's size, not the context.
     normlab::limits::check_count("--held-out-tokens", c.held_out_tokens, 2, 10_000_000)?;
-    let insp = decoder::inspect(&mut m, &texts, decoder::held_out_text(), c.held_out_tokens)?;
+    let text_ids = if c.ids.is_empty() {
+        texts
+            .iter()
+            .map(|t| m.encode(t))
+            .collect::<normlab::Result<Vec<_>>>()?
+    } else {
+        c.ids
+            .iter()
+            .map(|s| token_ids("--ids", s))
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let held_out = match &c.held_out_ids {
+        Some(s) => token_ids("--held-out-ids", s)?,
+        None => {
+            let mut ids = m.encode(decoder::held_out_text())?;
+            ids.truncate(c.held_out_tokens.saturating_add(1));
+            ids
+        }
+    };
+    let texts: Vec<String> = if c.ids.is_empty() {
+        texts
+    } else {
+        c.ids.clone()
+    };
+    let insp = decoder::inspect_ids(&mut m, &text_ids, &held_out)?;
     let (rows, fin, claims) = (&insp.blocks, &insp.final_norm, &insp.claims);
     if let Some(dir) = &c.out {
         let series = |name: &str, f: &dyn Fn(&decoder::DecoderLayerRow) -> f64| {
@@ -265,6 +298,26 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
         println!("figure: {}", dir.join("residual_rms.png").display());
     }
     Ok(())
+}
+
+/// Token ids from `--ids`-style text: numbers separated by commas or
+/// spaces (at least one).
+fn token_ids(flag: &str, s: &str) -> anyhow::Result<Vec<u32>> {
+    let ids = s
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            w.parse::<u32>().map_err(|_| {
+                anyhow::Error::from(crate::ui::BadInput(format!(
+                    "{flag}: '{w}' is not a token id (a number from 0)"
+                )))
+            })
+        })
+        .collect::<anyhow::Result<Vec<u32>>>()?;
+    if ids.is_empty() {
+        return bad(format!("{flag} holds no token id"));
+    }
+    Ok(ids)
 }
 
 /// What `inspect` adds to the per-block table for a decoder: the

@@ -231,7 +231,11 @@ fn progress_line(bar: &ProgressBar, what: &str) -> String {
     }
     s += &format!(", {} elapsed", duration_words(elapsed));
     if pos > 0 && pos < len {
-        s += &format!(", about {} left", duration_words(bar.eta().as_secs_f64()));
+        // The whole run's average rate: indicatif's own estimate follows
+        // the recent steps, and a long run after a burst of short ones
+        // (a book's chapters) drove it to millions of hours.
+        let left = elapsed * (len - pos) as f64 / pos as f64;
+        s += &format!(", about {} left", duration_words(left));
     }
     if !msg.is_empty() && msg != what {
         s += &format!(" ({msg})");
