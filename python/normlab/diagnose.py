@@ -360,6 +360,31 @@ def _replace_norms(norms, how):
     return handles
 
 
+def sink_windows(ids, bos=None):
+    """The windows the field's measures run on, as inspect cuts them: up to
+    16 of 64 tokens from the start of ``ids`` (a shorter text: all of it);
+    when ``ids`` begins with the model's ``bos``, every window begins with
+    it, then the next 63 tokens."""
+    SINK_TOKENS, FIELD_WINDOWS = _native.field_windows()
+    if len(ids) < SINK_TOKENS:
+        return [ids] if ids else []
+    if bos is not None and ids[0] == bos:
+        n = min((len(ids) - 1) // (SINK_TOKENS - 1), FIELD_WINDOWS)
+        return [[bos] + ids[1 + i * (SINK_TOKENS - 1):1 + (i + 1) * (SINK_TOKENS - 1)] for i in range(n)]
+    n = min(len(ids) // SINK_TOKENS, FIELD_WINDOWS)
+    return [ids[i * SINK_TOKENS:(i + 1) * SINK_TOKENS] for i in range(n)]
+
+
+def _bos(tokenizer, tcfg):
+    """The BOS a text begins with: the one ``tokenizer`` puts before a
+    text, else the configuration's ``bos_token_id``."""
+    if tokenizer is not None:
+        ids = tokenizer("a")["input_ids"]
+        b = getattr(tokenizer, "bos_token_id", None)
+        return b if ids and ids[0] == b else None
+    return getattr(tcfg, "bos_token_id", None)
+
+
 def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, changed=True,
              tokenizer=None, window=256, lens_tokens=64) -> dict:
     """The report ``normlab inspect --json`` writes, for a PyTorch causal
@@ -416,6 +441,12 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
             for t in texts:
                 diag.begin(t)
                 logits(t)
+            # The field's measures (Gu et al.'s Sink metric, Sun et al.'s
+            # massive activations) on 64-token windows of the held-out
+            # text, as inspect takes them.
+            for w in sink_windows(held, _bos(tokenizer, tcfg)):
+                diag.field_begin(w)
+                logits(w)
             rec.remove()
             _ACTIVE = None
             # The final norm's effect over held-out windows.

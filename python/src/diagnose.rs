@@ -10,6 +10,7 @@
 //! Arrays are float32 NumPy arrays (C-contiguous), read in place.
 
 use crate::arrays::{array, size, Dtype};
+use normlab::model::decoder::field::FieldMetrics;
 use normlab::model::decoder::{
     gain_stats, top_tokens, ChangedLosses, DecoderTrace, FinalNormSum, GainRow, Inspection,
     LensRow, ModelClaims, TraceSum,
@@ -75,6 +76,12 @@ pub struct Diagnosis {
     lens: Vec<LensRow>,
     /// Blocks whose attention was handed over (by any text).
     attended: Vec<bool>,
+    /// The field's measures (Gu et al.'s Sink metric, Sun et al.'s massive
+    /// activations), fed by the 64-token windows of [`Diagnosis::field_begin`].
+    field: FieldMetrics,
+    /// The field windows' ids, and whether one is under way.
+    field_ids: Vec<Vec<u32>>,
+    in_field: bool,
 }
 
 impl Diagnosis {
@@ -129,6 +136,9 @@ impl Diagnosis {
             final_top: Vec::new(),
             lens: Vec::new(),
             attended: vec![false; layers],
+            field: FieldMetrics::default(),
+            field_ids: Vec::new(),
+            in_field: false,
         })
     }
 
@@ -161,9 +171,31 @@ impl Diagnosis {
         Ok(())
     }
 
+    /// A pass over one window of `ids` (at most 64 tokens, from the
+    /// held-out text) for the field's measures starts: until its
+    /// `final_stream`, `attention` and `sublayer_out` feed them and the
+    /// other hook points are ignored.
+    fn field_begin(&mut self, ids: Vec<u32>) -> PyResult<()> {
+        self.begin(ids)?;
+        let ids = self.texts.pop().expect("begin pushed the text");
+        self.field.begin(Pass {
+            past: 0,
+            tokens: ids.len(),
+            d: self.d,
+            blocks: self.layers,
+            heads: self.heads,
+        });
+        self.field_ids.push(ids);
+        self.in_field = true;
+        Ok(())
+    }
+
     /// The stream sublayer `sub` (0 attention, 1 MLP) of block `l` reads.
     fn sublayer_in(&mut self, l: usize, sub: usize, x: &Bound<'_, PyAny>) -> PyResult<()> {
         self.block(l)?;
+        if self.in_field {
+            return Ok(());
+        }
         let x = self.stream(x, "stream")?;
         self.trace.sublayer_in(l, sub.min(1), x);
         Ok(())
@@ -172,6 +204,9 @@ impl Diagnosis {
     /// A norm's input inside block `l` (rows of `width`).
     fn norm_input(&mut self, l: usize, x: &Bound<'_, PyAny>, width: usize) -> PyResult<()> {
         self.block(l)?;
+        if self.in_field {
+            return Ok(());
+        }
         let n = size(x, "norm input")?;
         if width == 0 || !n.is_multiple_of(width) {
             return Err(err(format!("{n} values are not rows of {width}")));
@@ -204,9 +239,16 @@ impl Diagnosis {
         }
         let what = "attention probabilities";
         let p = floats(probs, what, mul(mul(h, t, what)?, keys, what)?)?;
-        self.attended[l] = true;
+        if !self.in_field {
+            self.attended[l] = true;
+        }
         for (head, &max_logit) in max_logits.iter().enumerate() {
-            self.trace.attention(&AttentionPattern {
+            let obs: &mut dyn Observer = if self.in_field {
+                &mut self.field
+            } else {
+                &mut self.trace
+            };
+            obs.attention(&AttentionPattern {
                 block: l,
                 head,
                 probs: &p[head * t * keys..(head + 1) * t * keys],
@@ -223,6 +265,9 @@ impl Diagnosis {
     /// Block `l`'s MLP hidden activation (any shape).
     fn mlp_hidden(&mut self, l: usize, h: &Bound<'_, PyAny>) -> PyResult<()> {
         self.block(l)?;
+        if self.in_field {
+            return Ok(());
+        }
         let n = size(h, "MLP hidden")?;
         let h = floats(h, "MLP hidden", n)?;
         self.trace.mlp_hidden(l, h);
@@ -232,6 +277,9 @@ impl Diagnosis {
     /// What sublayer `sub` of block `l` adds to the stream.
     fn write(&mut self, l: usize, sub: usize, w: &Bound<'_, PyAny>) -> PyResult<()> {
         self.block(l)?;
+        if self.in_field {
+            return Ok(());
+        }
         let w = self.stream(w, "write")?;
         self.trace.write(l, sub.min(1), w);
         Ok(())
@@ -242,6 +290,10 @@ impl Diagnosis {
     fn sublayer_out(&mut self, l: usize, sub: usize, x: &Bound<'_, PyAny>) -> PyResult<()> {
         self.block(l)?;
         let x = self.stream(x, "stream")?;
+        if self.in_field {
+            self.field.sublayer_out(l, sub.min(1), x);
+            return Ok(());
+        }
         self.trace.sublayer_out(l, sub.min(1), x);
         Ok(())
     }
@@ -252,6 +304,11 @@ impl Diagnosis {
             return Err(err("no pass under way: call begin first"));
         }
         let x = self.stream(x, "final stream")?;
+        if self.in_field {
+            self.in_field = false;
+            self.tokens = 0;
+            return Ok(());
+        }
         self.trace.final_stream(x);
         let ti = self.texts.len() - 1;
         self.sum.add(ti, &self.trace).map_err(err)?;
@@ -380,6 +437,16 @@ impl Diagnosis {
             gains: rows_by_role,
             lens: self.lens.clone(),
             sublayer_check: self.sum.sublayer_check(),
+            field: if self.field.windows() > 0 {
+                let ids = &self.field_ids;
+                Some(
+                    self.field
+                        .report(|w, p| name(ids[w][p]).map_err(|e| e.to_string().into()))
+                        .map_err(err)?,
+                )
+            } else {
+                None
+            },
         };
         let head: serde_json::Value = serde_json::from_str(head).map_err(err)?;
         let serde_json::Value::Object(head) = head else {
@@ -410,7 +477,7 @@ pub fn inspect_ids(
         let insp = pool
             .install(|| normlab::model::decoder::inspect_ids(&mut m, &texts, &held_out))
             .map_err(|e| e.to_string())?;
-        let head = normlab::model::decoder::report_head(&m, &path, texts.len(), None);
+        let head = normlab::model::decoder::report_head(&m, &path, texts.len());
         let v = insp.to_json(head).map_err(|e| e.to_string())?;
         serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
     };

@@ -61,7 +61,7 @@ pub fn gguf_trace<'py>(
         pool.install(|| m.observe(&ids, &mut tr))
             .map_err(|e| e.to_string())?;
         let last = tr.streams.last().cloned().unwrap_or_default();
-        let fin = m.final_normed(&last, m.cfg.norm);
+        let fin = m.final_normed(&last);
         let tokens: Vec<String> = ids
             .iter()
             .map(|&i| m.decode(&[i]).unwrap_or_default())

@@ -391,6 +391,16 @@ fn max_threads() -> usize {
     normlab::limits::max_threads()
 }
 
+/// The field's measures' windows (`normlab::model::decoder::field`):
+/// (tokens per window, most windows), as `normlab inspect` cuts them.
+#[pyfunction]
+fn field_windows() -> (usize, usize) {
+    (
+        normlab::model::decoder::field::SINK_TOKENS,
+        normlab::model::decoder::FIELD_WINDOWS,
+    )
+}
+
 /// Consecutive steps above the bound that make a run diverged.
 #[pyfunction]
 fn divergence_window() -> usize {
@@ -408,6 +418,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(classify, m)?)?;
     m.add_function(wrap_pyfunction!(divergence_window, m)?)?;
     m.add_function(wrap_pyfunction!(max_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(field_windows, m)?)?;
     m.add_function(wrap_pyfunction!(gguf::gguf_trace, m)?)?;
     m.add_function(wrap_pyfunction!(diagnose::inspect_ids, m)?)?;
     m.add_class::<DivergenceTracker>()?;

@@ -69,7 +69,7 @@ def test_diagnose_equals_native_inspect(name):
     got = nd.diagnose(m, TEXTS, _held())
     want = json.loads(_native.inspect_ids(_folder(name), TEXTS, _held(), 1))
     worst = (0.0, "")
-    for section in ["blocks", "final_norm", "claims", "gains", "logit_lens", "position0"]:
+    for section in ["blocks", "final_norm", "claims", "gains", "logit_lens", "position0", "field_metrics"]:
         ours = dict(_flat(got[section], section))
         for k, w in _flat(want[section], section):
             g = ours.get(k, "missing")

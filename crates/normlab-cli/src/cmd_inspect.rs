@@ -11,6 +11,7 @@ use crate::ui::{bad, Table};
 use clap::Args;
 use normlab::kernels::norm::NormKind;
 use normlab::model::bert::{self, Bert};
+use normlab::model::intervene::{Edit, Interventions, Knockout};
 use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
@@ -40,9 +41,64 @@ pub struct InspectCmd {
     /// GGUF models: clamp every feed-forward's gate projection to at most LIMIT and its up projection to [-LIMIT, LIMIT] before the activation (DeepSeek V4's SwiGLU clamp; GeGLU alike), without retraining: the held-out loss then shows what clamping costs the model.
     #[arg(long, value_name = "LIMIT")]
     ffn_clamp: Option<f32>,
+    /// Decoders: change what flows at a hook point before anything is measured (repeatable): POINT[:BLOCKS][@POSITIONS][#CHANNELS]=CHANGE, e.g. resid_post:2-29@0#1415=zero (Sun et al.'s massive-activation ablation) or resid_post@0=mean (set to the mean over the held-out text). Points (TransformerLens's names): embed, resid_pre, attn_out, resid_mid, mlp_post (the MLP's hidden layer), mlp_out, resid_post; blocks, positions, channels: 3, 2-29, 1,4 (default all); changes: zero, mean, xF (scale by F), a number.
+    #[arg(long, value_name = "SPEC")]
+    intervene: Vec<String>,
+    /// Decoders: remove every query's attention to these key positions, the rest of each row renormalised (repeatable): POSITIONS[:BLOCKS], e.g. 0 (the first token, in every block) or 0:3 (in block 3 only).
+    #[arg(long, value_name = "SPEC")]
+    knockout: Vec<String>,
+    /// Decoders: run every norm but QK-Norm as this kind (layernorm or rmsnorm), keeping its gain and bias.
+    #[arg(long, value_name = "KIND")]
+    norm_as: Option<String>,
+    /// Decoders: run every norm with this eps instead of the model's.
+    #[arg(long, value_name = "EPS")]
+    norm_eps: Option<f32>,
+    /// Decoders: leave the final norm out.
+    #[arg(long)]
+    no_final_norm: bool,
     /// Print the rows as JSON.
     #[arg(long)]
     json: bool,
+}
+
+impl InspectCmd {
+    /// Whether any intervention flag is given.
+    fn changes(&self) -> bool {
+        self.ffn_clamp.is_some()
+            || !self.intervene.is_empty()
+            || !self.knockout.is_empty()
+            || self.norm_as.is_some()
+            || self.norm_eps.is_some()
+            || self.no_final_norm
+    }
+
+    /// The interventions the flags ask for (`model/intervene.rs`).
+    fn interventions(&self) -> anyhow::Result<Interventions> {
+        let one = |e: normlab::Error| anyhow::Error::from(crate::ui::BadInput(e.to_string()));
+        let norm_kind = match self.norm_as.as_deref() {
+            None => None,
+            Some(k) => match k.parse::<NormKind>() {
+                Ok(k @ (NormKind::LayerNorm | NormKind::RmsNorm)) => Some(k),
+                _ => return bad(format!("--norm-as takes layernorm or rmsnorm (got '{k}')")),
+            },
+        };
+        Ok(Interventions {
+            edits: self
+                .intervene
+                .iter()
+                .map(|s| Edit::parse(s).map_err(one))
+                .collect::<anyhow::Result<_>>()?,
+            knockouts: self
+                .knockout
+                .iter()
+                .map(|s| Knockout::parse(s).map_err(one))
+                .collect::<anyhow::Result<_>>()?,
+            norm_kind,
+            eps: self.norm_eps,
+            no_final_norm: self.no_final_norm,
+            ffn_clamp: self.ffn_clamp,
+        })
+    }
 }
 
 pub fn run(c: InspectCmd) -> anyhow::Result<()> {
@@ -57,8 +113,8 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
     if gguf || (c.model.is_dir() && normlab::model::hf_folder::model_type(&c.model)? != "bert") {
         return run_decoder(&c);
     }
-    if c.out.is_some() || c.ffn_clamp.is_some() {
-        return bad("--out and --ffn-clamp are for decoders (.gguf files and decoder folders)");
+    if c.out.is_some() || c.changes() {
+        return bad("--out, --ffn-clamp and the interventions are for decoders (.gguf files and decoder folders)");
     }
     let b = Bert::load(&c.model)?;
     let texts = if c.text.is_empty() {
@@ -126,12 +182,10 @@ pub fn run(c: InspectCmd) -> anyhow::Result<()> {
 fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
     use normlab::model::decoder::{self, Decoder};
     let mut m = Decoder::open(&c.model)?;
-    if let Some(lim) = c.ffn_clamp {
-        if !(lim.is_finite() && lim > 0.0) {
-            return bad(format!("--ffn-clamp must be a positive number (got {lim})"));
-        }
-        m.ffn_clamp = Some(lim);
-    }
+    m.interventions = c.interventions()?;
+    m.interventions
+        .check(m.cfg.layers, m.cfg.d, m.cfg.ffn)
+        .map_err(|e| crate::ui::BadInput(e.to_string()))?;
     let texts = if c.text.is_empty() {
         normlab::io::sample_sentences(16, 0, 53)
     } else {
@@ -169,6 +223,7 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
     } else {
         c.ids.clone()
     };
+    m.resolve_means(&held_out, 256.min(m.cfg.context))?;
     let insp = decoder::inspect_ids(&mut m, &text_ids, &held_out)?;
     let (rows, fin, claims) = (&insp.blocks, &insp.final_norm, &insp.claims);
     if let Some(dir) = &c.out {
@@ -195,8 +250,7 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
         plot::save(&fig, dir)?;
     }
     if c.json {
-        let head =
-            decoder::report_head(&m, &c.model.display().to_string(), texts.len(), c.ffn_clamp);
+        let head = decoder::report_head(&m, &c.model.display().to_string(), texts.len());
         println!("{}", serde_json::to_string_pretty(&insp.to_json(head)?)?);
         return Ok(());
     }
@@ -245,10 +299,12 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
     let mut seats = insp.position0.clone();
     seats.dedup();
     println!(
-        "position 0 (the sink's seat) holds {} (the sink: position 0's share of attention over heads and the queries past it; uniform attention would give the value in brackets){}",
+        "position 0 (the sink's seat) holds {} (the sink: position 0's share of attention over heads and the queries past it; uniform attention would give the value in brackets)",
         seats.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "),
-        c.ffn_clamp.map_or(String::new(), |l| format!("; every feed-forward clamped at {l}"))
     );
+    for line in m.interventions.describe() {
+        println!("changed: {line}");
+    }
     println!(
         "final RMSNorm (gain mean {:.3}, min {:.3}, max {:.3}): held-out loss {:.4} nats/token with it, {:.4} without ({} tokens); removing it changes the logits by {:.1}% (RMS)",
         fin.gain[0], fin.gain[2], fin.gain[3], fin.loss_with, fin.loss_without, fin.tokens, 100.0 * fin.logit_change
@@ -293,6 +349,7 @@ fn run_decoder(c: &InspectCmd) -> anyhow::Result<()> {
         "  C21 {swap}: held-out loss {:.4} (own {:.4})",
         claims.loss_layernorm, fin.loss_with
     );
+    print_field(&insp);
     print_more(&m, &insp);
     if let Some(dir) = &c.out {
         println!("figure: {}", dir.join("residual_rms.png").display());
@@ -318,6 +375,45 @@ fn token_ids(flag: &str, s: &str) -> anyhow::Result<Vec<u32>> {
         return bad(format!("{flag} holds no token id"));
     }
     Ok(ids)
+}
+
+/// The field's own measures (`decoder/field.rs`), as the papers define
+/// them.
+fn print_field(insp: &normlab::model::decoder::Inspection) {
+    let Some(f) = &insp.field else {
+        return;
+    };
+    let s = &f.sink_metric;
+    println!(
+        "the field's measures on {} held-out window(s) of {} tokens: Gu et al.'s Sink metric (eps {}) {:.1}% of (window, layer, head) (per block {})",
+        s.windows,
+        s.tokens,
+        s.eps,
+        s.percent,
+        s.per_block_percent
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let m = &f.massive_activations;
+    match m.first_block.and_then(|b| m.per_block.get(b)) {
+        Some(r) => {
+            let t = &r.top[0];
+            println!(
+                "  Sun et al.'s massive activations (above {} and {}x the median) from block {}: |x| = {:.0} in channel {} at position {} ({:?}), {:.0}x the median {:.3}",
+                m.min, m.over_median, r.block, t.value, t.channel, t.position, t.token, r.top_over_median, r.median
+            );
+        }
+        None => println!(
+            "  Sun et al.'s massive activations (above {} and {}x the median): none (largest {:.0}x the median)",
+            m.min,
+            m.over_median,
+            m.per_block
+                .iter()
+                .fold(0f64, |a, r| a.max(r.top_over_median))
+        ),
+    }
 }
 
 /// What `inspect` adds to the per-block table for a decoder: the
@@ -381,9 +477,9 @@ fn print_more(m: &normlab::model::decoder::Decoder, insp: &normlab::model::decod
 
 /// `normlab inspect RUN_DIR`: a model trained by normlab, any placement.
 fn run_trained(c: &InspectCmd) -> anyhow::Result<()> {
-    if c.out.is_some() || !c.text.is_empty() || c.ffn_clamp.is_some() {
+    if c.out.is_some() || !c.text.is_empty() || c.changes() || !c.ids.is_empty() {
         return bad(
-            "--out, --text and --ffn-clamp are for pretrained models; a run folder reads its own held-out data",
+            "--out, --text, --ids, --ffn-clamp and the interventions are for pretrained decoders; a run folder reads its own held-out data",
         );
     }
     normlab::limits::check_count("--sequences", c.sequences, 1, 256)?;

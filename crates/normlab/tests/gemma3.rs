@@ -81,7 +81,7 @@ fn tiny_gemma3_cache_matches_full_pass() {
     let mut h = m
         .forward(
             &ids[..5],
-            m.cfg.norm,
+            &m.interventions,
             &mut cache,
             &mut normlab::model::hooks::NoObserver,
         )
@@ -90,7 +90,7 @@ fn tiny_gemma3_cache_matches_full_pass() {
         h.extend(
             m.forward(
                 &[id],
-                m.cfg.norm,
+                &m.interventions,
                 &mut cache,
                 &mut normlab::model::hooks::NoObserver,
             )
@@ -168,7 +168,7 @@ fn tiny_gemma3_sink_and_ffn_clamp() {
             .fold(f64::INFINITY, |m, &v| m.min(v))
             .sqrt() as f32;
     let mut c = Decoder::load_hf(&dir()).unwrap();
-    c.ffn_clamp = Some(lim);
+    c.interventions.ffn_clamp = Some(lim);
     let mut tc = DecoderTrace::default();
     let hc = c.observe(&ids, &mut tc).unwrap();
     let gelu = |x: f64| {

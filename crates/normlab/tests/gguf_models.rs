@@ -10,7 +10,6 @@
 
 use normlab::gguf::qdot::ActBits;
 use normlab::gguf::Gguf;
-use normlab::kernels::norm::NormKind;
 use normlab::model::decoder::{argmax, KvCache};
 mod common;
 
@@ -155,7 +154,7 @@ fn check_against_transformers(m: &Decoder, fx: &Value) -> Vec<u32> {
     let mut tr = DecoderTrace::keeping_streams();
     m.observe(&toks[..t], &mut tr).unwrap();
     let last = tr.streams.pop().unwrap();
-    tr.streams.push(m.final_normed(&last, m.cfg.norm));
+    tr.streams.push(m.final_normed(&last));
     let (pos, ch) = (ids(&hx["positions"]), ids(&hx["channels"]));
     let layers = hx["values"].as_array().unwrap();
     assert_eq!(layers.len(), tr.streams.len(), "hidden states per layer");
@@ -274,7 +273,7 @@ fn smollm2_matches_transformers() {
     let mut parts = m
         .forward(
             &toks[..5],
-            NormKind::RmsNorm,
+            &m.interventions,
             &mut cache,
             &mut normlab::model::hooks::NoObserver,
         )
@@ -282,7 +281,7 @@ fn smollm2_matches_transformers() {
     parts.extend(
         m.forward(
             &toks[5..8],
-            NormKind::RmsNorm,
+            &m.interventions,
             &mut cache,
             &mut normlab::model::hooks::NoObserver,
         )
@@ -292,7 +291,7 @@ fn smollm2_matches_transformers() {
         parts.extend(
             m.forward(
                 &[t],
-                NormKind::RmsNorm,
+                &m.interventions,
                 &mut cache,
                 &mut normlab::model::hooks::NoObserver,
             )
@@ -310,7 +309,7 @@ fn smollm2_matches_transformers() {
     let e = m
         .forward(
             &vec![1; m.cfg.context + 1],
-            NormKind::RmsNorm,
+            &m.interventions,
             &mut short,
             &mut normlab::model::hooks::NoObserver,
         )

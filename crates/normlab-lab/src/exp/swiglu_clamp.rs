@@ -173,7 +173,7 @@ fn real_models(quick: bool) -> Result<Vec<RealClamp>> {
         ids.truncate(if quick { 65 } else { HELD_OUT_TOKENS + 1 });
         let mut loss = Vec::new();
         for clamp in CLAMPS {
-            m.ffn_clamp = clamp;
+            m.interventions.ffn_clamp = clamp;
             loss.push((clamp, m.nll(&ids, 256, true)?));
         }
         out.push(RealClamp {

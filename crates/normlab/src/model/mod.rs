@@ -10,6 +10,7 @@ pub mod decoder;
 pub mod hf_folder;
 pub mod hooks;
 mod init;
+pub mod intervene;
 pub mod residual;
 pub mod sinks;
 mod stream_trace;

@@ -37,13 +37,13 @@ pub fn deviation(
     if other.cfg.d != d || other.cfg.vocab != v {
         return Err("the two decoders are not the same model".into());
     }
-    let norm = reference.cfg.norm;
+    let (ia, ib) = (&reference.interventions, &other.interventions);
     let mut worst = 0f64;
     let mut changed = 0;
     for ids in prompts.iter().filter(|p| !p.is_empty()) {
         let (mut ca, mut cb) = (KvCache::new(reference), KvCache::new(other));
-        let mut ha = reference.forward(ids, norm, &mut ca, &mut NoObserver)?;
-        let mut hb = other.forward(ids, norm, &mut cb, &mut NoObserver)?;
+        let mut ha = reference.forward(ids, ia, &mut ca, &mut NoObserver)?;
+        let mut hb = other.forward(ids, ib, &mut cb, &mut NoObserver)?;
         // The reference's greedy tokens, fed to both: its own greedy
         // continuation (no second generation).
         let n = steps.min(reference.cfg.context.saturating_sub(ids.len()));
@@ -71,8 +71,8 @@ pub fn deviation(
             }
             let next = argmax(&la) as u32;
             own.push(next);
-            ha = reference.forward(&[next], norm, &mut ca, &mut NoObserver)?;
-            hb = other.forward(&[next], norm, &mut cb, &mut NoObserver)?;
+            ha = reference.forward(&[next], ia, &mut ca, &mut NoObserver)?;
+            hb = other.forward(&[next], ib, &mut cb, &mut NoObserver)?;
         }
         // Greedy decoding stops after the end-of-sequence token.
         if let Some(end) = own.iter().position(|&t| Some(t) == reference.eos) {

@@ -4,6 +4,7 @@
 //! 1 + w for zero-centred ones), the logit lens, the final norm's effect on
 //! held-out loss, and the lesson's claims measured on the model.
 
+use super::field::{sink_windows, FieldMetrics};
 use super::report::{
     gain_stats, top_tokens, ChangedLosses, FinalNormSum, GainRow, Inspection, LensRow, ModelClaims,
     TraceSum, LENS_TOKENS,
@@ -11,6 +12,7 @@ use super::report::{
 use super::{Decoder, DecoderTrace};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
+use crate::model::intervene::Interventions;
 
 /// Per-layer diagnostics over `texts`, and the final norm's effect on
 /// `held_out` (at most `max_tokens` tokens).
@@ -69,31 +71,49 @@ pub fn inspect_ids(m: &mut Decoder, texts: &[Vec<u32>], held_out: &[u32]) -> Res
     // final norm from the same hidden states, and the logit change on the
     // first window.
     let mut fin = FinalNormSum::default();
-    m.for_windows(ids, window, m.cfg.norm, |h, targets| {
+    m.for_windows_with(ids, window, &m.interventions, |h, targets| {
         let (a, b) = (m.logits_from(h, true), m.logits_from(h, false));
         fin.add(&a, &b, m.cfg.vocab, targets);
     })?;
-    let swapped = match m.cfg.norm {
+    // C21 and C8 as interventions on top of the model's own: every norm
+    // swapped to the other kind, and eps taken out (1e-30).
+    let own = m.interventions.norm_kind.unwrap_or(m.cfg.norm);
+    let swapped = match own {
         NormKind::LayerNorm => NormKind::RmsNorm,
         _ => NormKind::LayerNorm,
     };
     let changed = ChangedLosses {
-        swapped: m.nll_kind(ids, window, swapped, true)?,
+        swapped: m.nll_with(
+            ids,
+            window,
+            &Interventions {
+                norm_kind: Some(swapped),
+                ..m.interventions.clone()
+            },
+        )?,
         swapped_norm: swapped.name().to_string(),
-        without_eps: {
-            // The model itself with eps taken out for one pass, then put back.
-            let eps = std::mem::replace(&mut m.cfg.eps, 1e-30);
-            let loss = m.nll_kind(ids, window, m.cfg.norm, true);
-            m.cfg.eps = eps;
-            loss?
-        },
+        without_eps: m.nll_with(
+            ids,
+            window,
+            &Interventions {
+                eps: Some(1e-30),
+                ..m.interventions.clone()
+            },
+        )?,
     };
     let claims = ModelClaims::measure(
         &rows,
         |t, p| token_text(m, texts[t][p]),
-        f64::from(m.cfg.eps),
+        f64::from(m.interventions.eps.unwrap_or(m.cfg.eps)),
         changed,
     )?;
+    // The field's measures on 64-token windows of the held-out text.
+    let windows = sink_windows(held_out, m.bos, FIELD_WINDOWS);
+    let mut fm = FieldMetrics::default();
+    for w in &windows {
+        m.observe(w, &mut fm)?;
+    }
+    let field = fm.report(|w, p| token_text(m, windows[w][p]))?;
     let position0 = texts
         .iter()
         .filter(|ids| !ids.is_empty())
@@ -107,19 +127,24 @@ pub fn inspect_ids(m: &mut Decoder, texts: &[Vec<u32>], held_out: &[u32]) -> Res
         gains: gain_rows(m),
         lens: logit_lens(m, &ids[..ids.len().min(LENS_TOKENS + 1)])?,
         sublayer_check: sum.sublayer_check(),
+        field: Some(field),
     })
 }
+
+/// Held-out windows of 64 tokens the field's measures run on.
+pub const FIELD_WINDOWS: usize = 16;
 
 /// What the model is, at the head of `normlab inspect --json`'s report
 /// ([`Inspection::to_json`]): `model` (its path), its family and shape, its
 /// configuration and its one-line description (the norms' placement in the
-/// lesson's terms), how many texts the rows cover and the MLP clamp used.
+/// lesson's terms), how many texts the rows cover, the MLP clamp used and,
+/// when the model was changed, `interventions` (one line per change).
 pub fn report_head(
     m: &Decoder,
     model: &str,
     texts: usize,
-    ffn_clamp: Option<f32>,
 ) -> serde_json::Map<String, serde_json::Value> {
+    let ffn_clamp = m.interventions.ffn_clamp;
     let c = &m.cfg;
     let mut h = serde_json::Map::new();
     h.insert("model".into(), model.into());
@@ -135,6 +160,9 @@ pub fn report_head(
     h.insert("description".into(), c.describe().into());
     h.insert("texts".into(), texts.into());
     h.insert("ffn_clamp".into(), ffn_clamp.into());
+    if !m.interventions.is_empty() {
+        h.insert("interventions".into(), m.interventions.describe().into());
+    }
     h
 }
 

@@ -31,10 +31,12 @@ use crate::error::Result;
 use crate::gguf::qdot::ActBits;
 use crate::kernels::norm::{self, NormKind};
 use crate::model::hooks::{NoObserver, Observer};
+use crate::model::intervene::Interventions;
 
 pub mod compare;
 mod config;
 mod config_json;
+pub mod field;
 mod forward;
 mod gguf;
 mod heads;
@@ -42,6 +44,7 @@ pub mod hf;
 mod hf_gpt;
 mod inspect;
 mod matrix;
+mod means;
 pub mod names;
 mod report;
 pub(crate) mod tokenizer;
@@ -53,7 +56,7 @@ pub use config::{
     MAX_BLOCKS, MAX_CONTEXT, MAX_HEADS, MAX_VOCAB, MAX_WIDTH,
 };
 pub use forward::KvCache;
-pub use inspect::{held_out_text, inspect, inspect_ids, report_head};
+pub use inspect::{held_out_text, inspect, inspect_ids, report_head, FIELD_WINDOWS};
 pub use matrix::Matrix;
 pub use names::{Tensor, TensorNames, TensorSource, WeightStorage};
 pub use report::{
@@ -135,11 +138,12 @@ pub struct Decoder {
     /// Beginning-of-sequence token that [`Decoder::encode`] prepends (None:
     /// the file adds none, as SmolLM2's).
     pub bos: Option<u32>,
-    /// Clamp the feed-forward's gate and up projections at this limit
-    /// before the activation, as DeepSeek V4's SwiGLU does (the gate to at
-    /// most it, the up to [-limit, limit]; GeGLU alike): what clamping
-    /// costs a model that was not trained with it. None: the model's own.
-    pub ffn_clamp: Option<f32>,
+    /// What every pass of this model changes at its hook points
+    /// (`model/intervene.rs`; none by default): `normlab inspect
+    /// --intervene`, `--knockout`, `--ffn-clamp` set them, and every
+    /// measurement of the model (its rows, losses, lens) then runs the
+    /// changed model.
+    pub interventions: Interventions,
     /// One-row steps (generation) of quantised matrices quantise their
     /// activations to these bits per block and use integer dot products
     /// (llama.cpp's way: fast, and slightly different from the f32
@@ -228,22 +232,42 @@ impl Decoder {
 
     /// The final hidden states `[T, d]` before the final norm.
     pub fn hidden(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        self.hidden_kind(ids, self.cfg.norm, &mut NoObserver)
+        self.hidden_with(ids, &self.interventions, &mut NoObserver)
     }
 
     /// [`Decoder::hidden`], handing the pass's tensors to `obs` at its
     /// hook points (e.g. a [`DecoderTrace`]).
     pub fn observe<O: Observer + ?Sized>(&self, ids: &[u32], obs: &mut O) -> Result<Vec<f32>> {
-        self.hidden_kind(ids, self.cfg.norm, obs)
+        self.hidden_with(ids, &self.interventions, obs)
+    }
+
+    /// [`Decoder::observe`] with the interventions `iv` (instead of the
+    /// model's own).
+    pub fn hidden_with<O: Observer + ?Sized>(
+        &self,
+        ids: &[u32],
+        iv: &Interventions,
+        obs: &mut O,
+    ) -> Result<Vec<f32>> {
+        self.forward(ids, iv, &mut KvCache::new(self), obs)
+    }
+
+    /// The kind and eps every norm but QK-Norm runs as under `iv`.
+    fn norm_as(&self, iv: &Interventions) -> (NormKind, f32) {
+        (
+            iv.norm_kind.unwrap_or(self.cfg.norm),
+            iv.eps.unwrap_or(self.cfg.eps),
+        )
     }
 
     /// Apply one of the model's norms (its gain `g` and bias `b`, over
-    /// `g.len()` features) as `kind`: its own, or the other of RMSNorm and
-    /// LayerNorm keeping gain and bias (a missing bias is 0), to see what
-    /// the replacement does.
+    /// `g.len()` features) as `kind` with `eps`: its own, or the other of
+    /// RMSNorm and LayerNorm keeping gain and bias (a missing bias is 0),
+    /// to see what the replacement does.
     fn apply_norm(
         &self,
         kind: NormKind,
+        eps: f32,
         x: &[f32],
         (g, b): (&[f32], Option<&[f32]>),
         y: &mut [f32],
@@ -259,10 +283,10 @@ impl Decoder {
                     Some(b) => p.extend_from_slice(b),
                     None => p.resize(2 * d, 0.0),
                 }
-                norm::forward(kind, d, self.cfg.eps, x, &p, y, stats)
+                norm::forward(kind, d, eps, x, &p, y, stats)
             }
             NormKind::RmsNorm => {
-                norm::forward(kind, d, self.cfg.eps, x, g, y, stats);
+                norm::forward(kind, d, eps, x, g, y, stats);
                 if let Some(b) = b {
                     crate::kernels::matmul::add_bias_rows(y, b);
                 }
@@ -272,27 +296,43 @@ impl Decoder {
     }
 
     /// Logits `[T, vocab]` from hidden states, with the final norm (or
-    /// without it, to measure what it does).
+    /// without it, to measure what it does), under the model's
+    /// interventions.
     pub fn logits_from(&self, h: &[f32], final_norm: bool) -> Vec<f32> {
-        self.logits_kind(h, final_norm.then_some(self.cfg.norm))
+        if final_norm {
+            self.logits_with(h, &self.interventions)
+        } else {
+            let iv = Interventions {
+                no_final_norm: true,
+                ..self.interventions.clone()
+            };
+            self.logits_with(h, &iv)
+        }
     }
 
-    /// The final norm of hidden states `h` (`[T, d]`), applied as `kind`.
-    pub fn final_normed(&self, h: &[f32], kind: NormKind) -> Vec<f32> {
+    /// The final norm of hidden states `h` (`[T, d]`), as the model's
+    /// interventions run it.
+    pub fn final_normed(&self, h: &[f32]) -> Vec<f32> {
+        self.final_normed_with(h, &self.interventions)
+    }
+
+    fn final_normed_with(&self, h: &[f32], iv: &Interventions) -> Vec<f32> {
         let mut x = vec![0f32; h.len()];
         let mut stats = vec![0f32; norm::stats_len(h.len() / self.cfg.d)];
         let b = self.final_norm_bias.as_deref();
-        self.apply_norm(kind, h, (&self.final_norm, b), &mut x, &mut stats);
+        let (kind, eps) = self.norm_as(iv);
+        self.apply_norm(kind, eps, h, (&self.final_norm, b), &mut x, &mut stats);
         x
     }
 
-    /// Logits with the final norm applied as `kind` (None: left out).
-    pub fn logits_kind(&self, h: &[f32], final_norm: Option<NormKind>) -> Vec<f32> {
+    /// Logits with the final norm as `iv` runs it (or left out).
+    pub fn logits_with(&self, h: &[f32], iv: &Interventions) -> Vec<f32> {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let t = h.len() / d;
-        let x = match final_norm {
-            Some(kind) => self.final_normed(h, kind),
-            None => h.to_vec(),
+        let x = if iv.no_final_norm {
+            h.to_vec()
+        } else {
+            self.final_normed_with(h, iv)
         };
         let mut logits = vec![0f32; t * v];
         self.apply(self.head.as_ref().unwrap_or(&self.emb), &x, t, &mut logits);
@@ -305,16 +345,6 @@ impl Decoder {
     /// Logits `[T, vocab]` of `ids`.
     pub fn logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
         Ok(self.logits_from(&self.hidden(ids)?, true))
-    }
-
-    /// [`Decoder::hidden`] with every block norm applied as `kind`.
-    pub fn hidden_kind<O: Observer + ?Sized>(
-        &self,
-        ids: &[u32],
-        kind: NormKind,
-        obs: &mut O,
-    ) -> Result<Vec<f32>> {
-        self.forward(ids, kind, &mut KvCache::new(self), obs)
     }
 
     /// Up to `n` greedy tokens after `ids`, ending early with the
@@ -336,7 +366,8 @@ impl Decoder {
         let (d, v) = (self.cfg.d, self.cfg.vocab);
         let mut cache = KvCache::new(self);
         let mut out = Vec::with_capacity(n.min(self.cfg.context));
-        let mut h = self.forward(ids, self.cfg.norm, &mut cache, &mut NoObserver)?;
+        let iv = &self.interventions;
+        let mut h = self.forward(ids, iv, &mut cache, &mut NoObserver)?;
         for i in 0..n {
             let l = self.logits_from(&h[h.len() - d..], true);
             let best = argmax(&l[..v]) as u32;
@@ -345,45 +376,41 @@ impl Decoder {
             if stop_at_eos && Some(best) == self.eos || i + 1 == n {
                 break;
             }
-            h = self.forward(&[best], self.cfg.norm, &mut cache, &mut NoObserver)?;
+            h = self.forward(&[best], iv, &mut cache, &mut NoObserver)?;
         }
         Ok(out)
     }
 
     /// Mean negative log-likelihood (nats per token) of `ids`, in windows
-    /// of `window` predictions (each window sees only its own tokens).
+    /// of `window` predictions (each window sees only its own tokens),
+    /// under the model's interventions (the final norm left out unless
+    /// `final_norm`).
     pub fn nll(&self, ids: &[u32], window: usize, final_norm: bool) -> Result<f64> {
-        self.nll_kind(ids, window, self.cfg.norm, final_norm)
+        let iv = Interventions {
+            no_final_norm: !final_norm || self.interventions.no_final_norm,
+            ..self.interventions.clone()
+        };
+        self.nll_with(ids, window, &iv)
     }
 
-    /// [`Decoder::nll`] with every norm applied as `kind`.
-    pub fn nll_kind(
-        &self,
-        ids: &[u32],
-        window: usize,
-        kind: NormKind,
-        final_norm: bool,
-    ) -> Result<f64> {
+    /// [`Decoder::nll`] under the interventions `iv`.
+    pub fn nll_with(&self, ids: &[u32], window: usize, iv: &Interventions) -> Result<f64> {
         let (mut total, mut n) = (0f64, 0usize);
-        self.for_windows(ids, window, kind, |h, targets| {
-            self.add_nll(
-                &self.logits_kind(h, final_norm.then_some(kind)),
-                targets,
-                &mut total,
-            );
+        self.for_windows_with(ids, window, iv, |h, targets| {
+            self.add_nll(&self.logits_with(h, iv), targets, &mut total);
             n += targets.len();
         })?;
         Ok(total / n.max(1) as f64)
     }
 
     /// Run `ids` in windows of `window` predictions (each window sees only
-    /// its own tokens), every norm as `kind`: `f(hidden states before the
-    /// final norm, the tokens they predict)` per window.
-    pub fn for_windows(
+    /// its own tokens) under the interventions `iv`: `f(hidden states
+    /// before the final norm, the tokens they predict)` per window.
+    pub fn for_windows_with(
         &self,
         ids: &[u32],
         window: usize,
-        kind: NormKind,
+        iv: &Interventions,
         mut f: impl FnMut(&[f32], &[u32]),
     ) -> Result<()> {
         let mut s = 0;
@@ -391,7 +418,7 @@ impl Decoder {
             let e = (s + window + 1).min(ids.len());
             let w = &ids[s..e];
             f(
-                &self.hidden_kind(&w[..w.len() - 1], kind, &mut NoObserver)?,
+                &self.hidden_with(&w[..w.len() - 1], iv, &mut NoObserver)?,
                 &w[1..],
             );
             s += window;

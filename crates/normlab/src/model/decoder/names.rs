@@ -500,7 +500,7 @@ impl Decoder {
             head,
             eos,
             bos: None,
-            ffn_clamp: None,
+            interventions: crate::model::intervene::Interventions::none(),
             quantised_activations: None,
             tokenizer,
         })

@@ -192,6 +192,10 @@ pub struct Inspection {
     /// The token at position 0 of each text (the attention sink's seat:
     /// BOS when the tokenizer adds one, else the text's first token).
     pub position0: Vec<String>,
+    /// The field's measures as the papers define them (`field.rs`): Gu et
+    /// al.'s Sink metric and Sun et al.'s massive activations, on 64-token
+    /// windows of the held-out text (None: not measured).
+    pub field: Option<super::field::FieldReport>,
 }
 
 impl Inspection {
@@ -581,6 +585,9 @@ impl Inspection {
             "position0".into(),
             to(serde_json::to_value(&self.position0))?,
         );
+        if let Some(f) = &self.field {
+            head.insert("field_metrics".into(), to(serde_json::to_value(f))?);
+        }
         Ok(serde_json::Value::Object(head))
     }
 }

@@ -83,7 +83,7 @@ fn tiny() -> Decoder {
         head: None,
         eos: None,
         bos: None,
-        ffn_clamp: None,
+        interventions: crate::model::intervene::Interventions::none(),
         quantised_activations: None,
         tokenizer: None,
     }
@@ -227,11 +227,14 @@ fn observing_a_pass_changes_nothing_it_computes() {
     // Over a key/value cache too: the prompt, then one token at a time.
     let mut cache = KvCache::new(&m);
     let mut cached = m
-        .forward(&ids[..4], m.cfg.norm, &mut cache, &mut NoObserver)
+        .forward(&ids[..4], &m.interventions, &mut cache, &mut NoObserver)
         .unwrap();
     for &id in &ids[4..] {
         let mut t = DecoderTrace::default();
-        cached.extend(m.forward(&[id], m.cfg.norm, &mut cache, &mut t).unwrap());
+        cached.extend(
+            m.forward(&[id], &m.interventions, &mut cache, &mut t)
+                .unwrap(),
+        );
         assert_eq!(t.max_at.len(), 2);
     }
     for (a, b) in cached.iter().zip(&plain) {
