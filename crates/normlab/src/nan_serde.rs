@@ -6,6 +6,11 @@
 
 use serde::Deserialize;
 
+/// NaN, the default of a measure a record written before it lacks.
+pub fn nan() -> f64 {
+    f64::NAN
+}
+
 /// An f64 written by serde_json, which writes NaN and infinities as null:
 /// null reads back as NaN (a diverged step is a result to show, not a line
 /// to drop).

@@ -11,8 +11,16 @@
 //!   attention gives
 //!   [`uniform_sink_share`](crate::nn::uniform_sink_share).
 //! - **sink rate**: the share of (layer, head) pairs whose first-token
-//!   share exceeds [`SINK_EPS`] = 0.3 (Gu et al. 2024's Sink metric,
-//!   arXiv 2410.10781, epsilon 0.3).
+//!   share exceeds [`SINK_EPS`] = 0.3 (after Gu et al. 2024's Sink metric,
+//!   arXiv 2410.10781, epsilon 0.3, but on normlab's share: queries t >= 1,
+//!   averaged over the batch's sequences before the threshold).
+//! - **Sink metric** in Gu et al.'s own form: each (sequence, layer, head)
+//!   whose first-token importance, the weight on position 0 averaged over
+//!   every query *including query 0* ((1/T) sum_t A[t, 0]), exceeds 0.3
+//!   counts; the metric is their share (`decoder/field.rs` measures it on
+//!   pretrained models' 64-token windows).
+//! - **top over median** (Sun et al. 2024's massive activations): per
+//!   block, the stream's largest |x| anywhere over its median |x|.
 //! - **massive activation at position 0**: the stream's largest |x| at
 //!   position 0 (over the batch's sequences and channels) over the median
 //!   |x| of the whole stream, per block.
@@ -50,6 +58,29 @@ pub fn first_share(probs: &[f32], t: usize, normalised: bool) -> f64 {
     (1..t).map(share).sum::<f64>() / (t - 1) as f64
 }
 
+/// Gu et al.'s first-token importance of one `[t, t]` block of attention
+/// weights: the weight on position 0 averaged over every query, query 0
+/// (which sees only itself) included; rows of an unnormalised attention
+/// divided by their sum first (a row of zeros counts 0).
+pub fn first_importance(probs: &[f32], t: usize, normalised: bool) -> f64 {
+    if t == 0 {
+        return f64::NAN;
+    }
+    let share = |i: usize| {
+        let p0 = f64::from(probs[i * t]);
+        if normalised {
+            return p0;
+        }
+        let sum: f64 = probs[i * t..=i * t + i].iter().map(|&v| f64::from(v)).sum();
+        if sum > 0.0 {
+            p0 / sum
+        } else {
+            0.0
+        }
+    };
+    (0..t).map(share).sum::<f64>() / t as f64
+}
+
 /// The share of heads whose first-token share exceeds [`SINK_EPS`].
 pub fn sink_rate<'a>(shares: impl IntoIterator<Item = &'a f64>) -> f64 {
     let (mut over, mut n) = (0usize, 0usize);
@@ -67,6 +98,25 @@ fn median(v: &mut [f64]) -> f64 {
     }
     let mid = v.len() / 2;
     *v.select_nth_unstable_by(mid, f64::total_cmp).1
+}
+
+/// The largest |x| anywhere in a stream over its median |x| (Sun et al.'s
+/// ratio; parts as in [`position0_ratio`]).
+pub fn top_ratio<'a>(parts: impl IntoIterator<Item = (&'a [f32], usize, usize)>) -> f64 {
+    let mut all = Vec::new();
+    let mut top = 0f64;
+    for (x, _, _) in parts {
+        for &v in x {
+            let a = f64::from(v.abs());
+            top = if a.is_nan() || top.is_nan() {
+                f64::NAN
+            } else {
+                top.max(a)
+            };
+            all.push(a);
+        }
+    }
+    top / median(&mut all)
 }
 
 /// The largest |x| at position 0 of a stream over the median |x| of the
@@ -121,6 +171,18 @@ pub struct SinkStats {
     /// Value drain per block and head.
     #[serde(deserialize_with = "crate::nan_serde::vecs_or_nan")]
     pub value_drain: Vec<Vec<f64>>,
+    /// Gu et al.'s Sink metric in its own form (module doc): the share of
+    /// (sequence, block, head) whose first-token importance over every
+    /// query exceeds 0.3 (NaN in runs logged before it was).
+    #[serde(
+        default = "crate::nan_serde::nan",
+        deserialize_with = "crate::nan_serde::f64_or_nan"
+    )]
+    pub sink_metric: f64,
+    /// Sun et al.'s ratio per block: the stream's largest |x| over its
+    /// median |x| (empty in runs logged before it was).
+    #[serde(default, deserialize_with = "crate::nan_serde::vec_or_nan")]
+    pub top_over_median: Vec<f64>,
 }
 
 impl SinkStats {
@@ -165,12 +227,20 @@ mod tests {
         let want = (u * (t - 1) as f64 - 0.5) / (t - 1) as f64;
         assert!((first_share(&half, t, false) - want).abs() < 1e-7);
         assert_eq!(sink_rate(&[0.1, 0.31, 0.5, 0.3]), 0.5);
+        // Gu et al.'s importance counts query 0's weight on itself: uniform
+        // weights give (1 + sum_{i>=1} 1/(i+1)) / t.
+        let gu: f64 = (0..t).map(|i| 1.0 / (i + 1) as f64).sum::<f64>() / t as f64;
+        assert!((first_importance(&p, t, true) - gu).abs() < 1e-7);
+        assert!(
+            (first_importance(&p, t, true) - (1.0 + (t - 1) as f64 * u) / t as f64).abs() < 1e-7
+        );
         // Position 0 of the second sequence holds the 50; the median is 1.
         let mut x = [1f32; 2 * 3 * 2];
         x[6] = -50.0;
         x[3] = 70.0;
         assert_eq!(position0_ratio([(&x[..], 2, 3)]), 50.0);
         assert_eq!(position0_ratio([(&x[..6], 2, 3), (&x[6..], 2, 3)]), 50.0);
+        assert_eq!(top_ratio([(&x[..], 2, 3)]), 70.0);
         // Values: position 0 has norm 0.5, the others 1, 2, 4: median 2.
         let v = [[0.3f32, 0.4], [1.0, 0.0], [0.0, 2.0], [4.0, 0.0]];
         assert!((value_drain(|j| &v[j][..], 4) - 0.25).abs() < 1e-6);

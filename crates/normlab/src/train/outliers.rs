@@ -87,6 +87,7 @@ pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
     let hd = d / heads;
     let mut st = SinkStats::default();
     let mut t_seen = 0;
+    let (mut gu_over, mut gu_n) = (0usize, 0usize);
     for (b, block) in model.blocks.iter().enumerate() {
         let (mut share, mut drain, mut n) = (vec![0f64; heads], vec![0f64; heads], 0usize);
         for c in shards.iter().filter_map(|w| w.blocks[b].mix.attention()) {
@@ -97,6 +98,9 @@ pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
                 for h in 0..heads {
                     let p = &probs[(s * heads + h) * t * t..(s * heads + h + 1) * t * t];
                     share[h] += sinks::first_share(p, t, c.kind().normalised());
+                    let a = sinks::first_importance(p, t, c.kind().normalised());
+                    gu_over += usize::from(a > sinks::SINK_EPS);
+                    gu_n += 1;
                     let col = 2 * d + h * hd;
                     drain[h] += sinks::value_drain(|j| &qkv[(s * t + j) * 3 * d + col..][..hd], t);
                 }
@@ -121,7 +125,18 @@ pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
                 .map(|((x, width), w)| (&x[..], *width, w.t)),
         );
         st.massive0.push(top);
+        st.top_over_median.push(sinks::top_ratio(
+            parts
+                .iter()
+                .zip(shards)
+                .map(|((x, width), w)| (&x[..], *width, w.t)),
+        ));
     }
+    st.sink_metric = if gu_n == 0 {
+        f64::NAN
+    } else {
+        gu_over as f64 / gu_n as f64
+    };
     st.uniform = crate::nn::uniform_sink_share(t_seen);
     st.sink_rate = sinks::sink_rate(st.head_share.iter().flatten());
     st
