@@ -24,6 +24,9 @@ a sequence of 20 tokens. Per family, what it switches on:
 - mistral: llama's, with a sliding window of 8 on every layer.
 - olmo2: RMSNorm after each sublayer's output (no input norms), QK-Norm
   over the whole q and k, an untied head.
+- phi3: llama's block with q/k/v in one qkv_proj and gate/up in one
+  gate_up_proj, a sliding window of 8 on every layer, RoPE on half of each
+  head (partial_rotary_factor 0.5, as Phi-4-mini's 0.75), an untied head.
 - qwen2: llama's, with biases on q, k and v (random, like every weight).
 - qwen3: QK-Norm per head before RoPE, head_dim 16 (queries wider than
   the stream), a tied head.
@@ -71,6 +74,8 @@ from transformers import (
     MistralForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -131,6 +136,15 @@ FAMILIES = {
     ),
     "mistral": (MistralConfig, MistralForCausalLM, dict(tie_word_embeddings=False, sliding_window=8, rope_theta=50000.0)),
     "olmo2": (Olmo2Config, Olmo2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=500000.0)),
+    "phi3": (
+        Phi3Config,
+        Phi3ForCausalLM,
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=8,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        ),
+    ),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(tie_word_embeddings=False, rope_theta=1000000.0)),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(tie_word_embeddings=True, head_dim=16, rope_theta=1000000.0)),
 }

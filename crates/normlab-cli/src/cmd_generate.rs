@@ -1,6 +1,6 @@
 //! `normlab generate MODEL --prompt TEXT`: the greedy continuation of a
 //! prompt by a decoder, a GGUF file (Llama or Gemma 3) or a Hugging Face
-//! folder (Llama, Mistral, Qwen3, Gemma 3) (the prompt in one pass, then one
+//! folder of the families the registry lists (the prompt in one pass, then one
 //! token per pass over the key/value cache), printed as it is generated,
 //! then the speed of both phases.
 
@@ -12,7 +12,16 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Continue a prompt with a decoder: a GGUF file (Llama or Gemma 3) or a Hugging Face folder (Llama, Mistral, Qwen3, Gemma 3) (greedy decoding).
+/// `normlab generate`'s one-line help, naming the families it reads (the
+/// family registry).
+pub fn about() -> String {
+    format!(
+        "Continue a prompt with a decoder, greedily over a key/value cache: a GGUF file ({}) or a Hugging Face folder ({})",
+        normlab::model::decoder::family::gguf_titles(),
+        normlab::model::decoder::family::titles()
+    )
+}
+
 #[derive(Args, Debug)]
 pub struct GenerateCmd {
     /// The .gguf file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, or models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh), or a Hugging Face folder (config.json, model.safetensors, tokenizer.json).
@@ -90,7 +99,8 @@ impl Weights {
     }
 }
 
-pub fn run(c: GenerateCmd) -> anyhow::Result<()> {
+pub fn run(mut c: GenerateCmd) -> anyhow::Result<()> {
+    c.model = crate::ui::model_path(&c.model);
     crate::ui::require_model(&c.model)?;
     let folder = c.model.is_dir();
     if !folder

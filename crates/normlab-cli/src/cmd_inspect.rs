@@ -11,22 +11,32 @@ use crate::ui::{bad, Table};
 use clap::Args;
 use normlab::kernels::norm::NormKind;
 use normlab::model::bert::{self, Bert};
+use normlab::model::decoder::family;
 use normlab::model::intervene::{Edit, Interventions, Knockout};
 use normlab_lab::present::{plot, Figure, LineChart, Panel, Series};
 use std::path::PathBuf;
 
-/// Inspect a model: a normlab run folder (per sublayer: the stream before, the write, the stream after), a Hugging Face folder (config.json, model.safetensors, tokenizer.json: a decoder of the Llama, Mistral, Qwen3 or Gemma 3 family, or a BERT-style encoder) or a .gguf file (Llama or Gemma 3).
+/// `normlab inspect`'s one-line help, naming the families it reads (the
+/// family registry).
+pub fn about() -> String {
+    format!(
+        "Inspect a model layer by layer: a normlab run folder (any placement), a Hugging Face folder ({}, BERT) or a GGUF file ({})",
+        family::titles(),
+        family::gguf_titles()
+    )
+}
+
 #[derive(Args, Debug)]
 pub struct InspectCmd {
     /// A run folder, a Hugging Face folder (config.json, model.safetensors, tokenizer.json; e.g. models/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh, or your own model: docs/own-model.md) or GGUF file (e.g. models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf from scripts/fetch_smollm2.sh, models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf from scripts/fetch_gemma3.sh).
     model: PathBuf,
-    /// GGUF models: held-out tokens (from the last tenth of the bundled Shakespeare) for the final norm's effect.
+    /// Decoders: held-out tokens (from the last tenth of the bundled Shakespeare) for the final norm's effect, the logit lens, the claims' losses and the field's measures.
     #[arg(long, default_value_t = 512)]
     held_out_tokens: usize,
-    /// GGUF models: write the residual-RMS-by-depth figure (residual_rms.png, .svg) into this folder.
+    /// Decoders: write the residual-RMS-by-depth figure (residual_rms.png, .svg) into this folder.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Text to run (repeatable; default: 32 lines of the bundled Shakespeare).
+    /// Text to run (repeatable; default: 16 lines of the bundled Shakespeare for a decoder, 32 for BERT).
     #[arg(long)]
     text: Vec<String>,
     /// Decoders: token ids to run instead of a text, separated by commas or spaces (repeatable: one list per text), for a model without a tokenizer (or to pin the tokens).
@@ -38,7 +48,7 @@ pub struct InspectCmd {
     /// Run folders: held-out sequences to run (from the run's own data).
     #[arg(long, default_value_t = 8)]
     sequences: usize,
-    /// GGUF models: clamp every feed-forward's gate projection to at most LIMIT and its up projection to [-LIMIT, LIMIT] before the activation (DeepSeek V4's SwiGLU clamp; GeGLU alike), without retraining: the held-out loss then shows what clamping costs the model.
+    /// Decoders: clamp every feed-forward's gate projection to at most LIMIT and its up projection to [-LIMIT, LIMIT] before the activation (DeepSeek V4's SwiGLU clamp; GeGLU alike), without retraining: the held-out loss then shows what clamping costs the model.
     #[arg(long, value_name = "LIMIT")]
     ffn_clamp: Option<f32>,
     /// Decoders: change what flows at a hook point before anything is measured (repeatable): POINT[:BLOCKS][@POSITIONS][#CHANNELS]=CHANGE, e.g. resid_post:2-29@0#1415=zero (Sun et al.'s massive-activation ablation) or resid_post@0=mean (set to the mean over the held-out text). Points (TransformerLens's names): embed, resid_pre, attn_out, resid_mid, mlp_post (the MLP's hidden layer), mlp_out, resid_post; blocks, positions, channels: 3, 2-29, 1,4 (default all); changes: zero, mean, xF (scale by F), a number.
@@ -101,7 +111,8 @@ impl InspectCmd {
     }
 }
 
-pub fn run(c: InspectCmd) -> anyhow::Result<()> {
+pub fn run(mut c: InspectCmd) -> anyhow::Result<()> {
+    c.model = crate::ui::model_path(&c.model);
     crate::ui::require_model(&c.model)?;
     if c.model.join(normlab::train::folder::CHECKPOINT).is_file() {
         return run_trained(&c);

@@ -51,9 +51,10 @@ enum Command {
     Site(web::SiteCmd),
     /// Convert a checkpoint between LayerNorm and RMSNorm (exact where the maths allows).
     Convert(cmd_convert::ConvertCmd),
-    /// Inspect a model layer by layer: a normlab run folder (any placement), a Hugging Face folder (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, OLMo 2, GPT-2, GPT-NeoX, BERT) or a GGUF file (Llama, Gemma 3).
+    // (Their help names the families of the registry: decoder/family.rs.)
+    #[command(about = cmd_inspect::about())]
     Inspect(cmd_inspect::InspectCmd),
-    /// Continue a prompt with a GGUF decoder, Llama or Gemma 3 (greedy, over a key/value cache).
+    #[command(about = cmd_generate::about())]
     Generate(cmd_generate::GenerateCmd),
     /// Benchmarks (medians, next to a roofline measured in the same run).
     #[command(subcommand)]

@@ -300,6 +300,32 @@ pub fn fetch_command(path: &std::path::Path) -> Option<&'static str> {
 
 /// Refuse a model path that does not exist with one line that says how to
 /// get one: the fetch script for a model the scripts know, else all three.
+/// The model a path names: a Hugging Face folder's own file
+/// (`config.json`, `model.safetensors`, its shard index, `tokenizer.json`)
+/// stands for the folder; anything else for itself.
+pub fn model_path(path: &std::path::Path) -> std::path::PathBuf {
+    const FOLDER_FILES: [&str; 4] = [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+    ];
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| FOLDER_FILES.contains(&n));
+    match path.parent() {
+        Some(dir) if named && path.is_file() => {
+            if dir.as_os_str().is_empty() {
+                std::path::PathBuf::from(".")
+            } else {
+                dir.to_path_buf()
+            }
+        }
+        _ => path.to_path_buf(),
+    }
+}
+
 pub fn require_model(path: &std::path::Path) -> anyhow::Result<()> {
     if path.exists() {
         return Ok(());

@@ -483,7 +483,7 @@ fn decoder_folders_route_to_the_decoder_and_refuse_by_name() {
     std::fs::write(dir.join("config.json"), "{\"model_type\": \"falcon\"}").unwrap();
     refused(
         &["inspect", dir.to_str().unwrap()],
-        &["model_type 'falcon' is not supported"],
+        &["model_type 'falcon' is not read by normlab's decoder"],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -932,3 +932,30 @@ fn report_names_damaged_runs_and_strict_refuses_them() {
     assert!(err.contains("1 of 2 run folder(s) are damaged"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `inspect --help` and `generate --help` name every family of the
+/// registry (decoder/family.rs), and a model_type it does not read is
+/// refused with what it is and where to go.
+#[test]
+fn help_and_refusals_come_from_the_family_registry() {
+    use normlab::model::decoder::family::FAMILIES;
+    for cmd in ["inspect", "generate"] {
+        let o = common::normlab(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&o.stdout);
+        for f in FAMILIES {
+            assert!(help.contains(f.title), "{cmd} --help lacks {}", f.title);
+        }
+    }
+    let dir = common::tmp("gemma3-wrapper");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "gemma3"}"#).unwrap();
+    // A folder's config.json stands for the folder.
+    let o = common::normlab(&["inspect", dir.join("config.json").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("multimodal wrapper of gemma3_text") && err.contains("normlab.diagnose"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -69,6 +69,7 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
         ("llama-rope-linear", "llama", false, None),
         ("mistral", "mistral", false, Some(8)),
         ("olmo2", "olmo2", true, None),
+        ("phi3", "phi3", false, Some(8)),
         ("qwen2", "qwen2", false, None),
         ("qwen3", "qwen3", true, None),
         ("gpt2", "gpt2", false, None),
@@ -105,10 +106,12 @@ fn tiny_families_match_transformers_in_f32_and_bf16() {
             assert_eq!(g.learned_positions, family == "gpt2", "{folder}");
             assert_eq!(g.conv1d, family == "gpt2", "{folder}");
             assert_eq!(g.parallel, name == "gpt_neox", "{folder}");
+            assert_eq!(g.fused_gate_up, family == "phi3", "{folder}");
             let rot = match name {
                 "gpt2" | "gpt2-bare" => 0,
                 "gpt_neox" => 4,
                 "gpt_neox-sequential" => 2,
+                "phi3" => 4,
                 _ => m.cfg.head_dim,
             };
             assert_eq!(m.cfg.rotary_dims(), rot, "{folder}");
@@ -212,7 +215,7 @@ fn options_the_decoder_does_not_implement_are_refused_by_name() {
         (
             "family",
             Box::new(|c: &mut Value| c["model_type"] = json!("falcon")),
-            "model_type 'falcon' is not supported",
+            "model_type 'falcon' is not read by normlab's decoder",
         ),
         (
             "untied",

@@ -5,6 +5,7 @@
 
 mod ablate;
 pub mod bert;
+mod build;
 pub mod config;
 pub mod decoder;
 pub mod hf_folder;
@@ -22,18 +23,15 @@ pub use config::{InitScheme, ModelConfig, ModelKind};
 pub use stream_trace::SublayerTrace;
 pub use streams::StreamStats;
 
-use crate::error::Result;
 use crate::kernels::act;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::matmul;
 use crate::nn::norm::buf;
 use crate::nn::{
-    Attention, Block, BlockCache, DepthAttn, DepthHead, DepthSlots, Embedding, Gate, HeadCache,
-    Hyper, Linear, Mlp, Norm, NormCache, NormRole, NormSite, Op, Placement, Residual, Scratch,
-    StreamHead, Sublayer, ToyMixer,
+    Block, BlockCache, Embedding, HeadCache, Linear, Norm, NormCache, NormRole, NormSite, Scratch,
+    StreamHead, Sublayer,
 };
-use crate::params::{Init, ParamLayout, ParamRef};
-use residual::StreamsPlan;
+use crate::params::{ParamLayout, ParamRef};
 
 /// A built model: its parameter layout and modules (no values: those live
 /// in a flat buffer described by `layout`).
@@ -101,249 +99,6 @@ pub struct Workspace {
 }
 
 impl Model {
-    /// Build the modules and parameter layout of a (validated) config.
-    pub fn new(cfg: &ModelConfig) -> Result<Model> {
-        cfg.validate()?;
-        let (d, l) = (cfg.d_model, cfg.layers);
-        let mut layout = ParamLayout::new();
-        let mut emb = Embedding::new(&mut layout, cfg.vocab, cfg.seq, d, cfg.init_std);
-        if cfg.emb_scale {
-            emb = emb.with_scale(&mut layout);
-        }
-        let deep = cfg.placement == Placement::DeepNorm;
-        let (alpha, beta) = cfg.deepnorm_alpha_beta();
-        let out_std = cfg.out_proj_std.unwrap_or(0.02 / ((2 * l) as f32).sqrt());
-        let std_init = Init::Normal(cfg.init_std);
-        let proj_init = if deep {
-            Init::XavierNormal(beta)
-        } else {
-            Init::Normal(out_std)
-        };
-        let fc_init = if deep {
-            Init::XavierNormal(beta)
-        } else {
-            std_init.clone()
-        };
-        let eps = cfg.eps();
-        let skip = if !cfg.residual {
-            0.0
-        } else if deep {
-            alpha
-        } else {
-            1.0
-        };
-        let mut blocks = Vec::with_capacity(l);
-        for i in 0..l {
-            let mut subs = Vec::with_capacity(2);
-            let blk = Some(i);
-            for (j, op_name) in [
-                (
-                    0,
-                    if cfg.kind == ModelKind::Toy {
-                        "mix"
-                    } else {
-                        "attn"
-                    },
-                ),
-                (1, "mlp"),
-            ] {
-                let base = format!("transformer.h.{i}");
-                let plan = residual::plan(cfg, i, j);
-                let placement = plan.placement;
-                let in_norm = placement.has_in_norm().then(|| {
-                    Norm::new(
-                        &mut layout,
-                        &format!("{base}.ln_{}", j + 1),
-                        cfg.norm,
-                        d,
-                        eps,
-                        blk,
-                    )
-                });
-                let op = match (j, cfg.kind) {
-                    (0, ModelKind::Toy) => Op::Mixer(ToyMixer::new(
-                        &mut layout,
-                        &format!("{base}.mix"),
-                        d,
-                        cfg.no_bias,
-                        blk,
-                        proj_init.clone(),
-                    )),
-                    (0, ModelKind::Gpt) => {
-                        let qkv_init = if deep {
-                            Init::XavierBlocks(vec![1.0, 1.0, beta])
-                        } else {
-                            std_init.clone()
-                        };
-                        Op::Attention(Attention::new(
-                            &mut layout,
-                            &format!("{base}.attn"),
-                            d,
-                            cfg.heads,
-                            cfg.attn_options(),
-                            blk,
-                            qkv_init,
-                            proj_init.clone(),
-                        ))
-                    }
-                    _ => Op::Mlp(Mlp {
-                        clamp: cfg.swiglu_clamp,
-                        ..Mlp::new(
-                            &mut layout,
-                            &format!("{base}.mlp"),
-                            d,
-                            cfg.hidden,
-                            cfg.act,
-                            cfg.no_bias,
-                            blk,
-                            fc_init.clone(),
-                            proj_init.clone(),
-                        )
-                    }),
-                };
-                let out_norm = placement.has_out_norm().then(|| {
-                    Norm::new(
-                        &mut layout,
-                        &format!("{base}.{op_name}.out_norm"),
-                        cfg.norm,
-                        d,
-                        eps,
-                        blk,
-                    )
-                });
-                let out_bias = (cfg.out_norm_bias && out_norm.is_some()).then(|| {
-                    layout.add(
-                        format!("{base}.{op_name}.out_norm_bias"),
-                        &[d],
-                        crate::params::ParamKind::Bias,
-                        blk,
-                        Init::Const(0.0),
-                    )
-                });
-                let post_norm = placement.has_post_norm().then(|| {
-                    Norm::new(
-                        &mut layout,
-                        &format!("{base}.{op_name}.post_norm"),
-                        cfg.norm,
-                        d,
-                        eps,
-                        blk,
-                    )
-                });
-                let gate = plan.gate.map(|(kind, init, name)| {
-                    Gate::new(
-                        &mut layout,
-                        &format!("{base}.{op_name}.{name}"),
-                        kind,
-                        d,
-                        init,
-                        blk,
-                    )
-                });
-                let in_scale = plan.in_scale;
-                let hc_name = format!("{base}.{op_name}.hc");
-                let res = match plan.hyper {
-                    Some(StreamsPlan::Hc { n, dynamic }) => Residual::Hyper(Hyper::new(
-                        &mut layout,
-                        &hc_name,
-                        n,
-                        d,
-                        2 * i + j,
-                        dynamic.then_some((cfg.norm, eps)),
-                        blk,
-                    )),
-                    Some(StreamsPlan::Mhc { n, iters }) => Residual::Hyper(Hyper::manifold(
-                        &mut layout,
-                        &hc_name,
-                        n,
-                        d,
-                        iters,
-                        cfg.init_std,
-                        blk,
-                    )),
-                    Some(StreamsPlan::AttnRes { size }) => Residual::Depth(DepthAttn::new(
-                        &mut layout,
-                        &format!("{base}.{op_name}.attn_res"),
-                        DepthSlots::of(2 * i + j, 2 * l, size),
-                        d,
-                        blk,
-                    )),
-                    None => Residual::single(skip, cfg.branch_scale, post_norm),
-                };
-                subs.push(Sublayer {
-                    d,
-                    in_norm,
-                    out_norm,
-                    res,
-                    out_bias,
-                    in_scale,
-                    gate,
-                    op,
-                });
-            }
-            let mlp = subs.pop().expect("mlp sublayer");
-            let mix = subs.pop().expect("mixing sublayer");
-            blocks.push(Block { mix, mlp });
-        }
-        let stream_head = match residual::plan(cfg, 0, 0).hyper {
-            None => None,
-            Some(StreamsPlan::Hc { n, .. }) => Some(StreamHead::Sum { n, d }),
-            Some(StreamsPlan::Mhc { n, .. }) => Some(StreamHead::learned(
-                &mut layout,
-                "transformer.hc_head",
-                n,
-                d,
-                cfg.init_std,
-            )),
-            Some(StreamsPlan::AttnRes { size }) => Some(StreamHead::Depth(DepthHead::new(
-                &mut layout,
-                "transformer.attn_res_out",
-                DepthSlots::of(0, 2 * l, size).slots,
-                d,
-            ))),
-        };
-        let final_norm = cfg
-            .has_final_norm()
-            .then(|| Norm::new(&mut layout, "transformer.ln_f", cfg.norm, d, eps, None));
-        let head = (!cfg.tie_head).then(|| {
-            Linear::new(
-                &mut layout,
-                "lm_head",
-                d,
-                cfg.vocab,
-                false,
-                None,
-                Init::Normal(cfg.init_std),
-            )
-        });
-        let head_bias = cfg.head_bias.then(|| {
-            layout.add(
-                "lm_head.bias",
-                &[cfg.vocab],
-                crate::params::ParamKind::Bias,
-                None,
-                Init::Const(0.0),
-            )
-        });
-        let mut model = Model {
-            cfg: cfg.clone(),
-            head_bias,
-            layout,
-            emb,
-            blocks,
-            stream_head,
-            final_norm,
-            head,
-        };
-        if cfg.init == InitScheme::Torch {
-            model.apply_torch_init();
-        }
-        if cfg.dyt_alpha.is_some() || cfg.dyt_alpha_attn.is_some() {
-            model.apply_dyt_alpha();
-        }
-        Ok(model)
-    }
-
     /// Freshly initialised parameters for `seed`.
     pub fn init_params(&self, seed: u64) -> AlignedBuf {
         let mut p = self.layout.zeros();

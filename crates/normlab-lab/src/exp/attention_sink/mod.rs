@@ -34,6 +34,7 @@ mod cells;
 mod designs;
 mod real;
 mod recipes;
+mod rule;
 mod verdict;
 use cells::{cell, last_sinks, top_share, Cell, TextCell};
 use designs::{Design, Setting, DESIGNS, SETTINGS};

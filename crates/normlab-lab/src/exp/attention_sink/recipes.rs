@@ -13,7 +13,7 @@
 
 use super::cells::{cell_read, Cell};
 use super::designs::{Design, Setting, DESIGNS};
-use super::verdict::{effect, has_sink, Effect};
+use super::rule::{effect, has_sink, Effect};
 use crate::present::{opt, Table};
 use crate::sweep::RunResult;
 use normlab::error::Result;

@@ -5,52 +5,9 @@
 use super::cells::Cell;
 use super::designs::{DESIGNS, SETTINGS};
 use super::recipes::{dependence, RecipeCell};
+use super::rule::{effect, has_sink, Effect};
 use crate::exp::claims::Verdict;
 use crate::present::{f, opt};
-use normlab::model::sinks::SINK_EPS;
-use normlab::train::Status;
-
-/// What one design did to a setting's sink (C26's decision rule).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Effect {
-    /// At most twice the uniform share, below the ungated share by more
-    /// than the seed spread.
-    Removed,
-    /// Only below by more than the seed spread.
-    Lowered,
-    /// Neither.
-    Kept,
-    /// Diverged or no finite share.
-    Unusable,
-}
-
-pub(super) fn effect(base: &Cell, c: &Cell, uniform: f64) -> Effect {
-    let (Some(s0), Some(s1)) = (base.share, c.share) else {
-        return Effect::Unusable;
-    };
-    if c.status == Status::Diverged.name() || !s1.is_finite() {
-        return Effect::Unusable;
-    }
-    let spread = 2.0
-        * base
-            .share_std
-            .unwrap_or(0.0)
-            .max(c.share_std.unwrap_or(0.0));
-    match (s0 - s1 > spread, s1 <= 2.0 * uniform) {
-        (true, true) => Effect::Removed,
-        (true, false) => Effect::Lowered,
-        _ => Effect::Kept,
-    }
-}
-
-/// Whether the ungated model of a setting has a sink: a first-token share
-/// of at least 0.3 in some (layer, head) at the end, on every seed.
-pub(super) fn has_sink(base: &Cell) -> bool {
-    base.status != Status::Diverged.name()
-        && !base.share_by_seed.is_empty()
-        && base.share_by_seed.len() == base.seeds
-        && base.share_by_seed.iter().all(|&v| v >= SINK_EPS)
-}
 
 /// C26 by its decision rule (claims.rs), with the evidence; the recipe
 /// sensitivity's cells (none with --quick) name what the gate's effect

@@ -86,6 +86,10 @@ pub struct GptStyle {
     /// The file stores each projection as `[in, out]` (GPT-2's Conv1D),
     /// transposed at load.
     pub conv1d: bool,
+    /// The file stores the MLP's gate and up in one tensor, the gate's
+    /// rows first (Phi-3's `gate_up_proj`), split at load.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fused_gate_up: bool,
 }
 
 /// Which dimensions of a head RoPE rotates together.
@@ -264,108 +268,6 @@ pub const MAX_CONTEXT: usize = 1 << 24;
 pub const MAX_BLOCKS: usize = 4096;
 
 impl DecoderConfig {
-    /// One line in normlab's vocabulary: the family, sizes, where the norms
-    /// sit and how their gains are stored, QK-Norm, the MLP, the attention
-    /// windows and RoPE bases.
-    pub fn describe(&self) -> String {
-        let family = match self.family.as_str() {
-            "llama" => "Llama",
-            "mistral" => "Mistral",
-            "qwen2" => "Qwen2",
-            "olmo2" => "OLMo 2",
-            "qwen3" => "Qwen3",
-            "gemma2" => "Gemma 2",
-            "gemma3" => "Gemma 3",
-            "gpt2" => "GPT-2",
-            "gpt_neox" => "GPT-NeoX",
-            other => other,
-        };
-        let mut s = format!(
-            "{family}, {} layers, d {}, {} heads ({} key/value",
-            self.layers, self.d, self.heads, self.kv_heads
-        );
-        if self.head_dim * self.heads != self.d {
-            s += &format!(", head_dim {}", self.head_dim);
-        }
-        let norm = match self.norm {
-            NormKind::RmsNorm => "RMSNorm",
-            NormKind::LayerNorm => "LayerNorm",
-            other => other.name(),
-        };
-        let placement = match self.placement {
-            Placement::Pre => "Pre",
-            Placement::Sandwich => "Sandwich",
-            Placement::Olmo2 => "Output",
-            _ => self.placement.name(),
-        };
-        s += &format!("), {placement}-{norm} (");
-        if self.gain.zero_centred() {
-            s += "zero-centred gains 1 + w; ";
-        }
-        if self.gpt.norm_bias {
-            s += "with bias; ";
-        }
-        s += &format!("eps {:e})", self.eps);
-        if self.gpt.parallel {
-            s += ", attention and MLP in parallel";
-        }
-        if self.qk_norm {
-            s += if self.qk_norm_whole {
-                ", QK-Norm over whole q and k"
-            } else {
-                ", QK-Norm"
-            };
-        }
-        if self.qkv_bias && !self.gpt.linear_bias {
-            s += ", q/k/v biases";
-        }
-        match self.rope_scaling {
-            Some(RopeScaling::Linear { factor }) => {
-                s += &format!(", RoPE scaled linearly by {factor}")
-            }
-            Some(RopeScaling::Llama3 { factor, .. }) => {
-                s += &format!(", RoPE with Llama 3 scaling (factor {factor})")
-            }
-            None => {}
-        }
-        if let Some(cap) = self.attn_softcap {
-            s += &format!(", attention logits capped at {cap}");
-        }
-        s += match (self.gpt.plain_mlp, self.act) {
-            (false, GatedAct::Silu) => "",
-            (false, _) => ", GeGLU",
-            (true, GatedAct::Gelu) => ", GELU MLP",
-            (true, GatedAct::GeluTanh) => ", GELU (tanh) MLP",
-            (true, GatedAct::Silu) => ", SiLU MLP",
-        };
-        if self.gpt.linear_bias {
-            s += ", biases on every projection";
-        }
-        if self.gpt.learned_positions {
-            s += ", learned positions";
-            return s;
-        }
-        if let Some(r) = self.gpt.rotary_dims.filter(|&r| r < self.head_dim) {
-            s += &format!(", RoPE on {r} of {} dims per head", self.head_dim);
-        }
-        let windowed: Vec<&LayerAttention> =
-            self.attn.iter().filter(|a| a.window.is_some()).collect();
-        match windowed.first() {
-            None => s += &format!(", RoPE base {}", self.rope_base()),
-            Some(w) => {
-                s += &format!(
-                    ", {} layers with a {}-token window (RoPE base {}), {} global (RoPE base {})",
-                    windowed.len(),
-                    w.window.unwrap_or(0),
-                    w.rope_base,
-                    self.layers - windowed.len(),
-                    self.rope_base()
-                )
-            }
-        }
-        s
-    }
-
     /// Whether the blocks have input norms and output norms: pre (input),
     /// sandwich (both), olmo2 (output).
     pub fn block_norms(&self) -> (bool, bool) {

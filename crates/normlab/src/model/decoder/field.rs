@@ -252,7 +252,14 @@ pub struct FieldReport {
 /// each of Gu et al.'s texts does, tokenised on its own), followed by the
 /// next 63 tokens.
 pub fn sink_windows(ids: &[u32], bos: Option<u32>, max: usize) -> Vec<Vec<u32>> {
-    if ids.len() < SINK_TOKENS {
+    bos_windows(ids, bos, SINK_TOKENS, max)
+}
+
+/// `ids` cut into at most `max` windows of `len` tokens (a text shorter
+/// than `len`: one window of all of it), each beginning with `bos` when
+/// `ids` does (then `bos` and `len - 1` tokens of the text).
+pub fn bos_windows(ids: &[u32], bos: Option<u32>, len: usize, max: usize) -> Vec<Vec<u32>> {
+    if ids.len() < len || len < 2 {
         return if ids.is_empty() {
             Vec::new()
         } else {
@@ -261,12 +268,12 @@ pub fn sink_windows(ids: &[u32], bos: Option<u32>, max: usize) -> Vec<Vec<u32>> 
     }
     match bos.filter(|b| ids.first() == Some(b)) {
         Some(b) => ids[1..]
-            .chunks_exact(SINK_TOKENS - 1)
+            .chunks_exact(len - 1)
             .take(max)
             .map(|c| std::iter::once(b).chain(c.iter().copied()).collect())
             .collect(),
         None => ids
-            .chunks_exact(SINK_TOKENS)
+            .chunks_exact(len)
             .take(max)
             .map(<[u32]>::to_vec)
             .collect(),

@@ -315,11 +315,14 @@ impl Decoder {
         let cfg = match arch {
             "llama" => llama_config(&g).map_err(at)?,
             "gemma3" => gemma3_config(&g).map_err(at)?,
-            "qwen2" | "qwen3" | "olmo2" | "gemma2" | "gpt2" => family_config(&g, arch).map_err(at)?,
+            "qwen2" | "qwen3" | "olmo2" | "gemma2" | "gpt2" => {
+                family_config(&g, arch).map_err(at)?
+            }
             other => {
                 return Err(format!(
-                    "{}: architecture '{other}' is not supported (llama, gemma3, qwen2, qwen3, olmo2, gemma2, gpt2)",
-                    path.display()
+                    "{}: architecture '{other}' is not supported ({})",
+                    path.display(),
+                    super::family::gguf_archs()
                 )
                 .into())
             }

@@ -94,6 +94,7 @@ pub fn gpt2_config(c: &Value) -> Result<DecoderConfig> {
             plain_mlp: true,
             qkv: QkvStore::Concat,
             conv1d: true,
+            fused_gate_up: false,
         },
     })
 }
@@ -180,6 +181,7 @@ pub fn neox_config(c: &Value) -> Result<DecoderConfig> {
             plain_mlp: true,
             qkv: QkvStore::PerHead,
             conv1d: false,
+            fused_gate_up: false,
         },
     })
 }

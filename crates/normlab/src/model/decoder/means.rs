@@ -80,6 +80,13 @@ impl Decoder {
     /// other interventions in place; a value no window reaches (a position
     /// beyond every window) is left as it flows.
     pub fn resolve_means(&mut self, ids: &[u32], window: usize) -> Result<()> {
+        let windows: Vec<Vec<u32>> = ids.chunks(window.max(1)).map(<[u32]>::to_vec).collect();
+        self.resolve_means_over(&windows)
+    }
+
+    /// [`Decoder::resolve_means`] over these sequences (each a pass from
+    /// position 0).
+    pub fn resolve_means_over(&mut self, windows: &[Vec<u32>]) -> Result<()> {
         if !self.interventions.needs_means() {
             return Ok(());
         }
@@ -105,11 +112,8 @@ impl Decoder {
             ffn: self.cfg.ffn,
             sums: BTreeMap::new(),
         };
-        let mut s = 0;
-        while s < ids.len() {
-            let w = &ids[s..(s + window).min(ids.len())];
+        for w in windows.iter().filter(|w| !w.is_empty()) {
             self.hidden_with(w, &others, &mut obs)?;
-            s += window;
         }
         let mut means: Vec<BTreeMap<(usize, usize, usize), f32>> =
             vec![BTreeMap::new(); iv.edits.len()];

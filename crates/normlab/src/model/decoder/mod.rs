@@ -33,10 +33,13 @@ use crate::kernels::norm::{self, NormKind};
 use crate::model::hooks::{NoObserver, Observer};
 use crate::model::intervene::Interventions;
 
+mod claims;
 pub mod compare;
 mod config;
 mod config_json;
+pub mod family;
 pub mod field;
+mod folder;
 mod forward;
 mod gguf;
 mod heads;
@@ -46,7 +49,9 @@ mod inspect;
 mod matrix;
 mod means;
 pub mod names;
+mod phi3;
 mod report;
+mod row;
 pub(crate) mod tokenizer;
 mod trace;
 

@@ -71,6 +71,8 @@ pub enum Tensor {
     FfnNormBias,
     /// Bias of the final norm.
     FinalNormBias,
+    /// The MLP's gate and up in one tensor, the gate's rows first (Phi-3).
+    GateUp,
 }
 
 /// A family's names for the decoder's tensors; `{i}` stands for the block.
@@ -173,10 +175,14 @@ impl TensorNames {
                 }
             }
             roles.push((Tensor::O, i, proj(d, qw)));
-            if !g.plain_mlp {
-                roles.push((Tensor::Gate, i, proj(f, d)));
+            if g.fused_gate_up {
+                roles.push((Tensor::GateUp, i, proj(2 * f, d)));
+            } else {
+                if !g.plain_mlp {
+                    roles.push((Tensor::Gate, i, proj(f, d)));
+                }
+                roles.push((Tensor::Up, i, proj(f, d)));
             }
-            roles.push((Tensor::Up, i, proj(f, d)));
             roles.push((Tensor::Down, i, proj(d, f)));
             if g.linear_bias {
                 roles.push((Tensor::OBias, i, vec![d]));
@@ -440,11 +446,21 @@ impl Decoder {
                 b,
             ))
         };
+        // A fused gate and up (Phi-3): the gate's rows, then the up's.
+        let gate_up = |i: usize| -> Result<(Vec<f32>, Vec<f32>)> {
+            let mut w = dense(&name(Tensor::GateUp, i)?, 2 * f, d, g.conv1d)?;
+            let up = w.split_off(f * d);
+            Ok((w, up))
+        };
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             // In the order of a block's computation (the norm first).
             let attn_norm = ins.then(|| gain(Tensor::AttnNorm, i, d)).transpose()?;
             let ([wq, wk, wv], qkv_bias) = qkv(i)?;
+            let (fused_gate, fused_up) = match g.fused_gate_up {
+                true => gate_up(i).map(|(a, b)| (Some(a), Some(b)))?,
+                false => (None, None),
+            };
             layers.push(DecoderLayer {
                 attn_norm,
                 attn_out_norm: outs.then(|| gain(Tensor::AttnOutNorm, i, d)).transpose()?,
@@ -464,10 +480,16 @@ impl Decoder {
                 wo: matrix(Tensor::O, i, d, qw)?,
                 ffn_norm: ins.then(|| gain(Tensor::FfnNorm, i, d)).transpose()?,
                 ffn_out_norm: outs.then(|| gain(Tensor::FfnOutNorm, i, d)).transpose()?,
-                gate: (!g.plain_mlp)
-                    .then(|| matrix(Tensor::Gate, i, f, d))
-                    .transpose()?,
-                up: matrix(Tensor::Up, i, f, d)?,
+                gate: match fused_gate {
+                    Some(w) => Some(Matrix::dense(w, f, d)),
+                    None => (!g.plain_mlp)
+                        .then(|| matrix(Tensor::Gate, i, f, d))
+                        .transpose()?,
+                },
+                up: match fused_up {
+                    Some(w) => Matrix::dense(w, f, d),
+                    None => matrix(Tensor::Up, i, f, d)?,
+                },
                 down: matrix(Tensor::Down, i, d, f)?,
                 bias: super::LayerBias {
                     attn_norm: bias(ins && g.norm_bias, Tensor::AttnNormBias, i, d)?,
