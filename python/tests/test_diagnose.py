@@ -22,7 +22,7 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 FIXTURES = os.path.join(ROOT, "crates", "normlab", "tests", "fixtures")
-NATIVE = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "olmo2", "gpt2", "gpt_neox",
+NATIVE = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "olmo2", "gpt2", "gpt_neox",
           "gpt_neox-sequential", "gemma3"]
 TEXTS = [[1, 5, 7, 9, 3, 2, 8, 4], [3, 3, 1, 0, 6, 9, 11, 2, 5, 7]]
 REL = 1e-4
@@ -99,7 +99,6 @@ def _further():
         "starcoder2": lambda: transformers.Starcoder2Config(**small),
         "stablelm": lambda: transformers.StableLmConfig(**small),
         "granite": lambda: transformers.GraniteConfig(**small),
-        "phi3": lambda: transformers.Phi3Config(**small),
         "mixtral": lambda: transformers.MixtralConfig(**small, num_local_experts=2, num_experts_per_tok=1),
         "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**small, num_experts=2, num_experts_per_tok=1,
                                                          moe_intermediate_size=32, head_dim=8),
@@ -116,7 +115,7 @@ def _further():
     }
 
 
-FURTHER = ["starcoder2", "stablelm", "granite", "phi3", "mixtral", "qwen3_moe", "phi", "cohere",
+FURTHER = ["starcoder2", "stablelm", "granite", "mixtral", "qwen3_moe", "phi", "cohere",
            "gptj", "falcon", "opt"]
 
 

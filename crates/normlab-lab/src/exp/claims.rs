@@ -249,7 +249,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C24",
         title: "unbounded SwiGLU and clamping",
         statement: "SwiGLU's output has no upper bound (SiLU(10) x 10 = 99.995) and can overflow in low precision; recent models clamp it (gpt-oss at 7, DeepSeek V4 at 10). How large do SwiGLU activations get in trained models, and what does clamping cost?",
-        coverage: Coverage::Experiments(&["swiglu-clamp"]),
+        coverage: Coverage::Experiments(&["swiglu-clamp", "real-causes"]),
     },
     Claim {
         id: "C25",
@@ -261,7 +261,7 @@ pub static CLAIMS: &[Claim] = &[
         id: "C26",
         title: "attention sinks and the output gate",
         statement: "Softmax must hand out all of a query's attention, so models park it on the first token (46.7% on average in Qwen's 15B MoE experiment); a sigmoid gate on the attention output drops that share to 4.8%.",
-        coverage: Coverage::Experiments(&["attention-sink"]),
+        coverage: Coverage::Experiments(&["attention-sink", "real-causes"]),
     },
     Claim {
         id: "C27",
@@ -274,7 +274,16 @@ pub static CLAIMS: &[Claim] = &[
 /// Decision rules fixed before a chapter's runs (claim id, rule), so that
 /// the setting and the threshold cannot be picked to suit the result; the
 /// experiment implements its claim's rule and findings.md prints it.
-pub static DECISION_RULES: &[(&str, &[&str])] = &[(
+pub static DECISION_RULES: &[(&str, &[&str])] = &[
+    (
+        "C24",
+        &[
+            "real-causes (fixed before its runs, 2026-12-06): Sun et al. 2024's test of what massive activations do, on each pretrained model that has them by Sun et al.'s rule (above 100 and 1000x the median |x| of a block's output, measured by field_metrics on 64-token windows of the held-out text): the massive values at position 0 of the first block that holds them (their channels at the first position, where every sequence holds them; Sun et al. also find them at delimiter tokens, at no fixed position) are set to zero, and separately to their mean over 64 sequences of 64 tokens of the held-out text beyond the evaluated part, in that block's output stream (resid_post); the held-out loss (two sequences of 256 tokens of the bundled held-out text, each beginning with the model's BOS when it has one, as a text tokenised on its own does) is measured after each.",
+            "On a model, the massive activations are functional as Sun et al. found when zeroing them raises the held-out loss by at least 1 nat and setting them to their mean moves it by at most 2% of the model's own loss.",
+            "real-causes' C24 check holds when that is so on every model with massive activations, holds partly when on some, does not hold when on none; it is inconclusive without such a model. (It reads the mechanism behind C24's question: a clamp that cuts these values off would cost what zeroing costs.)",
+        ],
+    ),
+    (
     "C26",
     &[
         "Settings: exp attention-sink's Bigram-Backcopy GPTs (SPEC 2c: BOS at position 0, triggers the 3 most frequent characters), 3 seeds each, every design trained for the same steps.",
@@ -285,6 +294,8 @@ pub static DECISION_RULES: &[(&str, &[&str])] = &[(
         "Under each recipe and reading the gate's effect on a setting is classified by the rule above over those 5 seeds (a setting whose ungated model does not reach 0.3 on every seed there has no sink under that recipe and reading); the gate's effect depends on a change when its classification differs from the chapter's recipe's at the same reading, and the verdict names each such change.",
         "C26 holds only if, besides the rule above, the gate removes the sink under every recipe and reading where a sink forms; a gate that holds on the chapter's recipe but not under some change holds partly.",
         "Reported beside the verdict, without deciding it: the held-out loss on copy and bigram targets, the massive activation at position 0, the value drain, the other removers (headwise gate, sink logit, sigmoid, ReLU attention), the byte-level GPT with a fixed first byte and the pretrained models.",
+        "real-causes (fixed before its runs, 2026-12-06): on each pretrained model, every query's attention to position 0 is removed (the rest of its row renormalised) in every block, and in each block alone; the held-out loss, the first-token share and Gu et al.'s Sink metric are measured after each. The first token is a sink the model relies on (parked attention that cannot simply go elsewhere, as StreamingLLM and Gu et al. found) when removing it in every block raises the held-out loss by at least 10% of the model's own loss; the blocks whose removal alone raises it by at least 1% are named.",
+        "real-causes' C26 check holds when the model relies on the sink in every model measured, holds partly when in some, does not hold when in none; inconclusive without a model.",
     ],
 )];
 

@@ -36,6 +36,7 @@ pub mod precision;
 pub mod precision_train;
 pub mod provenance;
 pub mod qk_norm;
+pub mod real_causes;
 pub mod registry;
 pub mod residual_growth;
 pub mod residual_routing;

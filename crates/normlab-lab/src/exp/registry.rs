@@ -9,8 +9,8 @@ use super::framework::{ExpResult, Experiment, Progress};
 use super::{
     attention_sink, batch_dependence, collapse, convert, cross_check, cure_all, depth_sim,
     depth_use, drift, dyt_recipe, gain_decay, identity_path, llm, lr_sensitivity, no_norm,
-    norm_kind, norm_stats, placements, precision, precision_train, qk_norm, residual_growth,
-    residual_routing, speed, swiglu_clamp, warmup,
+    norm_kind, norm_stats, placements, precision, precision_train, qk_norm, real_causes,
+    residual_growth, residual_routing, speed, swiglu_clamp, warmup,
 };
 use crate::sweep::RunSpec;
 use normlab::error::{Error, Result};
@@ -42,6 +42,7 @@ pub static EXPERIMENTS: &[&Experiment] = &[
     &precision::EXPERIMENT,
     &precision_train::EXPERIMENT,
     &llm::EXPERIMENT,
+    &real_causes::EXPERIMENT,
     &cross_check::EXPERIMENT,
 ];
 
