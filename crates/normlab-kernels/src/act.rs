@@ -509,3 +509,50 @@ crate::multiversion! {
         }
     }
 }
+
+crate::multiversion! {
+    /// GELU, exact (erf) form, with its derivative `gelu'(x) = Phi(x) + x
+    /// phi(x)` (so that backward is one multiply, as [`gelu_forward`]).
+    pub fn gelu_erf_forward_grad(x: &[f32], y: &mut [f32], dydx: &mut [f32]) {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        for ((yv, gv), &v) in y.iter_mut().zip(dydx.iter_mut()).zip(x) {
+            let cdf = 0.5 * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
+            *yv = v * cdf;
+            *gv = cdf + v * INV_SQRT_2PI * exp(-0.5 * v * v);
+        }
+    }
+}
+
+crate::multiversion! {
+    /// GeGLU forward over rows of `2h` values `[a | b]` (Gemma's gated
+    /// MLP): `y = gelu_tanh(a) * b`. `ab` is `[rows, 2h]`, `y` `[rows, h]`.
+    pub fn geglu_forward(ab: &[f32], h: usize, y: &mut [f32]) {
+        for (row, yr) in ab.chunks_exact(2 * h).zip(y.chunks_exact_mut(h)) {
+            let (a, b) = row.split_at(h);
+            for ((yv, &av), &bv) in yr.iter_mut().zip(a).zip(b) {
+                let u = GELU_C * (av + GELU_A * av * av * av);
+                *yv = av * gelu_gate(u) * bv;
+            }
+        }
+    }
+}
+
+crate::multiversion! {
+    /// GeGLU backward: writes `dab = [da | db]`, `da = dy b gelu'(a)`,
+    /// `db = dy gelu(a)`.
+    pub fn geglu_backward(ab: &[f32], dy: &[f32], h: usize, dab: &mut [f32]) {
+        for ((row, dyr), drow) in ab.chunks_exact(2 * h).zip(dy.chunks_exact(h)).zip(dab.chunks_exact_mut(2 * h)) {
+            let (a, b) = row.split_at(h);
+            let (da, db) = drow.split_at_mut(h);
+            for j in 0..h {
+                let v = a[j];
+                let u = GELU_C * (v + GELU_A * v * v * v);
+                let s = gelu_gate(u);
+                let du = GELU_C * (1.0 + 3.0 * GELU_A * v * v);
+                let g = s + 2.0 * v * s * (1.0 - s) * du;
+                db[j] = dyr[j] * v * s;
+                da[j] = dyr[j] * b[j] * g;
+            }
+        }
+    }
+}

@@ -201,7 +201,9 @@ pub fn to_rmsnorm(cfg: &ModelConfig, params: &[f32], approximate: bool) -> Resul
             notes.push("untied the head from the token embedding (the embedding is centred, the head is not)".into());
         }
         centre_rows(old.emb.wte.get_mut(&mut p), d);
-        centre_rows(old.emb.wpe.get_mut(&mut p), d);
+        if let Some(wpe) = &old.emb.wpe {
+            centre_rows(wpe.get_mut(&mut p), d);
+        }
         notes.push("centred the token and position embedding rows".into());
     }
     // Centre the output projection of every sublayer whose output must be

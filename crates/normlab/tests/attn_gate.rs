@@ -33,7 +33,7 @@ fn output_gate_matches_pytorch() {
                 qk_norm: qk,
                 gate: Some(form),
                 kind: AttnKind::Softmax,
-                no_bias: false,
+                ..AttnOptions::default()
             },
             None,
             Init::Const(0.0),

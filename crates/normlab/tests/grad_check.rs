@@ -323,3 +323,90 @@ fn attention_residuals_block_and_full() {
         }],
     );
 }
+
+/// The pretrained families' options, each family's combination as the
+/// family registry lowers it: RoPE (halves, adjacent with a scaling,
+/// partial), grouped-query attention with a head width of its own, q/k/v
+/// biases alone, QK-Norm per head and over the whole q and k, the output
+/// placement, sandwich with zero-centred gains, GeGLU, the embedding
+/// multiplier, a scale of its own, per-layer windows and bases, both
+/// soft-caps, the parallel block with exact GELU, a window on every layer.
+#[test]
+fn pretrained_families_options() {
+    use normlab::model::config::LayerAttn;
+    use normlab::nn::rope::{RopePairs, RopeScaling};
+    let base = || {
+        let mut c = tiny(ModelKind::Gpt);
+        c.heads = 2;
+        c.rope = Some(10_000.0);
+        c.no_bias = true;
+        c.norm = NormKind::RmsNorm;
+        c.act = Activation::Swiglu;
+        c
+    };
+    let mut cases: Vec<(&str, ModelConfig)> = Vec::new();
+    let mut c = base();
+    c.kv_heads = Some(1);
+    c.tie_head = true;
+    cases.push(("llama", c));
+    let mut c = base();
+    c.kv_heads = Some(1);
+    c.rope_pairs = Some(RopePairs::Adjacent);
+    c.rope_scaling = Some(RopeScaling::Linear { factor: 4.0 });
+    cases.push(("llama gguf, scaled", c));
+    let mut c = base();
+    c.qkv_bias = true;
+    cases.push(("qwen2", c));
+    let mut c = base();
+    c.qk_norm = true;
+    c.head_dim = Some(6);
+    c.kv_heads = Some(1);
+    cases.push(("qwen3", c));
+    let mut c = base();
+    c.placement = Placement::Olmo2;
+    c.qk_norm = true;
+    c.qk_norm_whole = true;
+    cases.push(("olmo2", c));
+    let mut c = base();
+    c.placement = Placement::Peri;
+    c.norm = NormKind::ZRmsNorm;
+    c.act = Activation::Geglu;
+    c.qk_norm = true;
+    c.head_dim = Some(6);
+    c.kv_heads = Some(1);
+    c.emb_mult = Some(2.5);
+    c.attn_scale = Some(0.3);
+    c.rope = None;
+    c.layer_attn = Some(vec![
+        LayerAttn {
+            window: Some(2),
+            rope_base: 10_000.0,
+        },
+        LayerAttn {
+            window: None,
+            rope_base: 1e6,
+        },
+    ]);
+    c.attn_softcap = Some(1.5);
+    c.final_softcap = Some(2.0);
+    c.tie_head = true;
+    cases.push(("gemma", c));
+    let mut c = base();
+    c.norm = NormKind::LayerNorm;
+    c.no_bias = false;
+    c.parallel = true;
+    c.rope_dims = Some(2);
+    c.act = Activation::GeluErf;
+    cases.push(("gpt_neox", c));
+    let mut c = base();
+    c.window = Some(3);
+    c.rope_dims = Some(2);
+    cases.push(("phi3", c));
+    for (i, (name, c)) in cases.iter().enumerate() {
+        c.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let m = normlab::model::Model::new(c).unwrap();
+        assert!(m.emb.wpe.is_none(), "{name}: RoPE, no position table");
+        eprintln!("{name}");
+        run_check(c, 20 + i as u64);
+    }
+}

@@ -53,9 +53,10 @@ pub fn forward_gflop(cfg: &normlab::model::ModelConfig, batch: usize) -> f64 {
         cfg.vocab as f64,
         cfg.layers as f64,
     );
-    let mlp = match cfg.act {
-        normlab::nn::Activation::Gelu => 2.0 * t * d * h * 2.0,
-        normlab::nn::Activation::Swiglu => 2.0 * t * d * 2.0 * h + 2.0 * t * h * d,
+    let mlp = if cfg.act.gated() {
+        2.0 * t * d * 2.0 * h + 2.0 * t * h * d
+    } else {
+        2.0 * t * d * h * 2.0
     };
     let mix = match cfg.kind {
         normlab::model::ModelKind::Toy => 2.0 * t * d * d,
@@ -186,10 +187,7 @@ fn record(
             cfg.batch,
             cfg.model.norm,
             cfg.model.placement,
-            match cfg.model.act {
-                normlab::nn::Activation::Gelu => "gelu",
-                normlab::nn::Activation::Swiglu => "swiglu",
-            }
+            cfg.model.act.name()
         ),
         threads,
         ms_per_step: t * 1e3,

@@ -60,16 +60,22 @@ impl Model {
         cfg.validate()?;
         let (d, l) = (cfg.d_model, cfg.layers);
         let mut layout = ParamLayout::new();
-        let mut emb = Embedding::new(&mut layout, cfg.vocab, cfg.seq, d, cfg.init_std);
+        let shape = (cfg.vocab, cfg.seq, d);
+        let mut emb = Embedding::new(&mut layout, shape, cfg.init_std, cfg.learned_positions());
         if cfg.emb_scale {
             emb = emb.with_scale(&mut layout);
         }
+        emb.mult = cfg.emb_mult.unwrap_or(1.0);
         let inits = Inits::of(cfg);
         let mut blocks = Vec::with_capacity(l);
         for i in 0..l {
             let mix = sublayer(cfg, &mut layout, &inits, i, 0);
             let mlp = sublayer(cfg, &mut layout, &inits, i, 1);
-            blocks.push(Block { mix, mlp });
+            blocks.push(Block {
+                mix,
+                mlp,
+                parallel: cfg.parallel,
+            });
         }
         let stream_head = stream_head(cfg, &mut layout);
         let final_norm = cfg.has_final_norm().then(|| {
@@ -141,7 +147,7 @@ fn operation(cfg: &ModelConfig, layout: &mut ParamLayout, inits: &Inits, i: usiz
             &format!("{base}.attn"),
             d,
             cfg.heads,
-            cfg.attn_options(),
+            cfg.attn_options(i),
             blk,
             inits.qkv.clone(),
             inits.proj.clone(),
@@ -239,6 +245,8 @@ fn sublayer(
             d,
             blk,
         )),
+        // A parallel block's MLP adds to the mixing output: no skip path.
+        None if cfg.parallel && j == 1 => Residual::single(0.0, cfg.branch_scale, post_norm),
         None => Residual::single(inits.skip, cfg.branch_scale, post_norm),
     };
     Sublayer {

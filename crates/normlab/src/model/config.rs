@@ -123,8 +123,8 @@ crate::settings! {
         pub hidden: usize => Flag::Num,
         /// Vocabulary (toy 64; gpt 256 bytes).
         pub vocab: usize => Flag::Num,
-        /// MLP nonlinearity: gelu or swiglu.
-        pub act: Activation => Flag::Text,
+        /// MLP nonlinearity: gelu (tanh form), gelu-erf (exact), swiglu or geglu (gated).
+        pub act: Activation => Flag::Choice(|| Activation::ALL.iter().map(|a| a.name()).collect()),
         /// SwiGLU's clamp (DeepSeek V4's form, transformers'
         /// `DeepseekV4MLP`): the gate projection's output (SiLU's argument)
         /// clamped to at most LIMIT and the up projection's to [-LIMIT,
@@ -258,7 +258,75 @@ crate::settings! {
         /// has them (norms keep their beta: see --no-beta).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub no_bias: bool => Flag::On,
+        /// Grouped-query attention (gpt): this many key/value heads, each
+        /// shared by heads / kv_heads query heads (default: one per head).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub kv_heads: Option<usize> => Flag::Num,
+        /// Each attention head's width (gpt; default d_model / heads; the
+        /// queries are then heads x head_dim wide, as Gemma's 256).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub head_dim: Option<usize> => Flag::Num,
+        /// A bias on the q/k/v projection even with --no-bias (Qwen2).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub qkv_bias: bool => Flag::On,
+        /// With --qk-norm: one RMSNorm over the whole q and k (OLMo 2)
+        /// instead of one per head.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub qk_norm_whole: bool => Flag::On,
+        /// RoPE on q and k with this base (gpt; e.g. 10000) instead of
+        /// learned position embeddings.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rope: Option<f64> => Flag::Num,
+        /// With --rope: rotate only the first this many dimensions of each
+        /// head (GPT-NeoX's and Phi-4-mini's partial rotary; even).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rope_dims: Option<usize> => Flag::Num,
+        /// The attention scores' scale (default 1 / sqrt(head_dim); Gemma:
+        /// query_pre_attn_scalar^-1/2).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub attn_scale: Option<f32> => Flag::Num,
+        /// Attention scores tanh-capped at this value (Gemma 2's 50).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub attn_softcap: Option<f32> => Flag::Num,
+        /// Logits tanh-capped at this value (Gemma 2's 30).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub final_softcap: Option<f32> => Flag::Num,
+        /// A sliding window: a query sees at most this many positions,
+        /// itself included, in every block (softmax attention).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub window: Option<usize> => Flag::Num,
+        /// Attention and MLP read the block's input and add to it together,
+        /// x + attn(n1(x)) + mlp(n2(x)) (GPT-NeoX's parallel block; pre
+        /// placement).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub parallel: bool => Flag::On,
+        /// The embeddings multiplied by this constant (Gemma's sqrt(d)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub emb_mult: Option<f32> => Flag::Num,
+        /// Per block, what a pretrained model sets layer by layer: its
+        /// window and RoPE base (Gemma's local and global layers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub layer_attn: Option<Vec<LayerAttn>> => Flag::Hidden,
+        /// RoPE's scaling for a longer context (a pretrained model's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rope_scaling: Option<crate::nn::rope::RopeScaling> => Flag::Hidden,
+        /// RoPE's pairing: adjacent for llama.cpp's permuted Llama weights
+        /// (default: halves, as trained).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rope_pairs: Option<crate::nn::rope::RopePairs> => Flag::Hidden,
+        /// QK-Norm's eps (a pretrained model's; default RMSNorm's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub qk_eps: Option<f32> => Flag::Hidden,
     }
+}
+
+/// One block's attention, as a pretrained model sets it per layer.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerAttn {
+    /// A query sees at most this many positions (None: every earlier one).
+    pub window: Option<usize>,
+    /// RoPE's base in this block.
+    pub rope_base: f64,
 }
 
 impl ModelConfig {
@@ -307,6 +375,22 @@ impl ModelConfig {
             attnres: None,
             attn_kind: AttnKind::Softmax,
             no_bias: false,
+            kv_heads: None,
+            head_dim: None,
+            qkv_bias: false,
+            qk_norm_whole: false,
+            rope: None,
+            rope_dims: None,
+            attn_scale: None,
+            attn_softcap: None,
+            final_softcap: None,
+            window: None,
+            parallel: false,
+            emb_mult: None,
+            layer_attn: None,
+            rope_scaling: None,
+            rope_pairs: None,
+            qk_eps: None,
         }
     }
 
@@ -339,14 +423,38 @@ impl ModelConfig {
         self.mixln_post_layers.unwrap_or(self.layers / 4)
     }
 
-    /// The attention's options (gpt).
-    pub fn attn_options(&self) -> crate::nn::AttnOptions {
+    /// The attention's options (gpt) in block `l`.
+    pub fn attn_options(&self, l: usize) -> crate::nn::AttnOptions {
+        let layer = self.layer_attn.as_ref().and_then(|v| v.get(l));
+        let base = layer.map(|a| a.rope_base).or(self.rope);
         crate::nn::AttnOptions {
             qk_norm: self.qk_norm,
             gate: self.attn_gate,
             kind: self.attn_kind,
             no_bias: self.no_bias,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            qkv_bias: self.qkv_bias,
+            qk_norm_whole: self.qk_norm_whole,
+            qk_eps: self.qk_eps,
+            scale: self.attn_scale,
+            softcap: self.attn_softcap,
+            window: layer.map_or(self.window, |a| a.window),
+            rope: base.map(|base| crate::nn::RopeSpec {
+                base,
+                scaling: self.rope_scaling,
+                rot: self.rope_dims,
+                pairs: self
+                    .rope_pairs
+                    .unwrap_or(crate::nn::rope::RopePairs::Halves),
+            }),
         }
+    }
+
+    /// Whether the token embedding has learned positions beside it (not
+    /// with RoPE).
+    pub fn learned_positions(&self) -> bool {
+        self.rope.is_none() && self.layer_attn.is_none()
     }
 
     /// Number of sublayers (2 per block).

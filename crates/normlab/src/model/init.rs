@@ -28,7 +28,7 @@ impl Model {
             let bound = 1.0 / (self.cfg.d_model as f32).sqrt();
             self.layout.set_init(b, Init::Uniform(bound));
         }
-        for e in [&self.emb.wte, &self.emb.wpe] {
+        for e in std::iter::once(&self.emb.wte).chain(&self.emb.wpe) {
             self.layout.set_init(e, Init::Normal(1.0));
         }
     }

@@ -12,6 +12,7 @@ pub mod hf_folder;
 pub mod hooks;
 mod init;
 pub mod intervene;
+pub mod pretrained;
 pub mod residual;
 pub mod sinks;
 mod stream_trace;
@@ -78,6 +79,8 @@ pub struct Workspace {
     fin: AlignedBuf,
     fin_c: Option<NormCache>,
     probs: AlignedBuf,
+    /// Under the final soft-cap: the capped logits (its backward reads them).
+    capped: AlignedBuf,
     dlogits: AlignedBuf,
     dfin: AlignedBuf,
     d1: AlignedBuf,
@@ -129,6 +132,11 @@ impl Model {
             }),
             fin_c: self.final_norm.as_ref().map(|n| n.cache(rows)),
             probs: buf(rows * v),
+            capped: buf(if self.cfg.final_softcap.is_some() {
+                rows * v
+            } else {
+                0
+            }),
             dlogits: buf(rows * v),
             dfin: buf(rows * d),
             d1: buf(rows * n * d),
@@ -210,6 +218,12 @@ impl Model {
             v,
             &mut ws.probs,
         );
+        if let Some(cap) = self.cfg.final_softcap {
+            ws.probs
+                .iter_mut()
+                .for_each(|l| *l = (*l / cap).tanh() * cap);
+            ws.capped.copy_from_slice(&ws.probs);
+        }
         &ws.probs
     }
 
@@ -245,6 +259,7 @@ impl Model {
             fin,
             fin_c,
             probs,
+            capped,
             dlogits,
             dfin,
             d1,
@@ -261,6 +276,13 @@ impl Model {
         match teacher {
             None => act::cross_entropy_backward(probs, targets, v, scale, dlogits),
             Some(t) => act::soft_cross_entropy_backward(probs, t, scale, dlogits),
+        }
+        if let Some(cap) = self.cfg.final_softcap {
+            // Through the soft-cap: d(raw) = d(capped) (1 - (capped / cap)^2).
+            for (g, &c) in dlogits.iter_mut().zip(capped.iter()) {
+                let u = c / cap;
+                *g *= 1.0 - u * u;
+            }
         }
         if let Some(b) = &self.head_bias {
             matmul::add_column_sums(dlogits, v, b.get_mut(grads));

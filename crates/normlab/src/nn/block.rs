@@ -9,6 +9,15 @@
 //!
 //! Backward runs the two in reverse; the gradient between them lives in a
 //! caller-provided buffer.
+//!
+//! A parallel block (GPT-NeoX) has both sublayers read the block's input:
+//!
+//! ```text
+//! x_mid = MixSublayer(x)        (x + attn(n1(x)))
+//! x'    = x_mid + Mlp(n2(x))    (the MLP sublayer built without a skip path)
+//! ```
+//!
+//! so dL/dx' reaches x through both: dx = dMix(dx') + dMlp(dx').
 
 use super::norm::Norm;
 use super::placement::NormRole;
@@ -37,6 +46,8 @@ pub struct Block {
     pub mix: Sublayer,
     /// Feed-forward.
     pub mlp: Sublayer,
+    /// Both read the block's input (the MLP then has no skip path).
+    pub parallel: bool,
 }
 
 /// Activations of one block in one shard.
@@ -46,12 +57,20 @@ pub struct BlockCache {
     pub mix: SublayerCache,
     /// The feed-forward sublayer's (its output is the block's).
     pub mlp: SublayerCache,
+    /// A parallel block's output (the mixing output plus the MLP's), and
+    /// dL/dx from the MLP during backward.
+    par: crate::kernels::buf::AlignedBuf,
+    par_dx: crate::kernels::buf::AlignedBuf,
 }
 
 impl BlockCache {
     /// The block's output from the last forward.
     pub fn output(&self) -> &[f32] {
-        self.mlp.output()
+        if self.par.is_empty() {
+            self.mlp.output()
+        } else {
+            &self.par
+        }
     }
 
     /// The cache of sublayer `j` (0 mixing, 1 feed-forward).
@@ -79,18 +98,35 @@ impl Block {
     /// sum of squares (the residual-stream statistic) is tracked.
     pub fn cache(&self, batch: usize, t: usize) -> BlockCache {
         let mut mlp = self.mlp.cache(batch, t);
-        mlp.track_output = true;
+        mlp.track_output = !self.parallel;
+        let n = if self.parallel {
+            batch * t * self.mlp.d
+        } else {
+            0
+        };
         BlockCache {
             mix: self.mix.cache(batch, t),
             mlp,
+            par: super::norm::buf(n),
+            par_dx: super::norm::buf(n),
         }
     }
 
     /// Forward: reads the stream `x`, leaves x' in `c.output()`.
     pub fn forward(&self, params: &[f32], x: &[f32], c: &mut BlockCache, scr: &mut Scratch) {
-        let BlockCache { mix, mlp } = c;
+        let BlockCache { mix, mlp, par, .. } = c;
         self.mix.forward(params, x, mix, scr);
-        self.mlp.forward(params, mix.output(), mlp, scr);
+        if !self.parallel {
+            self.mlp.forward(params, mix.output(), mlp, scr);
+            return;
+        }
+        self.mlp.forward(params, x, mlp, scr);
+        let mut sumsq = 0f64;
+        for ((o, &a), &m) in par.iter_mut().zip(mix.output()).zip(mlp.output()) {
+            *o = a + m;
+            sumsq += f64::from(*o) * f64::from(*o);
+        }
+        mlp.output_sumsq = sumsq;
     }
 
     /// Backward: given dL/dx' (`dy`), write dL/dx into `dx` (using `dmid`
@@ -108,10 +144,19 @@ impl Block {
         c: &mut BlockCache,
         scr: &mut Scratch,
     ) {
-        let BlockCache { mix, mlp } = c;
-        self.mlp
-            .backward(params, grads, mix.output(), dy, dmid, mlp, scr);
-        self.mix.backward(params, grads, x, dmid, dx, mix, scr);
+        let BlockCache {
+            mix, mlp, par_dx, ..
+        } = c;
+        if !self.parallel {
+            self.mlp
+                .backward(params, grads, mix.output(), dy, dmid, mlp, scr);
+            self.mix.backward(params, grads, x, dmid, dx, mix, scr);
+            return;
+        }
+        // Both sublayers' outputs are added: each gets dy.
+        self.mlp.backward(params, grads, x, dy, par_dx, mlp, scr);
+        self.mix.backward(params, grads, x, dy, dx, mix, scr);
+        dx.iter_mut().zip(par_dx.iter()).for_each(|(a, b)| *a += b);
     }
 
     /// Every norm of the block, in parameter order (`block` is its index).

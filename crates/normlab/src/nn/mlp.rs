@@ -1,5 +1,7 @@
-//! Feed-forward sublayer: `Linear(d, h) -> GELU -> Linear(h, d)`, or SwiGLU
-//! `Linear(d, 2h) -> silu(a) * b -> Linear(h, d)`.
+//! Feed-forward sublayer: `Linear(d, h) -> GELU -> Linear(h, d)` (GELU's
+//! tanh form, or its exact erf form as GPT-NeoX), or a gated one,
+//! `Linear(d, 2h) -> act(a) * b -> Linear(h, d)` with SiLU (SwiGLU) or
+//! tanh-GELU (GeGLU, Gemma's).
 
 use super::linear::Linear;
 use super::norm::buf;
@@ -16,18 +18,51 @@ pub enum Activation {
     Gelu,
     /// SwiGLU (gated SiLU).
     Swiglu,
+    /// GeGLU (gated tanh-GELU; Gemma).
+    Geglu,
+    /// GELU, exact erf form (GPT-NeoX).
+    #[serde(rename = "gelu-erf")]
+    GeluErf,
+}
+
+impl Activation {
+    /// Every activation.
+    pub const ALL: [Activation; 4] = [
+        Activation::Gelu,
+        Activation::Swiglu,
+        Activation::Geglu,
+        Activation::GeluErf,
+    ];
+
+    /// The name in files and flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Gelu => "gelu",
+            Activation::Swiglu => "swiglu",
+            Activation::Geglu => "geglu",
+            Activation::GeluErf => "gelu-erf",
+        }
+    }
+
+    /// Whether it gates: `act(a) * b` over a fused `[a | b]` projection.
+    pub fn gated(self) -> bool {
+        matches!(self, Activation::Swiglu | Activation::Geglu)
+    }
 }
 
 impl std::str::FromStr for Activation {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "gelu" => Ok(Activation::Gelu),
-            "swiglu" => Ok(Activation::Swiglu),
-            _ => Err(format!(
-                "unknown activation '{s}' (expected gelu or swiglu)"
-            )),
-        }
+        let s = s.to_ascii_lowercase();
+        Activation::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown activation '{s}' (expected {})",
+                    Activation::ALL.map(Activation::name).join(", ")
+                )
+            })
     }
 }
 
@@ -74,11 +109,7 @@ impl Mlp {
         fc_init: Init,
         proj_init: Init,
     ) -> Mlp {
-        let fc_out = if act == Activation::Swiglu {
-            2 * hidden
-        } else {
-            hidden
-        };
+        let fc_out = if act.gated() { 2 * hidden } else { hidden };
         let fc = Linear::new(
             layout,
             &format!("{name}.c_fc"),
@@ -110,7 +141,7 @@ impl Mlp {
     /// Buffers for `rows` rows.
     pub fn cache(&self, rows: usize) -> MlpCache {
         let f = self.fc.d_out;
-        let gelu = self.act == Activation::Gelu;
+        let gelu = !self.act.gated();
         let kept = |on: bool, n: usize| buf(if on { rows * n } else { 0 });
         MlpCache {
             pre: kept(!gelu, f),
@@ -139,21 +170,22 @@ impl Mlp {
             let over = crate::precision::beyond_f16(v);
             (f64::from(top), over)
         };
-        match self.act {
-            Activation::Gelu => stats(&c.post),
-            Activation::Swiglu => {
-                let mut y = vec![0.0; c.pre.len() / 2];
-                self.swiglu(&c.pre, &mut y);
-                stats(&y)
-            }
+        if self.act.gated() {
+            let mut y = vec![0.0; c.pre.len() / 2];
+            self.swiglu(&c.pre, &mut y);
+            stats(&y)
+        } else {
+            stats(&c.post)
         }
     }
 
-    /// SwiGLU of the pre-activations `ab`, clamped if set.
+    /// The gated activation of the pre-activations `ab` (SwiGLU, clamped
+    /// if set; or GeGLU).
     fn swiglu(&self, ab: &[f32], y: &mut [f32]) {
-        match self.clamp {
-            None => act::swiglu_forward(ab, self.hidden, y),
-            Some(l) => act::swiglu_clamped_forward(ab, self.hidden, l, y),
+        match (self.act, self.clamp) {
+            (Activation::Geglu, _) => act::geglu_forward(ab, self.hidden, y),
+            (_, None) => act::swiglu_forward(ab, self.hidden, y),
+            (_, Some(l)) => act::swiglu_clamped_forward(ab, self.hidden, l, y),
         }
     }
 
@@ -168,19 +200,19 @@ impl Mlp {
         tmp: &mut [f32],
     ) {
         let rows = a.len() / self.d;
-        match self.act {
-            Activation::Gelu => {
-                let pre = &mut tmp[..rows * self.fc.d_out];
-                self.fc.forward(params, a, rows, pre);
-                act::gelu_forward(pre, &mut c.post, &mut c.dact);
-                self.proj.forward(params, &c.post, rows, out);
+        if self.act.gated() {
+            let post = &mut tmp[..rows * self.hidden];
+            self.fc.forward(params, a, rows, &mut c.pre);
+            self.swiglu(&c.pre, post);
+            self.proj.forward(params, post, rows, out);
+        } else {
+            let pre = &mut tmp[..rows * self.fc.d_out];
+            self.fc.forward(params, a, rows, pre);
+            match self.act {
+                Activation::GeluErf => act::gelu_erf_forward_grad(pre, &mut c.post, &mut c.dact),
+                _ => act::gelu_forward(pre, &mut c.post, &mut c.dact),
             }
-            Activation::Swiglu => {
-                let post = &mut tmp[..rows * self.hidden];
-                self.fc.forward(params, a, rows, &mut c.pre);
-                self.swiglu(&c.pre, post);
-                self.proj.forward(params, post, rows, out);
-            }
+            self.proj.forward(params, &c.post, rows, out);
         }
     }
 
@@ -202,22 +234,20 @@ impl Mlp {
         let rows = a.len() / self.d;
         let dpost = &mut dpost[..rows * self.hidden];
         let dpre = &mut dpre[..rows * self.fc.d_out];
-        let post: &[f32] = match self.act {
-            Activation::Gelu => &c.post,
-            Activation::Swiglu => {
-                let post = &mut tmp[..rows * self.hidden];
-                self.swiglu(&c.pre, post);
-                post
-            }
+        let post: &[f32] = if self.act.gated() {
+            let post = &mut tmp[..rows * self.hidden];
+            self.swiglu(&c.pre, post);
+            post
+        } else {
+            &c.post
         };
         self.proj
             .backward(params, grads, post, dout, rows, Some(dpost), false);
-        match self.act {
-            Activation::Gelu => act::mul(dpre, dpost, &c.dact),
-            Activation::Swiglu => match self.clamp {
-                None => act::swiglu_backward(&c.pre, dpost, self.hidden, dpre),
-                Some(l) => act::swiglu_clamped_backward(&c.pre, dpost, self.hidden, l, dpre),
-            },
+        match (self.act, self.clamp) {
+            (Activation::Gelu | Activation::GeluErf, _) => act::mul(dpre, dpost, &c.dact),
+            (Activation::Geglu, _) => act::geglu_backward(&c.pre, dpost, self.hidden, dpre),
+            (_, None) => act::swiglu_backward(&c.pre, dpost, self.hidden, dpre),
+            (_, Some(l)) => act::swiglu_clamped_backward(&c.pre, dpost, self.hidden, l, dpre),
         }
         self.fc
             .backward(params, grads, a, dpre, rows, Some(da), false);

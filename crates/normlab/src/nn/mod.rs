@@ -22,12 +22,15 @@ pub mod mlp;
 pub mod norm;
 pub mod placement;
 pub mod residual;
+pub mod rope;
 pub mod scratch;
 pub mod sinkhorn;
 pub mod stream_head;
 pub mod sublayer;
 
-pub use attention::{uniform_sink_share, Attention, AttentionCache, AttnOptions, OutputGate};
+pub use attention::{
+    uniform_sink_share, Attention, AttentionCache, AttnOptions, OutputGate, RopeSpec,
+};
 pub use attn_fn::AttnKind;
 pub use attnres::{DepthAttn, DepthCache, DepthHead, DepthSlots};
 pub use block::{Block, BlockCache, NormSite};

@@ -37,6 +37,8 @@ use crate::params::sum_squares;
 
 /// The sublayer's function S.
 #[derive(Clone, Debug)]
+// One per sublayer, built once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Op {
     /// Causal multi-head attention.
     Attention(Attention),

@@ -93,6 +93,14 @@ crate::settings! {
         /// most frequent characters (default 3).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub backcopy_triggers: Option<usize> => Flag::Num,
+        /// Fine-tune a pretrained model: a Hugging Face folder or a GGUF
+        /// file (dequantised to f32 master weights). Its architecture is
+        /// the model (the model flags are refused, but for --seq, the
+        /// training sequence length: default 256 or the model's context),
+        /// its weights the starting point, and its tokenizer reads the text
+        /// (--data, default the bundled Shakespeare).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub from: Option<String> => Flag::Text,
     }
 }
 
@@ -135,6 +143,7 @@ impl TrainConfig {
             checkpoint_every: 0,
             dtype: Dtype::F32,
             backcopy_triggers: None,
+            from: None,
         }
     }
 
@@ -175,6 +184,8 @@ impl TrainConfig {
         let kind = match ov.get("model") {
             Some(Value::String(s)) => s.parse::<ModelKind>()?,
             Some(other) => return Err(format!("model must be a string (got {other})").into()),
+            // A pretrained model is a decoder: the GPT's training defaults.
+            None if ov.contains_key("from") => ModelKind::Gpt,
             None => ModelKind::Toy,
         };
         let base = serde_json::to_value(TrainConfig::defaults(kind)).expect("config serialises");
@@ -220,8 +231,11 @@ impl TrainConfig {
                 Value::from(1.0 / ((2 * layers) as f64).sqrt()),
             );
         }
-        let cfg: TrainConfig = serde_json::from_value(Value::Object(obj))
+        let mut cfg: TrainConfig = serde_json::from_value(Value::Object(obj))
             .map_err(|e| format!("bad option value: {e}"))?;
+        if let Some(from) = cfg.from.clone() {
+            cfg.model = pretrained_model(&from, overrides)?;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -329,8 +343,14 @@ impl TrainConfig {
         if self.model.kind == ModelKind::Toy && self.model.vocab != 64 {
             return Err("the toy task has a vocabulary of 64".into());
         }
-        if self.model.kind == ModelKind::Gpt && self.model.vocab != 256 {
-            return Err("gpt models are byte-level: vocab must be 256".into());
+        if self.model.kind == ModelKind::Gpt && self.model.vocab != 256 && self.from.is_none() {
+            return Err(
+                "gpt models are byte-level: vocab must be 256 (a pretrained model's own: --from)"
+                    .into(),
+            );
+        }
+        if self.from.is_some() && (self.backcopy() || self.bos_byte.is_some()) {
+            return Err("--from reads text with the model's tokenizer: --data bigram-backcopy and --bos-byte are byte-level".into());
         }
         if let Some(b) = self.bos_byte {
             if b > 255 {
@@ -404,11 +424,7 @@ impl TrainConfig {
             m.vocab as f64,
             m.seq as f64,
         );
-        let fc = if m.act == crate::nn::Activation::Swiglu {
-            2.0 * h
-        } else {
-            h
-        };
+        let fc = if m.act.gated() { 2.0 * h } else { h };
         let params = l * (4.0 * d * d + d * fc + h * d + 12.0 * d) + 2.0 * v * d + t * d;
         let rows = self.batch as f64 * t;
         let attention_rows = if m.kind == ModelKind::Gpt {
@@ -424,6 +440,33 @@ impl TrainConfig {
     pub fn eval_sequences_rounded(&self) -> usize {
         self.eval_sequences.div_ceil(self.batch).max(1) * self.batch
     }
+}
+
+/// `--from`'s model: the pretrained decoder's configuration lowered into
+/// normlab's (`model::pretrained`), at the `seq` the overrides give (256,
+/// or the model's context when shorter); any other model option is refused,
+/// since the file defines the architecture.
+fn pretrained_model(from: &str, overrides: &Map<String, Value>) -> Result<ModelConfig> {
+    let model_keys: Vec<&str> = ModelConfig::FIELDS.iter().map(|f| f.key).collect();
+    if let Some(k) = overrides.keys().map(|k| k.replace('-', "_")).find(|k| {
+        model_keys.contains(&k.as_str())
+            && k != "seq"
+            && !(k == "model" && overrides[k.as_str()] == "gpt")
+    }) {
+        return Err(format!(
+            "--{} would change the architecture of the model --from reads (only --seq may be given with --from)",
+            k.replace('_', "-")
+        )
+        .into());
+    }
+    let seq = match overrides.get("seq") {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| format!("bad value for seq: {v}"))? as usize,
+        None => 256,
+    };
+    let m = crate::model::decoder::Decoder::open(std::path::Path::new(from))?;
+    crate::model::pretrained::lower_config(&m, seq)
 }
 
 #[cfg(test)]

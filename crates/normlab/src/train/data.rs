@@ -1,5 +1,6 @@
 //! Training data: the toy task (synthetic, generated from a seed), byte-
-//! level text and Bigram-Backcopy (`backcopy.rs`). Every training sequence is a pure function of
+//! level text, text read by a pretrained model's tokenizer (`--from`), and
+//! Bigram-Backcopy (`backcopy.rs`). Every training sequence is a pure function of
 //! (seed, step, index), so runs resume bit-identically and do not depend on
 //! how sequences are spread over threads.
 
@@ -18,6 +19,8 @@ pub enum Data {
     Text(TextData),
     /// Bigram-Backcopy (bytes, BOS at position 0).
     Backcopy(Box<Backcopy>),
+    /// Text as a pretrained model's tokenizer reads it.
+    Tokens(TokenData),
 }
 
 impl Data {
@@ -26,6 +29,7 @@ impl Data {
         match self {
             Data::Toy(t) => t.vocab(),
             Data::Text(_) | Data::Backcopy(_) => 256,
+            Data::Tokens(d) => d.vocab,
         }
     }
 
@@ -42,6 +46,10 @@ impl Data {
             Data::Toy(d) => d.train_sequence(step, index, t, tokens, targets),
             Data::Text(d) => d.train_sequence(step, index, t, tokens, targets),
             Data::Backcopy(d) => d.train_sequence(step, index, &mut tokens[..t], &mut targets[..t]),
+            Data::Tokens(d) => {
+                let start = train_start(d.seed, step, index, d.train_end - t);
+                d.window(start, t, tokens, targets);
+            }
         }
     }
 
@@ -51,6 +59,10 @@ impl Data {
             Data::Toy(d) => d.eval_sequence(index, t, tokens, targets),
             Data::Text(d) => d.eval_sequence(index, t, tokens, targets),
             Data::Backcopy(d) => d.eval_sequence(index, &mut tokens[..t], &mut targets[..t]),
+            Data::Tokens(d) => {
+                let start = eval_start(d.train_end, d.ids.len(), index, t);
+                d.window(start, t, tokens, targets);
+            }
         }
     }
 
@@ -61,6 +73,7 @@ impl Data {
             Data::Toy(d) => d.unigram_entropy(),
             Data::Text(d) => d.unigram_entropy,
             Data::Backcopy(d) => d.unigram_entropy(),
+            Data::Tokens(d) => d.unigram_entropy,
         }
     }
 
@@ -68,7 +81,7 @@ impl Data {
     pub fn loss_floor(&self) -> Option<f64> {
         match self {
             Data::Toy(d) => Some(d.loss_floor()),
-            Data::Text(_) => None,
+            Data::Text(_) | Data::Tokens(_) => None,
             Data::Backcopy(d) => Some(d.loss_floor()),
         }
     }
@@ -78,6 +91,14 @@ impl Data {
         match self {
             Data::Toy(d) => d.describe(),
             Data::Backcopy(d) => d.describe(),
+            Data::Tokens(d) => format!(
+                "text {} read by {}'s tokenizer ({} tokens: {} train, {} held out)",
+                d.name,
+                d.model,
+                d.ids.len(),
+                d.train_end,
+                d.ids.len() - d.train_end
+            ),
             Data::Text(d) => format!(
                 "text {} ({} bytes: {} train, {} held out){}",
                 d.name,
@@ -187,21 +208,102 @@ impl TextData {
         tokens: &mut [u32],
         targets: &mut [u32],
     ) {
-        let mut rng = Rng::new(
-            self.seed
-                ^ (step.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-                ^ ((index as u64) << 40)
-                ^ 0x7e57,
-        );
-        let start = rng.below((self.train_end - t) as u64) as usize;
+        let start = train_start(self.seed, step, index, self.train_end - t);
         self.window(start, t, tokens, targets);
     }
 
     fn eval_sequence(&self, index: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
-        // Windows spread evenly over the held-out bytes.
-        let span = self.bytes.len() - self.train_end - t - 1;
-        let start = self.train_end + (index * 7919 * t) % span.max(1);
+        let start = eval_start(self.train_end, self.bytes.len(), index, t);
         self.window(start, t, tokens, targets);
+    }
+}
+
+/// Where training window `index` of `step` starts: a pure function of
+/// (seed, step, index), below `end`.
+fn train_start(seed: u64, step: u64, index: usize, end: usize) -> usize {
+    let mut rng = Rng::new(
+        seed ^ (step.wrapping_mul(0x9E37_79B9_7F4A_7C15)) ^ ((index as u64) << 40) ^ 0x7e57,
+    );
+    rng.below(end as u64) as usize
+}
+
+/// Where held-out window `index` of `t` starts: spread evenly over the
+/// held-out part `[train_end, len)`.
+fn eval_start(train_end: usize, len: usize, index: usize, t: usize) -> usize {
+    let span = len - train_end - t - 1;
+    train_end + (index * 7919 * t) % span.max(1)
+}
+
+/// Text as a pretrained model's tokenizer reads it, split as byte-level
+/// text is (the last tenth of the tokens held out).
+#[derive(Clone, Debug)]
+pub struct TokenData {
+    /// File name (for reports).
+    pub name: String,
+    /// The model whose tokenizer read it.
+    pub model: String,
+    /// The token ids.
+    pub ids: Vec<u32>,
+    /// Tokens before this index are training data.
+    pub train_end: usize,
+    /// The model's vocabulary.
+    pub vocab: usize,
+    /// Seed of the sampling of training windows.
+    pub seed: u64,
+    /// Entropy of the training tokens' unigram distribution (nats).
+    pub unigram_entropy: f64,
+}
+
+impl TokenData {
+    /// `ids` (of a `vocab`-token vocabulary), each split with at least one
+    /// window of `min_len` tokens and its targets.
+    pub fn new(
+        (name, model): (String, String),
+        ids: Vec<u32>,
+        vocab: usize,
+        seed: u64,
+        min_len: usize,
+    ) -> Result<TokenData> {
+        let train_end = ids.len() - ids.len() / 10;
+        if ids.len() - train_end < min_len + 1 || train_end < min_len + 1 {
+            return Err(format!(
+                "{name} gives {} tokens: too few for sequences of {min_len} (each of the 90% to train and the 10% held out needs {} tokens)",
+                ids.len(),
+                min_len + 1
+            )
+            .into());
+        }
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+            return Err(format!(
+                "the tokenizer gives id {bad}, outside the model's {vocab}-token vocabulary"
+            )
+            .into());
+        }
+        let mut counts = std::collections::HashMap::<u32, u64>::new();
+        for &i in &ids[..train_end] {
+            *counts.entry(i).or_default() += 1;
+        }
+        let n = train_end as f64;
+        let mut c: Vec<u64> = counts.into_values().collect();
+        c.sort_unstable();
+        let unigram_entropy = c
+            .iter()
+            .map(|&c| -(c as f64 / n) * (c as f64 / n).ln())
+            .sum();
+        Ok(TokenData {
+            name,
+            model,
+            ids,
+            train_end,
+            vocab,
+            seed,
+            unigram_entropy,
+        })
+    }
+
+    fn window(&self, start: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
+        tokens[..t].copy_from_slice(&self.ids[start..start + t]);
+        targets[..t].copy_from_slice(&self.ids[start + 1..start + t + 1]);
     }
 }
 

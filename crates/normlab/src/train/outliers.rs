@@ -84,7 +84,6 @@ pub(super) fn fill(model: &Model, shards: &[Workspace], seq: usize, rec: &mut St
 /// shard's sequences; each block's stream as in [`fill`].
 pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
     let (d, heads) = (model.cfg.d_model, model.cfg.heads);
-    let hd = d / heads;
     let mut st = SinkStats::default();
     let mut t_seen = 0;
     let (mut gu_over, mut gu_n) = (0usize, 0usize);
@@ -93,7 +92,7 @@ pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
         for c in shards.iter().filter_map(|w| w.blocks[b].mix.attention()) {
             let (batch, t) = c.shape();
             t_seen = t;
-            let (probs, qkv) = (c.probs(), c.qkv());
+            let probs = c.probs();
             for s in 0..batch {
                 for h in 0..heads {
                     let p = &probs[(s * heads + h) * t * t..(s * heads + h + 1) * t * t];
@@ -101,8 +100,7 @@ pub(super) fn sinks(model: &Model, shards: &[Workspace]) -> SinkStats {
                     let a = sinks::first_importance(p, t, c.kind().normalised());
                     gu_over += usize::from(a > sinks::SINK_EPS);
                     gu_n += 1;
-                    let col = 2 * d + h * hd;
-                    drain[h] += sinks::value_drain(|j| &qkv[(s * t + j) * 3 * d + col..][..hd], t);
+                    drain[h] += sinks::value_drain(|j| c.value(s * t + j, h), t);
                 }
                 n += 1;
             }

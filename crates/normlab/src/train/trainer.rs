@@ -50,6 +50,10 @@ pub struct Trainer {
 
 /// Load the data a config asks for.
 pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
+    if let Some(from) = &cfg.from {
+        let m = crate::model::decoder::Decoder::open(Path::new(from))?;
+        return token_data(cfg, &m);
+    }
     match cfg.model.kind {
         ModelKind::Toy => Ok(Data::Toy(ToyTask::with_eval_noise(
             cfg.seed,
@@ -80,13 +84,59 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data> {
     }
 }
 
+/// The run's text as the pretrained model `m` (`--from`) reads it.
+fn token_data(cfg: &TrainConfig, m: &crate::model::decoder::Decoder) -> Result<Data> {
+    let (name, text) = match &cfg.data {
+        Some(p) => {
+            let bytes = crate::io::read(Path::new(p))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| format!("{p}: a pretrained model's tokenizer reads UTF-8 text"))?;
+            (p.clone(), text)
+        }
+        None => (
+            "shakespeare.txt (bundled)".to_string(),
+            String::from_utf8_lossy(crate::io::BUNDLED_TEXT).into_owned(),
+        ),
+    };
+    let ids = m.encode(&text)?;
+    let from = cfg.from.clone().unwrap_or_default();
+    Ok(Data::Tokens(crate::train::data::TokenData::new(
+        (name, from),
+        ids,
+        m.cfg.vocab,
+        cfg.seed,
+        cfg.model.seq,
+    )?))
+}
+
+/// The model, its starting parameters and the data: fresh ones, or
+/// (`--from`) the pretrained model's, lowered into normlab's block
+/// description, with its tokenizer reading the text.
+fn start(cfg: &TrainConfig) -> Result<(Model, AlignedBuf, Data)> {
+    let Some(from) = &cfg.from else {
+        let model = Model::new(&cfg.model)?;
+        let params = model.init_params(cfg.seed);
+        return Ok((model, params, load_data(cfg)?));
+    };
+    let m = crate::model::decoder::Decoder::open(Path::new(from))?;
+    let data = token_data(cfg, &m)?;
+    let (model, params) = crate::model::pretrained::lower(&m, cfg.model.seq)?;
+    if model.cfg != cfg.model {
+        return Err(format!(
+            "{from} no longer lowers to the model this run's config.json describes (the file changed?)"
+        )
+        .into());
+    }
+    Ok((model, params, data))
+}
+
 impl Trainer {
-    /// A fresh run: initialised parameters, zero optimiser state.
+    /// A fresh run: initialised parameters (or a pretrained model's),
+    /// zero optimiser state.
     pub fn new(cfg: &TrainConfig, threads: usize) -> Result<Trainer> {
         cfg.validate()?;
         cfg.check_resources()?;
-        let model = Model::new(&cfg.model)?;
-        let data = load_data(cfg)?;
+        let (model, params, data) = start(cfg)?;
         if data.vocab() != cfg.model.vocab {
             return Err(format!(
                 "data has vocabulary {} but the model {}",
@@ -95,7 +145,6 @@ impl Trainer {
             )
             .into());
         }
-        let params = model.init_params(cfg.seed);
         let opt = Adam::new(
             &model.layout,
             cfg.optimizer,

@@ -63,9 +63,18 @@ impl AttentionCache {
         &self.probs
     }
 
-    /// The last forward's fused `[batch * t, 3d]` projection (q | k | v).
+    /// The last forward's fused `[batch * t, qw + 2 kvw]` projection (q |
+    /// k | v).
     pub fn qkv(&self) -> &[f32] {
         &self.qkv
+    }
+
+    /// The value vector query head `head` reads at `row` (`b * t + j`): its
+    /// key/value head's slice of the fused projection.
+    pub fn value(&self, row: usize, head: usize) -> &[f32] {
+        let (w, _, v_off, hd, group) = self.layout;
+        let col = v_off + (head / group) * hd;
+        &self.qkv[row * w + col..row * w + col + hd]
     }
 
     /// How the weights were made.
