@@ -5,7 +5,8 @@
 //! with LayerNorm. C16: the GPT of docs/gpt.md (8 blocks; quick: the tiny
 //! one), Post-LN and Pre-LN at lr 1e-2 without warm-up (the warmup
 //! chapter's cell), and each block's gradient norm at initialisation.
-//! C26: Bigram-Backcopy without and with the output gate. C27: residual
+//! C26: Bigram-Backcopy without and with the output gate, also against a
+//! recipe written with PyTorch's defaults (`cross_defaults.rs`). C27: residual
 //! routing (`cross_routing.rs`). Agreement for a training comparison
 //! (`cross_rules.rs`): the same most common run status, and mean final
 //! held-out losses within twice the pooled seed standard deviation (at
@@ -340,7 +341,7 @@ fn compare_sinks(
             "normlab": {"median": nm, "min": nlo, "max": nhi, "values": nl},
             "torch": {"median": pm, "min": plo, "max": phi, "values": pt}}));
     }
-    Ok(())
+    super::cross_defaults::compare(&s.c26.base, s.c26.seeds, (&nl0, &nl1), table, records)
 }
 
 /// C16 at initialisation on normlab's side: per seed, each block's gradient

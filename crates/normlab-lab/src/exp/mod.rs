@@ -13,6 +13,7 @@ pub mod claims;
 pub mod collapse;
 pub mod convert;
 pub mod cross_check;
+mod cross_defaults;
 mod cross_routing;
 mod cross_rules;
 pub mod cross_train;

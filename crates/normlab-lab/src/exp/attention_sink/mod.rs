@@ -136,7 +136,7 @@ fn text_configs(a: &ExpArgs) -> Result<Vec<TrainConfig>> {
 
 /// The first setting's run (1 layer, 1 head) with `gate` and `seed`, as
 /// this chapter trains it (the cross-check chapter's C26 comparison).
-pub(super) fn sink_config(a: &ExpArgs, gate: Option<OutputGate>, seed: u64) -> Result<TrainConfig> {
+pub(crate) fn sink_config(a: &ExpArgs, gate: Option<OutputGate>, seed: u64) -> Result<TrainConfig> {
     let d = Design { gate, ..DESIGNS[0] };
     backcopy_config(&backcopy_base(a)?, &settings(a)[0], &d, seed)
 }
