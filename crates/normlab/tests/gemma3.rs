@@ -199,7 +199,7 @@ fn bad_folders_are_one_line_errors() {
         ("num_hidden_layers", Value::from(5), "no tensor"),
         ("num_hidden_layers", Value::from(0), "block_count 0"),
         ("hidden_size", Value::from(1u64 << 40), "not a count"),
-        ("model_type", Value::from("mamba"), "not supported"),
+        ("model_type", Value::from("mamba"), "is not read"),
         ("hidden_activation", Value::from("relu"), "not supported"),
         ("rms_norm_eps", Value::from(-1.0), "eps"),
         ("intermediate_size", Value::from(47), "has shape"),

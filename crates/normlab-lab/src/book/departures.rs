@@ -321,6 +321,22 @@ pub static DEPARTURES: &[Departure] = &[
         depends: "possibly: LayerNorm -> RMSNorm on a real model is not in this verdict",
     },
     Departure {
+        chapter: "real-causes",
+        claims: "C24",
+        lesson: "a clamp on the SwiGLU output of a trained model; Sun et al. 2024 zero the massive activations of LLaMA2-7B and larger",
+        normlab: "SmolLM2-135M-Instruct and Gemma 3 270M (GGUF, dequantised to f32): the massive values at position 0 of the first block that holds them set to zero and to their mean over 64 sequences of 64 tokens; held-out loss on two 256-token sequences",
+        why: "the small models normlab reads on this machine; zeroing is the limit of a clamp that cuts the values off",
+        depends: "possibly: models a hundred times smaller than Sun et al.'s, and a 512-token held-out text",
+    },
+    Departure {
+        chapter: "real-causes",
+        claims: "C26",
+        lesson: "the output gate trained from scratch (Qiu et al. 2025, 1.7B dense and 15B MoE); the sink itself not ablated",
+        normlab: "attention to position 0 removed (rows renormalised) in every block and in each block alone on the two pretrained models; the gate added to a pretrained model and fine-tuned is not yet run",
+        why: "a trained model's reliance on its sink is the causal question a checkpoint allows; the gate fine-tune needs the pretrained decoder's backward with the gate inserted",
+        depends: "possibly: removing the sink tests reliance on it, not whether a gate would remove it",
+    },
+    Departure {
         chapter: "no-norm",
         claims: "C12",
         lesson: "toy net 20 layers, Pre, Adam lr 1e-3, 3000 steps",
