@@ -126,5 +126,35 @@ fn reports_show_beside_runs() {
     let mut r = report(2);
     r["blocks"][1]["rms_out"] = serde_json::json!("big");
     assert!(bad("text.json", &r.to_string()).contains("rms_out"));
+    // A FIFO (which would keep the lab from ever listening) and a link to
+    // /dev/zero (read until memory runs out) are refused at start, exit 2.
+    let fifo = dir.join("fifo.json");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let zero = dir.join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for p in [&fifo, &zero] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_normlab"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--report"])
+            .arg(p)
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        // hang bound: 60 s (idle: 0.05 s)
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed().as_secs() > 60 {
+                let _ = child.kill();
+                panic!("serve --report {} did not stop", p.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let o = child.wait_with_output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr).trim().to_string();
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("not a regular file"), "{e}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -174,6 +174,13 @@ fn hostile_bert_folders_are_refused_with_one_line() {
             &["max_position_embeddings"],
         ),
         ("hidden_size", json!("wide"), &["not a BERT config"]),
+        ("is_decoder", json!(true), &["is_decoder"]),
+        ("is_decoder", json!("yes"), &["not a BERT config"]),
+        (
+            "position_embedding_type",
+            json!("relative_key"),
+            &["position_embedding_type 'relative_key'"],
+        ),
     ] {
         let d = folder(&format!("cfg-{key}-{val}"), |c| c[key] = val.clone(), None);
         std::fs::remove_file(d.join("model.safetensors")).unwrap();

@@ -242,6 +242,52 @@ fn options_the_decoder_does_not_implement_are_refused_by_name() {
             Box::new(|c: &mut Value| c["rope_parameters"]["partial_rotary_factor"] = json!(1.5)),
             "rotary share 1.5",
         ),
+        // Malformed values are refused by name, never read as a default
+        // (issue 74, class 6).
+        (
+            "rope-type-number",
+            Box::new(|c: &mut Value| {
+                c["rope_parameters"] = json!({"rope_type": 5, "rope_theta": 5e5})
+            }),
+            "'rope_type' is not a string",
+        ),
+        (
+            "rope-in-a-list",
+            Box::new(|c: &mut Value| {
+                c["rope_scaling"] = json!([{"rope_type": "yarn", "factor": 4.0}])
+            }),
+            "'rope_scaling' is not an object",
+        ),
+        (
+            "tied-yes",
+            Box::new(|c: &mut Value| c["tie_word_embeddings"] = json!("yes")),
+            "'tie_word_embeddings' is not true or false",
+        ),
+        (
+            "act-number",
+            Box::new(|c: &mut Value| c["hidden_act"] = json!(3)),
+            "'hidden_act' is not a string",
+        ),
+        (
+            "bias-text",
+            Box::new(|c: &mut Value| c["attention_bias"] = json!("true")),
+            "'attention_bias' is not true or false",
+        ),
+        (
+            "types-text",
+            Box::new(|c: &mut Value| c["layer_types"] = json!("full_attention")),
+            "'layer_types' is not a list",
+        ),
+        (
+            "gpt_neox-rotary-negative",
+            Box::new(|c: &mut Value| c["rope_parameters"]["partial_rotary_factor"] = json!(-0.5)),
+            "rotary share -0.5",
+        ),
+        (
+            "gpt2-act-number",
+            Box::new(|c: &mut Value| c["activation_function"] = json!(3)),
+            "'activation_function' is not a string",
+        ),
     ] {
         let src = match case.split_once('-') {
             Some((f @ ("gpt2" | "gpt_neox"), _)) => f,

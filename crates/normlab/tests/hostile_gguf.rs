@@ -240,3 +240,16 @@ fn weights_that_cannot_fit_in_memory_are_refused_before_any_is_read() {
     let e = e.to_string();
     assert!(e.contains("needs about") && e.contains("TiB"), "{e}");
 }
+
+#[test]
+fn a_block_count_one_short_is_refused_not_a_block_dropped() {
+    // The file holds two blocks; metadata naming one would run a
+    // different model without a word.
+    let mut f = tiny_gemma3();
+    f.set("gemma3.block_count", Meta::U32(1));
+    let e = refused(&f, "one-short");
+    assert!(
+        e.contains("blk.1.") && e.contains("does not describe"),
+        "{e}"
+    );
+}

@@ -40,15 +40,11 @@ impl ModelReport {
     /// array whose entries hold every metric's field as a number or null.
     pub fn load(path: &Path) -> Result<ModelReport, String> {
         let at = |m: String| format!("--report {}: {m}", path.display());
-        let size = std::fs::metadata(path)
-            .map_err(|e| at(e.to_string()))?
-            .len();
-        if size > MAX_REPORT_BYTES {
-            return Err(at(format!(
-                "{size} bytes is more than a report holds (at most {MAX_REPORT_BYTES})"
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
+        // A regular file only (a FIFO or a device is refused, not waited on
+        // or read forever), refused from its size before it is read.
+        let bytes = normlab::io::read_at_most(path, MAX_REPORT_BYTES)
+            .map_err(|e| format!("--report: {}", e.to_string().trim_start_matches("error: ")))?;
+        let text = String::from_utf8(bytes).map_err(|_| at("not UTF-8 text".into()))?;
         let v: Value = serde_json::from_str(&text).map_err(|e| at(format!("not JSON: {e}")))?;
         let blocks = v
             .get("blocks")

@@ -49,6 +49,13 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
     /// Activation (must be gelu).
     pub hidden_act: String,
+    /// A decoder (causal) BERT: refused (normlab reads the encoder).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_decoder: bool,
+    /// How positions enter: only "absolute" (the learned table) is read;
+    /// relative_key and relative_key_query are refused by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_embedding_type: Option<String>,
 }
 
 /// One norm's parameters: LayerNorm, or RMSNorm with an optional bias.
@@ -224,6 +231,22 @@ impl BertConfig {
             return Err(format!(
                 "unsupported activation '{}' (normlab's BERT supports gelu)",
                 self.hidden_act
+            )
+            .into());
+        }
+        if self.is_decoder {
+            return Err(
+                "is_decoder true (a causal BERT) is not supported: normlab reads BERT encoders"
+                    .into(),
+            );
+        }
+        if let Some(p) = self
+            .position_embedding_type
+            .as_deref()
+            .filter(|p| *p != "absolute")
+        {
+            return Err(format!(
+                "position_embedding_type '{p}' is not supported (normlab's BERT reads absolute positions)"
             )
             .into());
         }

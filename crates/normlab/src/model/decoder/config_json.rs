@@ -18,6 +18,39 @@ pub(super) fn num(c: &Value, key: &str, default: Option<f64>) -> Result<f64> {
     }
 }
 
+/// A string of `config.json`, or its default (a value of another type is
+/// refused by name: transformers raises where it meets one).
+pub(super) fn text<'a>(c: &'a Value, key: &str, default: &'a str) -> Result<&'a str> {
+    match c.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| format!("config.json: '{key}' is not a string (got {v})").into()),
+    }
+}
+
+/// A true/false switch of `config.json`, or its default (`"yes"` or `1`
+/// is refused by name, not read as its default).
+pub(super) fn switch(c: &Value, key: &str, default: bool) -> Result<bool> {
+    match c.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| format!("config.json: '{key}' is not true or false (got {v})").into()),
+    }
+}
+
+/// A list of `config.json`, if there is one (another type is refused).
+pub(super) fn list<'a>(c: &'a Value, key: &str) -> Result<Option<&'a Vec<Value>>> {
+    match c.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_array()
+            .map(Some)
+            .ok_or_else(|| format!("config.json: '{key}' is not a list (got {v})").into()),
+    }
+}
+
 /// A count of `config.json` (at most 2^31, so products of counts stay
 /// far below usize's range before the tensors are compared with them).
 pub(super) fn count(c: &Value, key: &str, default: Option<usize>) -> Result<usize> {
@@ -36,12 +69,15 @@ pub(super) fn rope(c: &Value, default: f64) -> Result<(f64, Option<RopeScaling>)
     let params = c.get("rope_parameters").filter(|v| !v.is_null());
     let old = c.get("rope_scaling").filter(|v| !v.is_null());
     let mut scaling = None;
-    for r in [params, old].into_iter().flatten() {
-        let ty = r
-            .get("rope_type")
-            .or_else(|| r.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
+    for (key, r) in [("rope_parameters", params), ("rope_scaling", old)] {
+        let Some(r) = r else { continue };
+        if !r.is_object() {
+            return Err(format!("config.json: '{key}' is not an object (got {r})").into());
+        }
+        let ty = match r.get("rope_type").filter(|v| !v.is_null()) {
+            Some(_) => text(r, "rope_type", "default")?,
+            None => text(r, "type", "default")?,
+        };
         let f = |key: &str| num(r, key, None);
         scaling = match ty {
             "default" => scaling,
@@ -78,10 +114,11 @@ pub(super) fn blocks(c: &Value, key: &str) -> Result<usize> {
     Ok(layers)
 }
 
-/// Refuse each `(key, what)` of `c` that is switched on (true).
+/// Refuse each `(key, what)` of `c` that is switched on (true; a value
+/// that is not a switch is refused too).
 pub(super) fn refuse_flags(c: &Value, flags: &[(&str, &str)]) -> Result<()> {
     for (key, what) in flags {
-        if c.get(*key).and_then(Value::as_bool) == Some(true) {
+        if switch(c, key, false)? {
             return Err(format!("{what} ({key}) are not supported").into());
         }
     }

@@ -5,7 +5,7 @@
 //! BOS; and [`Decoder::open`], a folder or a GGUF file.
 
 use super::hf_gpt::buffers;
-use super::{family, names, Decoder};
+use super::{config_json, family, names, Decoder};
 use crate::error::Result;
 use crate::model::hf_folder;
 use serde_json::Value;
@@ -60,10 +60,7 @@ impl Decoder {
         }
         .and_then(|(cfg, names, tied)| cfg.check().map(|()| (cfg, names, tied)))
         .map_err(at)?;
-        let tied = c
-            .get("tie_word_embeddings")
-            .and_then(Value::as_bool)
-            .unwrap_or(tied);
+        let tied = config_json::switch(&c, "tie_word_embeddings", tied).map_err(at)?;
         let eos = eos_id(&c, cfg.vocab).map_err(at)?;
         // The head comes last: absent when tied to the embeddings.
         let expect = |names: &names::TensorNames| {

@@ -330,6 +330,20 @@ impl Decoder {
         // The configuration's own sizes first (a head count that would
         // wrap, say), before anything is sized from them.
         cfg.check().map_err(at)?;
+        // Every tensor of the file is one the metadata describes: a
+        // block_count one short would otherwise drop a block unseen.
+        let described: std::collections::HashSet<String> = names::GGUF
+            .shapes(&cfg)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        if let Some(t) = g.tensors.iter().find(|t| !described.contains(&t.name)) {
+            return Err(at(format!(
+                "holds a tensor '{}' that the metadata does not describe (a different model, or a block_count that does not match)",
+                t.name
+            )
+            .into()));
+        }
         // A special token's id must be a token of the vocabulary (checked
         // against the embedding's rows below), never silently truncated.
         let token = |key: &str| -> Result<Option<u32>> {

@@ -17,7 +17,7 @@
 //! Phi-3: `phi3.rs`; which reader a folder gets: the family registry
 //! (`family.rs`).
 
-use super::config_json::{blocks, count, num, refuse_flags, rope};
+use super::config_json::{blocks, count, list, num, refuse_flags, rope, text};
 use super::{DecoderConfig, GainStore, GatedAct, LayerAttention, RopePairs};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
@@ -44,10 +44,7 @@ fn rope_base(c: &Value, default: f64) -> Result<f64> {
 pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
     let layers = blocks(c, "num_hidden_layers")?;
     let olmo2 = family == "olmo2";
-    let act = c
-        .get("hidden_act")
-        .and_then(Value::as_str)
-        .unwrap_or("silu");
+    let act = text(c, "hidden_act", "silu")?;
     if act != "silu" {
         return Err(format!("activation '{act}' is not supported (silu)").into());
     }
@@ -68,10 +65,8 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         None | Some(Value::Null) => None,
         Some(_) => Some(count(c, "sliding_window", None)?),
     };
-    let types: Option<Vec<&str>> = c
-        .get("layer_types")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().map(|v| v.as_str().unwrap_or("")).collect());
+    let types: Option<Vec<&str>> =
+        list(c, "layer_types")?.map(|a| a.iter().map(|v| v.as_str().unwrap_or("")).collect());
     if types.as_ref().is_some_and(|t| t.len() != layers) {
         return Err(format!("config.json: layer_types does not have {layers} entries").into());
     }
@@ -135,10 +130,7 @@ pub fn llama_config(c: &Value, family: &str) -> Result<DecoderConfig> {
 pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
     let gemma2 = family == "gemma2";
     let layers = blocks(c, "num_hidden_layers")?;
-    let act = c
-        .get("hidden_activation")
-        .and_then(Value::as_str)
-        .unwrap_or("gelu_pytorch_tanh");
+    let act = text(c, "hidden_activation", "gelu_pytorch_tanh")?;
     if act != "gelu_pytorch_tanh" {
         return Err(format!("activation '{act}' is not supported (gelu_pytorch_tanh)").into());
     }
@@ -161,7 +153,7 @@ pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         return Err("attention logit soft-capping is not supported in gemma3_text".into());
     }
     // Per layer: sliding or full; then each kind's RoPE base.
-    let types: Vec<String> = match c.get("layer_types").and_then(Value::as_array) {
+    let types: Vec<String> = match list(c, "layer_types")? {
         Some(a) => a
             .iter()
             .map(|v| v.as_str().unwrap_or("").to_string())
@@ -207,12 +199,10 @@ pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
         .into_iter()
         .filter(|_| !gemma2)
     {
-        let rope_type = c
-            .get("rope_parameters")
-            .and_then(|r| r.get(kind))
-            .and_then(|r| r.get("rope_type"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
+        let rope_type = match c.get("rope_parameters").and_then(|r| r.get(kind)) {
+            Some(r) => text(r, "rope_type", "default")?,
+            None => "default",
+        };
         if rope_type != "default" {
             return Err(format!("RoPE type '{rope_type}' ({kind}) is not supported").into());
         }

@@ -7,7 +7,7 @@
 //! head, a plain GELU MLP, a separate head); and the buffers their older
 //! files carry besides the weights ([`buffers`]).
 
-use super::config_json::{blocks, count, num, refuse_flags, rope};
+use super::config_json::{blocks, count, num, refuse_flags, rope, switch, text};
 use super::{DecoderConfig, GainStore, GatedAct, GptStyle, LayerAttention, QkvStore, RopePairs};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
@@ -17,7 +17,7 @@ use serde_json::Value;
 /// The MLP activation `key` of `c` names (`default` when absent): the
 /// GELUs of these families, any other refused by name.
 fn gelu(c: &Value, key: &str, default: &str) -> Result<GatedAct> {
-    match c.get(key).and_then(Value::as_str).unwrap_or(default) {
+    match text(c, key, default)? {
         "gelu" => Ok(GatedAct::Gelu),
         "gelu_new" | "gelu_pytorch_tanh" => Ok(GatedAct::GeluTanh),
         other => Err(format!(
@@ -46,10 +46,7 @@ pub fn gpt2_config(c: &Value) -> Result<DecoderConfig> {
         return Err(format!("config.json: n_embd {d} is not a multiple of n_head {heads}").into());
     }
     let head_dim = d / heads;
-    let scaled = c
-        .get("scale_attn_weights")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+    let scaled = switch(c, "scale_attn_weights", true)?;
     Ok(DecoderConfig {
         family: "gpt2".into(),
         vocab: count(c, "vocab_size", None)?,
@@ -106,7 +103,7 @@ pub fn gpt2_config(c: &Value) -> Result<DecoderConfig> {
 /// chooses the parallel block.
 pub fn neox_config(c: &Value) -> Result<DecoderConfig> {
     let layers = blocks(c, "num_hidden_layers")?;
-    if c.get("attention_bias").and_then(Value::as_bool) == Some(false) {
+    if !switch(c, "attention_bias", true)? {
         return Err(
             "GPT-NeoX without attention biases (attention_bias false) is not supported".into(),
         );
@@ -137,10 +134,7 @@ pub fn neox_config(c: &Value) -> Result<DecoderConfig> {
     }
     // As transformers: int(head_size * share).
     let rotary_dims = (head_dim as f64 * share) as usize;
-    let parallel = c
-        .get("use_parallel_residual")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+    let parallel = switch(c, "use_parallel_residual", true)?;
     Ok(DecoderConfig {
         family: "gpt_neox".into(),
         vocab: count(c, "vocab_size", None)?,
