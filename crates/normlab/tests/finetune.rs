@@ -147,9 +147,62 @@ fn architecture_options_with_from_are_refused() {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("only --seq may be given with --from"),
+            e.contains("would change the architecture of the model --from reads"),
             "{k}: {e}"
         );
+    }
+    // Sigmoid or ReLU attention would change what every head computes.
+    let o = json!({"from": from.to_str().unwrap(), "attn_kind": "sigmoid"});
+    let e = TrainConfig::from_overrides(o.as_object().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot be inserted"), "{e}");
+}
+
+/// The output gate and the sink logit inserted by a fine-tune (`--attn-gate`,
+/// `--attn-kind sink-logit` with `--from`): the gated model's first loss is
+/// the model's own, bit for bit (function-preserving start), the sink
+/// logit's within 1e-6; both then train apart from the plain fine-tune and
+/// resume bit-identically.
+#[test]
+fn inserted_gates_and_sinks_fine_tune_from_the_models_own_loss() {
+    for name in ["llama", "qwen2"] {
+        let from = with_tokenizer(
+            &fixtures().join("hf_tiny").join(name),
+            &format!("ins-{name}"),
+        );
+        let plain = losses(&config(&from), &from.join("plain"), None, false);
+        for (key, val) in [("attn_gate", "elementwise"), ("attn_kind", "sink-logit")] {
+            let mut o = json!({"from": from.to_str().unwrap(), "seq": 16, "steps": 6, "batch": 4,
+                               "lr": 3e-3, "warmup": 0, "log_every": 1, "eval_every": 3,
+                               "eval_sequences": 4});
+            o[key] = json!(val);
+            let c = TrainConfig::from_overrides(o.as_object().unwrap()).unwrap();
+            let dir = from.join(val);
+            let got = losses(&c, &dir, None, false);
+            let (a, b) = (f64::from_bits(got[0]), f64::from_bits(plain[0]));
+            if key == "attn_gate" {
+                assert_eq!(got[0], plain[0], "{name} {val}: first loss {a} against {b}");
+            } else {
+                assert!(
+                    (a - b).abs() <= 1e-6 * b,
+                    "{name} {val}: first loss {a} against {b}"
+                );
+            }
+            assert_ne!(
+                got[5], plain[5],
+                "{name} {val}: the insertion did not train"
+            );
+            assert!(
+                f64::from_bits(got[5]) < a,
+                "{name} {val}: the loss did not fall"
+            );
+            let split = from.join(format!("{val}-split"));
+            losses(&c, &split, Some(3), false);
+            let rest = losses(&c, &split, None, true);
+            assert_eq!(&got[3..], &rest[..], "{name} {val}: resumed losses");
+        }
+        let _ = std::fs::remove_dir_all(&from);
     }
 }
 

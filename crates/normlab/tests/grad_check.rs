@@ -402,6 +402,23 @@ fn pretrained_families_options() {
     c.window = Some(3);
     c.rope_dims = Some(2);
     cases.push(("phi3", c));
+    // What a fine-tune inserts into a windowed family (gpt-oss's form):
+    // sink logits and the elementwise gate, with windows per layer.
+    let mut c = base();
+    c.rope = None;
+    c.layer_attn = Some(vec![
+        LayerAttn {
+            window: Some(2),
+            rope_base: 1e4,
+        },
+        LayerAttn {
+            window: None,
+            rope_base: 1e6,
+        },
+    ]);
+    c.attn_kind = AttnKind::SinkLogit;
+    c.attn_gate = Some(OutputGate::Elementwise);
+    cases.push(("windowed, sinks and gate inserted", c));
     for (i, (name, c)) in cases.iter().enumerate() {
         c.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
         let m = normlab::model::Model::new(c).unwrap();

@@ -5,7 +5,10 @@
 //! f32, copied into the model's parameters through the modules' own
 //! references (which Linear, which norm), never through re-spelled names.
 //! `normlab train --from` fine-tunes what this returns; a test keeps its
-//! logits equal to the decoder's on every tiny family.
+//! logits equal to the decoder's on every tiny family. A fine-tune may
+//! insert what the model was not trained with ([`Insert`]: the attention
+//! output gate, gpt-oss's sink logit), started so that the model computes
+//! what it computed before.
 
 use super::config::{LayerAttn, ModelConfig, ModelKind};
 use super::decoder::{Decoder, GatedAct, Matrix};
@@ -13,12 +16,56 @@ use super::Model;
 use crate::error::Result;
 use crate::kernels::buf::AlignedBuf;
 use crate::kernels::norm::{NormKind, ParamRole};
-use crate::nn::{Activation, Attention, Mlp, Norm, Op, Placement};
+use crate::nn::{Activation, Attention, AttnKind, Mlp, Norm, Op, OutputGate, Placement};
 use crate::params::ParamRef;
+
+/// The sink logit's start when inserted into a pretrained model: its share
+/// of a row is exp(SINK_START - m) over the row's sum, m its largest score,
+/// so about 2e-9 of a row whose largest score is 0 and less for the rows a
+/// trained sink makes (scores above 0); the model computes what it did to
+/// within that share, and Adam's steps (about lr each) move the logit from
+/// there.
+pub const SINK_START: f32 = -20.0;
+
+/// What a fine-tune inserts into a pretrained model's attention, each
+/// started so that the model's function is unchanged: the output gate with
+/// W_g = 0 (sigmoid(0) = 1/2 on every value) and the output projection
+/// doubled, exactly the model's output in floating point (both factors are
+/// powers of two); the sink logit at [`SINK_START`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Insert {
+    /// The output gate.
+    pub gate: Option<OutputGate>,
+    /// Learned sink logits per head (gpt-oss).
+    pub sink_logit: bool,
+}
+
+impl Insert {
+    /// What `cfg` holds beyond a lowered decoder's configuration.
+    pub fn of(cfg: &ModelConfig) -> Insert {
+        Insert {
+            gate: cfg.attn_gate,
+            sink_logit: cfg.attn_kind == AttnKind::SinkLogit,
+        }
+    }
+
+    /// `mc` with the insertion.
+    fn apply(self, mc: &mut ModelConfig) {
+        mc.attn_gate = self.gate;
+        if self.sink_logit {
+            mc.attn_kind = AttnKind::SinkLogit;
+        }
+    }
+}
 
 /// The decoder's configuration in normlab's terms, for training on
 /// sequences of at most `seq` tokens (within its context).
 pub fn lower_config(m: &Decoder, seq: usize) -> Result<ModelConfig> {
+    lower_config_with(m, seq, Insert::default())
+}
+
+/// [`lower_config`] with `insert` added.
+pub fn lower_config_with(m: &Decoder, seq: usize, insert: Insert) -> Result<ModelConfig> {
     let c = &m.cfg;
     let g = c.gpt;
     let mut mc = ModelConfig::defaults(ModelKind::Gpt);
@@ -90,6 +137,7 @@ pub fn lower_config(m: &Decoder, seq: usize) -> Result<ModelConfig> {
             );
         }
     }
+    insert.apply(&mut mc);
     mc.validate()?;
     Ok(mc)
 }
@@ -97,7 +145,12 @@ pub fn lower_config(m: &Decoder, seq: usize) -> Result<ModelConfig> {
 /// The decoder as a model and its parameters (`seq`: as
 /// [`lower_config`]).
 pub fn lower(m: &Decoder, seq: usize) -> Result<(Model, AlignedBuf)> {
-    let cfg = lower_config(m, seq)?;
+    lower_with(m, seq, Insert::default())
+}
+
+/// [`lower`] with `insert` added, computing what the decoder computes.
+pub fn lower_with(m: &Decoder, seq: usize, insert: Insert) -> Result<(Model, AlignedBuf)> {
+    let cfg = lower_config_with(m, seq, insert)?;
     let model = Model::new(&cfg)?;
     let mut p = model.layout.zeros();
     let d = m.cfg.d;
@@ -199,7 +252,17 @@ fn attention(p: &mut [f32], a: &Attention, l: &super::decoder::DecoderLayer) -> 
             None => rb.get_mut(p).fill(0.0),
         }
     }
-    set(p, &a.proj.w, &dense(&l.wo));
+    let mut wo = dense(&l.wo);
+    if let Some((_, gw)) = &a.gate {
+        // sigmoid(0) halves every value the projection reads: doubled, it
+        // writes what it wrote (the gate's W_g stays at zero).
+        gw.w.get_mut(p).fill(0.0);
+        wo.iter_mut().for_each(|v| *v *= 2.0);
+    }
+    set(p, &a.proj.w, &wo);
+    if let Some(s) = &a.sinks {
+        s.get_mut(p).fill(SINK_START);
+    }
     if let (Some(rb), Some(b)) = (&a.proj.b, &l.bias.o) {
         set(p, rb, b);
     }

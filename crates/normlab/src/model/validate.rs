@@ -8,7 +8,7 @@
 use super::config::{InitScheme, ModelConfig, ModelKind};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
-use crate::nn::{Activation, Placement};
+use crate::nn::{Activation, AttnKind, Placement};
 
 impl ModelConfig {
     /// The placement of block `i`'s norms: the config's, except that Mix-LN
@@ -194,8 +194,13 @@ impl ModelConfig {
                 return Err(format!("{key} must be a positive number (got {x})").into());
             }
         }
-        if (self.window.is_some() || self.layer_attn.is_some()) && !self.attn_kind.is_softmax() {
-            return Err("a sliding window is for softmax attention".into());
+        // A window masks scores to -inf before the weights: softmax and
+        // the sink logit give them 0 (gpt-oss has both); sigmoid and ReLU
+        // would not.
+        if (self.window.is_some() || self.layer_attn.is_some())
+            && !matches!(self.attn_kind, AttnKind::Softmax | AttnKind::SinkLogit)
+        {
+            return Err("a sliding window is for softmax or sink-logit attention".into());
         }
         if self.window == Some(0) {
             return Err("window must be at least 1".into());

@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::model::{ModelConfig, ModelKind};
+use crate::nn::{AttnKind, OutputGate};
 use crate::precision::Dtype;
 use crate::settings::{Field, Flag};
 use crate::train::optim::{OptimizerKind, ScheduleKind};
@@ -444,21 +445,48 @@ impl TrainConfig {
 
 /// `--from`'s model: the pretrained decoder's configuration lowered into
 /// normlab's (`model::pretrained`), at the `seq` the overrides give (256,
-/// or the model's context when shorter); any other model option is refused,
-/// since the file defines the architecture.
+/// or the model's context when shorter), with what `--attn-gate` and
+/// `--attn-kind sink-logit` insert (started function-preserving); any other
+/// model option is refused, since the file defines the architecture.
 fn pretrained_model(from: &str, overrides: &Map<String, Value>) -> Result<ModelConfig> {
     let model_keys: Vec<&str> = ModelConfig::FIELDS.iter().map(|f| f.key).collect();
+    let value = |k: &str| overrides.get(k);
     if let Some(k) = overrides.keys().map(|k| k.replace('-', "_")).find(|k| {
         model_keys.contains(&k.as_str())
-            && k != "seq"
-            && !(k == "model" && overrides[k.as_str()] == "gpt")
+            && !matches!(k.as_str(), "seq" | "attn_gate" | "attn_kind")
+            && !(k == "model" && value(k) == Some(&Value::from("gpt")))
     }) {
         return Err(format!(
-            "--{} would change the architecture of the model --from reads (only --seq may be given with --from)",
+            "--{} would change the architecture of the model --from reads (with --from: --seq, and --attn-gate or --attn-kind sink-logit to insert one)",
             k.replace('_', "-")
         )
         .into());
     }
+    let parse =
+        |k: &str| -> Result<Option<Value>> { Ok(value(k).filter(|v| !v.is_null()).cloned()) };
+    let gate: Option<OutputGate> = match parse("attn_gate")? {
+        Some(v) => {
+            Some(serde_json::from_value(v).map_err(|e| format!("bad value for attn-gate: {e}"))?)
+        }
+        None => None,
+    };
+    let kind: AttnKind = match parse("attn_kind")? {
+        Some(v) => {
+            serde_json::from_value(v).map_err(|e| format!("bad value for attn-kind: {e}"))?
+        }
+        None => AttnKind::Softmax,
+    };
+    if !matches!(kind, AttnKind::Softmax | AttnKind::SinkLogit) {
+        return Err(format!(
+            "--attn-kind {} cannot be inserted into a pretrained model (it would change what every head computes); with --from: sink-logit",
+            kind.name()
+        )
+        .into());
+    }
+    let insert = crate::model::pretrained::Insert {
+        gate,
+        sink_logit: kind == AttnKind::SinkLogit,
+    };
     let seq = match overrides.get("seq") {
         Some(v) => v
             .as_u64()
@@ -466,7 +494,7 @@ fn pretrained_model(from: &str, overrides: &Map<String, Value>) -> Result<ModelC
         None => 256,
     };
     let m = crate::model::decoder::Decoder::open(std::path::Path::new(from))?;
-    crate::model::pretrained::lower_config(&m, seq)
+    crate::model::pretrained::lower_config_with(&m, seq, insert)
 }
 
 #[cfg(test)]

@@ -120,7 +120,8 @@ fn start(cfg: &TrainConfig) -> Result<(Model, AlignedBuf, Data)> {
     };
     let m = crate::model::decoder::Decoder::open(Path::new(from))?;
     let data = token_data(cfg, &m)?;
-    let (model, params) = crate::model::pretrained::lower(&m, cfg.model.seq)?;
+    let insert = crate::model::pretrained::Insert::of(&cfg.model);
+    let (model, params) = crate::model::pretrained::lower_with(&m, cfg.model.seq, insert)?;
     if model.cfg != cfg.model {
         return Err(format!(
             "{from} no longer lowers to the model this run's config.json describes (the file changed?)"
