@@ -252,6 +252,10 @@ pub struct TokenData {
     pub seed: u64,
     /// Entropy of the training tokens' unigram distribution (nats).
     pub unigram_entropy: f64,
+    /// The model's BOS, when its tokenizer puts one first: it takes the
+    /// first place of every window, as in the text the model was trained
+    /// on (Gemma's loss without it is far from its own).
+    pub bos: Option<u32>,
 }
 
 impl TokenData {
@@ -298,18 +302,43 @@ impl TokenData {
             vocab,
             seed,
             unigram_entropy,
+            bos: None,
         })
     }
 
     fn window(&self, start: usize, t: usize, tokens: &mut [u32], targets: &mut [u32]) {
         tokens[..t].copy_from_slice(&self.ids[start..start + t]);
         targets[..t].copy_from_slice(&self.ids[start + 1..start + t + 1]);
+        if let Some(b) = self.bos {
+            tokens[0] = b;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_models_bos_takes_the_first_place_of_every_token_window() {
+        let ids: Vec<u32> = (0..4000u32).map(|i| 2 + i * 7 % 97).collect();
+        let plain = TokenData::new(("t".into(), "m".into()), ids, 100, 3, 16).unwrap();
+        let bos = Data::Tokens(TokenData {
+            bos: Some(1),
+            ..plain.clone()
+        });
+        let plain = Data::Tokens(plain);
+        let (mut a, mut ta, mut b, mut tb) = ([0u32; 16], [0u32; 16], [0u32; 16], [0u32; 16]);
+        for step in 0..5 {
+            plain.train_sequence(step, 2, 16, &mut a, &mut ta);
+            bos.train_sequence(step, 2, 16, &mut b, &mut tb);
+            assert_eq!((b[0], &b[1..], ta), (1, &a[1..], tb));
+            assert_ne!(a[0], 1);
+        }
+        plain.eval_sequence(3, 16, &mut a, &mut ta);
+        bos.eval_sequence(3, 16, &mut b, &mut tb);
+        assert_eq!((b[0], &b[1..], ta), (1, &a[1..], tb));
+    }
 
     #[test]
     fn bos_byte_takes_the_first_place_and_keeps_every_target() {

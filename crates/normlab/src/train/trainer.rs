@@ -100,13 +100,16 @@ fn token_data(cfg: &TrainConfig, m: &crate::model::decoder::Decoder) -> Result<D
     };
     let ids = m.encode(&text)?;
     let from = cfg.from.clone().unwrap_or_default();
-    Ok(Data::Tokens(crate::train::data::TokenData::new(
+    // A tokenizer that puts BOS first: every window begins with it.
+    let bos = m.bos.filter(|b| ids.first() == Some(b));
+    let data = crate::train::data::TokenData::new(
         (name, from),
         ids,
         m.cfg.vocab,
         cfg.seed,
         cfg.model.seq,
-    )?))
+    )?;
+    Ok(Data::Tokens(crate::train::data::TokenData { bos, ..data }))
 }
 
 /// The model, its starting parameters and the data: fresh ones, or
