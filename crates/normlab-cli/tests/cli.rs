@@ -888,6 +888,51 @@ fn book_k8s_manifest_parses_and_its_tasks_cover_every_run_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two runs that differ only in a setting config.json leaves out where it
+/// is the default (`init`) are told apart by `report` and the dashboard's
+/// listing, never merged as one setting (issue 75, item 2).
+#[test]
+fn runs_differing_only_in_a_defaulted_setting_stay_apart() {
+    let dir = common::tmp("report-init");
+    let base = [
+        "--layers",
+        "1",
+        "--steps",
+        "5",
+        "--batch",
+        "4",
+        "--eval-sequences",
+        "4",
+    ];
+    // The run without the key first: the one whose config.json lacks it.
+    common::lab::train_with(&dir.join("run1"), &base);
+    let mut torch = base.to_vec();
+    torch.extend(["--init", "torch"]);
+    common::lab::train_with(&dir.join("run2"), &torch);
+    let o = normlab(&[
+        "report",
+        dir.to_str().unwrap(),
+        "--out",
+        dir.join("rep").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("run ") && l.contains("init")),
+        "{out}"
+    );
+    assert!(row("run2").contains("torch"), "{out}");
+    assert!(row("run1").contains("default"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `report` shows a run whose files are damaged as "damaged: <reason>"
 /// (never as a result, never "unfinished"), warns, and `--strict` exits 2.
 #[test]

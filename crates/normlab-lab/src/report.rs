@@ -131,24 +131,26 @@ fn scan_with(root: &Path, metrics: bool) -> Result<(Vec<FoundRun>, Vec<String>)>
     Ok((out, invalid))
 }
 
-/// Config keys whose values differ between runs.
+/// Config keys whose values differ between runs: every key any run's
+/// config.json holds, so that a setting left out where it is the default
+/// (`init`, say) still tells its runs apart (a run without it shows null:
+/// the default).
 pub fn varying_keys(runs: &[FoundRun]) -> Vec<String> {
     let objs: Vec<Map<String, Value>> = runs
         .iter()
-        .map(|r| {
-            serde_json::to_value(&r.cfg)
-                .unwrap()
-                .as_object()
-                .unwrap()
-                .clone()
+        .map(|r| match r.cfg.to_json_value() {
+            Value::Object(o) => o,
+            _ => Map::new(),
         })
         .collect();
-    let Some(first) = objs.first() else {
-        return Vec::new();
-    };
-    first
-        .keys()
-        .filter(|k| objs.iter().any(|o| o.get(*k) != first.get(*k)))
+    let mut keys: Vec<&String> = Vec::new();
+    for k in objs.iter().flat_map(|o| o.keys()) {
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .filter(|k| objs.iter().any(|o| o.get(*k) != objs[0].get(*k)))
         .cloned()
         .collect()
 }
@@ -156,7 +158,8 @@ pub fn varying_keys(runs: &[FoundRun]) -> Vec<String> {
 fn value_str(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
+        // A key a config.json leaves out (or a null one): the default.
+        Value::Null => "default".into(),
         other => other.to_string(),
     }
 }
