@@ -147,7 +147,8 @@ fn every_tiny_familys_gradients_match_torch_autograd() {
 /// The output gate and the sink logit inserted into every tiny family
 /// start function-preserving: the gate's logits are the lowered model's,
 /// bit for bit (W_g = 0 halves every value, the doubled projection undoes
-/// it exactly); the sink logit's within 1e-6 of the largest. Both learn
+/// it exactly); the sink logit's within 1e-5 of the largest (its share at
+/// the start, about 1e-7 of a row, times the values it takes from). Both learn
 /// from there: the gate's weights and the sink logits get a gradient.
 #[test]
 fn inserted_gates_and_sinks_start_as_the_model_and_learn() {
@@ -204,7 +205,7 @@ fn inserted_gates_and_sinks_start_as_the_model_and_learn() {
             .zip(&plain)
             .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         assert!(
-            worst <= 1e-6 * top,
+            worst <= 1e-5 * top,
             "{name}: the sink logit moved the logits by {worst}"
         );
         assert!(learns, "{name}: the sink logits have no gradient");

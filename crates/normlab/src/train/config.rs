@@ -102,6 +102,13 @@ crate::settings! {
         /// (--data, default the bundled Shakespeare).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub from: Option<String> => Flag::Text,
+        /// With --from and an insertion (--attn-gate, --attn-kind
+        /// sink-logit): the inserted parameters (the gate's W_g, the sink
+        /// logits) learn at this multiple of --lr (default 1: Adam moves a
+        /// parameter about lr a step, so a sink logit started at -20 needs
+        /// a rate of its own to act within a short fine-tune).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub inserted_lr_mult: Option<f32> => Flag::Num,
     }
 }
 
@@ -145,6 +152,7 @@ impl TrainConfig {
             dtype: Dtype::F32,
             backcopy_triggers: None,
             from: None,
+            inserted_lr_mult: None,
         }
     }
 
@@ -359,6 +367,16 @@ impl TrainConfig {
             }
             if self.model.kind == ModelKind::Toy {
                 return Err("bos_byte applies to gpt models (the toy task has no text)".into());
+            }
+        }
+        if let Some(f) = self.inserted_lr_mult {
+            if !(f.is_finite() && f > 0.0) {
+                return Err(format!("inserted_lr_mult must be a positive number (got {f})").into());
+            }
+            let m = &self.model;
+            if self.from.is_none() || (m.attn_gate.is_none() && m.attn_kind != AttnKind::SinkLogit)
+            {
+                return Err("inserted_lr_mult applies to what --from inserts (--attn-gate, --attn-kind sink-logit)".into());
             }
         }
         if self.backcopy_triggers.is_some() && !self.backcopy() {

@@ -103,8 +103,8 @@ pub struct Adam {
     pub v: AlignedBuf,
     /// Steps taken.
     pub t: u64,
-    /// Per tensor: (range, decayed?, block).
-    groups: Vec<(std::ops::Range<usize>, bool, Option<usize>)>,
+    /// Per tensor: (range, decayed?, block, learning-rate multiplier).
+    groups: Vec<(std::ops::Range<usize>, bool, Option<usize>, f32)>,
 }
 
 /// Sizes of the last update, per block and overall.
@@ -140,7 +140,7 @@ impl Adam {
                     | ParamKind::Gate => false,
                     ParamKind::NormGain => decay_norm_gains,
                 };
-                (t.range.clone(), decay, t.block)
+                (t.range.clone(), decay, t.block, 1.0)
             })
             .collect();
         Adam {
@@ -153,6 +153,20 @@ impl Adam {
             v: layout.zeros(),
             t: 0,
             groups,
+        }
+    }
+
+    /// The tensors lying within `ranges` step with `factor` times the
+    /// learning rate (their weight decay, decoupled, too): parameters a
+    /// fine-tune inserts learn at a rate of their own.
+    pub fn scale_lr(&mut self, ranges: &[std::ops::Range<usize>], factor: f32) {
+        for g in &mut self.groups {
+            if ranges
+                .iter()
+                .any(|r| r.start <= g.0.start && g.0.end <= r.end)
+            {
+                g.3 = factor;
+            }
         }
     }
 
@@ -188,7 +202,7 @@ impl Adam {
                 &mut grads[..],
             );
             let mut consumed = 0;
-            for (range, decay, block) in &self.groups {
+            for (range, decay, block, scale) in &self.groups {
                 let skip = range.start - consumed;
                 let (_, p1) = std::mem::take(&mut p_rest).split_at_mut(skip);
                 let (p, p2) = p1.split_at_mut(range.len());
@@ -200,18 +214,18 @@ impl Adam {
                 let (g, g2) = g1.split_at_mut(range.len());
                 (p_rest, m_rest, v_rest, g_rest) = (p2, m2, v2, g2);
                 consumed = range.end;
-                work.push((p, m, v, g, *decay, block.unwrap_or(num_blocks)));
+                work.push((p, m, v, g, *decay, block.unwrap_or(num_blocks), *scale));
             }
         }
         let results: Vec<(usize, f64, f64)> = work
             .into_par_iter()
-            .map(|(p, m, v, g, decay, slot)| {
+            .map(|(p, m, v, g, decay, slot, scale)| {
                 let wd = if decay { weight_decay } else { 0.0 };
                 let (l2, decoupled) = match kind {
                     OptimizerKind::Adam => (wd, 0.0),
-                    OptimizerKind::Adamw => (0.0, lr * wd),
+                    OptimizerKind::Adamw => (0.0, scale * lr * wd),
                 };
-                let h = (b1, b2, eps, step_size, inv_sqrt_bc2, l2, decoupled);
+                let h = (b1, b2, eps, scale * step_size, inv_sqrt_bc2, l2, decoupled);
                 let r = if stats {
                     let w2 = sum_squares(p);
                     (slot, adam_update_stats(p, g, m, v, h), w2)
@@ -359,5 +373,27 @@ mod tests {
         gr[1] = 4.0;
         assert_eq!(clip_grad_norm(&mut gr, 1.0), 5.0);
         assert!((grad_norm(&gr) - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_scaled_tensor_steps_at_its_own_rate_and_the_others_do_not() {
+        let mut l = ParamLayout::new();
+        let a = l.add("a", &[4], ParamKind::Weight, Some(0), Init::Const(1.0));
+        let b = l.add("b", &[4], ParamKind::Gate, Some(0), Init::Const(1.0));
+        let mut p = l.zeros();
+        l.init(&mut p, 0);
+        let mut grads = l.zeros();
+        grads.fill(0.5);
+        let mut opt = Adam::new(&l, OptimizerKind::Adamw, 0.9, 0.999, 1e-8, 0.1, false);
+        opt.scale_lr(std::slice::from_ref(&b.0), 10.0);
+        opt.step(&mut p, &mut grads, 0.01, 1, false);
+        // a: lr * sign(g) and decoupled decay; b (a gate: no decay) ten
+        // times lr.
+        assert!((a.get(&p)[0] - (1.0 - 0.01 - 0.001)).abs() < 1e-6);
+        assert!(
+            (b.get(&p)[0] - (1.0 - 0.1)).abs() < 1e-6,
+            "{}",
+            b.get(&p)[0]
+        );
     }
 }

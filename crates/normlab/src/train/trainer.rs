@@ -149,7 +149,7 @@ impl Trainer {
             )
             .into());
         }
-        let opt = Adam::new(
+        let mut opt = Adam::new(
             &model.layout,
             cfg.optimizer,
             cfg.beta1,
@@ -158,6 +158,9 @@ impl Trainer {
             cfg.weight_decay,
             cfg.wd_norm_gains,
         );
+        if let Some(f) = cfg.inserted_lr_mult {
+            opt.scale_lr(&crate::model::pretrained::inserted(&model), f);
+        }
         let sched = Schedule {
             lr: cfg.lr,
             warmup: cfg.warmup,
