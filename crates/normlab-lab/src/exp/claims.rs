@@ -70,6 +70,10 @@ pub struct ClaimCheck {
     pub verdict: Verdict,
     /// The measured numbers beside the lesson's, in one or two sentences.
     pub evidence: String,
+    /// Decided by an exact count, not by training or timing: a `--quick`
+    /// run decides it as the full one does.
+    #[serde(skip)]
+    pub exact: bool,
 }
 
 impl ClaimCheck {
@@ -79,6 +83,16 @@ impl ClaimCheck {
             claim,
             verdict,
             evidence: evidence.into(),
+            exact: false,
+        }
+    }
+
+    /// This check, decided by an exact count (a parameter count, say)
+    /// that no longer run would change.
+    pub fn exact(self) -> ClaimCheck {
+        ClaimCheck {
+            exact: true,
+            ..self
         }
     }
 }

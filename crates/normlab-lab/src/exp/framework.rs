@@ -94,14 +94,15 @@ impl Experiment {
 
     /// Run it with `args` (checked against its flags); a `--quick` run of
     /// an experiment whose quick setting does not decide reports its
-    /// verdicts as inconclusive, with what it measured.
+    /// verdicts as inconclusive, with what it measured (but for a check
+    /// decided by an exact count, which the quick run decides too).
     pub fn run_with(&self, args: &ExpArgs, progress: Progress) -> Result<ExpResult> {
         let t0 = std::time::Instant::now();
         args.check(self.id, self.flags)?;
         let mut r = (self.run)(args, progress)?;
         if args.quick && !self.quick_decides {
             for c in &mut r.checks {
-                if c.verdict != Verdict::Inconclusive {
+                if c.verdict != Verdict::Inconclusive && !c.exact {
                     c.evidence = format!(
                         "too short to decide at the --quick setting (it measured: {}; it would say: {})",
                         c.evidence.trim_end_matches('.'),

@@ -338,6 +338,8 @@ fn conclude(
 ) {
     let Step {
         step_ratio,
+        ms_ln,
+        ms_rms,
         share,
         predicted,
         ..
@@ -359,11 +361,14 @@ fn conclude(
         .iter()
         .fold((f64::INFINITY, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
     out.conclusion = format!(
-        "Of {} kernel comparisons RMSNorm was faster in {faster}, slower in {slower} and not measurably different in {same} (median speed-ups {:.2}x-{:.2}x). A whole step: {}. The norms take {:.1}% of a LayerNorm step here, so the kernels alone predict a {:.3}x step speed-up.",
+        "Of {} kernel comparisons RMSNorm was faster in {faster}, slower in {slower} and not measurably different in {same} (median speed-ups {:.2}x-{:.2}x). A whole step: {} (the median of each round's ratio of its two interleaved steps; the step table's medians, {:.2} ms with LayerNorm and {:.2} ms with RMSNorm, give {:.2}x). The norms take {:.1}% of a LayerNorm step here, so the kernels alone predict a {:.3}x step speed-up.",
         kernels.len(),
         lo,
         hi,
         step_ratio.describe(),
+        ms_ln,
+        ms_rms,
+        ms_ln / ms_rms,
         100.0 * share,
         predicted
     );
@@ -390,6 +395,7 @@ fn check_c9(share: &[serde_json::Value]) -> ClaimCheck {
             share[0]["total_params"],
         ),
     )
+    .exact()
 }
 
 /// Of `points`, how many show the candidate of `ratio` measurably faster,
@@ -498,5 +504,50 @@ mod tests {
         };
         assert_eq!(verdict(&[1.14, 1.15, 1.15]), Verdict::Holds);
         assert_eq!(verdict(&[1.09, 1.2, 1.45]), Verdict::Partly);
+    }
+
+    /// The conclusion quotes the step table's own medians beside the
+    /// per-round speed-up, so a noisy round cannot leave the text saying
+    /// one thing and the table under it another; C9, an exact count, is
+    /// decided however short the run.
+    #[test]
+    fn the_conclusion_quotes_the_step_table_and_c9_is_exact() {
+        let step = Step {
+            base: super::super::runs::full_gpt(),
+            step_ratio: ratio(1.10),
+            ms_ln: 3.0,
+            ms_rms: 3.62,
+            norms_per_step: 5,
+            share: 0.02,
+            predicted: 1.003,
+            table: Table::new("t", &["a"]),
+        };
+        let share = [
+            json!({"norm_params_blocks": 524_288u64, "share": 0.0}),
+            json!({"norm_params_blocks": 262_144u64, "share": 0.0}),
+        ];
+        let mut out = ExpResult {
+            id: String::new(),
+            question: String::new(),
+            settings: serde_json::Value::Null,
+            seeds: Vec::new(),
+            quick: true,
+            data: serde_json::Map::new(),
+            tables: Vec::new(),
+            figures: Vec::new(),
+            conclusion: String::new(),
+            checks: Vec::new(),
+            unavailable: None,
+            elapsed_seconds: 0.0,
+        };
+        conclude(&mut out, &[point(1.14)], &step, &share);
+        assert!(
+            out.conclusion
+                .contains("3.00 ms with LayerNorm and 3.62 ms with RMSNorm, give 0.83x"),
+            "{}",
+            out.conclusion
+        );
+        let c9 = out.checks.iter().find(|c| c.claim == "C9").unwrap();
+        assert!(c9.exact && c9.verdict == Verdict::Holds);
     }
 }
