@@ -105,7 +105,7 @@ crate::settings! {
         /// With --from and an insertion (--attn-gate, --attn-kind
         /// sink-logit): the inserted parameters (the gate's W_g, the sink
         /// logits) learn at this multiple of --lr (default 1: Adam moves a
-        /// parameter about lr a step, so a sink logit started at -20 needs
+        /// parameter about lr a step, so a sink logit started at -16 needs
         /// a rate of its own to act within a short fine-tune).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub inserted_lr_mult: Option<f32> => Flag::Num,
