@@ -151,12 +151,19 @@ fn architecture_options_with_from_are_refused() {
             "{k}: {e}"
         );
     }
-    // Sigmoid or ReLU attention would change what every head computes.
-    let o = json!({"from": from.to_str().unwrap(), "attn_kind": "sigmoid"});
-    let e = TrainConfig::from_overrides(o.as_object().unwrap())
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("cannot be inserted"), "{e}");
+    // Sigmoid or ReLU attention would change what every head computes
+    // (keys spelled either way, as a TOML file or a grid may).
+    for key in ["attn_kind", "attn-kind"] {
+        let mut o = json!({"from": from.to_str().unwrap()});
+        o[key] = json!("sigmoid");
+        let e = TrainConfig::from_overrides(o.as_object().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be inserted"), "{key}: {e}");
+    }
+    let o = json!({"from": from.to_str().unwrap(), "attn-gate": "headwise"});
+    let c = TrainConfig::from_overrides(o.as_object().unwrap()).unwrap();
+    assert_eq!(c.model.attn_gate, Some(normlab::nn::OutputGate::Headwise));
 }
 
 /// The output gate and the sink logit inserted by a fine-tune (`--attn-gate`,

@@ -203,6 +203,12 @@ fn bad_folders_are_one_line_errors() {
         ("hidden_activation", Value::from("relu"), "not supported"),
         ("rms_norm_eps", Value::from(-1.0), "eps"),
         ("intermediate_size", Value::from(47), "has shape"),
+        // Gemma 3 4B's form (transformers 4.x): not run as plain RoPE.
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear", "factor": 8.0}),
+            "RoPE scaling 'linear'",
+        ),
     ] {
         let mut c = cfg.clone();
         c[key] = val;

@@ -468,11 +468,17 @@ impl TrainConfig {
 /// model option is refused, since the file defines the architecture.
 fn pretrained_model(from: &str, overrides: &Map<String, Value>) -> Result<ModelConfig> {
     let model_keys: Vec<&str> = ModelConfig::FIELDS.iter().map(|f| f.key).collect();
+    // Keys as the field table spells them (a TOML file or a grid may write
+    // attn-gate for attn_gate).
+    let overrides: Map<String, Value> = overrides
+        .iter()
+        .map(|(k, v)| (k.replace('-', "_"), v.clone()))
+        .collect();
     let value = |k: &str| overrides.get(k);
-    if let Some(k) = overrides.keys().map(|k| k.replace('-', "_")).find(|k| {
+    if let Some(k) = overrides.keys().find(|k| {
         model_keys.contains(&k.as_str())
             && !matches!(k.as_str(), "seq" | "attn_gate" | "attn_kind")
-            && !(k == "model" && value(k) == Some(&Value::from("gpt")))
+            && !(k.as_str() == "model" && value(k) == Some(&Value::from("gpt")))
     }) {
         return Err(format!(
             "--{} would change the architecture of the model --from reads (with --from: --seq, and --attn-gate or --attn-kind sink-logit to insert one)",

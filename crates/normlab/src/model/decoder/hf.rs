@@ -207,6 +207,26 @@ pub fn gemma_config(c: &Value, family: &str) -> Result<DecoderConfig> {
             return Err(format!("RoPE type '{rope_type}' ({kind}) is not supported").into());
         }
     }
+    // transformers 4.x's form: one rope_scaling, applied to the global
+    // layers only (Gemma 3 4B and larger, linear x8): not read yet, so
+    // refused rather than run as plain RoPE.
+    if let Some(r) = c.get("rope_scaling").filter(|r| !r.is_null()) {
+        if !r.is_object() {
+            return Err("config.json: 'rope_scaling' is not an object".into());
+        }
+        let kind = text(r, "rope_type", "")?;
+        let kind = if kind.is_empty() {
+            text(r, "type", "default")?
+        } else {
+            kind
+        };
+        if kind != "default" {
+            return Err(format!(
+                "RoPE scaling '{kind}' (rope_scaling, on Gemma's global layers) is not supported"
+            )
+            .into());
+        }
+    }
     let (global, local) = if gemma2 {
         let b = rope_base(c, 10_000.0)?;
         (b, b)
