@@ -47,7 +47,7 @@ if ! scripts/test.sh --test docs >"$test_out" 2>&1; then
   miss "scripts/test.sh --test docs failed"
 fi
 grep -q "^== scripts/test.sh: " "$test_out" || miss "scripts/test.sh printed no summary"
-grep -qE "^Rust: [0-9]+ tests ran, [0-9]+ passed, 0 failed" "$test_out" || miss "scripts/test.sh's summary has no passing Rust line"
+grep -qE "^Rust: [0-9]+ test binaries, [0-9]+ tests ran, [0-9]+ passed, 0 failed" "$test_out" || miss "scripts/test.sh's summary has no passing Rust line"
 grep -qE "^(Skipped here|Nothing was skipped)" "$test_out" || miss "scripts/test.sh's summary says nothing of skips"
 
 if [ "$fail" = 0 ]; then echo "newcomer: the README's two commands work in a clean worktree"; fi
