@@ -400,6 +400,8 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
     and C8's losses (two more passes over ``held_out``). ``tokenizer``: to
     name tokens (else ``#id``)."""
     import torch
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive number of tokens (got {window!r})")
     if hasattr(texts, "dim") and texts.dim() == 2:
         texts = list(texts)
     texts = [_ids(t) for t in texts]
@@ -419,7 +421,10 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
     param = next(model.parameters())
     # The held-out windows (each `window` predictions, as inspect reads them).
     windows = [held[s:s + window + 1] for s in range(0, len(held) - 1, window)]
-    training, impl = model.training, getattr(cfg, "_attn_implementation", None)
+    # Each module's own mode (a block left in eval inside a training model
+    # comes back in eval), restored even when a pass raises.
+    modes = [(m, m.training) for m in model.modules()]
+    impl = getattr(cfg, "_attn_implementation", None)
     global _ACTIVE
     rec = None
     try:
@@ -507,7 +512,8 @@ def diagnose(model, texts, held_out=None, *, blocks=None, final_norm=None, chang
             rec.remove()
         if impl is not None:
             model.set_attn_implementation(impl)
-        model.train(training)
+        for m, mode in modes:
+            m.training = mode
     gains, block_gains = [], []
     by_role = {}
     for ns in parts.norms:

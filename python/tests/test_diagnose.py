@@ -168,8 +168,13 @@ def test_diagnose_leaves_the_model_as_it_was():
     m.eval()
     before = m(ids).logits
     m.train()
+    # One block left in eval inside a training model keeps its own mode.
+    m.model.layers[0].eval()
     nd.diagnose(m, TEXTS, _held())
     assert m.training and m.config._attn_implementation == impl
+    assert not m.model.layers[0].training and not m.model.layers[0].self_attn.training
+    assert all(mod.training for mod in m.model.layers[1].modules())
+    m.train()
     assert all(not mod._forward_hooks and not mod._forward_pre_hooks for mod in m.modules())
     assert all(p.requires_grad for p in m.parameters())
     m.eval()
@@ -188,6 +193,9 @@ def test_diagnose_refuses_bad_input():
         assert what in str(e.value)
     with pytest.raises(ValueError, match="blocks"):
         nd.diagnose(torch.nn.Linear(2, 2), TEXTS, [1, 2])
+    for window in [0, -3, 2.5, True]:
+        with pytest.raises(ValueError, match="window must be a positive number"):
+            nd.diagnose(m, TEXTS, _held(), window=window)
 
 
 def test_diagnose_inside_a_training_loop_changes_nothing():
