@@ -894,19 +894,9 @@ fn book_k8s_manifest_parses_and_its_tasks_cover_every_run_once() {
 #[test]
 fn runs_differing_only_in_a_defaulted_setting_stay_apart() {
     let dir = common::tmp("report-init");
-    let base = [
-        "--layers",
-        "1",
-        "--steps",
-        "5",
-        "--batch",
-        "4",
-        "--eval-sequences",
-        "4",
-    ];
     // The run without the key first: the one whose config.json lacks it.
-    common::lab::train_with(&dir.join("run1"), &base);
-    let mut torch = base.to_vec();
+    common::lab::train_tiny(&dir.join("run1"));
+    let mut torch = common::lab::TINY.to_vec();
     torch.extend(["--init", "torch"]);
     common::lab::train_with(&dir.join("run2"), &torch);
     let o = normlab(&[

@@ -91,21 +91,21 @@ pub fn rss_mib(pid: u32) -> f64 {
     status_mib(pid, "VmRSS")
 }
 
+/// The flags of a one-block GPT trained for 5 steps.
+pub const TINY: [&str; 8] = [
+    "--layers",
+    "1",
+    "--steps",
+    "5",
+    "--batch",
+    "4",
+    "--eval-sequences",
+    "4",
+];
+
 /// Train a one-block GPT for 5 steps into `out` (a run folder).
 pub fn train_tiny(out: &std::path::Path) {
-    train_with(
-        out,
-        &[
-            "--layers",
-            "1",
-            "--steps",
-            "5",
-            "--batch",
-            "4",
-            "--eval-sequences",
-            "4",
-        ],
-    );
+    train_with(out, &TINY);
 }
 
 /// `normlab train ARGS --quiet --out OUT`, which must succeed.

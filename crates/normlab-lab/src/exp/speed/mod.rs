@@ -526,20 +526,7 @@ mod tests {
             json!({"norm_params_blocks": 524_288u64, "share": 0.0}),
             json!({"norm_params_blocks": 262_144u64, "share": 0.0}),
         ];
-        let mut out = ExpResult {
-            id: String::new(),
-            question: String::new(),
-            settings: serde_json::Value::Null,
-            seeds: Vec::new(),
-            quick: true,
-            data: serde_json::Map::new(),
-            tables: Vec::new(),
-            figures: Vec::new(),
-            conclusion: String::new(),
-            checks: Vec::new(),
-            unavailable: None,
-            elapsed_seconds: 0.0,
-        };
+        let mut out = result(serde_json::Value::Null, Vec::new());
         conclude(&mut out, &[point(1.14)], &step, &share);
         assert!(
             out.conclusion
