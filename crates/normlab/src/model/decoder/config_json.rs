@@ -105,6 +105,25 @@ pub(super) fn rope(c: &Value, default: f64) -> Result<(f64, Option<RopeScaling>)
     Ok((base, scaling))
 }
 
+/// The share of each head's dimensions RoPE rotates, in (0, 1]:
+/// `rope_parameters.partial_rotary_factor` (transformers 5), else the
+/// family's own older key (`old_key`) or `default`.
+pub(super) fn rotary_share(c: &Value, old_key: &str, default: f64) -> Result<f64> {
+    let share = match c
+        .get("rope_parameters")
+        .and_then(|r| r.get("partial_rotary_factor"))
+    {
+        Some(v) => v
+            .as_f64()
+            .ok_or("config.json: partial_rotary_factor is not a number")?,
+        None => num(c, old_key, Some(default))?,
+    };
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(format!("config.json: the rotary share {share} is not in (0, 1]").into());
+    }
+    Ok(share)
+}
+
 /// The block count `key` of a `config.json`, within [`super::MAX_BLOCKS`].
 pub(super) fn blocks(c: &Value, key: &str) -> Result<usize> {
     let layers = count(c, key, None)?;

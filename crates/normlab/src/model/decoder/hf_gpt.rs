@@ -7,7 +7,7 @@
 //! head, a plain GELU MLP, a separate head); and the buffers their older
 //! files carry besides the weights ([`buffers`]).
 
-use super::config_json::{blocks, count, num, refuse_flags, rope, switch, text};
+use super::config_json::{blocks, count, num, refuse_flags, rope, rotary_share, switch, text};
 use super::{DecoderConfig, GainStore, GatedAct, GptStyle, LayerAttention, QkvStore, RopePairs};
 use crate::error::Result;
 use crate::kernels::norm::NormKind;
@@ -120,18 +120,7 @@ pub fn neox_config(c: &Value) -> Result<DecoderConfig> {
     }
     let head_dim = d / heads;
     let (base, rope_scaling) = rope(c, num(c, "rotary_emb_base", Some(10_000.0))?)?;
-    let share = match c
-        .get("rope_parameters")
-        .and_then(|r| r.get("partial_rotary_factor"))
-    {
-        Some(v) => v.as_f64().ok_or_else(|| -> crate::error::Error {
-            "config.json: partial_rotary_factor is not a number".into()
-        })?,
-        None => num(c, "rotary_pct", Some(0.25))?,
-    };
-    if !(share > 0.0 && share <= 1.0) {
-        return Err(format!("config.json: the rotary share {share} is not in (0, 1]").into());
-    }
+    let share = rotary_share(c, "rotary_pct", 0.25)?;
     // As transformers: int(head_size * share).
     let rotary_dims = (head_dim as f64 * share) as usize;
     let parallel = switch(c, "use_parallel_residual", true)?;

@@ -8,7 +8,7 @@
 //! Phi-4-mini): refused by name (`config_json::rope`). A row of the family
 //! registry (`family.rs`).
 
-use super::config_json::{count, num};
+use super::config_json::{count, rotary_share};
 use super::hf::llama_config;
 use super::names::{Tensor, TensorNames};
 use super::{DecoderConfig, QkvStore};
@@ -40,18 +40,7 @@ pub fn phi3_config(c: &Value, _ty: &str) -> Result<DecoderConfig> {
     } {
         cfg.attn.iter_mut().for_each(|a| a.window = Some(w));
     }
-    let share = match c
-        .get("rope_parameters")
-        .and_then(|r| r.get("partial_rotary_factor"))
-    {
-        Some(v) => v.as_f64().ok_or_else(|| -> crate::error::Error {
-            "config.json: partial_rotary_factor is not a number".into()
-        })?,
-        None => num(c, "partial_rotary_factor", Some(1.0))?,
-    };
-    if !(share > 0.0 && share <= 1.0) {
-        return Err(format!("config.json: partial_rotary_factor {share} is not in (0, 1]").into());
-    }
+    let share = rotary_share(c, "partial_rotary_factor", 1.0)?;
     if share < 1.0 {
         // As transformers: int(head_dim * partial_rotary_factor).
         cfg.gpt.rotary_dims = Some((cfg.head_dim as f64 * share) as usize);
